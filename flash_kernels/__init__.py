@@ -1,0 +1,64 @@
+"""flash_kernels: attention from textbook to tensor-core FlashAttention, forward and backward.
+
+    import flash_kernels as fk
+    out = fk.attention(q, k, v, variant="flash_mma", causal=True)   # autograd-capable
+    out, lse = fk.forward(q, k, v, variant="flash_simt", block_size=32)
+    dq, dk, dv = fk.backward(q, k, v, out, lse, grad_out, variant="flash_simt", block_size=32)
+
+Tensors are [B, H, N, D] CUDA tensors, as for torch.nn.functional.scaled_dot_product_attention.
+The registry (VARIANTS) and the analytic model import without torch; the kernels load lazily.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .registry import VARIANTS, Option, Variant, describe, get_variant
+
+__all__ = ["VARIANTS", "Option", "Variant", "attention", "backward", "build", "describe", "forward", "get_variant",
+           "resource_usage"]
+
+
+def attention(*args: Any, **kwargs: Any) -> Any:
+    from ._ops import attention as _impl
+
+    return _impl(*args, **kwargs)
+
+
+def forward(*args: Any, **kwargs: Any) -> Any:
+    from ._ops import forward as _impl
+
+    return _impl(*args, **kwargs)
+
+
+def backward(*args: Any, **kwargs: Any) -> Any:
+    from ._ops import backward as _impl
+
+    return _impl(*args, **kwargs)
+
+
+def build(verbose: bool = False) -> dict[str, float]:
+    """Compile (or load from cache) every kernel module in parallel; returns seconds per module."""
+    from ._build import build_all
+
+    return build_all(verbose)
+
+
+def resource_usage(arch: str | None = None) -> list[dict[str, Any]]:
+    """ptxas's report per kernel (registers, shared memory, stack, spills), from compiling each .cu
+    for ``arch`` (default: the current GPU's, else sm_90)."""
+    from dataclasses import asdict
+
+    from .sources import cu_files, ptxas_report
+
+    if arch is None:
+        arch = "sm_90"
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                major, minor = torch.cuda.get_device_capability()
+                arch = f"sm_{major}{minor}"
+        except ImportError:
+            pass
+    return [asdict(r) for f in cu_files() for r in ptxas_report(f, arch)]

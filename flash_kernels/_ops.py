@@ -1,0 +1,208 @@
+"""The public API: input validation, dispatch to the compiled kernels, and autograd."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from . import _build
+from .registry import Variant, get_variant
+
+_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
+_MAX_BH = 65535  # grid dimension limit of the kernels' batch*head axis
+
+_FWD_TILES = {"128x64": 0, "64x64": 1, "128x128": 2}
+_BWD_TILES = {"64x64": 0, "32x64": 1, "64x128": 2}
+_MATERIALIZED_KIND = {"naive": 0, "tiled": 1, "tiled_uncoalesced": 2}
+
+#: When True (see flash_kernels.testing.poisoned_outputs), outputs are filled with NaN before the
+#: kernels run, so an element a kernel fails to write shows up as NaN.
+POISON = False
+
+
+def _alloc(shape: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    t = torch.empty(shape, dtype=dtype, device=device)
+    if POISON:
+        t.fill_(float("nan"))
+    return t
+
+
+def _check_tensors(variant: Variant, names: tuple[str, ...], tensors: tuple[Any, ...]) -> tuple[int, int, int, int]:
+    for name, t in zip(names, tensors):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    q = tensors[0]
+    for name, t in zip(names, tensors):
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D [B, H, N, D] (like scaled_dot_product_attention); got shape "
+                             f"{tuple(t.shape)}")
+        if tuple(t.shape) != tuple(q.shape):
+            raise ValueError(f"{names[0]} and {name} must have the same shape [B, H, N, D]; got "
+                             f"{tuple(q.shape)} and {tuple(t.shape)} (different query/key lengths are not supported)")
+        if t.dtype != q.dtype:
+            raise TypeError(f"{names[0]} and {name} must have the same dtype; got {q.dtype} and {t.dtype}")
+    if q.dtype not in _DTYPES or _DTYPES[q.dtype] not in variant.dtypes:
+        raise TypeError(f"{variant.name} does not support dtype {q.dtype}; accepted: "
+                        f"{', '.join('torch.' + d for d in variant.dtypes)}")
+    for name, t in zip(names, tensors):
+        if t.device.type != "cuda":
+            extra = "" if torch.cuda.is_available() else " (this machine has no CUDA device: torch.cuda.is_available() is False)"
+            raise ValueError(f"{name} is on {t.device}; flash_kernels runs on CUDA tensors only{extra}")
+        if t.device != q.device:
+            raise ValueError(f"{names[0]} is on {q.device} but {name} is on {t.device}; all tensors must share a device")
+    B, H, N, D = q.shape
+    if D not in variant.head_dims:
+        raise ValueError(f"{variant.name} does not support head dim {D}; accepted: {variant.head_dims}")
+    if N < 1 or B < 1 or H < 1:
+        raise ValueError(f"B, H and N must be >= 1; got shape {tuple(q.shape)}")
+    if B * H > _MAX_BH:
+        raise ValueError(f"B*H = {B * H} exceeds {_MAX_BH}, the kernels' grid limit; split the batch")
+    return B, H, N, D
+
+
+def _scale(scale: float | None, D: int) -> float:
+    if scale is None:
+        return 1.0 / math.sqrt(D)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale == 0:
+        raise ValueError(f"scale must be a finite non-zero number or None (= 1/sqrt(D)); got {scale!r}")
+    return float(scale)
+
+
+def _check_workspace(variant: Variant, B: int, H: int, N: int, device: torch.device, matrices: int) -> None:
+    need = 4 * B * H * N * N * matrices
+    free, _ = torch.cuda.mem_get_info(device)
+    if need > free:
+        raise ValueError(f"{variant.name} materializes {matrices} fp32 B*H*N*N matrices: {need / 2**30:.1f} GiB, "
+                         f"but the GPU has {free / 2**30:.1f} GiB free; use a flash variant or a smaller B*H*N")
+
+
+def _prepare(variant_name: str, names: tuple[str, ...], tensors: tuple[Any, ...], causal: Any, scale: Any,
+             options: dict[str, Any], pass_: str) -> tuple[Variant, tuple[torch.Tensor, ...], float, dict[str, Any]]:
+    variant = get_variant(variant_name)
+    if pass_ not in variant.passes:
+        have = [n for n, v in _variants_with(pass_)]
+        raise ValueError(f"{variant.name} implements the {', '.join(variant.passes)} pass only; "
+                         f"variants with a {pass_} pass: {', '.join(have)}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if causal and not variant.causal:
+        raise ValueError(f"{variant.name} does not support causal=True")
+    B, H, N, D = _check_tensors(variant, names, tensors)
+    opts = variant.resolve_options(options, D)
+    # Non-contiguous inputs are copied to contiguous [B, H, N, D] (documented); the kernels index densely.
+    tensors = tuple(t.contiguous() for t in tensors)
+    return variant, tensors, _scale(scale, D), opts
+
+
+def _variants_with(pass_: str) -> list[tuple[str, Variant]]:
+    from .registry import VARIANTS
+
+    return [(n, v) for n, v in VARIANTS.items() if pass_ in v.passes]
+
+
+def _forward(variant: Variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
+             opts: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    B, H, N, D = q.shape
+    dev = q.device
+    o = _alloc(q.shape, q.dtype, dev)
+    lse = _alloc((B, H, N), torch.float32, dev)
+    name = variant.forward_of or variant.name
+    if variant.materializes:
+        _check_workspace(variant, B, H, N, dev, 1)
+        S = torch.empty((B * H, N, N), dtype=torch.float32, device=dev)
+        _build.load("materialized").materialized_fwd(_MATERIALIZED_KIND[name], q, k, v, o, lse, S, scale, causal)
+    elif name == "flash_fa1":
+        o_acc = torch.empty(q.shape, dtype=torch.float32, device=dev)
+        m = torch.empty((B, H, N), dtype=torch.float32, device=dev)
+        l = torch.empty((B, H, N), dtype=torch.float32, device=dev)
+        _build.load("flash_simt").fa1_fwd(q, k, v, o, lse, o_acc, m, l, scale, causal)
+    elif name == "flash_simt":
+        _build.load("flash_simt").simt_fwd(opts["block_size"], q, k, v, o, lse, scale, causal)
+    elif name == "flash_mma":
+        _build.load("flash_mma_fwd").mma_fwd(_FWD_TILES[opts["tile"]], q, k, v, o, lse, scale, causal)
+    else:  # pragma: no cover - registry and dispatch disagree
+        raise AssertionError(f"no forward dispatch for {name}")
+    return o, lse
+
+
+def _backward(variant: Variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+              lse: torch.Tensor, g: torch.Tensor, causal: bool, scale: float,
+              opts: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    B, H, N, D = q.shape
+    dev = q.device
+    dq, dk, dv = (_alloc(q.shape, q.dtype, dev) for _ in range(3))
+    if variant.materializes:
+        _check_workspace(variant, B, H, N, dev, 2)
+        P = torch.empty((B * H, N, N), dtype=torch.float32, device=dev)
+        dP = torch.empty_like(P)
+        _build.load("materialized").materialized_bwd(_MATERIALIZED_KIND[variant.name], q, k, v, lse, g, dq, dk, dv,
+                                                     P, dP, scale, causal)
+        return dq, dk, dv
+    Dd = torch.empty((B, H, N), dtype=torch.float32, device=dev)
+    dq_acc = torch.empty(q.shape, dtype=torch.float32, device=dev)
+    if variant.name == "flash_simt":
+        _build.load("flash_simt").simt_bwd(opts["block_size"], q, k, v, o, lse, g, Dd, dq_acc, dq, dk, dv, scale,
+                                           causal)
+    elif variant.name == "flash_mma":
+        _build.load("flash_mma_bwd").mma_bwd(_BWD_TILES[opts["bwd_tile"]], q, k, v, o, lse, g, Dd, dq_acc, dq, dk,
+                                             dv, scale, causal)
+    else:  # pragma: no cover
+        raise AssertionError(f"no backward dispatch for {variant.name}")
+    return dq, dk, dv
+
+
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, variant: str = "flash_mma", causal: bool = False,
+            scale: float | None = None, **options: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run a variant's forward pass: returns (out [B, H, N, D], lse [B, H, N] fp32, natural log)."""
+    var, (q, k, v), sc, opts = _prepare(variant, ("q", "k", "v"), (q, k, v), causal, scale, options, "forward")
+    return _forward(var, q, k, v, causal, sc, opts)
+
+
+def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+             grad_out: torch.Tensor, *, variant: str = "flash_mma", causal: bool = False, scale: float | None = None,
+             **options: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Run a variant's backward pass from the forward's (out, lse): returns (dq, dk, dv)."""
+    var, (q, k, v, out, grad_out), sc, opts = _prepare(
+        variant, ("q", "k", "v", "out", "grad_out"), (q, k, v, out, grad_out), causal, scale, options, "backward")
+    B, H, N, _ = q.shape
+    if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != (B, H, N) or lse.dtype != torch.float32:
+        got = f"{tuple(lse.shape)} {lse.dtype}" if isinstance(lse, torch.Tensor) else type(lse).__name__
+        raise ValueError(f"lse must be the forward's fp32 [B, H, N] = {(B, H, N)} tensor; got {got}")
+    if lse.device != q.device:
+        raise ValueError(f"lse is on {lse.device} but q is on {q.device}")
+    return _backward(var, q, k, v, out, lse.contiguous(), grad_out, causal, sc, opts)
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, variant: Variant, causal: bool,
+                scale: float, opts: dict[str, Any]) -> torch.Tensor:
+        o, lse = _forward(variant, q, k, v, causal, scale, opts)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.cfg = (variant, causal, scale, opts)
+        return o
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
+        q, k, v, o, lse = ctx.saved_tensors
+        variant, causal, scale, opts = ctx.cfg
+        dq, dk, dv = _backward(variant, q, k, v, o, lse, grad_out.contiguous(), causal, scale, opts)
+        return dq, dk, dv, None, None, None, None
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, variant: str = "flash_mma",
+              causal: bool = False, scale: float | None = None, **options: Any) -> torch.Tensor:
+    """softmax(scale * q k^T) v for [B, H, N, D] CUDA tensors, shaped like
+    torch.nn.functional.scaled_dot_product_attention; ``out.backward(g)`` runs the variant's backward.
+
+    Non-contiguous inputs are made contiguous first (a copy). ``options`` are the variant's own
+    (see flash_kernels.VARIANTS[variant].options)."""
+    var, (q, k, v), sc, opts = _prepare(variant, ("q", "k", "v"), (q, k, v), causal, scale, options, "forward")
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if needs_grad and "backward" not in var.passes:
+        have = ", ".join(n for n, _ in _variants_with("backward"))
+        raise ValueError(f"{var.name} has no backward pass, but an input requires grad; use torch.no_grad() or "
+                         f"one of: {have}")
+    return _Attention.apply(q, k, v, var, causal, sc, opts)

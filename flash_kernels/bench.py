@@ -1,0 +1,376 @@
+"""Benchmark every variant against PyTorch's SDPA backends (and PyTorch on the CPU) in one run.
+
+    python -m flash_kernels.bench --suite convention --out results/        # CSV + manifest.json
+    python -m flash_kernels.bench --suite seed004 --variants flash_mma,flash_simt --passes forward
+
+Timing: CUDA events around each launch, after warm-up; the L2 is flushed (a buffer of twice its
+size is overwritten) before every timed repeat; the median is reported. Correctness is measured
+against the fp64 reference in the same run, before timing. The FLOP and byte model is in
+flash_kernels.model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from . import _ops, model
+from .configs import SUITES, Config, get_suite
+from .reference import reference_backward, reference_forward
+from .registry import VARIANTS, get_variant
+from .testing import error_metrics, random_qkv
+
+TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def _sdpa_backends() -> dict[str, Any]:
+    from torch.nn.attention import SDPBackend
+
+    return {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
+            "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION, "sdpa_math": SDPBackend.MATH}
+
+
+REFERENCES = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math", "torch_cpu")
+
+CSV_FIELDS = ["suite", "config", "B", "H", "N", "D", "causal", "dtype", "impl", "kind", "pass", "options", "status",
+              "ms", "ms_min", "ms_max", "reps", "tflops", "gbps", "peak_mem_mb", "max_abs", "mean_abs", "mse",
+              "max_rel", "rel_l2", "speed_vs_sdpa_flash"]
+
+
+class Skip(Exception):
+    """A combination this implementation does not run (recorded with its reason)."""
+
+
+# --------------------------------------------------------------------------- timing
+
+
+class L2Flusher:
+    def __init__(self) -> None:
+        l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20) or (64 << 20)
+        self.buf = torch.empty(2 * l2 // 4, dtype=torch.float32, device="cuda")
+
+    def __call__(self) -> None:
+        self.buf.fill_(1.0)
+
+
+def time_gpu(fn: Callable[[], Any], flush: L2Flusher, *, warmup: int, reps: int, budget_ms: float) -> list[float]:
+    """Per-repeat milliseconds from CUDA events, L2 flushed before each repeat."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    # one probe to size the number of repeats to the time budget
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    flush()
+    s.record()
+    fn()
+    e.record()
+    torch.cuda.synchronize()
+    probe = s.elapsed_time(e)
+    n = int(max(3, min(reps, budget_ms / max(probe, 1e-3))))
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+    for s, e in events:
+        flush()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in events]
+
+
+def time_cpu(fn: Callable[[], Any], *, reps: int, budget_ms: float) -> list[float]:
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    probe = (time.perf_counter() - t0) * 1e3
+    n = int(max(1, min(reps, budget_ms / max(probe, 1e-3))))
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1e3)
+    return out
+
+
+def peak_memory_mb(fn: Callable[[], Any]) -> float:
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    result = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del result
+    return peak / 2**20
+
+
+# --------------------------------------------------------------------------- implementations
+
+
+def _kernel_fns(impl: str, cfg: Config, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                pass_: str, options: dict[str, Any], max_score_elems: int):
+    var = get_variant(impl)
+    if pass_ not in var.passes:
+        raise Skip(f"{impl} has no {pass_} pass")
+    dtype = str(q.dtype).replace("torch.", "")
+    if dtype not in var.dtypes:
+        raise Skip(f"{impl} does not support {dtype}")
+    if var.materializes and cfg.B * cfg.H * cfg.N * cfg.N > max_score_elems:
+        raise Skip(f"materializes {cfg.B * cfg.H * cfg.N * cfg.N:.2e} scores > --max-score-elems")
+    variant, (q, k, v), scale, opts = _ops._prepare(impl, ("q", "k", "v"), (q, k, v), cfg.causal, None, options,
+                                                    "forward")
+
+    def fwd() -> Any:
+        return _ops._forward(variant, q, k, v, cfg.causal, scale, opts)
+
+    if pass_ == "forward":
+        return fwd, fwd, opts
+    o, lse = fwd()
+
+    def bwd() -> Any:
+        return _ops._backward(variant, q, k, v, o, lse, g, cfg.causal, scale, opts)
+
+    return bwd, bwd, opts
+
+
+def _sdpa_fns(impl: str, cfg: Config, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+              pass_: str, max_score_elems: int):
+    from torch.nn.attention import sdpa_kernel
+
+    backend = _sdpa_backends()[impl]
+    if impl == "sdpa_math" and cfg.B * cfg.H * cfg.N * cfg.N > max_score_elems:
+        raise Skip(f"math backend materializes {cfg.B * cfg.H * cfg.N * cfg.N:.2e} scores > --max-score-elems")
+
+    def fwd() -> Any:
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal)
+
+    try:
+        with torch.no_grad():
+            fwd()
+        torch.cuda.synchronize()
+    except RuntimeError as exc:  # backend refuses this dtype / shape / GPU
+        torch.cuda.synchronize()
+        raise Skip(f"{impl}: {str(exc).splitlines()[0][:160]}") from None
+    if pass_ == "forward":
+        def fwd_ng() -> Any:
+            with torch.no_grad():
+                return fwd()
+        return fwd_ng, fwd_ng, {}
+    qs, ks, vs = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    with sdpa_kernel(backend):
+        o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=cfg.causal)
+
+    def bwd() -> Any:
+        return torch.autograd.grad(o, (qs, ks, vs), g, retain_graph=True)
+
+    return bwd, bwd, {}
+
+
+def _cpu_fn(cfg: Config, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, pass_: str,
+            max_cpu_elems: int):
+    if cfg.B * cfg.H * cfg.N * cfg.N > max_cpu_elems:
+        raise Skip(f"{cfg.B * cfg.H * cfg.N * cfg.N:.2e} scores > --max-cpu-elems")
+    qc, kc, vc, gc = (t.detach().float().cpu() for t in (q, k, v, g))
+    if pass_ == "forward":
+        def fwd() -> Any:
+            with torch.no_grad():
+                return F.scaled_dot_product_attention(qc, kc, vc, is_causal=cfg.causal)
+        return fwd
+    qs, ks, vs = (t.clone().requires_grad_(True) for t in (qc, kc, vc))
+    o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=cfg.causal)
+
+    def bwd() -> Any:
+        return torch.autograd.grad(o, (qs, ks, vs), gc, retain_graph=True)
+
+    return bwd
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def _worst(metrics: list[dict[str, float]]) -> dict[str, float]:
+    return {k: max(m[k] for m in metrics) for k in ("max_abs", "mean_abs", "mse", "max_rel", "rel_l2")}
+
+
+def run(suite: str, variants: list[str], refs: list[str], passes: list[str], dtypes: list[str] | None = None,
+        configs: list[str] | None = None, options: dict[str, Any] | None = None, warmup: int = 3, reps: int = 30,
+        budget_ms: float = 400.0, max_score_elems: int = 1 << 31, max_cpu_elems: int = 1 << 24,
+        max_call_ms: float = 3000.0, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    cfgs, suite_dtypes, _ = get_suite(suite)
+    if configs:
+        unknown = sorted(set(configs) - {c.name for c in cfgs})
+        if unknown:
+            raise ValueError(f"unknown config(s) {unknown} in suite {suite}; known: {[c.name for c in cfgs]}")
+        cfgs = [c for c in cfgs if c.name in configs]
+    flush = L2Flusher()
+    rows: list[dict[str, Any]] = []
+    for dtype in dtypes or list(suite_dtypes):
+        for cfg in cfgs:
+            q, k, v, g = random_qkv(cfg.B, cfg.H, cfg.N, cfg.D, TORCH_DTYPES[dtype], seed=cfg.N + cfg.D, n=4)
+            ref_o, _ = reference_forward(q, k, v, causal=cfg.causal) if "forward" in passes else (None, None)
+            ref_g = reference_backward(q, k, v, g, causal=cfg.causal) if "backward" in passes else None
+            for pass_ in passes:
+                for impl in [*variants, *refs]:
+                    row: dict[str, Any] = {"suite": suite, "config": cfg.name, "B": cfg.B, "H": cfg.H, "N": cfg.N,
+                                           "D": cfg.D, "causal": cfg.causal, "dtype": dtype, "impl": impl,
+                                           "kind": "kernel" if impl in VARIANTS else
+                                           ("cpu" if impl == "torch_cpu" else "sdpa"),
+                                           "pass": pass_, "options": "", "status": "ok"}
+                    try:
+                        if impl in VARIANTS:
+                            fn, check, opts = _kernel_fns(impl, cfg, q, k, v, g, pass_, options or {},
+                                                          max_score_elems)
+                            row["options"] = ";".join(f"{a}={b}" for a, b in opts.items())
+                        elif impl == "torch_cpu":
+                            fn = check = _cpu_fn(cfg, q, k, v, g, pass_, max_cpu_elems)
+                        else:
+                            fn, check, _ = _sdpa_fns(impl, cfg, q, k, v, g, pass_, max_score_elems)
+                        result = check()
+                        if pass_ == "forward":
+                            out = result[0] if isinstance(result, tuple) else result
+                            row.update(_worst([error_metrics(out, ref_o)]))
+                        else:
+                            row.update(_worst([error_metrics(a, b) for a, b in zip(result, ref_g)]))
+                        del result
+                        if impl == "torch_cpu":
+                            times = time_cpu(fn, reps=min(reps, 5), budget_ms=budget_ms * 4)
+                            row["peak_mem_mb"] = float("nan")
+                        else:
+                            t0 = time.perf_counter()
+                            fn()
+                            torch.cuda.synchronize()
+                            call_ms = (time.perf_counter() - t0) * 1e3
+                            if call_ms > max_call_ms:
+                                raise Skip(f"one call took {call_ms:.0f} ms > --max-call-ms")
+                            row["peak_mem_mb"] = peak_memory_mb(fn)
+                            times = time_gpu(fn, flush, warmup=warmup, reps=reps, budget_ms=budget_ms)
+                        ms = statistics.median(times)
+                        flop = model.flops(cfg.B, cfg.H, cfg.N, cfg.D, causal=cfg.causal, pass_=pass_)
+                        nbytes = model.compulsory_bytes(cfg.B, cfg.H, cfg.N, cfg.D, dtype, pass_=pass_)
+                        row.update(ms=ms, ms_min=min(times), ms_max=max(times), reps=len(times),
+                                   tflops=model.tflops(flop, ms), gbps=model.gbps(nbytes, ms))
+                    except Skip as why:
+                        row["status"] = f"skipped: {why}"
+                    except torch.cuda.OutOfMemoryError:
+                        torch.cuda.empty_cache()
+                        row["status"] = "skipped: out of GPU memory"
+                    rows.append(row)
+                    if row["status"] == "ok":
+                        log(f"{suite:10s} {cfg.name:22s} {dtype:8s} {pass_:8s} {impl:18s} {row['ms']:9.3f} ms "
+                            f"{row['tflops']:7.1f} TFLOP/s  rel_l2 {row['rel_l2']:.1e}")
+                    else:
+                        log(f"{suite:10s} {cfg.name:22s} {dtype:8s} {pass_:8s} {impl:18s} {row['status']}")
+            del q, k, v, g, ref_o, ref_g
+            torch.cuda.empty_cache()
+    _add_ratios(rows)
+    return rows
+
+
+def _add_ratios(rows: list[dict[str, Any]]) -> None:
+    key = ("suite", "config", "dtype", "pass")
+    flash = {tuple(r[k] for k in key): r["ms"] for r in rows if r["impl"] == "sdpa_flash" and r["status"] == "ok"}
+    for r in rows:
+        ref = flash.get(tuple(r[k] for k in key))
+        r["speed_vs_sdpa_flash"] = ref / r["ms"] if ref and r.get("ms") else float("nan")
+
+
+def write_results(rows: list[dict[str, Any]], out_dir: Path, name: str, manifest: dict[str, Any]) -> Path:
+    """CSV + manifest written to a temporary file and renamed into place (no half-written results)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path = out_dir / f"{name}.csv"
+    with tempfile.NamedTemporaryFile("w", dir=out_dir, suffix=".tmp", delete=False, newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) and not math.isnan(v) else
+                            ("" if isinstance(v, float) else v)) for k, v in r.items()})
+        tmp = fh.name
+    os.replace(tmp, csv_path)
+    man_path = out_dir / f"{name}.manifest.json"
+    with tempfile.NamedTemporaryFile("w", dir=out_dir, suffix=".tmp", delete=False) as fh:
+        json.dump(manifest, fh, indent=2, default=str)
+        tmp = fh.name
+    os.replace(tmp, man_path)
+    return csv_path
+
+
+def _csv_list(s: str) -> list[str]:
+    return [x for x in s.split(",") if x]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m flash_kernels.bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", default="convention", help=f"one of {', '.join(SUITES)} (comma-separated for several)")
+    p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated registry names")
+    p.add_argument("--refs", default=",".join(REFERENCES), help=f"comma-separated, from {', '.join(REFERENCES)}")
+    p.add_argument("--passes", default="forward,backward")
+    p.add_argument("--dtypes", default="", help="override the suite's dtypes")
+    p.add_argument("--configs", default="", help="only these config names")
+    p.add_argument("--option", action="append", default=[], help="variant option, e.g. --option block_size=32")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--budget-ms", type=float, default=400.0, help="time budget per case for the timed repeats")
+    p.add_argument("--max-score-elems", type=float, default=2**31, help="skip materializing runs above B*H*N*N")
+    p.add_argument("--max-cpu-elems", type=float, default=2**24, help="skip torch_cpu above B*H*N*N")
+    p.add_argument("--max-call-ms", type=float, default=3000.0, help="skip a case whose single call is slower")
+    p.add_argument("--out", default="bench_results", help="output folder (CSV + manifest per suite)")
+    a = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        p.error("no CUDA device: the benchmark needs a GPU (torch.cuda.is_available() is False)")
+    try:
+        variants = _csv_list(a.variants)
+        for v in variants:
+            get_variant(v)
+        refs = _csv_list(a.refs)
+        bad = [r for r in refs if r not in REFERENCES]
+        if bad:
+            raise ValueError(f"unknown reference(s) {bad}; known: {', '.join(REFERENCES)}")
+        passes = _csv_list(a.passes)
+        if any(x not in ("forward", "backward") for x in passes):
+            raise ValueError(f"--passes takes forward,backward; got {a.passes}")
+        dtypes = _csv_list(a.dtypes) or None
+        if dtypes and any(d not in TORCH_DTYPES for d in dtypes):
+            raise ValueError(f"--dtypes takes {', '.join(TORCH_DTYPES)}; got {a.dtypes}")
+        options: dict[str, Any] = {}
+        for o in a.option:
+            key, _, val = o.partition("=")
+            options[key] = int(val) if val.isdigit() else val
+        suites = _csv_list(a.suite)
+        for s in suites:
+            get_suite(s)
+    except ValueError as exc:
+        p.error(str(exc))
+    from . import _build
+    from ._env import environment
+
+    build_s = _build.build_all()
+    for suite in suites:
+        t0 = time.perf_counter()
+        rows = run(suite, variants, refs, passes, dtypes, _csv_list(a.configs), options, a.warmup, a.reps,
+                   a.budget_ms, int(a.max_score_elems), int(a.max_cpu_elems), a.max_call_ms)
+        manifest = {"suite": suite, "description": SUITES[suite][2], "command": [sys.executable, "-m",
+                    "flash_kernels.bench", *(argv if argv is not None else sys.argv[1:])],
+                    "environment": environment(), "build_seconds": build_s,
+                    "timing": {"method": "CUDA events per repeat, L2 flushed before each, median",
+                               "warmup": a.warmup, "max_reps": a.reps, "budget_ms": a.budget_ms},
+                    "seconds": time.perf_counter() - t0, "rows": len(rows)}
+        path = write_results(rows, Path(a.out), suite, manifest)
+        print(f"wrote {path} ({len(rows)} rows, {manifest['seconds']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

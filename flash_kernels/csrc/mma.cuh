@@ -1,0 +1,116 @@
+// Warp-level tensor-core helpers for sm_80+ (used on sm_90 through mma.sync):
+// mma.sync m16n8k16 with fp32 accumulators, ldmatrix (plain and transposed), cp.async with
+// zero-fill, and the XOR swizzle of 16-byte chunks that keeps ldmatrix free of bank conflicts.
+//
+// Fragment layouts of mma.m16n8k16 (lane = threadIdx.x % 32, g = lane / 4, t = lane % 4):
+//   A 16x16 (row): a0 (g, 2t..2t+1)  a1 (g+8, 2t..)  a2 (g, 2t+8..)  a3 (g+8, 2t+8..)
+//   B 16x8  (col): b0 (k = 2t..2t+1, n = g)  b1 (k = 2t+8.., n = g)
+//   C 16x8       : c0,c1 (g, 2t..2t+1)  c2,c3 (g+8, 2t..2t+1)
+// so the C fragments of two adjacent n-tiles are exactly the A fragment of a k16 step:
+// P never leaves registers between S = Q K^T and O += P V.
+#pragma once
+#include "common.cuh"
+
+namespace fk {
+
+template <typename T> struct MmaKind;
+template <> struct MmaKind<__half> {};
+template <> struct MmaKind<__nv_bfloat16> {};
+
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+
+template <>
+__device__ __forceinline__ void mma16816<__half>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                        uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two fp32 values -> one register of two 16-bit values (low half = first).
+template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// 16-byte global->shared copy; src_bytes = 0 fills the destination with zeros (rows past N).
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a [rows][D] tile of 16-bit elements, chunks
+// XOR-swizzled so that the 8 consecutive rows one ldmatrix matrix reads hit 8 distinct 16-byte bank
+// groups (a 128-byte span). Rows of >= 8 chunks XOR with row % 8; 4-chunk rows (two rows per span)
+// XOR with (row / 2) % 4.
+template <int D>
+__device__ __forceinline__ uint32_t swz(int row, int chunk) {
+  static_assert(D >= 32, "rows of at least 64 bytes");
+  constexpr int U = D / 8;  // chunks per row
+  const int x = U >= 8 ? (row & 7) : ((row >> 1) & 3);
+  return uint32_t(row * (D * 2) + ((chunk ^ x) << 4));
+}
+
+// Copy rows [r0, r0 + ROWS) of a [N][D] matrix into a swizzled [ROWS][D] shared tile with cp.async,
+// zero-filling rows >= N. NT threads cooperate.
+template <int ROWS, int D, int NT, typename T>
+__device__ __forceinline__ void load_tile_async(uint32_t tile, const T* __restrict__ src, int r0, int N, int tid) {
+  constexpr int CHUNKS = ROWS * D / 8;
+#pragma unroll
+  for (int c = tid; c < CHUNKS; c += NT) {
+    const int row = c / (D / 8), chunk = c % (D / 8);
+    const int g = r0 + row;
+    const bool ok = g < N;
+    const T* p = src + long(ok ? g : 0) * D + chunk * 8;
+    cp_async_16(tile + swz<D>(row, chunk), p, ok ? 16 : 0);
+  }
+}
+
+// Store a swizzled [ROWS][D] shared tile to rows [r0, r0 + ROWS) of a [N][D] matrix, 16 bytes per thread.
+template <int ROWS, int D, int NT, typename T>
+__device__ __forceinline__ void store_tile(const T* tile, T* __restrict__ dst, int r0, int N, int tid) {
+  constexpr int CHUNKS = ROWS * D / 8;
+  const char* base = reinterpret_cast<const char*>(tile);
+#pragma unroll
+  for (int c = tid; c < CHUNKS; c += NT) {
+    const int row = c / (D / 8), chunk = c % (D / 8);
+    if (r0 + row < N)
+      *reinterpret_cast<uint4*>(dst + long(r0 + row) * D + chunk * 8) =
+          *reinterpret_cast<const uint4*>(base + swz<D>(row, chunk));
+  }
+}
+
+}  // namespace fk

@@ -1,0 +1,155 @@
+"""The one registry of attention kernel variants.
+
+Every entry point (the Python API, the benchmark, the GPU tests, and later the workload and the
+notebooks) takes variant names from :data:`VARIANTS`. This module imports neither torch nor CUDA,
+so the analysis side can read it on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32")
+PASSES: tuple[str, ...] = ("forward", "backward")
+
+
+@dataclass(frozen=True)
+class Option:
+    """A variant-specific keyword option, e.g. ``block_size`` or ``tile``."""
+
+    name: str
+    choices: tuple[Any, ...]
+    doc: str
+    #: default choice per head dim (the fastest measured; see README)
+    default: Mapping[int, Any]
+    #: head dims a choice supports; a choice not listed supports every head dim of the variant
+    head_dims: Mapping[Any, tuple[int, ...]] = field(default_factory=dict)
+
+    def resolve(self, value: Any, head_dim: int, variant: str) -> Any:
+        if value is None:
+            return self.default[head_dim]
+        if value not in self.choices:
+            raise ValueError(
+                f"{variant}: option {self.name}={value!r} is not supported; accepted: "
+                f"{', '.join(repr(c) for c in self.choices)} ({self.doc})"
+            )
+        allowed = self.head_dims.get(value)
+        if allowed is not None and head_dim not in allowed:
+            raise ValueError(
+                f"{variant}: option {self.name}={value!r} supports head dim {allowed}, not {head_dim}"
+            )
+        return value
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    description: str
+    dtypes: tuple[str, ...]
+    head_dims: tuple[int, ...]
+    passes: tuple[str, ...]
+    causal: bool
+    options: Mapping[str, Option] = field(default_factory=dict)
+    #: materializes the B*H*N*N fp32 score matrix (one for forward, two for backward)
+    materializes: bool = False
+    #: what the backward / forward pass reuses, if anything (e.g. tiled_uncoalesced forward = tiled)
+    forward_of: str | None = None
+
+    def resolve_options(self, options: Mapping[str, Any], head_dim: int) -> dict[str, Any]:
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            accepted = ", ".join(sorted(self.options)) or "none"
+            raise ValueError(f"{self.name}: unknown option(s) {', '.join(unknown)}; accepted: {accepted}")
+        return {k: opt.resolve(options.get(k), head_dim, self.name) for k, opt in self.options.items()}
+
+
+_ALL = ("float16", "bfloat16", "float32")
+_HD = (64, 128)
+
+VARIANTS: dict[str, Variant] = {
+    v.name: v
+    for v in [
+        Variant(
+            "naive",
+            "textbook: S=QK^T and P=softmax(S) written to global memory, O=PV; one thread per output, "
+            "no shared memory",
+            _ALL, _HD, PASSES, True, materializes=True,
+        ),
+        Variant(
+            "tiled",
+            "the same passes as naive, each matrix product a 32x32 shared-memory tiled GEMM with "
+            "coalesced loads; S/P still materialized",
+            _ALL, _HD, PASSES, True, materializes=True,
+        ),
+        Variant(
+            "tiled_uncoalesced",
+            "tiled backward with consecutive threads walking the strided dimension (seed 000's "
+            "tiled_uncoalesced_kernel); forward = tiled",
+            _ALL, _HD, PASSES, True, materializes=True, forward_of="tiled",
+        ),
+        Variant(
+            "flash_fa1",
+            "FlashAttention-1 loop order: outer loop over K/V blocks, O/m/l rescaled in global memory; "
+            "CUDA cores",
+            _ALL, _HD, ("forward",), True,
+        ),
+        Variant(
+            "flash_simt",
+            "FlashAttention-2 on CUDA cores: online softmax in registers, fp32 accumulation, LSE saved; "
+            "backward recomputes P from LSE",
+            _ALL, _HD, PASSES, True,
+            options={
+                "block_size": Option(
+                    "block_size", (4, 8, 16, 32),
+                    "Br = Bc = rows per Q block = keys per K/V tile (one warp per row)",
+                    default={64: 16, 128: 16},
+                )
+            },
+        ),
+        Variant(
+            "flash_mma",
+            "FlashAttention-2 on tensor cores: mma.sync m16n8k16, ldmatrix, swizzled shared memory, "
+            "cp.async double buffering, P in registers",
+            ("float16", "bfloat16"), _HD, PASSES, True,
+            options={
+                "tile": Option(
+                    "tile", ("128x64", "64x64", "128x128"),
+                    "forward tile: query rows x keys (one warp per 16 rows)",
+                    default={64: "128x64", 128: "128x64"},
+                    head_dims={"128x128": (64,)},
+                ),
+                "bwd_tile": Option(
+                    "bwd_tile", ("64x64", "32x64", "64x128"),
+                    "backward tile: query rows per step x keys per block (one warp per 16 keys)",
+                    default={64: "64x64", 128: "64x64"},
+                    head_dims={"64x128": (64,)},
+                ),
+            },
+        ),
+    ]
+}
+
+
+def get_variant(name: str) -> Variant:
+    """Look a variant up by name; unknown names are errors that list the known ones."""
+    if not isinstance(name, str) or name not in VARIANTS:
+        raise ValueError(f"unknown variant {name!r}; known variants: {', '.join(VARIANTS)}")
+    return VARIANTS[name]
+
+
+def describe() -> list[dict[str, Any]]:
+    """One plain dict per variant (for tables, manifests and notebooks)."""
+    return [
+        {
+            "variant": v.name,
+            "description": v.description,
+            "dtypes": ",".join(v.dtypes),
+            "head_dims": ",".join(map(str, v.head_dims)),
+            "passes": ",".join(v.passes),
+            "causal": v.causal,
+            "options": "; ".join(f"{o.name} in {list(o.choices)}" for o in v.options.values()),
+        }
+        for v in VARIANTS.values()
+    ]

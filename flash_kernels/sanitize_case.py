@@ -1,0 +1,36 @@
+"""One small forward + backward of every variant, option and dtype: the program that the GPU
+tests run under compute-sanitizer (memcheck, racecheck). Sizes are not multiples of any tile."""
+
+from __future__ import annotations
+
+import torch
+
+import flash_kernels as fk
+from flash_kernels.testing import random_qkv
+
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def main() -> None:
+    fk.build()
+    launches = 0
+    for name, var in fk.VARIANTS.items():
+        # every option choice once (the others at their defaults), every dtype once, both head dims
+        cases: list[tuple[dict[str, object], str]] = [({}, dt) for dt in var.dtypes]
+        cases += [({opt.name: ch}, var.dtypes[0]) for opt in var.options.values() for ch in opt.choices]
+        for opts, dtype in cases:
+            for D in var.head_dims:
+                if any(D not in var.options[k].head_dims.get(v, var.head_dims) for k, v in opts.items()):
+                    continue
+                q, k, v, g = random_qkv(1, 2, 75, D, DTYPES[dtype], seed=1, n=4)
+                for causal in (False, True):
+                    o, lse = fk.forward(q, k, v, variant=name, causal=causal, **opts)
+                    if "backward" in var.passes:
+                        fk.backward(q, k, v, o, lse, g, variant=name, causal=causal, **opts)
+                    launches += 1
+    torch.cuda.synchronize()
+    print(f"sanitize_case: ran {launches} forward/backward cases")
+
+
+if __name__ == "__main__":
+    main()

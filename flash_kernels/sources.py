@@ -1,0 +1,192 @@
+"""The CUDA sources, the extension modules built from them, and their ptxas resource report.
+
+Torch-free: CI compiles every ``.cu`` file with the dev machine's ``nvcc`` through
+:func:`ptxas_report`, and the kernel module uses :func:`module_source` to feed ``load_inline``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+CSRC = Path(__file__).resolve().parent / "csrc"
+
+#: nvcc flags for every kernel module (the build adds the GPU's own -gencode)
+NVCC_FLAGS: tuple[str, ...] = ("-O3", "-lineinfo", "-std=c++17")
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """One extension module: a .cu file of kernels + a .cpp binding, built by one load_inline call."""
+
+    name: str
+    cu: str
+    cpp: str
+    functions: tuple[str, ...]
+
+
+#: One module per source file, so that they compile in parallel and rebuild independently.
+MODULES: dict[str, ModuleSpec] = {
+    m.name: m
+    for m in [
+        ModuleSpec("materialized", "materialized.cu", "bind_materialized.cpp",
+                   ("materialized_fwd", "materialized_bwd")),
+        ModuleSpec("flash_simt", "flash_simt.cu", "bind_flash_simt.cpp", ("simt_fwd", "simt_bwd", "fa1_fwd")),
+        ModuleSpec("flash_mma_fwd", "flash_mma_fwd.cu", "bind_flash_mma_fwd.cpp", ("mma_fwd",)),
+        ModuleSpec("flash_mma_bwd", "flash_mma_bwd.cu", "bind_flash_mma_bwd.cpp", ("mma_bwd",)),
+    ]
+}
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.MULTILINE)
+
+
+def expand_includes(path: Path, _seen: set[Path] | None = None) -> str:
+    """The file with its local ``#include "x"`` lines replaced by the files themselves.
+
+    load_inline hashes the source strings it is given, so inlining the headers makes an edit to a
+    header rebuild exactly the modules that use it.
+    """
+    seen = set() if _seen is None else _seen
+    path = path.resolve()
+    if path in seen:
+        return ""
+    seen.add(path)
+    text = path.read_text()
+
+    def repl(m: re.Match[str]) -> str:
+        inc = path.parent / m.group(1)
+        return expand_includes(inc, seen) if inc.exists() else m.group(0)
+
+    return _INCLUDE.sub(repl, text).replace("#pragma once\n", "")
+
+
+def module_source(name: str) -> tuple[str, str]:
+    """(cpp binding source, cuda source) of a module, headers inlined."""
+    spec = MODULES[name]
+    return expand_includes(CSRC / spec.cpp), expand_includes(CSRC / spec.cu)
+
+
+def cu_files() -> list[Path]:
+    return sorted(CSRC.glob("*.cu"))
+
+
+# ------------------------------------------------------------------------------ ptxas report
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    file: str
+    kernel: str  # readable name, e.g. flash_mma_forward_kernel<half, 128, 128, 64>
+    mangled: str
+    arch: str
+    registers: int
+    shared_bytes: int
+    stack_bytes: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+
+
+_TYPES = {"6__half": "half", "13__nv_bfloat16": "bf16", "f": "float"}
+
+
+def readable_kernel_name(mangled: str) -> str:
+    """``_ZN2fk24flash_mma_forward_kernelI6__halfLi128ELi128ELi64EEEv...`` -> ``flash_mma_forward_kernel<half,128,128,64>``.
+
+    Only what our own kernels use (namespace fk, type and int template arguments) is decoded.
+    """
+    m = re.match(r"_ZN2fk(\d+)", mangled)
+    if not m:
+        return mangled
+    n = int(m.group(1))
+    start = m.end()
+    name = mangled[start : start + n]
+    rest = mangled[start + n :]
+    if not rest.startswith("I"):
+        return name
+    args: list[str] = []
+    i = 1
+    while i < len(rest) and rest[i] != "E":
+        if rest.startswith("Li", i):
+            j = rest.index("E", i)
+            args.append(rest[i + 2 : j])
+            i = j + 1
+            continue
+        if rest.startswith("Lb", i):
+            j = rest.index("E", i)
+            args.append("true" if rest[i + 2 : j] == "1" else "false")
+            i = j + 1
+            continue
+        for code, readable in _TYPES.items():
+            if rest.startswith(code, i):
+                args.append(readable)
+                i += len(code)
+                break
+        else:
+            break
+    return f"{name}<{','.join(args)}>"
+
+
+def find_nvcc() -> str | None:
+    env = os.environ.get("NVCC")
+    if env:
+        return env
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for cand in ("/usr/local/cuda/bin/nvcc", "/usr/local/bin/nvcc"):
+        if Path(cand).exists():
+            return cand
+    return None
+
+
+def parse_ptxas(text: str, file: str, arch: str) -> list[KernelResources]:
+    """Parse ``nvcc -Xptxas -v`` output into one record per kernel entry function."""
+    out: list[KernelResources] = []
+    cur: dict[str, object] | None = None
+    for line in text.splitlines():
+        m = re.search(r"Compiling entry function '([^']+)'", line)
+        if m:
+            cur = {"mangled": m.group(1), "stack": 0, "ss": 0, "sl": 0}
+            continue
+        if cur is None:
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            cur["stack"], cur["ss"], cur["sl"] = (int(g) for g in m.groups())
+            continue
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            smem = re.search(r"(\d+) bytes smem", line)
+            mangled = str(cur["mangled"])
+            out.append(
+                KernelResources(
+                    file=file, kernel=readable_kernel_name(mangled), mangled=mangled, arch=arch,
+                    registers=int(m.group(1)), shared_bytes=int(smem.group(1)) if smem else 0,
+                    stack_bytes=int(cur["stack"]), spill_store_bytes=int(cur["ss"]),
+                    spill_load_bytes=int(cur["sl"]),
+                )
+            )
+            cur = None
+    return out
+
+
+def ptxas_report(path: Path, arch: str = "sm_90", nvcc: str | None = None) -> list[KernelResources]:
+    """Compile one .cu file for ``arch`` (no torch, no GPU needed) and return ptxas's resource report.
+
+    Raises RuntimeError with the compiler's output when compilation fails, FileNotFoundError when
+    no nvcc is found.
+    """
+    nvcc = nvcc or find_nvcc()
+    if nvcc is None:
+        raise FileNotFoundError("nvcc not found: set NVCC=/path/to/nvcc or put the CUDA toolkit's bin on PATH")
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [nvcc, f"-arch={arch}", *NVCC_FLAGS, "-Xptxas", "-v", "-c", str(path), "-o", str(Path(tmp) / "k.o")]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return parse_ptxas(proc.stdout + proc.stderr, path.name, arch)

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Everything the GPU node needs, in one call (the node is lent bare: nothing survives a call).
+#   STEPS="build test sanitize bench" bash scripts/gpu_node.sh
+# Installs the wheels carried in .whl/ (if any), builds the kernels, runs the GPU tests, the
+# compute-sanitizer checks and the benchmark suites, and writes logs and results under $OUT.
+set -uo pipefail
+OUT=${OUT:-/tmp/fk_out}
+STEPS=${STEPS:-"build test sanitize bench"}
+BENCH_SUITES=${BENCH_SUITES:-"convention,seed002,seed004"}
+BENCH_ARGS=${BENCH_ARGS:-}
+PYTEST_ARGS=${PYTEST_ARGS:-}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+export FLASH_KERNELS_BUILD_DIR=${FLASH_KERNELS_BUILD_DIR:-/tmp/fk_build}
+export PATH=/usr/local/cuda/bin:$PATH
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=$PYTHONPATH:/tmp/site || { echo "wheel install failed"; exit 1; }
+fi
+status=0
+step() { echo "=== $1 ($(date +%T))"; }
+for s in $STEPS; do
+  case $s in
+    info)
+      step info
+      nvidia-smi | tee "$OUT/nvidia-smi.txt"
+      python3 -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())" ;;
+    build)
+      step build
+      python3 - <<'PY' 2>&1 | tee "$OUT/build.log"
+import json, os, time
+t = time.perf_counter()
+import flash_kernels as fk
+secs = fk.build()
+print("cold build of all modules (parallel):", round(time.perf_counter() - t, 1), "s", secs)
+import importlib, subprocess, sys
+t = time.perf_counter()
+subprocess.run([sys.executable, "-c", "import flash_kernels as fk; fk.build()"], check=True)
+print("warm import+load in a fresh process:", round(time.perf_counter() - t, 2), "s (includes torch import)")
+rows = fk.resource_usage()
+json.dump(rows, open(os.environ["OUT"] + "/ptxas.json", "w"), indent=1)
+for r in rows:
+    if "flash_mma" in r["kernel"]:
+        print(f'{r["kernel"]:60s} regs {r["registers"]:3d} smem {r["shared_bytes"]:6d} spills {r["spill_store_bytes"]}/{r["spill_load_bytes"]}')
+PY
+      [ "${PIPESTATUS[0]}" = 0 ] || { status=1; echo "BUILD FAILED"; break; } ;;
+    test)
+      step test
+      python3 -m pytest tests/gpu -x -q -p no:cacheprovider --ignore=tests/gpu/test_sanitizer.py $PYTEST_ARGS 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    sanitize)
+      step sanitize
+      python3 -m pytest tests/gpu/test_sanitizer.py -q -p no:cacheprovider 2>&1 | tee "$OUT/sanitizer.log" | tail -20
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    bench)
+      step bench
+      python3 -m flash_kernels.bench --suite "$BENCH_SUITES" --out "$OUT/bench" $BENCH_ARGS 2>&1 | tee "$OUT/bench.log" | grep -E "flash_mma|sdpa_flash|wrote|Error|error" | tail -80
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    *) echo "unknown step $s"; status=2 ;;
+  esac
+done
+echo "=== done ($(date +%T)) status=$status"
+exit $status
