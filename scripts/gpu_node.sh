@@ -8,7 +8,7 @@ OUT=${OUT:-/tmp/fk_out}
 STEPS=${STEPS:-"build test sanitize bench"}
 BENCH_SUITES=${BENCH_SUITES:-"convention,seed002,seed004"}
 BENCH_ARGS=${BENCH_ARGS:-}
-PYTEST_ARGS=${PYTEST_ARGS:-}
+PYTEST_ARGS=${PYTEST_ARGS:--x}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 export FLASH_KERNELS_BUILD_DIR=${FLASH_KERNELS_BUILD_DIR:-/tmp/fk_build}
@@ -47,7 +47,7 @@ PY
       [ "${PIPESTATUS[0]}" = 0 ] || { status=1; echo "BUILD FAILED"; break; } ;;
     test)
       step test
-      python3 -m pytest tests/gpu -x -q -p no:cacheprovider --ignore=tests/gpu/test_sanitizer.py $PYTEST_ARGS 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+      python3 -m pytest tests/gpu -q -p no:cacheprovider --ignore=tests/gpu/test_sanitizer.py $PYTEST_ARGS 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     sanitize)
       step sanitize
