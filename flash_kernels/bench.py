@@ -128,7 +128,8 @@ def _kernel_fns(impl: str, cfg: Config, q: torch.Tensor, k: torch.Tensor, v: tor
         raise Skip(f"{impl} does not support {dtype}")
     if var.materializes and cfg.B * cfg.H * cfg.N * cfg.N > max_score_elems:
         raise Skip(f"materializes {cfg.B * cfg.H * cfg.N * cfg.N:.2e} scores > --max-score-elems")
-    variant, (q, k, v), scale, opts = _ops._prepare(impl, ("q", "k", "v"), (q, k, v), cfg.causal, None, options,
+    own = {k_: v_ for k_, v_ in options.items() if k_ in var.options}  # --option applies where it exists
+    variant, (q, k, v), scale, opts = _ops._prepare(impl, ("q", "k", "v"), (q, k, v), cfg.causal, None, own,
                                                     "forward")
 
     def fwd() -> Any:

@@ -115,10 +115,11 @@ VARIANTS: dict[str, Variant] = {
             ("float16", "bfloat16"), _HD, PASSES, True,
             options={
                 "tile": Option(
-                    "tile", ("128x64", "64x64", "128x128"),
-                    "forward tile: query rows x keys (one warp per 16 rows)",
-                    default={64: "128x64", 128: "128x64"},
-                    head_dims={"128x128": (64,)},
+                    "tile", ("128x64", "128x32", "64x64"),
+                    "forward tile: query rows x keys per K/V tile (4 warps; 32 rows per warp for BR=128, "
+                    "16 for BR=64)",
+                    default={64: "128x64", 128: "128x32"},
+                    head_dims={"128x64": (64,)},
                 ),
                 "bwd_tile": Option(
                     "bwd_tile", ("64x64", "32x64", "64x128"),

@@ -9,14 +9,20 @@
 
 namespace fk {
 
-template <typename T, int D, int BR, int BC>
-__global__ void __launch_bounds__(BR / 16 * 32)
+template <typename T, int D, int BR, int BC, int MT>
+__global__ void __launch_bounds__(BR / (16 * MT) * 32)
 flash_mma_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                          T* __restrict__ O, float* __restrict__ LSE, int N, float scale_log2, int causal) {
-  constexpr int NW = BR / 16, NT = NW * 32;
+  // MT m16 tiles per warp: each K/V fragment read from shared memory feeds 2*MT mma instead of 2,
+  // halving shared-memory traffic per FLOP when MT = 2 (the limit of the 16-rows-per-warp layout).
+  constexpr int RW = 16 * MT;  // query rows per warp
+  constexpr int NW = BR / RW, NT = NW * 32;
   constexpr int KD = D / 16;  // k16 steps over the head dim
   constexpr int NB = BC / 8;  // n8 tiles over the keys of a tile
   constexpr int ND = D / 8;   // n8 tiles over the head dim
+  // Q fragments stay in registers unless that would spill (D = 128 with 32 rows per warp: then
+  // they are re-read from the shared Q tile at each k-step).
+  constexpr bool QR = MT == 1 || D <= 64;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t sQ = smem_u32(smem);          // [BR][D]
   const uint32_t sK = sQ + BR * D * 2;         // [2][BC][D]
@@ -36,90 +42,113 @@ flash_mma_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const
   load_tile_async<BC, D, NT>(sV, Vb, 0, N, tid);
   cp_async_commit();
 
-  uint32_t qf[KD][4];
-  float o[ND][4];
+  uint32_t qf[QR ? MT : 1][QR ? KD : 1][4];
+  float o[MT][ND][4];
+  float m[MT][2], l[MT][2];
 #pragma unroll
-  for (int i = 0; i < ND; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  const int row0 = q0 + warp * 16 + (lane >> 2);  // this thread's rows: row0 and row0 + 8
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int i = 0; i < ND; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+    m[mt][0] = m[mt][1] = -INFINITY;
+    l[mt][0] = l[mt][1] = 0.f;
+  }
+  const int wrow = q0 + warp * RW;                 // first row of this warp
+  const int row0 = wrow + (lane >> 2);             // rows: row0 + 16 mt + 8 h
 
   for (int t = 0; t < n_kv; ++t) {
     const int st = t & 1;
     const uint32_t cK = sK + st * (BC * D * 2), cV = sV + st * (BC * D * 2);
     cp_async_wait<1>();  // Q and K_t have landed (V_t may still be in flight)
     __syncthreads();
-    if (t == 0) {
+    if (QR && t == 0) {
 #pragma unroll
-      for (int kd = 0; kd < KD; ++kd)
-        ldmatrix_x4(qf[kd], sQ + swz<D>(warp * 16 + (lane & 15), kd * 2 + (lane >> 4)));
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int kd = 0; kd < KD; ++kd)
+          ldmatrix_x4(qf[mt][kd], sQ + swz<D>(warp * RW + mt * 16 + (lane & 15), kd * 2 + (lane >> 4)));
     }
     if (t + 1 < n_kv) load_tile_async<BC, D, NT>(sK + (st ^ 1) * (BC * D * 2), Kb, (t + 1) * BC, N, tid);
     cp_async_commit();
 
-    // S = Q_i K_j^T   [16 rows x BC keys] per warp
-    float s[NB][4];
+    // S = Q_i K_j^T   [RW rows x BC keys] per warp
+    float s[MT][NB][4];
 #pragma unroll
-    for (int i = 0; i < NB; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < NB; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
 #pragma unroll
     for (int kd = 0; kd < KD; ++kd) {
+      uint32_t qs[QR ? 1 : MT][4];
+      if (!QR) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+          ldmatrix_x4(qs[mt], sQ + swz<D>(warp * RW + mt * 16 + (lane & 15), kd * 2 + (lane >> 4)));
+      }
 #pragma unroll
       for (int nb2 = 0; nb2 < NB / 2; ++nb2) {
         uint32_t b[4];
         ldmatrix_x4(b, cK + swz<D>(nb2 * 16 + (lane & 7) + ((lane >> 4) << 3), kd * 2 + ((lane >> 3) & 1)));
-        mma16816<T>(s[2 * nb2], qf[kd], b[0], b[1]);
-        mma16816<T>(s[2 * nb2 + 1], qf[kd], b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const uint32_t(&a)[4] = QR ? qf[QR ? mt : 0][QR ? kd : 0] : qs[QR ? 0 : mt];
+          mma16816<T>(s[mt][2 * nb2], a, b[0], b[1]);
+          mma16816<T>(s[mt][2 * nb2 + 1], a, b[2], b[3]);
+        }
       }
     }
     // scale into the log2 domain, mask keys past N and (causal) keys after the query
     const int j0 = t * BC;
-    const bool need_mask = (j0 + BC > N) || (causal && j0 + BC - 1 > q0 + warp * 16);
+    const bool need_mask = (j0 + BC > N) || (causal && j0 + BC - 1 > wrow);
+    uint32_t pf[MT][BC / 16][4];
 #pragma unroll
-    for (int nb = 0; nb < NB; ++nb) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[nb][e] * scale_log2;
-        if (need_mask) {
-          const int key = j0 + nb * 8 + (lane & 3) * 2 + (e & 1);
-          const int row = row0 + (e >> 1) * 8;
-          if (key >= N || (causal && key > row)) x = -INFINITY;
-        }
-        s[nb][e] = x;
-      }
-    }
-    // online softmax: rows are spread over the 4 lanes of a quad
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nb = 0; nb < NB; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * h], s[nb][2 * h + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[h], mx);
-      const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
-      const float alpha = fast_exp2(m[h] - m_use);
-      m[h] = m_new;
-      float rs = 0.f;
+    for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
       for (int nb = 0; nb < NB; ++nb) {
-        s[nb][2 * h] = fast_exp2(s[nb][2 * h] - m_use);
-        s[nb][2 * h + 1] = fast_exp2(s[nb][2 * h + 1] - m_use);
-        rs += s[nb][2 * h] + s[nb][2 * h + 1];
-      }
-      l[h] = l[h] * alpha + rs;  // per-thread partial; the quad is reduced once at the end
 #pragma unroll
-      for (int nd = 0; nd < ND; ++nd) {
-        o[nd][2 * h] *= alpha;
-        o[nd][2 * h + 1] *= alpha;
+        for (int e = 0; e < 4; ++e) {
+          float x = s[mt][nb][e] * scale_log2;
+          if (need_mask) {
+            const int key = j0 + nb * 8 + (lane & 3) * 2 + (e & 1);
+            const int row = row0 + mt * 16 + (e >> 1) * 8;
+            if (key >= N || (causal && key > row)) x = -INFINITY;
+          }
+          s[mt][nb][e] = x;
+        }
       }
-    }
-    // P as A fragments (C layout of two n-tiles == A layout of one k16 step)
-    uint32_t pf[BC / 16][4];
+      // online softmax: each row is spread over the 4 lanes of a quad
 #pragma unroll
-    for (int kk = 0; kk < BC / 16; ++kk) {
-      pf[kk][0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-      pf[kk][1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-      pf[kk][2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      pf[kk][3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      for (int h = 0; h < 2; ++h) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb) mx = fmaxf(mx, fmaxf(s[mt][nb][2 * h], s[mt][nb][2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[mt][h], mx);
+        const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
+        const float alpha = fast_exp2(m[mt][h] - m_use);
+        m[mt][h] = m_new;
+        float rs = 0.f;
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb) {
+          s[mt][nb][2 * h] = fast_exp2(s[mt][nb][2 * h] - m_use);
+          s[mt][nb][2 * h + 1] = fast_exp2(s[mt][nb][2 * h + 1] - m_use);
+          rs += s[mt][nb][2 * h] + s[mt][nb][2 * h + 1];
+        }
+        l[mt][h] = l[mt][h] * alpha + rs;  // per-thread partial; the quad is reduced once at the end
+#pragma unroll
+        for (int nd = 0; nd < ND; ++nd) {
+          o[mt][nd][2 * h] *= alpha;
+          o[mt][nd][2 * h + 1] *= alpha;
+        }
+      }
+      // P as A fragments (C layout of two n-tiles == A layout of one k16 step)
+#pragma unroll
+      for (int kk = 0; kk < BC / 16; ++kk) {
+        pf[mt][kk][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        pf[mt][kk][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        pf[mt][kk][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        pf[mt][kk][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
     }
     cp_async_wait<1>();  // V_t has landed (K_{t+1} may still be in flight)
     __syncthreads();
@@ -130,8 +159,11 @@ flash_mma_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const
       for (int dp = 0; dp < D / 16; ++dp) {
         uint32_t b[4];
         ldmatrix_x4_trans(b, cV + swz<D>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dp * 2 + (lane >> 4)));
-        mma16816<T>(o[2 * dp], pf[kk], b[0], b[1]);
-        mma16816<T>(o[2 * dp + 1], pf[kk], b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma16816<T>(o[mt][2 * dp], pf[mt][kk], b[0], b[1]);
+          mma16816<T>(o[mt][2 * dp + 1], pf[mt][kk], b[2], b[3]);
+        }
       }
     }
     if (t + 1 < n_kv) load_tile_async<BC, D, NT>(sV + (st ^ 1) * (BC * D * 2), Vb, (t + 1) * BC, N, tid);
@@ -139,43 +171,45 @@ flash_mma_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const
   }
   cp_async_wait<0>();
 
-  float inv[2];
+  // stage this warp's output rows in its own (no longer needed) rows of the Q tile, then write
+  // them out 16 bytes per lane
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    inv[h] = 1.f / l[h];
-  }
-  // stage this warp's 16 output rows in its own (no longer needed) rows of the Q tile, then
-  // write them out 16 bytes per lane
-  const int r = warp * 16 + (lane >> 2);
-#pragma unroll
-  for (int nd = 0; nd < ND; ++nd) {
-    *reinterpret_cast<uint32_t*>(smem + swz<D>(r, nd) + (lane & 3) * 4) =
-        pack2<T>(o[nd][0] * inv[0], o[nd][1] * inv[0]);
-    *reinterpret_cast<uint32_t*>(smem + swz<D>(r + 8, nd) + (lane & 3) * 4) =
-        pack2<T>(o[nd][2] * inv[1], o[nd][3] * inv[1]);
-  }
-  __syncwarp();
-  store_tile<16, D, 32>(reinterpret_cast<const T*>(smem + warp * 16 * D * 2), O + bh * N * D, q0 + warp * 16, N,
-                        lane);
-  if ((lane & 3) == 0) {
+  for (int mt = 0; mt < MT; ++mt) {
+    float inv[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int row = row0 + h * 8;
-      if (row < N) LSE[bh * N + row] = (m[h] + __log2f(l[h])) * kLn2;
+      l[mt][h] += __shfl_xor_sync(0xffffffffu, l[mt][h], 1);
+      l[mt][h] += __shfl_xor_sync(0xffffffffu, l[mt][h], 2);
+      inv[h] = 1.f / l[mt][h];
+    }
+    const int r = warp * RW + mt * 16 + (lane >> 2);
+#pragma unroll
+    for (int nd = 0; nd < ND; ++nd) {
+      *reinterpret_cast<uint32_t*>(smem + swz<D>(r, nd) + (lane & 3) * 4) =
+          pack2<T>(o[mt][nd][0] * inv[0], o[mt][nd][1] * inv[0]);
+      *reinterpret_cast<uint32_t*>(smem + swz<D>(r + 8, nd) + (lane & 3) * 4) =
+          pack2<T>(o[mt][nd][2] * inv[1], o[mt][nd][3] * inv[1]);
+    }
+    if ((lane & 3) == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + mt * 16 + h * 8;
+        if (row < N) LSE[bh * N + row] = (m[mt][h] + __log2f(l[mt][h])) * kLn2;
+      }
     }
   }
+  __syncwarp();
+  store_tile<RW, D, 32>(reinterpret_cast<const T*>(smem + warp * RW * D * 2), O + bh * N * D, wrow, N, lane);
 }
 
-template <typename T, int D, int BR, int BC>
+template <typename T, int D, int BR, int BC, int MT>
 cudaError_t mma_forward_launch(const void* q, const void* k, const void* v, void* o, float* lse, int BH, int N,
                                float scale, int causal, cudaStream_t stream) {
-  auto kernel = flash_mma_forward_kernel<T, D, BR, BC>;
+  auto kernel = flash_mma_forward_kernel<T, D, BR, BC, MT>;
   constexpr int smem = (BR * D + 4 * BC * D) * 2;
   static cudaError_t attr = allow_smem(kernel, smem);
   if (attr != cudaSuccess) return attr;
-  kernel<<<dim3(cdiv(N, BR), BH), BR / 16 * 32, smem, stream>>>(
+  kernel<<<dim3(cdiv(N, BR), BH), BR / (16 * MT) * 32, smem, stream>>>(
       static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(o), lse, N,
       scale * kLog2e, causal);
   return cudaGetLastError();
@@ -183,18 +217,20 @@ cudaError_t mma_forward_launch(const void* q, const void* k, const void* v, void
 
 }  // namespace fk
 
-// tile: 0 = 128x64, 1 = 64x64, 2 = 128x128 (D = 64 only); BR x BC = query rows x keys per tile
+// tile: 0 = 128x64 (4 warps x 32 rows; D = 64 only: at D = 128 it spills), 1 = 128x32 (4 warps x 32 rows),
+//       2 = 64x64 (4 warps x 16 rows);  BR x BC = query rows x keys per tile
 int flash_mma_forward(int dtype, int tile, const void* q, const void* k, const void* v, void* o, float* lse, int BH,
                       int N, int D, float scale, int causal, cudaStream_t stream) {
   using namespace fk;
-#define FK_FWD(T, DD, BR, BC) return mma_forward_launch<T, DD, BR, BC>(q, k, v, o, lse, BH, N, scale, causal, stream)
-#define FK_FWD_TILES(T, DD)                        \
-  switch (tile) {                                  \
-    case 0: FK_FWD(T, DD, 128, 64);                \
-    case 1: FK_FWD(T, DD, 64, 64);                 \
-    case 2: if (DD == 64) { FK_FWD(T, 64, 128, 128); } \
-      return cudaErrorInvalidValue;                \
-    default: return cudaErrorInvalidValue;         \
+#define FK_FWD(T, DD, BR, BC, MT) \
+  return mma_forward_launch<T, DD, BR, BC, MT>(q, k, v, o, lse, BH, N, scale, causal, stream)
+#define FK_FWD_TILES(T, DD)                                 \
+  switch (tile) {                                           \
+    case 0: if (DD == 64) { FK_FWD(T, 64, 128, 64, 2); }    \
+      return cudaErrorInvalidValue;                         \
+    case 1: FK_FWD(T, DD, 128, 32, 2);                      \
+    case 2: FK_FWD(T, DD, 64, 64, 1);                       \
+    default: return cudaErrorInvalidValue;                  \
   }
   if (dtype == kF16) {
     if (D == 64) { FK_FWD_TILES(__half, 64) }
