@@ -124,7 +124,7 @@ VARIANTS: dict[str, Variant] = {
                 "bwd_tile": Option(
                     "bwd_tile", ("64x64", "32x64", "64x128"),
                     "backward tile: query rows per step x keys per block (one warp per 16 keys)",
-                    default={64: "64x64", 128: "64x64"},
+                    default={64: "64x128", 128: "64x64"},
                     head_dims={"64x128": (64,)},
                 ),
             },

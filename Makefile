@@ -1,0 +1,40 @@
+# The two set-up commands of the README, and the GPU-node ones.
+#   make report    render reports/ from the committed profiles (no GPU, no torch)
+#   make test      the CI test suite (no GPU)
+#   make gpu-test  the GPU test suite (on a machine with a CUDA GPU)
+PYTHON ?= python3
+REPORT_VENV := .venv-report
+TEST_VENV := .venv-test
+# On machines where pip has a local CPU wheel of torch 2.13 this installs it; elsewhere PyPI's.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: report test gpu-test bench lint clean
+
+$(REPORT_VENV)/.ok: pyproject.toml
+	$(PYTHON) -m venv $(REPORT_VENV)
+	$(REPORT_VENV)/bin/pip install -q --upgrade pip
+	$(REPORT_VENV)/bin/pip install -q -e .
+	touch $@
+
+report: $(REPORT_VENV)/.ok
+	$(REPORT_VENV)/bin/python -m nsightlab.report --profiles profiles --reports reports
+
+$(TEST_VENV)/.ok: pyproject.toml
+	$(PYTHON) -m venv $(TEST_VENV)
+	$(TEST_VENV)/bin/pip install -q --upgrade pip
+	$(TEST_VENV)/bin/pip install -q "$(TORCH_SPEC)"
+	$(TEST_VENV)/bin/pip install -q -e ".[test]"
+	touch $@
+
+test: $(TEST_VENV)/.ok
+	$(TEST_VENV)/bin/ruff check flash_kernels nsightlab tests
+	$(TEST_VENV)/bin/python -m pytest tests --ignore=tests/gpu -q
+
+gpu-test:
+	$(PYTHON) -m pytest tests/gpu -q
+
+bench:
+	$(PYTHON) -m flash_kernels.bench --suite convention,seed002,seed004 --out bench_results
+
+clean:
+	rm -rf $(REPORT_VENV) $(TEST_VENV) reports/_tmp
