@@ -41,7 +41,7 @@ def nvidia_smi() -> dict[str, str]:
     if out.returncode != 0 or not out.stdout.strip():
         return {}
     vals = [v.strip() for v in out.stdout.strip().splitlines()[0].split(",")]
-    return dict(zip(fields, vals))
+    return dict(zip(fields, vals, strict=False))
 
 
 def environment() -> dict[str, Any]:

@@ -30,11 +30,11 @@ def _alloc(shape: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor
 
 
 def _check_tensors(variant: Variant, names: tuple[str, ...], tensors: tuple[Any, ...]) -> tuple[int, int, int, int]:
-    for name, t in zip(names, tensors):
+    for name, t in zip(names, tensors, strict=False):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     q = tensors[0]
-    for name, t in zip(names, tensors):
+    for name, t in zip(names, tensors, strict=False):
         if t.dim() != 4:
             raise ValueError(f"{name} must be 4-D [B, H, N, D] (like scaled_dot_product_attention); got shape "
                              f"{tuple(t.shape)}")
@@ -46,12 +46,6 @@ def _check_tensors(variant: Variant, names: tuple[str, ...], tensors: tuple[Any,
     if q.dtype not in _DTYPES or _DTYPES[q.dtype] not in variant.dtypes:
         raise TypeError(f"{variant.name} does not support dtype {q.dtype}; accepted: "
                         f"{', '.join('torch.' + d for d in variant.dtypes)}")
-    for name, t in zip(names, tensors):
-        if t.device.type != "cuda":
-            extra = "" if torch.cuda.is_available() else " (this machine has no CUDA device: torch.cuda.is_available() is False)"
-            raise ValueError(f"{name} is on {t.device}; flash_kernels runs on CUDA tensors only{extra}")
-        if t.device != q.device:
-            raise ValueError(f"{names[0]} is on {q.device} but {name} is on {t.device}; all tensors must share a device")
     B, H, N, D = q.shape
     if D not in variant.head_dims:
         raise ValueError(f"{variant.name} does not support head dim {D}; accepted: {variant.head_dims}")
@@ -60,6 +54,16 @@ def _check_tensors(variant: Variant, names: tuple[str, ...], tensors: tuple[Any,
     if B * H > _MAX_BH:
         raise ValueError(f"B*H = {B * H} exceeds {_MAX_BH}, the kernels' grid limit; split the batch")
     return B, H, N, D
+
+
+def _check_devices(names: tuple[str, ...], tensors: tuple[torch.Tensor, ...]) -> None:
+    q = tensors[0]
+    for name, t in zip(names, tensors, strict=False):
+        if t.device.type != "cuda":
+            extra = "" if torch.cuda.is_available() else " (this machine has no CUDA device: torch.cuda.is_available() is False)"
+            raise ValueError(f"{name} is on {t.device}; flash_kernels runs on CUDA tensors only{extra}")
+        if t.device != q.device:
+            raise ValueError(f"{names[0]} is on {q.device} but {name} is on {t.device}; all tensors must share a device")
 
 
 def _scale(scale: float | None, D: int) -> float:
@@ -91,6 +95,7 @@ def _prepare(variant_name: str, names: tuple[str, ...], tensors: tuple[Any, ...]
         raise ValueError(f"{variant.name} does not support causal=True")
     B, H, N, D = _check_tensors(variant, names, tensors)
     opts = variant.resolve_options(options, D)
+    _check_devices(names, tensors)
     # Non-contiguous inputs are copied to contiguous [B, H, N, D] (documented); the kernels index densely.
     tensors = tuple(t.contiguous() for t in tensors)
     return variant, tensors, _scale(scale, D), opts

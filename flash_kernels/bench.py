@@ -243,7 +243,7 @@ def run(suite: str, variants: list[str], refs: list[str], passes: list[str], dty
                             out = result[0] if isinstance(result, tuple) else result
                             row.update(_worst([error_metrics(out, ref_o)]))
                         else:
-                            row.update(_worst([error_metrics(a, b) for a, b in zip(result, ref_g)]))
+                            row.update(_worst([error_metrics(a, b) for a, b in zip(result, ref_g, strict=False)]))
                         del result
                         if impl == "torch_cpu":
                             times = time_cpu(fn, reps=min(reps, 5), budget_ms=budget_ms * 4)

@@ -1,0 +1,27 @@
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from flash_kernels import bench  # noqa: E402
+from flash_kernels.configs import SUITES, get_suite  # noqa: E402
+
+
+def test_suites_are_the_issue_s():
+    seed004, _, _ = get_suite("seed004")
+    assert [c.name for c in seed004][:2] == ["Small-1", "Small-2"] and len(seed004) == 10
+    assert {c.N for c in seed004} >= {32, 100}
+    seed002, _, _ = get_suite("seed002")
+    assert all(c.B * c.N == 16384 and c.H == 16 and c.D == 128 for c in seed002)
+    conv, _, _ = get_suite("convention")
+    assert len(conv) == 24 and all(c.B * c.N == 16384 and c.H * c.D == 2048 for c in conv)
+    with pytest.raises(ValueError, match="known suites"):
+        get_suite("nope")
+    assert set(SUITES) == {"seed004", "seed002", "convention"}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_cli_without_gpu_says_so(capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--suite", "seed004"])
+    assert exc.value.code == 2
+    assert "no CUDA device" in capsys.readouterr().err
