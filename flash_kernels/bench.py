@@ -136,13 +136,13 @@ def _kernel_fns(impl: str, cfg: Config, q: torch.Tensor, k: torch.Tensor, v: tor
         return _ops._forward(variant, q, k, v, cfg.causal, scale, opts)
 
     if pass_ == "forward":
-        return fwd, fwd, opts
+        return fwd, opts
     o, lse = fwd()
 
     def bwd() -> Any:
         return _ops._backward(variant, q, k, v, o, lse, g, cfg.causal, scale, opts)
 
-    return bwd, bwd, opts
+    return bwd, opts
 
 
 def _sdpa_fns(impl: str, cfg: Config, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
@@ -168,7 +168,7 @@ def _sdpa_fns(impl: str, cfg: Config, q: torch.Tensor, k: torch.Tensor, v: torch
         def fwd_ng() -> Any:
             with torch.no_grad():
                 return fwd()
-        return fwd_ng, fwd_ng, {}
+        return fwd_ng, {}
     qs, ks, vs = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
     with sdpa_kernel(backend):
         o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=cfg.causal)
@@ -176,7 +176,7 @@ def _sdpa_fns(impl: str, cfg: Config, q: torch.Tensor, k: torch.Tensor, v: torch
     def bwd() -> Any:
         return torch.autograd.grad(o, (qs, ks, vs), g, retain_graph=True)
 
-    return bwd, bwd, {}
+    return bwd, {}
 
 
 def _cpu_fn(cfg: Config, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, pass_: str,
@@ -231,14 +231,14 @@ def run(suite: str, variants: list[str], refs: list[str], passes: list[str], dty
                                            "pass": pass_, "options": "", "status": "ok"}
                     try:
                         if impl in VARIANTS:
-                            fn, check, opts = _kernel_fns(impl, cfg, q, k, v, g, pass_, options or {},
+                            fn, opts = _kernel_fns(impl, cfg, q, k, v, g, pass_, options or {},
                                                           max_score_elems)
                             row["options"] = ";".join(f"{a}={b}" for a, b in opts.items())
                         elif impl == "torch_cpu":
-                            fn = check = _cpu_fn(cfg, q, k, v, g, pass_, max_cpu_elems)
+                            fn = _cpu_fn(cfg, q, k, v, g, pass_, max_cpu_elems)
                         else:
-                            fn, check, _ = _sdpa_fns(impl, cfg, q, k, v, g, pass_, max_score_elems)
-                        result = check()
+                            fn, _ = _sdpa_fns(impl, cfg, q, k, v, g, pass_, max_score_elems)
+                        result = fn()  # the correctness check is the first call
                         if pass_ == "forward":
                             out = result[0] if isinstance(result, tuple) else result
                             row.update(_worst([error_metrics(out, ref_o)]))
