@@ -10,6 +10,7 @@ BENCH_SUITES=${BENCH_SUITES:-"convention,seed002,seed004"}
 BENCH_ARGS=${BENCH_ARGS:-}
 PYTEST_ARGS=${PYTEST_ARGS:--x}
 mkdir -p "$OUT"
+export OUT
 export PYTHONUNBUFFERED=1
 export FLASH_KERNELS_BUILD_DIR=${FLASH_KERNELS_BUILD_DIR:-/tmp/fk_build}
 export PATH=/usr/local/cuda/bin:$PATH
@@ -18,6 +19,12 @@ if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=$PYTHONPATH:/tmp/site || { echo "wheel install failed"; exit 1; }
 fi
+if compgen -G ".deb/*.deb" >/dev/null; then  # libdw1/libelf1 for Nsight Systems' importer (shared/GPU_NODE.md)
+  mkdir -p /tmp/debs && for d in .deb/*.deb; do dpkg -x "$d" /tmp/debs; done
+  export LD_LIBRARY_PATH=/tmp/debs/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+CAPTURE_SUITES=${CAPTURE_SUITES:-"seqlen,blocksize,seeds"}
+CAPTURE_ARGS=${CAPTURE_ARGS:-}
 status=0
 step() { echo "=== $1 ($(date +%T))"; }
 for s in $STEPS; do
@@ -57,6 +64,29 @@ PY
       step bench
       python3 -m flash_kernels.bench --suite "$BENCH_SUITES" --out "$OUT/bench" $BENCH_ARGS 2>&1 | tee "$OUT/bench.log" | grep -E "flash_mma|sdpa_flash|wrote|Error|error" | tail -80
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    probe)
+      step probe
+      NC=$(ls -d /opt/nvidia/nsight-compute/*/ | sort -V | tail -1)
+      for f in "$NC"sections/SpeedOfLight_Hierarchical*RooflineChart.section; do cp "$f" "$OUT/probe_$(basename "$f")"; done
+      ncu --query-metrics --chip gh100 > "$OUT/probe_query_metrics.txt" 2>&1
+      python3 - <<'PY' 2>&1 | tee "$OUT/probe_metrics.log"
+import re
+from nsightlab.metrics import metric_names
+import os
+text = open(os.environ["OUT"] + "/probe_query_metrics.txt").read()
+bases = set(re.findall(r"^(\S+)", text, re.M))
+for m in metric_names():
+    base = m.split(".")[0]
+    print(("ok   " if base in bases else "MISSING ") + m)
+PY
+      ls -la "$OUT" ;;
+    capture)
+      step capture
+      t0=$(date +%s)
+      python3 -m nsightlab.capture --suite "$CAPTURE_SUITES" --profiles "$OUT/profiles" $CAPTURE_ARGS 2>&1 | tee "$OUT/capture.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1
+      echo "capture wall time: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/capture.log"
+      (cd "$OUT" && tar czf profiles.tgz profiles && split -b 15m -d profiles.tgz profiles.tgz.part && rm -rf profiles profiles.tgz && ls -la) ;;
     *) echo "unknown step $s"; status=2 ;;
   esac
 done
