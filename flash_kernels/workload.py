@@ -21,6 +21,8 @@ from typing import Any
 from .configs import CAPTURE_SUITES, SDPA_REFERENCES, Case, Config, get_capture_suite
 from .registry import DTYPES, VARIANTS, get_variant
 
+_T0 = time.perf_counter()
+
 
 def _parse_option(text: str) -> tuple[str, object]:
     key, sep, val = text.partition("=")
@@ -88,7 +90,7 @@ def run_cases(cases: list[Case], *, warmup: int = 1, iters: int = 1, log=None, e
     results = []
     for c in cases:
         name = c.range_name()
-        rec: dict[str, Any] = {"range": name, **c.as_dict(), "status": "ok"}
+        rec: dict[str, Any] = {"range": name, **c.as_dict(), "status": "ok", "started_unix": time.time()}
         t0 = time.perf_counter()
         try:
             q, k, v, g = random_qkv(c.B, c.H, c.N, c.D, dt[c.dtype], seed=c.N + c.D, n=4)
@@ -158,7 +160,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from . import _build
 
+    t0 = time.perf_counter()
     _build.build_all()  # outside any range: compile or load the kernel modules
+    print(f"kernel modules ready in {time.perf_counter() - t0:.1f} s; process up {time.perf_counter() - _T0:.1f} s",
+          file=sys.stderr)
     log = open(a.log, "a") if a.log else None  # noqa: SIM115
     try:
         res = run_cases(cases, warmup=a.warmup, iters=a.iters, log=log)

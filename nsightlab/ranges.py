@@ -7,7 +7,7 @@ No parser guesses anything from kernel names.
     fk:flash_mma:forward:B=1,H=8,N=1024,D=64,dtype=float16,causal=0,tile=128x64
 
 The prefix ``fk:`` lets Nsight Compute filter the measured ranges with
-``--nvtx-include "regex:^fk:"`` (see :data:`NCU_NVTX_INCLUDE`). Fields never contain ``/`` (the
+``--nvtx-include "regex:^fk:.*/"`` (ncu splits the filter at every ``/``, regex included) (see :data:`NCU_NVTX_INCLUDE`). Fields never contain ``/`` (the
 NVTX filter's range-stack separator), ``:`` after the third one, or ``,`` inside values.
 """
 
@@ -22,7 +22,7 @@ PASSES = ("forward", "backward")
 #: the columns every parsed range yields, in this order (options follow as extra columns)
 COLUMNS = ("variant", "pass", "B", "H", "N", "D", "dtype", "causal", "options")
 #: the --nvtx-include filter that selects the measured ranges and nothing else (push/pop ranges)
-NCU_NVTX_INCLUDE = f"regex:^{PREFIX}:[^/]*/"
+NCU_NVTX_INCLUDE = f"regex:^{PREFIX}:.*/"
 _VALUE = re.compile(r"^[A-Za-z0-9_.+-]+$")
 
 

@@ -83,10 +83,14 @@ PY
     capture)
       step capture
       t0=$(date +%s)
-      python3 -m nsightlab.capture --suite "$CAPTURE_SUITES" --profiles "$OUT/profiles" $CAPTURE_ARGS 2>&1 | tee "$OUT/capture.log"
-      [ "${PIPESTATUS[0]}" = 0 ] || status=1
+      for suite in ${CAPTURE_SUITES//,/ }; do
+        python3 -m nsightlab.capture --suite "$suite" --profiles "$OUT/profiles" $CAPTURE_ARGS 2>&1 | tee -a "$OUT/capture.log"
+        [ "${PIPESTATUS[0]}" = 0 ] || status=1
+        # ship each finished suite at once (files back from $OUT: at most 8, 16 MiB each)
+        (cd "$OUT" && tar czf "$suite.tgz" profiles/*/"$suite" 2>/dev/null && split -b 15m -d "$suite.tgz" "$suite.tgz." && rm -f "$suite.tgz")
+      done
       echo "capture wall time: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/capture.log"
-      (cd "$OUT" && tar czf profiles.tgz profiles && split -b 15m -d profiles.tgz profiles.tgz.part && rm -rf profiles profiles.tgz && ls -la) ;;
+      rm -rf "$OUT/profiles"; ls -la "$OUT" ;;
     *) echo "unknown step $s"; status=2 ;;
   esac
 done
