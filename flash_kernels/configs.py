@@ -120,9 +120,10 @@ SEQLEN_N = (256, 512, 1024, 2048, 3000, 4096, 8192, 16384)
 #: B*H for the seqlen sweep: the materializing variants' N x N fp32 scores (8*N^2*4 bytes) pass the
 #: L2 size of an H100/H200 (50-60 MiB) between N = 1024 (32 MiB) and N = 2048 (128 MiB)
 SEQLEN_BH = (1, 8)
-#: the materializing variants stop at N = 4096 (512 MiB per score matrix, 9x the L2) and the
-#: CUDA-core flash variants at N = 8192: beyond that one profiled launch takes seconds per replay pass
-SEQLEN_MAX_SCORES = 8 * 4096 * 4096
+#: the materializing variants stop at N = 2048 (128 MiB per score matrix, 2x the L2: thrashing is
+#: well under way) and the CUDA-core flash variants at N = 8192; each profiled kernel costs ncu
+#: about 0.15 s per replay pass whatever its size, and the three suites must fit one 8-minute call
+SEQLEN_MAX_SCORES = 8 * 2048 * 2048
 SEQLEN_MAX_N_SIMT = 8192
 
 
@@ -180,7 +181,7 @@ CAPTURE_SUITES: dict[str, CaptureSuite] = {
     "seeds": CaptureSuite(
         "seeds", "the kernel issue's benchmark suites (timings only: CUDA events, L2 flushed, medians)",
         ("bench",), bench_suites=("seed004", "seed002", "convention"),
-        bench_args=("--reps", "10", "--budget-ms", "120", "--warmup", "2", "--max-call-ms", "800")),
+        bench_args=("--reps", "5", "--budget-ms", "50", "--warmup", "1", "--max-call-ms", "300")),
 }
 
 

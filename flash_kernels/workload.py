@@ -76,6 +76,64 @@ def cases_from_args(a: argparse.Namespace) -> list[Case]:
     return cases
 
 
+def _sdpa_backward_ranged(c: Case, q, k, v, g, name: str):
+    """SDPA backward with its NVTX range opened and closed *inside* autograd.
+
+    PyTorch runs CUDA backward nodes on its autograd device thread, and NVTX push/pop ranges belong
+    to a thread: a range around ``torch.autograd.grad`` on the main thread would enclose none of the
+    backward kernels. Two identity autograd functions bracket the SDPA node instead: the one on the
+    output side opens the range (its backward runs first), the one on the inputs closes it (runs
+    last), both on the thread that launches the kernels. Returns (fn, arm): ``arm(True)`` enables the
+    range for the measured launches only (warm-up stays outside any range).
+    """
+    import nvtx
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
+    from . import bench
+
+    state = {"on": False}
+
+    class _Open(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, o):  # noqa: ANN001
+            return o.view_as(o)
+
+        @staticmethod
+        def backward(ctx, go):  # noqa: ANN001
+            if state["on"]:
+                nvtx.push_range(name, color="green")
+            return go
+
+    class _Close(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b, d):  # noqa: ANN001
+            return a.view_as(a), b.view_as(b), d.view_as(d)
+
+        @staticmethod
+        def backward(ctx, ga, gb, gd):  # noqa: ANN001
+            if state["on"]:
+                nvtx.pop_range()
+            return ga, gb, gd
+
+    backend = bench._sdpa_backends()[c.variant]
+    qs, ks, vs = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    try:
+        with sdpa_kernel(backend):
+            o = _Open.apply(F.scaled_dot_product_attention(*_Close.apply(qs, ks, vs), is_causal=c.causal))
+    except RuntimeError as exc:
+        raise bench.Skip(f"{c.variant}: {str(exc).splitlines()[0][:160]}") from None
+
+    def fn():
+        return torch.autograd.grad(o, (qs, ks, vs), g, retain_graph=True)
+
+    def arm(on: bool) -> None:
+        state["on"] = on
+
+    return fn, arm
+
+
 def run_cases(cases: list[Case], *, warmup: int = 1, iters: int = 1, log=None, echo=print) -> list[dict[str, Any]]:
     """Run each case: inputs, warm-up (outside ranges), then ``iters`` launches inside its range."""
     import nvtx
@@ -95,8 +153,11 @@ def run_cases(cases: list[Case], *, warmup: int = 1, iters: int = 1, log=None, e
         try:
             q, k, v, g = random_qkv(c.B, c.H, c.N, c.D, dt[c.dtype], seed=c.N + c.D, n=4)
             cfg = Config(name, c.B, c.H, c.N, c.D, c.causal)
+            arm = None
             if c.variant in VARIANTS:
                 fn, _ = bench._kernel_fns(c.variant, cfg, q, k, v, g, c.pass_, c.options_dict, 1 << 62)
+            elif c.pass_ == "backward":
+                fn, arm = _sdpa_backward_ranged(c, q, k, v, g, name)
             else:
                 fn, _ = bench._sdpa_fns(c.variant, cfg, q, k, v, g, c.pass_, 1 << 62)
             for _ in range(warmup):
@@ -104,6 +165,12 @@ def run_cases(cases: list[Case], *, warmup: int = 1, iters: int = 1, log=None, e
             torch.cuda.synchronize()
             t1 = time.perf_counter()
             for _ in range(iters):
+                if arm is not None:  # the range opens and closes on autograd's thread
+                    arm(True)
+                    fn()
+                    torch.cuda.synchronize()
+                    arm(False)
+                    continue
                 with nvtx.annotate(name, color="green"):
                     fn()
                     torch.cuda.synchronize()
