@@ -256,6 +256,9 @@ def capture(suite: str, profiles: str | os.PathLike = "profiles", *, ncu: str | 
         }
         with open(tmp / "manifest.json", "w") as fh:
             json.dump(manifest, fh, indent=2, default=str)
+        from .store import compact
+
+        compact(tmp)  # gzip the large exports; the manifest then lists the .gz files
         _place(tmp, dest)
     except BaseException as exc:
         failed = profiles / f".failed-{suite}-{stamp}"

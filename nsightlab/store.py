@@ -70,3 +70,177 @@ def load_bench(capture: Path) -> tuple[pd.DataFrame, dict[str, dict]]:
     df["causal"] = df["causal"].astype(str).str.lower().eq("true")
     df["options"] = df["options"].fillna("")
     return df, manifests
+
+
+# --------------------------------------------------------------------------- manifests and validation
+
+MANIFEST = "manifest.json"
+#: files larger than this are stored gzip-compressed (.gz) to keep the committed profiles small
+COMPACT_BYTES = 1 << 20
+COMPACT_SUFFIXES = (".ncu-rep", ".sqlite", ".csv", ".nsys-rep")
+
+
+def cache_dir() -> Path:
+    import os
+
+    return Path(os.environ.get("NSIGHTLAB_CACHE", Path.home() / ".cache" / "nsightlab"))
+
+
+def local_copy(path: Path) -> Path:
+    """``path`` itself, or for ``X.gz`` an uncompressed copy in the cache (keyed by content hash)."""
+    import gzip
+    import hashlib
+    import os
+    import tempfile
+
+    path = Path(path)
+    if path.suffix != ".gz":
+        return path
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    dest = cache_dir() / h.hexdigest()[:24] / path.name[:-3]
+    if dest.exists():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=dest.parent, delete=False) as tmp:
+        try:
+            with gzip.open(path, "rb") as src:
+                for block in iter(lambda: src.read(1 << 20), b""):
+                    tmp.write(block)
+        except (OSError, EOFError) as exc:
+            os.unlink(tmp.name)
+            raise ProfileError(f"{path}: corrupt or truncated gzip file ({exc})") from None
+    os.replace(tmp.name, dest)
+    return dest
+
+
+def find_file(capture: Path, name: str) -> Path | None:
+    """``capture/name`` or its compressed form ``name.gz``."""
+    for cand in (Path(capture) / name, Path(capture) / (name + ".gz")):
+        if cand.exists():
+            return cand
+    return None
+
+
+def load_manifest(capture: Path) -> dict:
+    path = Path(capture) / MANIFEST
+    if not path.exists():
+        raise ProfileError(f"{capture}: no {MANIFEST}; a capture folder is written by 'python -m nsightlab.capture' "
+                           "and is complete only with its manifest")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ProfileError(f"{path}: not valid JSON ({exc})") from None
+
+
+def validate(capture: Path, *, open_reports: bool = True) -> dict:
+    """Check a capture folder: manifest present and readable, every listed file present with its
+    size and SHA-256, and (``open_reports``) every report opening. Returns the manifest; raises
+    ProfileError listing every problem."""
+    from .capture import sha256
+
+    capture = Path(capture)
+    man = load_manifest(capture)
+    problems = []
+    files = man.get("files")
+    if not isinstance(files, dict) or not files:
+        raise ProfileError(f"{capture}/{MANIFEST}: lists no files")
+    for name, meta in files.items():
+        p = capture / name
+        if not p.exists():
+            problems.append(f"{name}: listed in the manifest but missing")
+            continue
+        if p.stat().st_size != meta.get("bytes"):
+            problems.append(f"{name}: {p.stat().st_size} bytes, the manifest says {meta.get('bytes')} (truncated?)")
+        elif sha256(p) != meta.get("sha256"):
+            problems.append(f"{name}: SHA-256 does not match the manifest (file changed or corrupt)")
+    if not problems and open_reports:
+        from . import parse
+
+        for name in files:
+            base = name[:-3] if name.endswith(".gz") else name
+            try:
+                if base.endswith(".ncu-rep"):
+                    if parse.ncu_frame(capture / name, metrics=["gpu__time_duration.sum"]).empty:
+                        problems.append(f"{name}: holds no profiled kernel")
+                elif base.endswith(".sqlite"):
+                    parse.nsys_tables(capture / name)
+                elif base == "ncu_raw.csv":
+                    parse.ncu_csv_frame(capture / name)
+                elif base.endswith(".csv"):
+                    pd.read_csv(capture / name)
+            except (ProfileError, ValueError, pd.errors.ParserError) as exc:
+                problems.append(f"{name}: does not open ({exc})")
+    if problems:
+        raise ProfileError(f"{capture}: " + "; ".join(problems))
+    return man
+
+
+def compact(capture: Path) -> list[str]:
+    """gzip the large exports of a capture (keeping the committed profiles small) and rewrite the
+    manifest's file table; the uncompressed checksums stay recorded under ``compacted``."""
+    import gzip
+    import os
+    import shutil
+
+    from .capture import file_table, sha256
+
+    capture = Path(capture)
+    man = load_manifest(capture)
+    done = []
+    for p in sorted(capture.iterdir()):
+        if p.is_file() and p.suffix in COMPACT_SUFFIXES and p.stat().st_size > COMPACT_BYTES:
+            gz = p.with_name(p.name + ".gz")
+            tmp = gz.with_name(gz.name + ".tmp")
+            with open(p, "rb") as src, gzip.GzipFile(filename=p.name, mode="wb", fileobj=open(tmp, "wb"), mtime=0) as dst:
+                shutil.copyfileobj(src, dst)
+            man.setdefault("compacted", {})[gz.name] = {"from": p.name, "bytes": p.stat().st_size, "sha256": sha256(p)}
+            os.replace(tmp, gz)
+            p.unlink()
+            done.append(gz.name)
+    if done:
+        man["files"] = file_table(capture)
+        tmp = capture / (MANIFEST + ".tmp")
+        tmp.write_text(json.dumps(man, indent=2, default=str))
+        os.replace(tmp, capture / MANIFEST)
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(prog="python -m nsightlab.store", description="List and validate captures.")
+    p.add_argument("command", choices=("list", "validate"))
+    p.add_argument("root", nargs="?", default="profiles")
+    p.add_argument("--no-open", action="store_true", help="validate checksums only, do not open the reports")
+    a = p.parse_args(argv)
+    try:
+        caps = list_captures(Path(a.root))
+    except ProfileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    bad = 0
+    for c in caps:
+        if a.command == "list":
+            try:
+                man = load_manifest(c.path)
+                print(f"{c.label:32s} {man.get('created', '?'):16s} commit {str(man.get('git_commit'))[:10]}  "
+                      f"{len(man.get('files', {}))} files  {man.get('timings_seconds', {}).get('total', '?')} s")
+            except ProfileError as exc:
+                bad += 1
+                print(f"{c.label:32s} INVALID: {exc}")
+        else:
+            try:
+                validate(c.path, open_reports=not a.no_open)
+                print(f"ok       {c.label}")
+            except ProfileError as exc:
+                bad += 1
+                print(f"INVALID  {exc}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
