@@ -181,7 +181,8 @@ CAPTURE_SUITES: dict[str, CaptureSuite] = {
     "seeds": CaptureSuite(
         "seeds", "the kernel issue's benchmark suites (timings only: CUDA events, L2 flushed, medians)",
         ("bench",), bench_suites=("seed004", "seed002", "convention"),
-        bench_args=("--reps", "5", "--budget-ms", "50", "--warmup", "1", "--max-call-ms", "300")),
+        bench_args=("--reps", "5", "--budget-ms", "30", "--warmup", "1", "--max-call-ms", "200",
+                    "--refs", "sdpa_flash,sdpa_cudnn,sdpa_efficient,sdpa_math")),
 }
 
 

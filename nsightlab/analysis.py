@@ -281,3 +281,29 @@ def working_set_table(B: int, H: int, D: int, dtype: str, l2_bytes: float,
             row["outgrows L2 at N"] = modeled_onset(name, B, H, D, dtype, pass_, l2_bytes)
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- block size / tile study
+
+
+def option_label(variant: str, pass_: str, options: str) -> str:
+    """The option a study varies: block_size for flash_simt, tile (forward) or bwd_tile (backward)."""
+    parts = [o for o in str(options or "").split(";") if o]
+    if variant == "flash_mma":
+        key = "tile=" if pass_ == "forward" else "bwd_tile="
+        parts = [o for o in parts if o.startswith(key)]
+    return ";".join(parts)
+
+
+def option_study(work: pd.DataFrame) -> pd.DataFrame:
+    """Per variant x pass x N x D x option: main-kernel time, achieved occupancy, registers per
+    thread, shared memory per block and block size (the attention kernel, not its helpers)."""
+    k = work.dropna(subset=["range"])
+    k = k[k["kernel"].str.contains("forward_kernel|backward_kernel", regex=True)].copy()
+    k["option"] = [option_label(v, p, o) for v, p, o in zip(k["variant"], k["pass"], k["options"], strict=False)]
+    out = k.groupby(["variant", "pass", "N", "D", "option"], as_index=False).agg(
+        ms=("seconds", lambda s: 1e3 * s.sum()), occupancy=("occupancy", "mean"), registers=("registers", "max"),
+        smem_bytes=("smem_bytes", "max"), block_size=("block_size", "max"))
+    out["N"] = out["N"].astype(int)
+    out["D"] = out["D"].astype(int)
+    return out

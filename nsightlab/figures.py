@@ -9,16 +9,23 @@ import plotly.graph_objects as go
 
 from .perf import ok_rows, ratio_to
 
-_EMBEDDED = {"done": False}
+_EMBEDDED = {"done": False, "src": "inline"}
+
+
+def set_plotlyjs(src: str) -> None:
+    """Where the figures get plotly.js: "inline" (the first figure of a notebook carries it) or a
+    relative path such as ``../../plotly.min.js`` (the report runner ships one copy beside the reports)."""
+    _EMBEDDED["src"] = src
+    _EMBEDDED["done"] = False
 
 
 def html(fig: go.Figure) -> str:
-    """The figure as an HTML fragment; the first one of a notebook carries plotly.js inline, so the
-    report works offline and keeps plotly's interactivity."""
+    """The figure as an HTML fragment that works offline and keeps plotly's interactivity."""
     first = not _EMBEDDED["done"]
     _EMBEDDED["done"] = True
-    return fig.to_html(full_html=False, include_plotlyjs=True if first else False,
-                       config={"displaylogo": False, "responsive": True})
+    src = _EMBEDDED["src"]
+    include = (True if src == "inline" else src) if first else False
+    return fig.to_html(full_html=False, include_plotlyjs=include, config={"displaylogo": False, "responsive": True})
 
 
 def show(fig: go.Figure) -> None:

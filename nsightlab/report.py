@@ -18,13 +18,45 @@ import tempfile
 import time
 from pathlib import Path
 
-from .store import ProfileError, list_captures, load_bench
+from .store import ProfileError, list_captures, load_bench, validate
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
 
-#: notebook -> what a capture folder must hold for it to apply
-NOTEBOOK_NEEDS = {"performance": "*.csv"}
+#: every notebook, in the order the index lists them
+NOTEBOOK_ORDER = ("device", "correctness", "performance", "roofline", "l2_thrashing", "timeline", "blocksize")
+PLOTLY_JS = "plotly.min.js"
+
+
+def applicable(manifest: dict) -> list[str]:
+    """The notebooks that have something to show for a capture, from what its manifest says it holds."""
+    params = manifest.get("parameters", {})
+    tools = set(params.get("tools", []))
+    cases = " ".join(params.get("cases", []))
+    out = ["device"]
+    if "bench" in tools:
+        out += ["correctness", "performance"]
+    if "ncu" in tools:
+        out.append("roofline")
+        if ":naive:" in cases or ":tiled:" in cases:
+            out.append("l2_thrashing")
+        if "block_size=4" in cases or "bwd_tile=32x64" in cases:
+            out.append("blocksize")
+    if "nsys" in tools:
+        out.append("timeline")
+    return [nb for nb in NOTEBOOK_ORDER if nb in out]
+
+
+def ship_plotly_js(reports: Path) -> None:
+    """One copy of plotly.js beside the reports (offline, and each page stays small)."""
+    from plotly.offline import get_plotlyjs
+
+    dest = reports / PLOTLY_JS
+    text = get_plotlyjs()
+    if not dest.exists() or dest.read_text(encoding="utf-8") != text:
+        tmp = reports / (PLOTLY_JS + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, dest)
 
 
 def render_notebook(nb: Path, params: dict, out_html: Path, kernel: str = "python3") -> None:
@@ -69,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profiles", default=str(REPO / "profiles"))
     p.add_argument("--reports", default=str(REPO / "reports"))
     p.add_argument("--kernel", default="python3", help="Jupyter kernel name for papermill")
+    p.add_argument("--jobs", type=int, default=2, help="notebooks rendered in parallel (default 2)")
+    p.add_argument("--only", default="", help="comma-separated notebook names to render (default: all that apply)")
     a = p.parse_args(argv)
     profiles, reports = Path(a.profiles), Path(a.reports)
     try:
@@ -77,29 +111,49 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     reports.mkdir(parents=True, exist_ok=True)
+    ship_plotly_js(reports)
     entries, failures = [], []
     t_all = time.perf_counter()
-    jobs = [(c, nb) for c in captures for nb, pattern in NOTEBOOK_NEEDS.items() if any(c.path.glob(pattern))]
-    if not jobs:
+    jobs = []
+    for cap in captures:
+        try:
+            man = validate(cap.path, open_reports=False)  # a clear error beats a traceback from inside a notebook
+            if "bench" in man.get("parameters", {}).get("tools", []):
+                load_bench(cap.path)
+        except ProfileError as exc:
+            failures.append((cap.label, str(exc)))
+            print(f"FAILED {cap.label}: {exc}", file=sys.stderr, flush=True)
+            continue
+        jobs += [(cap, nb) for nb in applicable(man) if not a.only or nb in a.only.split(",")]
+    if not jobs and not failures:
         print(f"error: no capture under {profiles} holds anything a notebook can render", file=sys.stderr)
         return 2
-    for i, (cap, nb) in enumerate(jobs, 1):
+
+    def one(i_job):
+        i, (cap, nb) = i_job
         label = f"{cap.label}/{nb}"
         t0 = time.perf_counter()
-        print(f"[{i}/{len(jobs)}] {label} ...", flush=True)
+        out = reports / cap.gpu / cap.suite / f"{nb}.html"
+        rel_js = os.path.relpath(reports / PLOTLY_JS, out.parent)
         try:
-            load_bench(cap.path)  # validate first: a clear error beats a traceback from inside a notebook
-            out = reports / cap.gpu / cap.suite / f"{nb}.html"
-            render_notebook(NOTEBOOKS / f"{nb}.ipynb", {"capture": str(cap.path.resolve())}, out, a.kernel)
-            entries.append((label, os.path.relpath(out, reports), f"{nb} report of {cap.label}"))
-            print(f"    wrote {out} ({time.perf_counter() - t0:.1f} s)", flush=True)
-        except ProfileError as exc:
-            failures.append((label, str(exc)))
-            print(f"    FAILED: {exc}", file=sys.stderr, flush=True)
+            params = {"capture": str(cap.path.resolve()), "plotlyjs": rel_js}
+            render_notebook(NOTEBOOKS / f"{nb}.ipynb", params, out, a.kernel)
+            print(f"[{i}/{len(jobs)}] {label}: wrote {out} ({time.perf_counter() - t0:.1f} s)", flush=True)
+            return label, out, None
         except Exception as exc:  # noqa: BLE001 - one broken capture must not stop the others
             msg = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-            failures.append((label, f"{type(exc).__name__}: {msg}"))
-            print(f"    FAILED: {type(exc).__name__}: {msg}", file=sys.stderr, flush=True)
+            print(f"[{i}/{len(jobs)}] {label}: FAILED: {type(exc).__name__}: {msg}", file=sys.stderr, flush=True)
+            return label, None, f"{type(exc).__name__}: {msg}"
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
+        for label, out, err in pool.map(one, enumerate(jobs, 1)):
+            if err:
+                failures.append((label, err))
+            else:
+                entries.append((label, os.path.relpath(out, reports), label.rsplit("/", 1)[1] + " report of "
+                                + label.rsplit("/", 1)[0]))
     write_index(reports, entries, failures)
     for stale in reports.glob("**/.render-*"):
         shutil.rmtree(stale, ignore_errors=True)

@@ -17,7 +17,7 @@ export PATH=/usr/local/cuda/bin:$PATH
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=$PYTHONPATH:/tmp/site || { echo "wheel install failed"; exit 1; }
+    && export PYTHONPATH=$PYTHONPATH:/tmp/site JUPYTER_PATH=/tmp/site/share/jupyter || { echo "wheel install failed"; exit 1; }
 fi
 if compgen -G ".deb/*.deb" >/dev/null; then  # libdw1/libelf1 for Nsight Systems' importer (shared/GPU_NODE.md)
   mkdir -p /tmp/debs && for d in .deb/*.deb; do dpkg -x "$d" /tmp/debs; done
@@ -84,13 +84,28 @@ PY
       step capture
       t0=$(date +%s)
       for suite in ${CAPTURE_SUITES//,/ }; do
-        python3 -m nsightlab.capture --suite "$suite" --profiles "$OUT/profiles" $CAPTURE_ARGS 2>&1 | tee -a "$OUT/capture.log"
+        timeout --signal=INT "${CAPTURE_TIMEOUT:-3000}" python3 -m nsightlab.capture --suite "$suite" --profiles "$OUT/profiles" $CAPTURE_ARGS 2>&1 | tee -a "$OUT/capture.log"
         [ "${PIPESTATUS[0]}" = 0 ] || status=1
         # ship each finished suite at once (files back from $OUT: at most 8, 16 MiB each)
         (cd "$OUT" && tar czf "$suite.tgz" profiles/*/"$suite" 2>/dev/null && split -b 15m -d "$suite.tgz" "$suite.tgz." && rm -f "$suite.tgz")
       done
       echo "capture wall time: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/capture.log"
       rm -rf "$OUT/profiles"; ls -la "$OUT" ;;
+    live)
+      # a notebook in live mode, end to end through papermill: capture on this GPU, then analyse
+      step live
+      python3 - <<'PY' 2>&1 | tee "$OUT/live.log"
+import os, time
+from pathlib import Path
+from nsightlab.report import render_notebook
+t = time.perf_counter()
+out = Path(os.environ["OUT"]) / "live_roofline.html"
+render_notebook(Path("notebooks/roofline.ipynb"), {"mode": "live", "suite": "seqlen", "only": os.environ.get("LIVE_ONLY", "N=(1024|4096),D=64,"),
+                "live_profiles": "/tmp/profiles_live", "capture": ""}, out)
+print(f"live roofline notebook: {time.perf_counter() - t:.0f} s -> {out}")
+PY
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1
+      cp /tmp/profiles_live/*/seqlen/manifest.json "$OUT/live_manifest.json" 2>/dev/null ;;
     *) echo "unknown step $s"; status=2 ;;
   esac
 done
