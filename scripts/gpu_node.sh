@@ -90,7 +90,7 @@ PY
         (cd "$OUT" && tar czf "$suite.tgz" profiles/*/"$suite" 2>/dev/null && split -b 15m -d "$suite.tgz" "$suite.tgz." && rm -f "$suite.tgz")
       done
       echo "capture wall time: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/capture.log"
-      rm -rf "$OUT/profiles"; ls -la "$OUT" ;;
+      find "$OUT/profiles" -mindepth 1 -maxdepth 1 ! -name ".failed-*" -exec rm -rf {} +; ls -la "$OUT" ;;
     live)
       # a notebook in live mode, end to end through papermill: capture on this GPU, then analyse
       step live
