@@ -8,7 +8,7 @@ TEST_VENV := .venv-test
 # On machines where pip has a local CPU wheel of torch 2.13 this installs it; elsewhere PyPI's.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: report test gpu-test bench lint clean
+.PHONY: report test gpu-test bench lint clean chromium capture
 
 $(REPORT_VENV)/.ok: pyproject.toml
 	$(PYTHON) -m venv $(REPORT_VENV)
@@ -26,12 +26,20 @@ $(TEST_VENV)/.ok: pyproject.toml
 	$(TEST_VENV)/bin/pip install -q -e ".[test]"
 	touch $@
 
-test: $(TEST_VENV)/.ok
+# the report tests load every page in headless Chromium (Debian's package)
+chromium:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	  { apt-get update -q && apt-get install -y -q chromium >/dev/null; }
+
+test: $(TEST_VENV)/.ok chromium
 	$(TEST_VENV)/bin/ruff check flash_kernels nsightlab tests
 	$(TEST_VENV)/bin/python -m pytest tests --ignore=tests/gpu -q
 
 gpu-test:
 	$(PYTHON) -m pytest tests/gpu -q
+
+capture:
+	$(PYTHON) -m nsightlab.capture --suite seqlen,blocksize,seeds --profiles profiles
 
 bench:
 	$(PYTHON) -m flash_kernels.bench --suite convention,seed002,seed004 --out bench_results

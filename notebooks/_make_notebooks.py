@@ -207,7 +207,9 @@ l2_bytes = manifest["gpu"]["l2_bytes"]
 Ds = [int(x) for x in D.split(",")] if D else [64, 128]
 for d in Ds:
     display(Markdown(f"**D = {d}**"))
-    display(A.working_set_table(1, 8, d, dtype, l2_bytes).round(1))
+    ws = A.working_set_table(1, 8, d, dtype, l2_bytes)
+    figures.show(figures.working_set_vs_n(ws, l2_bytes, f"Modeled working set, B=1, H=8, D={d}"))
+    display(ws.round(1))
 """),
     ])
 

@@ -187,3 +187,16 @@ def lines_vs_n(df: pd.DataFrame, y: str, title: str, log_y: bool = True, ylabel:
                   labels={y: ylabel or y, "N": "sequence length N"}, category_orders={"pass": ["forward", "backward"]})
     fig.update_layout(template="plotly_white", height=650)
     return fig
+
+
+def working_set_vs_n(ws: pd.DataFrame, l2_bytes: float, title: str) -> go.Figure:
+    """Modeled working set [MiB] per variant and pass against N, with the L2 size as a line."""
+    cols = [c for c in ws.columns if c.startswith("N=")]
+    long = ws.melt(id_vars=["variant", "pass"], value_vars=cols, var_name="N", value_name="MiB")
+    long["N"] = long["N"].str[2:].astype(int)
+    long["series"] = long["variant"] + " " + long["pass"]
+    fig = px.line(long, x="N", y="MiB", color="series", markers=True, log_x=True, log_y=True, title=title,
+                  labels={"MiB": "modeled working set [MiB]", "N": "sequence length N"})
+    fig.add_hline(y=l2_bytes / 2**20, line_dash="dot", annotation_text=f"L2 {l2_bytes / 2**20:.0f} MiB")
+    fig.update_layout(template="plotly_white", height=500)
+    return fig

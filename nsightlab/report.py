@@ -154,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 entries.append((label, os.path.relpath(out, reports), label.rsplit("/", 1)[1] + " report of "
                                 + label.rsplit("/", 1)[0]))
+    for page in sorted((reports / "live").glob("**/*.html")):  # notebooks run in live mode on a GPU, committed
+        entries.append((f"live/{page.relative_to(reports / 'live').with_suffix('')}", os.path.relpath(page, reports),
+                        "a notebook run in live mode on the GPU node (captured, then analysed, by papermill)"))
     write_index(reports, entries, failures)
     for stale in reports.glob("**/.render-*"):
         shutil.rmtree(stale, ignore_errors=True)
