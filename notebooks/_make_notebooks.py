@@ -229,6 +229,12 @@ FLOPs are *counted* by the hardware (instructions weighted as Nsight's roofline 
         code(SETUP),
         code(NCU_LOAD),
         code("""ceil.assign(value_T=ceil["value"] / 1e12).drop(columns="value")"""),
+        md("""
+Read the tensor ceiling with care: Nsight Compute's `sm__ops_path_tensor_src_fp16.sum.peak_sustained` is the
+per-cycle peak of the whole FP16 tensor path (`per_cycle` above, for all SMs); on Hopper it is twice what the
+measured dense FP16 GEMM of the same capture reaches, the same factor as between the 2:4-sparse and the dense
+rates in NVIDIA's published figures. The measured GEMM (dashed) is the practical dense ceiling here.
+"""),
         code("""
 pts = A.roofline_points(ranges)
 for p in ("forward", "backward"):

@@ -71,7 +71,9 @@ def ceilings(work: pd.DataFrame, manifest: dict | None = None) -> pd.DataFrame:
                              ("memory", "peak_L2", "L2"), ("memory", "peak_L1", "L1")):
         v = work[col].dropna()
         if len(v):
-            rows.append({"kind": kind, "name": label, "value": float(v.median()), "source": "ncu peak x recorded clock"})
+            per_sm_cycle = float((work[col] / work["sm_hz"]).median()) if kind == "compute" else float("nan")
+            rows.append({"kind": kind, "name": label, "value": float(v.median()), "source": "ncu peak x recorded clock",
+                         "per_cycle": per_sm_cycle})
     meas = (manifest or {}).get("ceilings") or {}
     for key, label in (("gemm_fp16", "measured FP16 GEMM"), ("gemm_bf16", "measured BF16 GEMM"),
                        ("gemm_fp32", "measured FP32 GEMM")):

@@ -104,12 +104,15 @@ def roofline(points: pd.DataFrame, ceil: pd.DataFrame, title: str) -> go.Figure:
         measured = c["name"].startswith("measured")
         fig.add_trace(go.Scatter(x=[lo, hi], y=[c["value"]] * 2, mode="lines", name=f"{c['name']} {c['value'] / 1e12:.0f} TFLOP/s",
                                  line={"dash": "dash" if measured else "dot", "width": 1}, hoverinfo="name"))
+    palette = px.colors.qualitative.Plotly + px.colors.qualitative.Dark24
+    color = {v: palette[i % len(palette)] for i, v in enumerate(sorted(points["variant"].unique()))}
     for (variant, level), g in points.groupby(["variant", "level"]):
         hover = [f"{variant} {r['pass']} B={r.B} H={r.H} N={r.N} D={r.D} {r['dtype']} {r['options']}<br>"
                  f"{level}: {r.intensity:.2f} FLOP/B, {r.flop_per_s / 1e12:.2f} TFLOP/s, {r.ms:.3f} ms"
                  for _, r in g.iterrows()]
         fig.add_trace(go.Scatter(x=g["intensity"], y=g["flop_per_s"], mode="markers", name=f"{variant} @ {level}",
-                                 legendgroup=variant, marker={"symbol": _LEVEL_SYMBOL[level], "size": 8},
+                                 legendgroup=variant, marker={"symbol": _LEVEL_SYMBOL[level], "size": 8,
+                                                              "color": color[variant]},
                                  hovertext=hover, hoverinfo="text"))
     fig.update_xaxes(type="log", title="arithmetic intensity [FLOP / byte]")
     fig.update_yaxes(type="log", title="performance [FLOP / s]")
@@ -147,7 +150,8 @@ def l2_vs_n(l2: pd.DataFrame, l2_bytes: float, onsets: pd.DataFrame, title: str)
         on = onsets[onsets["variant"] == variant]["modeled_onset_N"]
         if len(on) and np.isfinite(on.iloc[0]) and on.iloc[0] < l2["N"].max() * 1.5:
             fig.add_vline(x=float(on.iloc[0]), line={"color": col, "dash": "dot", "width": 1})
-    fig.update_xaxes(type="log", title_text="sequence length N", row=3, col=1)
+    fig.update_xaxes(type="log")
+    fig.update_xaxes(title_text="sequence length N", row=3, col=1)
     fig.update_yaxes(type="log", row=2, col=1)
     fig.update_yaxes(type="log", row=3, col=1)
     fig.update_layout(title=title + f" (dotted: modeled working set = L2 = {l2_bytes / 2**20:.0f} MiB)",

@@ -48,7 +48,10 @@ def test_metric_list_names_each_metric_once_and_covers_the_roofline():
 
 def test_passes_per_kernel_from_the_log():
     log = '==PROF== Profiling "a_kernel" - 0: 0%....50%....100% - 5 passes\n==PROF== Profiling "b" - 1: 0%..100% - 7 passes\n'
-    assert C.passes_per_kernel(log) == {"a_kernel": 5, "b": 7}
+    assert C.passes_per_kernel(log) == {"a_kernel": 5, "b": 7} and C.kernels_profiled(log) == 2
+    app = "==PROF== Connected to process 1\n" + '==PROF== Profiling "k" - 0: 0%....50%....100%\n' * 2
+    app = app * 5  # application replay: the workload runs once per pass
+    assert C.passes_per_kernel(app) == {"k": 5} and C.kernels_profiled(app) == 2
 
 
 def _exe(path: Path, text: str) -> Path:
@@ -137,6 +140,7 @@ def test_capture_is_atomic_idempotent_and_keeps_the_previous_on_failure(tmp_path
     assert dest == profiles / "fake-gpu-x" / "blocksize"
     man = validate(dest, open_reports=False)
     assert man["ncu"]["max_passes_per_kernel"] == 5 and man["ncu"]["clock_control"] == "none"
+    assert man["ncu"]["replay_mode"] == "application"
     assert {"ncu.ncu-rep", "ncu_raw.csv", "ceilings.json", "ncu.log"} <= set(man["files"])
     assert any("--nvtx-include" in c["argv"] for c in man["commands"])
     assert man["parameters"]["cases"] and "timings_seconds" in man
