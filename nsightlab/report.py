@@ -79,20 +79,51 @@ def render_notebook(nb: Path, params: dict, out_html: Path, kernel: str = "pytho
         os.replace(tmp_html, out_html)
 
 
-def write_index(reports: Path, entries: list[tuple[str, str, str]], failures: list[tuple[str, str]]) -> None:
-    rows = "\n".join(f'<li><a href="{html.escape(href)}">{html.escape(label)}</a> &mdash; {html.escape(desc)}</li>'
-                     for label, href, desc in entries)
+NOTEBOOK_BLURB = {
+    "device": "the GPU as captured, measured ceilings, working set per variant against the L2",
+    "correctness": "every benchmarked result against the fp64 reference",
+    "performance": "latency and TFLOP/s of every variant and SDPA backend, ratios to SDPA flash",
+    "roofline": "hierarchical roofline (DRAM, L2, L1) with Nsight's peaks; counted vs analytic FLOPs",
+    "l2_thrashing": "L2 hit rate and DRAM traffic against N, modeled and measured onset of thrashing",
+    "timeline": "NVTX ranges and their kernels in time (Nsight Systems), GPU time, launch gaps",
+    "blocksize": "block size and tile shape: time, occupancy, registers, shared memory, roofline",
+}
+
+
+def write_index(reports: Path, entries: list[tuple[str, str, str]], failures: list[tuple[str, str]],
+                captions: dict[str, str] | None = None) -> None:
+    """reports/index.html: the reports grouped by capture, each capture captioned from its manifest."""
+    captions = captions or {}
+    groups: dict[str, list[tuple[str, str, str]]] = {}
+    for label, href, desc in entries:
+        groups.setdefault(label.rsplit("/", 1)[0], []).append((label.rsplit("/", 1)[1], href, desc))
+    sections = []
+    for cap, items in groups.items():
+        rows = "\n".join(f'<li><a href="{html.escape(href)}">{html.escape(nb)}</a> &mdash; '
+                         f'{html.escape(NOTEBOOK_BLURB.get(nb, desc))}</li>' for nb, href, desc in items)
+        cap_html = f'<p class="cap">{html.escape(captions[cap])}</p>' if cap in captions else ""
+        sections.append(f"<h2>{html.escape(cap)}</h2>{cap_html}<ul>{rows}</ul>")
     bad = "\n".join(f"<li><b>{html.escape(label)}</b>: {html.escape(err)}</li>" for label, err in failures)
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Attention kernels: reports</title>
-<style>body{{font-family:system-ui,sans-serif;max-width:900px;margin:2em auto;line-height:1.5}}</style></head>
-<body><h1>Attention kernels: reports</h1>
-<p>Rendered from the captures in <code>profiles/</code> by <code>make report</code>.</p>
-<ul>{rows}</ul>
-{"<h2>Captures that failed to render</h2><ul>" + bad + "</ul>" if failures else ""}
+<style>body{{font-family:system-ui,sans-serif;max-width:960px;margin:2em auto;line-height:1.5;color:#222}}
+h2{{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}} .cap{{color:#555;font-size:.92em}}
+a{{color:#1f5fbf;text-decoration:none}} a:hover{{text-decoration:underline}} .bad{{color:#a00}}</style></head>
+<body><h1>Attention kernels under Nsight: reports</h1>
+<p>Why FlashAttention beats textbook attention, measured: rendered from the captures in <code>profiles/</code>
+by <code>make report</code> (papermill + nbconvert; every page works offline).</p>
+{"".join(sections)}
+{'<h2 class="bad">Captures that failed to render</h2><ul>' + bad + "</ul>" if failures else ""}
 </body></html>"""
     tmp = reports / ".index.html.tmp"
     tmp.write_text(page, encoding="utf-8")
     os.replace(tmp, reports / "index.html")
+
+
+def caption(manifest: dict) -> str:
+    g = manifest.get("gpu", {})
+    t = manifest.get("timings_seconds", {})
+    return (f"{manifest.get('description', '')}. {g.get('name', '?')}, torch {manifest.get('environment', {}).get('torch')}, "
+            f"commit {str(manifest.get('git_commit'))[:10]}, captured {manifest.get('created')} in {t.get('total', 0):.0f} s.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     entries, failures = [], []
     t_all = time.perf_counter()
     jobs = []
+    captions: dict[str, str] = {}
     for cap in captures:
         try:
             man = validate(cap.path, open_reports=False)  # a clear error beats a traceback from inside a notebook
@@ -124,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             failures.append((cap.label, str(exc)))
             print(f"FAILED {cap.label}: {exc}", file=sys.stderr, flush=True)
             continue
+        captions[cap.label] = caption(man)
         jobs += [(cap, nb) for nb in applicable(man) if not a.only or nb in a.only.split(",")]
     if not jobs and not failures:
         print(f"error: no capture under {profiles} holds anything a notebook can render", file=sys.stderr)
@@ -155,9 +188,12 @@ def main(argv: list[str] | None = None) -> int:
                 entries.append((label, os.path.relpath(out, reports), label.rsplit("/", 1)[1] + " report of "
                                 + label.rsplit("/", 1)[0]))
     for page in sorted((reports / "live").glob("**/*.html")):  # notebooks run in live mode on a GPU, committed
+        captions[f"live/{page.parent.relative_to(reports / 'live')}"] = (
+            "Notebooks run in live mode on the GPU node by papermill: captured there, then analysed "
+            "(the capture manifest and the run's log are beside each page).")
         entries.append((f"live/{page.relative_to(reports / 'live').with_suffix('')}", os.path.relpath(page, reports),
                         "a notebook run in live mode on the GPU node (captured, then analysed, by papermill)"))
-    write_index(reports, entries, failures)
+    write_index(reports, entries, failures, captions)
     for stale in reports.glob("**/.render-*"):
         shutil.rmtree(stale, ignore_errors=True)
     print(f"{len(entries)} report(s), {len(failures)} failure(s) in {time.perf_counter() - t_all:.1f} s; "
