@@ -16,7 +16,6 @@ This module imports without torch: the workload, the ceilings and the benchmark 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -28,8 +27,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from flash_kernels._env import git_commit
+
 from . import metrics as M
 from .ranges import NCU_NVTX_INCLUDE
+from .store import compact, file_table
 from .tools import ToolError, check_ncu_output, check_nsys_importer, find_ncu, find_nsys, tool_version
 
 SCHEMA = 1
@@ -124,19 +126,6 @@ def gpu_slug(name: str) -> str:
     return slug or "unknown-gpu"
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def file_table(folder: Path) -> dict[str, dict[str, Any]]:
-    return {p.name: {"bytes": p.stat().st_size, "sha256": sha256(p)}
-            for p in sorted(folder.iterdir()) if p.is_file() and p.name != "manifest.json"}
-
-
 # --------------------------------------------------------------------------- running
 
 
@@ -215,7 +204,7 @@ def capture(suite: str, profiles: str | os.PathLike = "profiles", *, ncu: str | 
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env.setdefault("FK_GIT_COMMIT", _git_commit())
+    env.setdefault("FK_GIT_COMMIT", git_commit())  # the node's copy of the tree may have no .git
     try:
         t = time.perf_counter()
         run("ceilings", [python, "-m", "flash_kernels.ceilings", "--out", str(tmp / "ceilings.json")],
@@ -276,8 +265,6 @@ def capture(suite: str, profiles: str | os.PathLike = "profiles", *, ncu: str | 
         }
         with open(tmp / "manifest.json", "w") as fh:
             json.dump(manifest, fh, indent=2, default=str)
-        from .store import compact
-
         compact(tmp)  # gzip the large exports; the manifest then lists the .gz files
         _place(tmp, dest)
     except BaseException as exc:
@@ -291,14 +278,6 @@ def capture(suite: str, profiles: str | os.PathLike = "profiles", *, ncu: str | 
                            f"partial output and logs are in {failed}") from exc
     echo(f"captured {suite} into {dest} in {timings['total']:.0f} s")
     return dest
-
-
-def _git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() if out.returncode == 0 else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:

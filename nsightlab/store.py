@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -80,27 +86,30 @@ COMPACT_BYTES = 1 << 20
 COMPACT_SUFFIXES = (".ncu-rep", ".sqlite", ".csv", ".nsys-rep")
 
 
-def cache_dir() -> Path:
-    import os
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
+
+def file_table(folder: Path) -> dict[str, dict[str, Any]]:
+    """Every file of a capture folder but the manifest, with its size and SHA-256."""
+    return {p.name: {"bytes": p.stat().st_size, "sha256": sha256(p)}
+            for p in sorted(Path(folder).iterdir()) if p.is_file() and p.name != MANIFEST}
+
+
+def cache_dir() -> Path:
     return Path(os.environ.get("NSIGHTLAB_CACHE", Path.home() / ".cache" / "nsightlab"))
 
 
 def local_copy(path: Path) -> Path:
     """``path`` itself, or for ``X.gz`` an uncompressed copy in the cache (keyed by content hash)."""
-    import gzip
-    import hashlib
-    import os
-    import tempfile
-
     path = Path(path)
     if path.suffix != ".gz":
         return path
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    dest = cache_dir() / h.hexdigest()[:24] / path.name[:-3]
+    dest = cache_dir() / sha256(path)[:24] / path.name[:-3]
     if dest.exists():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -139,8 +148,6 @@ def validate(capture: Path, *, open_reports: bool = True) -> dict:
     """Check a capture folder: manifest present and readable, every listed file present with its
     size and SHA-256, and (``open_reports``) every report opening. Returns the manifest; raises
     ProfileError listing every problem."""
-    from .capture import sha256
-
     capture = Path(capture)
     man = load_manifest(capture)
     problems = []
@@ -181,12 +188,6 @@ def validate(capture: Path, *, open_reports: bool = True) -> dict:
 def compact(capture: Path) -> list[str]:
     """gzip the large exports of a capture (keeping the committed profiles small) and rewrite the
     manifest's file table; the uncompressed checksums stay recorded under ``compacted``."""
-    import gzip
-    import os
-    import shutil
-
-    from .capture import file_table, sha256
-
     capture = Path(capture)
     man = load_manifest(capture)
     done = []
