@@ -5,7 +5,10 @@
 
 Timing: CUDA events around each launch, after warm-up; the L2 is flushed (a buffer of twice its
 size is overwritten) before every timed repeat; the median is reported. Correctness is measured
-against the fp64 reference in the same run, before timing. The FLOP and byte model is in
+against the fp64 reference in the same run, on the first call, which is also timed by the wall
+clock (and its peak memory taken): a case whose call is slower than --max-call-ms (on a second
+call too) is skipped, and so is every later case of the same implementation, pass and dtype with
+at least as much work (the row says which case decided it). The FLOP and byte model is in
 flash_kernels.model.
 """
 
@@ -67,25 +70,27 @@ class L2Flusher:
 
 
 def time_gpu(fn: Callable[[], Any], flush: L2Flusher, *, warmup: int, reps: int, budget_ms: float) -> list[float]:
-    """Per-repeat milliseconds from CUDA events, L2 flushed before each repeat."""
+    """Per-repeat milliseconds from CUDA events, L2 flushed before each repeat.
+
+    The first timed repeat also sizes the number of repeats to the time budget (at least 3, at
+    most ``reps``)."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    # one probe to size the number of repeats to the time budget
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    flush()
-    s.record()
-    fn()
-    e.record()
-    torch.cuda.synchronize()
-    probe = s.elapsed_time(e)
-    n = int(max(3, min(reps, budget_ms / max(probe, 1e-3))))
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
-    for s, e in events:
+
+    def once() -> tuple[torch.cuda.Event, torch.cuda.Event]:
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         flush()
         s.record()
         fn()
         e.record()
+        return s, e
+
+    first = once()
+    torch.cuda.synchronize()
+    probe = first[0].elapsed_time(first[1])
+    n = int(max(3, min(reps, budget_ms / max(probe, 1e-3))))
+    events = [first, *(once() for _ in range(n - 1))]
     torch.cuda.synchronize()
     return [s.elapsed_time(e) for s, e in events]
 
@@ -104,15 +109,34 @@ def time_cpu(fn: Callable[[], Any], *, reps: int, budget_ms: float) -> list[floa
     return out
 
 
-def peak_memory_mb(fn: Callable[[], Any]) -> float:
+def measured_call(fn: Callable[[], Any]) -> tuple[Any, float, float]:
+    """One synchronized call: (result, wall milliseconds, peak memory in MiB above what was
+    allocated before it, result included)."""
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
+    t0 = time.perf_counter()
     result = fn()
     torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - base
-    del result
-    return peak / 2**20
+    ms = (time.perf_counter() - t0) * 1e3
+    return result, ms, (torch.cuda.max_memory_allocated() - base) / 2**20
+
+
+class SlowCases:
+    """Remembers which cases were skipped for time, so that a case of the same implementation,
+    pass and dtype with at least as much work (FLOPs) is skipped without running it."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str, str], tuple[float, str, float]] = {}
+
+    def check(self, key: tuple[str, str, str], flop: float) -> None:
+        hit = self._seen.get(key)
+        if hit is not None and flop >= hit[0]:
+            raise Skip(f"{hit[1]} (no more work) took {hit[2]:.0f} ms per call > --max-call-ms")
+
+    def record(self, key: tuple[str, str, str], flop: float, config: str, ms: float) -> None:
+        if key not in self._seen or flop < self._seen[key][0]:
+            self._seen[key] = (flop, config, ms)
 
 
 # --------------------------------------------------------------------------- implementations
@@ -216,12 +240,16 @@ def run(suite: str, variants: list[str], refs: list[str], passes: list[str], dty
             raise ValueError(f"unknown config(s) {unknown} in suite {suite}; known: {[c.name for c in cfgs]}")
         cfgs = [c for c in cfgs if c.name in configs]
     flush = L2Flusher()
+    slow = SlowCases()
     rows: list[dict[str, Any]] = []
     for dtype in dtypes or list(suite_dtypes):
         for cfg in cfgs:
+            t_cfg = time.perf_counter()
             q, k, v, g = random_qkv(cfg.B, cfg.H, cfg.N, cfg.D, TORCH_DTYPES[dtype], seed=cfg.N + cfg.D, n=4)
             ref_o, _ = reference_forward(q, k, v, causal=cfg.causal) if "forward" in passes else (None, None)
             ref_g = reference_backward(q, k, v, g, causal=cfg.causal) if "backward" in passes else None
+            torch.cuda.synchronize()
+            t_ref = time.perf_counter() - t_cfg
             for pass_ in passes:
                 for impl in [*variants, *refs]:
                     row: dict[str, Any] = {"suite": suite, "config": cfg.name, "B": cfg.B, "H": cfg.H, "N": cfg.N,
@@ -229,7 +257,9 @@ def run(suite: str, variants: list[str], refs: list[str], passes: list[str], dty
                                            "kind": "kernel" if impl in VARIANTS else
                                            ("cpu" if impl == "torch_cpu" else "sdpa"),
                                            "pass": pass_, "options": "", "status": "ok"}
+                    flop = model.flops(cfg.B, cfg.H, cfg.N, cfg.D, causal=cfg.causal, pass_=pass_)
                     try:
+                        slow.check((impl, pass_, dtype), flop)
                         if impl in VARIANTS:
                             fn, opts = _kernel_fns(impl, cfg, q, k, v, g, pass_, options or {},
                                                           max_score_elems)
@@ -238,29 +268,34 @@ def run(suite: str, variants: list[str], refs: list[str], passes: list[str], dty
                             fn = _cpu_fn(cfg, q, k, v, g, pass_, max_cpu_elems)
                         else:
                             fn, _ = _sdpa_fns(impl, cfg, q, k, v, g, pass_, max_score_elems)
-                        result = fn()  # the correctness check is the first call
+                        # the first call is the correctness check; on the GPU it is also timed
+                        # (wall clock) and its peak memory taken
+                        if impl == "torch_cpu":
+                            result, call_ms, peak = fn(), 0.0, float("nan")
+                        else:
+                            result, call_ms, peak = measured_call(fn)
                         if pass_ == "forward":
                             out = result[0] if isinstance(result, tuple) else result
                             row.update(_worst([error_metrics(out, ref_o)]))
                         else:
                             row.update(_worst([error_metrics(a, b) for a, b in zip(result, ref_g, strict=False)]))
                         del result
+                        row["peak_mem_mb"] = peak
                         if impl == "torch_cpu":
                             times = time_cpu(fn, reps=min(reps, 5), budget_ms=budget_ms * 4)
-                            row["peak_mem_mb"] = float("nan")
                         else:
-                            t0 = time.perf_counter()
-                            fn()
-                            torch.cuda.synchronize()
-                            call_ms = (time.perf_counter() - t0) * 1e3
-                            if call_ms > max_call_ms:
-                                raise Skip(f"one call took {call_ms:.0f} ms > --max-call-ms")
-                            row["peak_mem_mb"] = peak_memory_mb(fn)
-                            # slow cases are already warm after the calls above
+                            if call_ms > max_call_ms:  # confirm on a second call (the first may set up)
+                                t0 = time.perf_counter()
+                                fn()
+                                torch.cuda.synchronize()
+                                call_ms = (time.perf_counter() - t0) * 1e3
+                                if call_ms > max_call_ms:
+                                    slow.record((impl, pass_, dtype), flop, cfg.name, call_ms)
+                                    raise Skip(f"one call took {call_ms:.0f} ms > --max-call-ms")
+                            # slow cases are already warm after the call above
                             times = time_gpu(fn, flush, warmup=warmup if call_ms < 50 else 0, reps=reps,
                                              budget_ms=budget_ms)
                         ms = statistics.median(times)
-                        flop = model.flops(cfg.B, cfg.H, cfg.N, cfg.D, causal=cfg.causal, pass_=pass_)
                         nbytes = model.compulsory_bytes(cfg.B, cfg.H, cfg.N, cfg.D, dtype, pass_=pass_)
                         row.update(ms=ms, ms_min=min(times), ms_max=max(times), reps=len(times),
                                    tflops=model.tflops(flop, ms), gbps=model.gbps(nbytes, ms))
@@ -277,6 +312,8 @@ def run(suite: str, variants: list[str], refs: list[str], passes: list[str], dty
                         log(f"{suite:10s} {cfg.name:22s} {dtype:8s} {pass_:8s} {impl:18s} {row['status']}")
             del q, k, v, g, ref_o, ref_g
             torch.cuda.empty_cache()
+            log(f"{suite:10s} {cfg.name:22s} {dtype:8s} config done in {time.perf_counter() - t_cfg:.1f} s "
+                f"(fp64 reference {t_ref:.1f} s)")
     _add_ratios(rows)
     return rows
 

@@ -80,6 +80,27 @@ for m in metric_names():
     print(("ok   " if base in bases else "MISSING ") + m)
 PY
       ls -la "$OUT" ;;
+    passes)
+      # which metric groups cost ncu replay passes: the full list, then the list without each group
+      step passes
+      python3 - <<'PY' 2>&1 | tee "$OUT/passes.log"
+import re, subprocess, sys, time
+from nsightlab import metrics
+full = metrics.metric_names()
+drop = {"none": [], "clocks": list(metrics.CLOCKS.values()), "work": list(metrics.WORK.values()),
+        **{m: [m] for m in (*metrics.WORK.values(), *metrics.TRAFFIC.values(), metrics.LAUNCH["duration"],
+                            metrics.LAUNCH["occupancy"])}}
+for name, gone in drop.items():
+    ms = [m for m in full if m not in gone]
+    cmd = ["ncu", "--clock-control", "none", "--cache-control", "all", "-k", "regex:flash_mma", "-c", "1",
+           "--metrics", ",".join(ms), sys.executable, "-m", "flash_kernels.workload", "--variant", "flash_mma",
+           "--pass", "forward", "-N", "1024", "-D", "64", "--warmup", "0"]
+    t = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True).stdout
+    p = re.findall(r"(\d+) passes?", out)
+    print(f"without {name:60s} passes {p[-1] if p else '?'}  {time.perf_counter() - t:5.1f} s", flush=True)
+PY
+      ;;
     capture)
       step capture
       t0=$(date +%s)

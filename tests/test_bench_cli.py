@@ -25,3 +25,20 @@ def test_cli_without_gpu_says_so(capsys):
         bench.main(["--suite", "seed004"])
     assert exc.value.code == 2
     assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_slow_cases_skip_only_cases_with_no_less_work():
+    slow = bench.SlowCases()
+    key = ("naive", "backward", "float16")
+    slow.check(key, 1e9)  # nothing recorded yet: runs
+    slow.record(key, 2e9, "B4-H16-N4096-D128", 1492.0)
+    slow.check(key, 1.9e9)  # less work than the slow case: still runs
+    with pytest.raises(bench.Skip, match=r"B4-H16-N4096-D128 \(no more work\) took 1492 ms"):
+        slow.check(key, 2e9)
+    with pytest.raises(bench.Skip):
+        slow.check(key, 8e9)
+    slow.check(("naive", "forward", "float16"), 8e9)  # another pass is judged on its own
+    slow.check(("naive", "backward", "float32"), 8e9)  # and another dtype
+    slow.record(key, 1e9, "smaller", 900.0)  # a smaller slow case lowers the bar
+    with pytest.raises(bench.Skip, match="smaller"):
+        slow.check(key, 1.5e9)

@@ -1,0 +1,30 @@
+"""The benchmark's run loop on the GPU: rows, timings, correctness columns and the skip rules."""
+
+from __future__ import annotations
+
+import math
+
+from flash_kernels import bench
+
+
+def test_run_times_checks_and_compares():
+    rows = bench.run("seed004", ["flash_mma", "naive"], ["sdpa_flash"], ["forward", "backward"], ["float16"],
+                     ["Small-2", "Edge-NonPowerOf2"], warmup=1, reps=4, budget_ms=5.0, log=lambda _: None)
+    assert len(rows) == 2 * 2 * 3
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert r["reps"] >= 3 and 0 < r["ms_min"] <= r["ms"] <= r["ms_max"]
+        assert r["tflops"] > 0 and r["peak_mem_mb"] > 0
+        assert r["rel_l2"] < 5e-3, r  # fp16 against the fp64 reference
+        assert r["speed_vs_sdpa_flash"] > 0
+    assert {r["N"] for r in rows} == {256, 100}
+
+
+def test_slow_cases_are_skipped_and_later_ones_predicted():
+    rows = bench.run("seed004", ["flash_mma"], [], ["forward"], ["float16"], ["Small-2", "Edge-NonPowerOf2"],
+                     warmup=0, reps=3, budget_ms=1.0, max_call_ms=0.0, log=lambda _: None)
+    first, second = rows
+    assert first["status"].startswith("skipped: one call took"), first
+    # Edge-NonPowerOf2 has more work than Small-2: skipped without being run
+    assert second["status"].startswith("skipped: Small-2 (no more work) took"), second
+    assert math.isnan(second["speed_vs_sdpa_flash"])
