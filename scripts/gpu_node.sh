@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything the GPU node needs, in one call (the node is lent bare: nothing survives a call).
-#   STEPS="build test sanitize bench" bash scripts/gpu_node.sh
+#   STEPS="build test sanitize bench" bash scripts/gpu_node.sh   (TEST_PATHS=tests/gpu/test_x.py: some GPU tests only)
 # Installs the wheels carried in .whl/ (if any), builds the kernels, runs the GPU tests, the
 # compute-sanitizer checks and the benchmark suites, and writes logs and results under $OUT.
 set -uo pipefail
@@ -54,7 +54,7 @@ PY
       [ "${PIPESTATUS[0]}" = 0 ] || { status=1; echo "BUILD FAILED"; break; } ;;
     test)
       step test
-      python3 -m pytest tests/gpu -q -p no:cacheprovider --ignore=tests/gpu/test_sanitizer.py $PYTEST_ARGS 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+      python3 -m pytest ${TEST_PATHS:-tests/gpu} -q -p no:cacheprovider --ignore=tests/gpu/test_sanitizer.py $PYTEST_ARGS 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     sanitize)
       step sanitize
