@@ -134,8 +134,10 @@ def _sdpa_backward_ranged(c: Case, q, k, v, g, name: str):
     return fn, arm
 
 
-def run_cases(cases: list[Case], *, warmup: int = 1, iters: int = 1, log=None, echo=print) -> list[dict[str, Any]]:
-    """Run each case: inputs, warm-up (outside ranges), then ``iters`` launches inside its range."""
+def run_cases(cases: list[Case], *, warmup: int = 1, iters: int = 1, warmup_refs_only: bool = False, log=None,
+              echo=print) -> list[dict[str, Any]]:
+    """Run each case: inputs, warm-up (outside ranges), then ``iters`` launches inside its range.
+    ``warmup_refs_only``: warm up the SDPA references only (flash_kernels' own kernels need none)."""
     import nvtx
     import torch
 
@@ -160,7 +162,7 @@ def run_cases(cases: list[Case], *, warmup: int = 1, iters: int = 1, log=None, e
                 fn, arm = _sdpa_backward_ranged(c, q, k, v, g, name)
             else:
                 fn, _ = bench._sdpa_fns(c.variant, cfg, q, k, v, g, c.pass_, 1 << 62)
-            for _ in range(warmup):
+            for _ in range(0 if warmup_refs_only and c.variant in VARIANTS else warmup):
                 fn()
             torch.cuda.synchronize()
             t1 = time.perf_counter()
@@ -205,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--causal", action="store_true")
     p.add_argument("--option", action="append", default=[], help="variant option, e.g. block_size=32, tile=128x64")
     p.add_argument("--warmup", type=int, default=1, help="launches per case before its range (not profiled)")
+    p.add_argument("--warmup-refs-only", action="store_true",
+                   help="warm up only the SDPA references (what ncu's application replay runs: there every "
+                        "launch of the instruction-counting pass runs patched, warm-ups included)")
     p.add_argument("--iters", type=int, default=1, help="measured launches per case, inside its range")
     p.add_argument("--log", help="append one JSON line per case to this file")
     p.add_argument("--list", action="store_true", help="print the range names and exit (no GPU needed)")
@@ -233,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
           file=sys.stderr)
     log = open(a.log, "a") if a.log else None  # noqa: SIM115
     try:
-        res = run_cases(cases, warmup=a.warmup, iters=a.iters, log=log)
+        res = run_cases(cases, warmup=a.warmup, iters=a.iters, warmup_refs_only=a.warmup_refs_only, log=log)
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -46,7 +46,7 @@ class CaptureError(RuntimeError):
 
 
 def workload_command(suite: str | None = None, *, python: str = sys.executable, iters: int = 1, warmup: int = 1,
-                     only: str | None = None, log: str | os.PathLike | None = None,
+                     only: str | None = None, log: str | os.PathLike | None = None, warmup_refs_only: bool = False,
                      extra: Sequence[str] = ()) -> list[str]:
     cmd = [python, "-m", "flash_kernels.workload"]
     if suite:
@@ -54,6 +54,8 @@ def workload_command(suite: str | None = None, *, python: str = sys.executable, 
     if only:
         cmd += ["--only", only]
     cmd += ["--iters", str(iters), "--warmup", str(warmup)]
+    if warmup_refs_only:
+        cmd += ["--warmup-refs-only"]
     if log:
         cmd += ["--log", str(log)]
     return cmd + list(extra)
@@ -65,9 +67,13 @@ def ncu_command(ncu: str | os.PathLike, workload: Sequence[str], export: str | o
                 replay_mode: str = "kernel") -> list[str]:
     """ncu over the workload, profiling only launches inside the measured NVTX ranges.
 
-    ``replay_mode="kernel"`` replays each kernel once per counter pass (saving and restoring its
-    memory each time: about 0.15 s per pass per kernel on the H200 whatever its size);
-    ``"application"`` reruns the whole (deterministic) workload once per pass instead."""
+    ``replay_mode="kernel"`` replays each profiled kernel once per counter pass, saving and
+    restoring its memory each time (about 0.15 s per pass per kernel on the H200, whatever its
+    size); ``"application"`` reruns the whole (deterministic) workload once per pass instead: no
+    save/restore, but in the pass that counts instructions (SASS patching) every launch of the
+    process runs patched, ~10x slower for CUDA-core kernels. Measured: seqlen (491 short kernels)
+    391 s kernel vs 218 s application on the H200; blocksize (long CUDA-core kernels) 86 s kernel
+    on the H200 vs 345 s application on an H100, 266 s of it in the patched pass."""
     if clock_control not in ("none", "base"):
         raise ValueError(f"clock_control must be 'none' (leave the GPU's clocks alone) or 'base', not {clock_control!r}")
     if replay_mode not in ("kernel", "application"):
@@ -184,11 +190,13 @@ def _place(tmp: Path, dest: Path) -> None:
 
 def capture(suite: str, profiles: str | os.PathLike = "profiles", *, ncu: str | None = None, nsys: str | None = None,
             python: str = sys.executable, clock_control: str = "none", only: str | None = None,
-            nsys_iters: int = 5, replay_mode: str = "application", echo: Callable[[str], None] = print) -> Path:
-    """Capture one suite (see flash_kernels.configs.CAPTURE_SUITES) and return its folder."""
+            nsys_iters: int = 5, replay_mode: str | None = None, echo: Callable[[str], None] = print) -> Path:
+    """Capture one suite (see flash_kernels.configs.CAPTURE_SUITES) and return its folder.
+    ``replay_mode`` None: the suite's own (CaptureSuite.replay_mode)."""
     from flash_kernels.configs import get_capture_suite
 
     spec = get_capture_suite(suite)
+    replay_mode = replay_mode or spec.replay_mode
     profiles = Path(profiles).resolve()
     tools: dict[str, Path] = {}
     if "ncu" in spec.tools:
@@ -217,7 +225,10 @@ def capture(suite: str, profiles: str | os.PathLike = "profiles", *, ncu: str | 
         ncu_info: dict[str, Any] = {}
         if "ncu" in tools:
             t = time.perf_counter()
-            wl = workload_command(suite, python=python, iters=1, warmup=1, only=only, log=tmp / "cases_ncu.jsonl")
+            # under application replay the patched pass would run our kernels' warm-ups patched too; their
+            # counters do not need one (ncu flushes the caches before each profiled kernel)
+            wl = workload_command(suite, python=python, iters=1, warmup=1, only=only, log=tmp / "cases_ncu.jsonl",
+                                  warmup_refs_only=replay_mode == "application")
             text = run("ncu", ncu_command(tools["ncu"], wl, tmp / "ncu", clock_control=clock_control,
                                           replay_mode=replay_mode),
                        log="ncu.log", env=env, check=check_ncu_output)
@@ -293,9 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clock-control", default="none", choices=("none", "base"),
                    help="ncu --clock-control (default none: the GPU's clocks are left as they are)")
     p.add_argument("--nsys-iters", type=int, default=5)
-    p.add_argument("--replay-mode", default="application", choices=("kernel", "application"),
-                   help="ncu replay: rerun the whole (deterministic) workload per counter pass (default; 1.8x "
-                        "faster on the seqlen suite) or replay each kernel")
+    p.add_argument("--replay-mode", default=None, choices=("kernel", "application"),
+                   help="ncu replay: rerun the whole (deterministic) workload per counter pass, or replay each "
+                        "kernel; default: the suite's own (seqlen application, blocksize kernel)")
     a = p.parse_args(argv)
     suites = [s for s in a.suite.split(",") if s]
     unknown = [s for s in suites if s not in CAPTURE_SUITES]

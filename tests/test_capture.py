@@ -140,9 +140,10 @@ def test_capture_is_atomic_idempotent_and_keeps_the_previous_on_failure(tmp_path
     assert dest == profiles / "fake-gpu-x" / "blocksize"
     man = validate(dest, open_reports=False)
     assert man["ncu"]["max_passes_per_kernel"] == 5 and man["ncu"]["clock_control"] == "none"
-    assert man["ncu"]["replay_mode"] == "application"
+    assert man["ncu"]["replay_mode"] == "kernel"  # the suite's own: long kernels, kernel replay
     assert {"ncu.ncu-rep", "ncu_raw.csv", "ceilings.json", "ncu.log"} <= set(man["files"])
-    assert any("--nvtx-include" in c["argv"] for c in man["commands"])
+    ncu_argv = next(c["argv"] for c in man["commands"] if "--nvtx-include" in c["argv"])
+    assert "--warmup-refs-only" not in ncu_argv  # kernel replay: warm-ups run unpatched, keep them
     assert man["parameters"]["cases"] and "timings_seconds" in man
     first = (dest / "manifest.json").read_text()
     C.capture("blocksize", profiles, ncu=str(ncu), python=str(py), echo=lambda s: None)  # re-run: replaced whole
@@ -155,6 +156,13 @@ def test_capture_is_atomic_idempotent_and_keeps_the_previous_on_failure(tmp_path
     failed = list(profiles.glob(".failed-blocksize-*"))
     assert failed and "ERR_NVGPUCTRPERM" in (failed[0] / "FAILED.txt").read_text()
     assert first != ""
+    monkeypatch.delenv("FAKE_NCU_FAIL")
+    dest = C.capture("blocksize", profiles, ncu=str(ncu), python=str(py), replay_mode="application",
+                     echo=lambda s: None)
+    man = validate(dest, open_reports=False)
+    ncu_argv = next(c["argv"] for c in man["commands"] if "--nvtx-include" in c["argv"])
+    assert man["ncu"]["replay_mode"] == "application" and ncu_argv[ncu_argv.index("--replay-mode") + 1] == "application"
+    assert "--warmup-refs-only" in ncu_argv  # application replay: our kernels' warm-ups would run patched
 
 
 def test_store_validation_errors(tmp_path):
