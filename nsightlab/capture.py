@@ -190,9 +190,11 @@ def _place(tmp: Path, dest: Path) -> None:
 
 def capture(suite: str, profiles: str | os.PathLike = "profiles", *, ncu: str | None = None, nsys: str | None = None,
             python: str = sys.executable, clock_control: str = "none", only: str | None = None,
-            nsys_iters: int = 5, replay_mode: str | None = None, echo: Callable[[str], None] = print) -> Path:
+            nsys_iters: int = 5, replay_mode: str | None = None, ceilings_from: Path | None = None,
+            echo: Callable[[str], None] = print) -> Path:
     """Capture one suite (see flash_kernels.configs.CAPTURE_SUITES) and return its folder.
-    ``replay_mode`` None: the suite's own (CaptureSuite.replay_mode)."""
+    ``replay_mode`` None: the suite's own (CaptureSuite.replay_mode). ``ceilings_from``: an earlier
+    capture of the same command on the same GPU whose measured ceilings this one reuses."""
     from flash_kernels.configs import get_capture_suite
 
     spec = get_capture_suite(suite)
@@ -215,8 +217,13 @@ def capture(suite: str, profiles: str | os.PathLike = "profiles", *, ncu: str | 
     env.setdefault("FK_GIT_COMMIT", git_commit())  # the node's copy of the tree may have no .git
     try:
         t = time.perf_counter()
-        run("ceilings", [python, "-m", "flash_kernels.ceilings", "--out", str(tmp / "ceilings.json")],
-            log="ceilings.log", env=env)
+        if ceilings_from is not None:
+            for name in ("ceilings.json", "ceilings.log"):
+                shutil.copyfile(Path(ceilings_from) / name, tmp / name)
+            echo(f"[ceilings] reused from {ceilings_from} (measured earlier in this command)")
+        else:
+            run("ceilings", [python, "-m", "flash_kernels.ceilings", "--out", str(tmp / "ceilings.json")],
+                log="ceilings.log", env=env)
         timings["ceilings"] = time.perf_counter() - t
         measured = json.loads((tmp / "ceilings.json").read_text())
         environment = measured["environment"]
@@ -267,6 +274,8 @@ def capture(suite: str, profiles: str | os.PathLike = "profiles", *, ncu: str | 
             "schema": SCHEMA, "suite": suite, "description": spec.description, "created": stamp,
             "gpu": gpu, "environment": environment, "git_commit": environment.get("git_commit"),
             "ncu": ncu_info, "nsys": nsys_info, "ceilings": measured["ceilings"],
+            "ceilings_measured_by": (f"an earlier capture of the same command ({Path(ceilings_from).name})"
+                                     if ceilings_from is not None else "this capture"),
             "parameters": {"only": only, "tools": list(spec.tools), "bench_suites": list(spec.bench_suites),
                            "bench_args": list(spec.bench_args),
                            "cases": [c.range_name() for c in spec.cases],
@@ -314,14 +323,18 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown suite(s) {unknown}; known: {', '.join(CAPTURE_SUITES)}")
     t0 = time.perf_counter()
     status = 0
+    first: Path | None = None  # the GEMM and copy ceilings are measured once per command
     for s in suites:
+        t = time.perf_counter()
         try:
-            capture(s, a.profiles, ncu=a.ncu, nsys=a.nsys, clock_control=a.clock_control, only=a.only,
-                    nsys_iters=a.nsys_iters, replay_mode=a.replay_mode)
+            dest = capture(s, a.profiles, ncu=a.ncu, nsys=a.nsys, clock_control=a.clock_control, only=a.only,
+                           nsys_iters=a.nsys_iters, replay_mode=a.replay_mode, ceilings_from=first)
+            first = first or dest
         except (ToolError, CaptureError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             status = 1
-    print(f"all suites: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        print(f"suite {s}: {time.perf_counter() - t:.0f} s", file=sys.stderr)
+    print(f"all suites ({','.join(suites)}): {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return status
 
 

@@ -11,7 +11,9 @@ from pathlib import Path
 import pandas as pd
 
 from . import figures
-from .store import ProfileError, load_manifest
+from .store import ProfileError, load_manifest, short_commit
+
+pd.set_option("display.max_colwidth", 200)  # the tables' explanation columns are sentences
 
 MODES = ("replay", "live")
 
@@ -68,15 +70,19 @@ def header(manifest: dict, path: Path) -> str:
     ncu = manifest.get("ncu") or {}
     nsys = manifest.get("nsys") or {}
     t = manifest.get("timings_seconds", {})
-    parts = [f"**Capture** `{path}` (suite *{manifest.get('suite')}*, {manifest.get('created')})",
+    shown = Path(*Path(path).parts[-3:]) if len(Path(path).parts) >= 3 else path  # profiles/<gpu>/<suite>
+    parts = [f"**Capture** `{shown}` (suite *{manifest.get('suite')}*, {manifest.get('created')})",
              f"**GPU** {g.get('name')} (CC {g.get('compute_capability')}, {g.get('sm_count')} SMs, "
              f"L2 {g.get('l2_bytes', 0) / 2**20:.0f} MiB, driver {g.get('nvidia_smi', {}).get('driver_version')})",
-             f"**torch** {env.get('torch')} · **CUDA** {env.get('cuda_runtime')} · **commit** `{str(manifest.get('git_commit'))[:12]}`"]
+             f"**torch** {env.get('torch')} · **CUDA** {env.get('cuda_runtime')} · **commit** `{short_commit(manifest.get('git_commit'))}`"]
     if ncu:
         parts.append(f"**Nsight Compute** {ncu.get('version')}: {ncu.get('kernels_profiled')} kernels, "
-                     f"{ncu.get('max_passes_per_kernel')} replay passes each, clock control `{ncu.get('clock_control')}`")
+                     f"{ncu.get('max_passes_per_kernel')} replay passes each ({ncu.get('replay_mode', 'kernel')} replay), "
+                     f"clock control `{ncu.get('clock_control')}`")
     if nsys:
         parts.append(f"**Nsight Systems** {nsys.get('version')}, {nsys.get('iters')} measured launches per range")
     if t:
         parts.append(f"capture took {t.get('total', 0):.0f} s")
+    if manifest.get("provenance_note"):
+        parts.append(f"*{manifest['provenance_note']}*")
     return " · ".join(parts)

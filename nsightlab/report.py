@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .store import ProfileError, list_captures, load_bench, validate
+from .store import ProfileError, list_captures, load_bench, short_commit, validate
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
@@ -123,7 +123,7 @@ def caption(manifest: dict) -> str:
     g = manifest.get("gpu", {})
     t = manifest.get("timings_seconds", {})
     return (f"{manifest.get('description', '')}. {g.get('name', '?')}, torch {manifest.get('environment', {}).get('torch')}, "
-            f"commit {str(manifest.get('git_commit'))[:10]}, captured {manifest.get('created')} in {t.get('total', 0):.0f} s.")
+            f"commit {short_commit(manifest.get('git_commit'), 10)}, captured {manifest.get('created')} in {t.get('total', 0):.0f} s.")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -185,6 +185,13 @@ def validate(capture: Path, *, open_reports: bool = True) -> dict:
     return man
 
 
+def short_commit(commit: object, n: int = 12) -> str:
+    """'f6b1411cb963dbf7...-dirty' -> 'f6b1411cb963-dirty': short, keeping the dirty mark."""
+    text = str(commit)
+    dirty = text.endswith("-dirty")
+    return text.removesuffix("-dirty")[:n] + ("-dirty" if dirty else "")
+
+
 def compact(capture: Path) -> list[str]:
     """gzip the large exports of a capture (keeping the committed profiles small) and rewrite the
     manifest's file table; the uncompressed checksums stay recorded under ``compacted``."""
@@ -195,7 +202,9 @@ def compact(capture: Path) -> list[str]:
         if p.is_file() and p.suffix in COMPACT_SUFFIXES and p.stat().st_size > COMPACT_BYTES:
             gz = p.with_name(p.name + ".gz")
             tmp = gz.with_name(gz.name + ".tmp")
-            with open(p, "rb") as src, gzip.GzipFile(filename=p.name, mode="wb", fileobj=open(tmp, "wb"), mtime=0) as dst:
+            # level 6: 5x faster than 9 on a 66 MB ncu report, 1.4% larger
+            with open(p, "rb") as src, open(tmp, "wb") as raw, \
+                    gzip.GzipFile(filename=p.name, mode="wb", fileobj=raw, mtime=0, compresslevel=6) as dst:
                 shutil.copyfileobj(src, dst)
             man.setdefault("compacted", {})[gz.name] = {"from": p.name, "bytes": p.stat().st_size, "sha256": sha256(p)}
             os.replace(tmp, gz)
@@ -228,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.command == "list":
             try:
                 man = load_manifest(c.path)
-                print(f"{c.label:32s} {man.get('created', '?'):16s} commit {str(man.get('git_commit'))[:10]}  "
+                print(f"{c.label:32s} {man.get('created', '?'):16s} commit {short_commit(man.get('git_commit'), 10)}  "
                       f"{len(man.get('files', {}))} files  {man.get('timings_seconds', {}).get('total', '?')} s")
             except ProfileError as exc:
                 bad += 1

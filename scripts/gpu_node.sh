@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything the GPU node needs, in one call (the node is lent bare: nothing survives a call).
-#   STEPS="build test sanitize bench" bash scripts/gpu_node.sh   (TEST_PATHS=tests/gpu/test_x.py: some GPU tests only)
+#   FK_GIT_COMMIT=$(git rev-parse HEAD) STEPS="build test sanitize bench" bash scripts/gpu_node.sh
+#   (TEST_PATHS=tests/gpu/test_x.py: some GPU tests only; FK_GIT_COMMIT: the node's copy of .git may be stale)
 # Installs the wheels carried in .whl/ (if any), builds the kernels, runs the GPU tests, the
 # compute-sanitizer checks and the benchmark suites, and writes logs and results under $OUT.
 set -uo pipefail
@@ -12,7 +13,7 @@ PYTEST_ARGS=${PYTEST_ARGS:--x}
 mkdir -p "$OUT"
 export OUT
 export PYTHONUNBUFFERED=1
-export FLASH_KERNELS_BUILD_DIR=${FLASH_KERNELS_BUILD_DIR:-/tmp/fk_build}
+export FLASH_KERNELS_BUILD_DIR=${FLASH_KERNELS_BUILD_DIR:-$PWD/build/fk}  # git-ignored: kept between calls on a warm node
 export PATH=/usr/local/cuda/bin:$PATH
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -102,15 +103,15 @@ for name, gone in drop.items():
 PY
       ;;
     capture)
+      # one command for all the suites (the GEMM/copy ceilings are measured once), then ship each
       step capture
       t0=$(date +%s)
-      for suite in ${CAPTURE_SUITES//,/ }; do
-        timeout --signal=INT "${CAPTURE_TIMEOUT:-3000}" python3 -m nsightlab.capture --suite "$suite" --profiles "$OUT/profiles" $CAPTURE_ARGS 2>&1 | tee -a "$OUT/capture.log"
-        [ "${PIPESTATUS[0]}" = 0 ] || status=1
-        # ship each finished suite at once (files back from $OUT: at most 8, 16 MiB each)
+      timeout --signal=INT "${CAPTURE_TIMEOUT:-3000}" python3 -m nsightlab.capture --suite "$CAPTURE_SUITES" --profiles "$OUT/profiles" $CAPTURE_ARGS 2>&1 | tee -a "$OUT/capture.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1
+      echo "capture wall time: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/capture.log"
+      for suite in ${CAPTURE_SUITES//,/ }; do  # files back from $OUT: at most 8, 16 MiB each
         (cd "$OUT" && tar czf "$suite.tgz" profiles/*/"$suite" 2>/dev/null && split -b 15m -d "$suite.tgz" "$suite.tgz." && rm -f "$suite.tgz")
       done
-      echo "capture wall time: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/capture.log"
       find "$OUT/profiles" -mindepth 1 -maxdepth 1 ! -name ".failed-*" -exec rm -rf {} +; ls -la "$OUT" ;;
     live)
       # a notebook in live mode, end to end through papermill: capture on this GPU, then analyse

@@ -163,6 +163,19 @@ def test_capture_is_atomic_idempotent_and_keeps_the_previous_on_failure(tmp_path
     ncu_argv = next(c["argv"] for c in man["commands"] if "--nvtx-include" in c["argv"])
     assert man["ncu"]["replay_mode"] == "application" and ncu_argv[ncu_argv.index("--replay-mode") + 1] == "application"
     assert "--warmup-refs-only" in ncu_argv  # application replay: our kernels' warm-ups would run patched
+    assert man["ceilings_measured_by"] == "this capture"
+
+
+def test_a_later_suite_of_the_same_command_reuses_the_ceilings(tmp_path):
+    py = _exe(tmp_path / "python", FAKE_PYTHON)
+    ncu = _exe(tmp_path / "ncu", FAKE_NCU)
+    first = C.capture("blocksize", tmp_path / "a", ncu=str(ncu), python=str(py), echo=lambda s: None)
+    dest = C.capture("blocksize", tmp_path / "b", ncu=str(ncu), python=str(py), ceilings_from=first,
+                     echo=lambda s: None)
+    man = validate(dest, open_reports=False)
+    assert "earlier capture of the same command" in man["ceilings_measured_by"]
+    assert not any(c["step"] == "ceilings" for c in man["commands"])
+    assert man["ceilings"]["copy_d2d"]["bytes_per_s"] == 1.0 and "ceilings.json" in man["files"]
 
 
 def test_store_validation_errors(tmp_path):
