@@ -12,11 +12,18 @@ from nsightlab import parse
 from nsightlab.store import ProfileError, find_file
 
 ROOT = Path(__file__).resolve().parent.parent
-NCU_CAPTURES = [ROOT / "profiles" / "nvidia-h200" / s for s in ("seqlen", "blocksize")]
-SEQLEN = ROOT / "profiles" / "nvidia-h200" / "seqlen"
+#: every committed capture with Nsight Compute counters, on every GPU
+NCU_CAPTURES = sorted(p.parent for p in (ROOT / "profiles").glob("*/*/manifest.json")
+                      if p.parent.name in ("seqlen", "blocksize") and not p.parent.parent.name.startswith("_"))
+NSYS_CAPTURES = [p for p in NCU_CAPTURES if (p / "manifest.json").read_text().count("nsys.sqlite")]
 
 
-@pytest.fixture(scope="module", params=NCU_CAPTURES, ids=lambda p: p.name)
+def test_both_gpus_are_checked():
+    assert {p.parent.name for p in NCU_CAPTURES} >= {"nvidia-h200", "nvidia-h100-80gb-hbm3"}
+    assert {p.parent.name for p in NSYS_CAPTURES} >= {"nvidia-h200", "nvidia-h100-80gb-hbm3"}
+
+
+@pytest.fixture(scope="module", params=NCU_CAPTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def ncu_pair(request):
     cap = request.param
     return parse.ncu_frame(find_file(cap, "ncu.ncu-rep")), parse.ncu_csv_frame(find_file(cap, "ncu_raw.csv"))
@@ -62,20 +69,25 @@ def _stats(cap, name):
     return pd.read_csv(cap / f"nsys_stats_{name}.csv")
 
 
-def test_nsys_kernels_agree_with_nsys_stats():
-    t = parse.nsys_tables(find_file(SEQLEN, "nsys.sqlite"))
+@pytest.fixture(scope="module", params=NSYS_CAPTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def nsys_capture(request):
+    return request.param, parse.nsys_tables(find_file(request.param, "nsys.sqlite"))
+
+
+def test_nsys_kernels_agree_with_nsys_stats(nsys_capture):
+    cap, t = nsys_capture
     mine = parse.nsys_kernel_summary(t["kernels"])
-    theirs = _stats(SEQLEN, "cuda_gpu_kern_sum").set_index("Name")
+    theirs = _stats(cap, "cuda_gpu_kern_sum").set_index("Name")
     assert len(mine) == len(theirs)
     for name, row in theirs.iterrows():
         assert mine.loc[name, "instances"] == row["Instances"]
         assert abs(mine.loc[name, "total_ns"] - row["Total Time (ns)"]) <= 1e-3 * row["Total Time (ns)"]
 
 
-def test_nsys_ranges_agree_with_nsys_stats():
-    t = parse.nsys_tables(find_file(SEQLEN, "nsys.sqlite"))
+def test_nsys_ranges_agree_with_nsys_stats(nsys_capture):
+    cap, t = nsys_capture
     mine = parse.nsys_range_summary(t["ranges"])
-    theirs = _stats(SEQLEN, "nvtx_sum")
+    theirs = _stats(cap, "nvtx_sum")
     theirs["range"] = theirs["Range"].str.lstrip(":")
     theirs = theirs[theirs["range"].str.startswith("fk:")].set_index("range")
     assert len(mine) == len(theirs) > 100
@@ -84,8 +96,8 @@ def test_nsys_ranges_agree_with_nsys_stats():
         assert abs(mine.loc[name, "total_ns"] - row["Total Time (ns)"]) <= 1e-3 * row["Total Time (ns)"]
 
 
-def test_every_measured_range_has_its_kernels_joined():
-    t = parse.nsys_tables(find_file(SEQLEN, "nsys.sqlite"))
+def test_every_measured_range_has_its_kernels_joined(nsys_capture):
+    _, t = nsys_capture
     k = t["kernels"]
     joined = k[k["range_id"] >= 0]
     assert set(joined["range_id"]) == set(t["ranges"].index), "a range without kernels"

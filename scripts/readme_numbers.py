@@ -1,0 +1,125 @@
+"""Print the README's result tables and findings from the committed captures (no GPU, no torch).
+
+    python scripts/readme_numbers.py                 # every GPU under profiles/
+    python scripts/readme_numbers.py nvidia-h200     # one
+
+Every number the README quotes about a capture comes from here, so that it can be re-derived.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from nsightlab import analysis as A
+from nsightlab import parse, perf
+from nsightlab.store import find_file, load_bench, load_manifest, short_commit
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _md(df: pd.DataFrame) -> str:
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def capture_table(gpu: Path) -> str:
+    rows = []
+    for suite in ("seqlen", "blocksize", "seeds"):
+        cap = gpu / suite
+        if not (cap / "manifest.json").exists():
+            continue
+        m = load_manifest(cap)
+        ncu, t = m.get("ncu") or {}, m["timings_seconds"]
+        parts = [f"{k} {v:.0f} s" for k, v in t.items() if k not in ("total", "ncu_raw_csv") and v >= 1]
+        rows.append({"suite": f"`{suite}`", "tools": " + ".join(m["parameters"]["tools"]),
+                     "kernels profiled": (f"{ncu['kernels_profiled']} × {ncu['max_passes_per_kernel']} passes "
+                                          f"({ncu['replay_mode']} replay)" if ncu else "—"),
+                     "time": f"{t['total']:.0f} s ({', '.join(parts)})", "commit": short_commit(m["git_commit"], 7)})
+    return _md(pd.DataFrame(rows))
+
+
+def target_table(gpu: Path) -> str:
+    df, _ = load_bench(gpu / "seeds")
+    t = perf.target_table(df)
+    t = t.assign(causal=t["causal"].map({True: "yes", False: "no"}), tflops=t["tflops"].round(1),
+                 ref_tflops=t["ref_tflops"].round(1), ratio=(100 * t["ratio"]).round(0).astype(int).astype(str) + "%",
+                 target=(100 * t["target"]).astype(int).astype(str) + "%", met=t["met"].map({True: "yes", False: "**no**"}))
+    t = t.drop(columns=["B", "H"]).rename(columns={"tflops": "flash_mma TFLOP/s", "ref_tflops": "SDPA flash TFLOP/s"})
+    return _md(t)
+
+
+def one_config_table(gpu: Path, config: str = "B4-H16-N4096-D128") -> str:
+    df, _ = load_bench(gpu / "seeds")
+    d = df[(df["suite"] == "seed002") & (df["config"] == config)]
+    rows, notes = [], []
+    for impl, g in d.groupby("impl", sort=False):
+        row = {"implementation": impl}
+        for p in ("forward", "backward"):
+            r = g[g["pass"] == p]
+            ok = len(r) and r["status"].iloc[0] == "ok"
+            row[f"{p} ms"] = f"{r['ms'].iloc[0]:.2f}" if ok else ("skipped" if len(r) and "has no" not in r["status"].iloc[0] else "—")
+            row[f"{p} TFLOP/s"] = f"{r['tflops'].iloc[0]:.1f}" if ok else "—"
+            row[f"{p} rel_l2"] = f"{r['rel_l2'].iloc[0]:.1e}" if ok else "—"
+            if len(r) and not ok and "has no" not in r["status"].iloc[0]:
+                notes.append(f"{impl} {p}: {r['status'].iloc[0]}")
+        rows.append(row)
+    return _md(pd.DataFrame(rows)) + "\n\n" + "\n".join(f"- {n}" for n in notes)
+
+
+def seqlen_findings(gpu: Path) -> str:
+    cap = gpu / "seqlen"
+    m = load_manifest(cap)
+    work = A.kernel_work(parse.ncu_frame(find_file(cap, "ncu.ncu-rep")))
+    rng = A.per_range(work)
+    fc = A.flop_check(rng)
+    out = []
+    for group, sel in (("tensor-core (flash_mma, SDPA)", fc["variant"].isin(["flash_mma", "sdpa_flash", "sdpa_cudnn"])),
+                       ("CUDA-core and materializing", ~fc["variant"].isin(["flash_mma", "sdpa_flash", "sdpa_cudnn"]))):
+        r = fc[sel]["counted_over_analytic"]
+        out.append(f"- counted/analytic FLOPs, {group}: {r.min():.2f}–{r.max():.2f}")
+    l2 = A.l2_traffic(rng, m["gpu"]["l2_bytes"])
+    nv = l2[(l2["variant"] == "naive") & (l2["pass"] == "forward") & (l2["D"] == 64)].sort_values("N")
+    out.append("- naive forward D=64 L2 hit rate by N: " + ", ".join(f"{n}: {h:.0f}%" for n, h in zip(nv["N"], nv["l2_hit_rate"], strict=True)))
+    on = A.onset_table(l2, m["gpu"]["l2_bytes"])
+    r = on[(on["variant"] == "naive") & (on["pass"] == "forward") & (on["D"] == 64)].iloc[0]
+    out.append(f"- naive forward D=64: modeled onset N≈{r['modeled_onset_N']:.0f}, measured onset N={r['measured_onset_N']:.0f}")
+    fm = l2[(l2["variant"] == "flash_mma") & (l2["pass"] == "forward")]
+    out.append(f"- flash_mma forward DRAM / compulsory bytes: {fm['dram_over_compulsory'].min():.2f}–"
+               f"{fm['dram_over_compulsory'].max():.2f} (N≥1024: {fm[fm['N'] >= 1024]['dram_over_compulsory'].min():.2f}–"
+               f"{fm[fm['N'] >= 1024]['dram_over_compulsory'].max():.2f}); L2 hit rate at N=4096 D=64: "
+               f"{fm[(fm['N'] == 4096) & (fm['D'] == 64)]['l2_hit_rate'].iloc[0]:.0f}%")
+    T = parse.nsys_tables(find_file(cap, "nsys.sqlite"))
+    s = A.speedup_vs(A.timing_summary(A.range_timing(T["kernels"], T["ranges"])))
+    sel = s[(s["N"] == 4096) & (s["D"] == 128)]
+    for v in ("flash_mma", "sdpa_flash", "sdpa_cudnn"):
+        f = sel[(sel["variant"] == v) & (sel["pass"] == "forward")].iloc[0]
+        b = sel[(sel["variant"] == v) & (sel["pass"] == "backward")].iloc[0]
+        out.append(f"- N=4096 D=128 (nsys, median of {int(f['iters'])} launches): {v} {f['tflops']:.0f} / {b['tflops']:.0f} "
+                   f"TFLOP/s fwd/bwd ({f['speed_vs_sdpa_flash']:.2f}× / {b['speed_vs_sdpa_flash']:.2f}× SDPA flash)")
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> int:
+    gpus = [ROOT / "profiles" / g for g in argv] or sorted(p for p in (ROOT / "profiles").iterdir()
+                                                          if p.is_dir() and not p.name.startswith(("_", ".")))
+    for gpu in gpus:
+        m = load_manifest(gpu / "seqlen") if (gpu / "seqlen").exists() else {}
+        env = m.get("environment", {})
+        print(f"## {gpu.name}: {m.get('gpu', {}).get('name')}, driver "
+              f"{m.get('gpu', {}).get('nvidia_smi', {}).get('driver_version')}, torch {env.get('torch')}\n")
+        print("### captures\n\n" + capture_table(gpu) + "\n")
+        if (gpu / "seeds").exists():
+            print("### flash_mma vs SDPA flash (convention, N >= 2048)\n\n" + target_table(gpu) + "\n")
+            print("### every variant, seed002 B4-H16-N4096-D128\n\n" + one_config_table(gpu) + "\n")
+        if (gpu / "seqlen").exists():
+            print("### seqlen findings\n\n" + seqlen_findings(gpu) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,28 @@
+"""The README's result tables are what scripts/readme_numbers.py prints from the committed captures."""
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("readme_numbers", ROOT / "scripts" / "readme_numbers.py")
+rn = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(rn)
+README = (ROOT / "README.md").read_text()
+
+
+def _rows(table: str) -> list[str]:
+    return [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| pass |")]
+
+
+def test_readme_tables_come_from_the_committed_captures():
+    h200, h100 = ROOT / "profiles" / "nvidia-h200", ROOT / "profiles" / "nvidia-h100-80gb-hbm3"
+    tables = [rn.target_table(h200), rn.one_config_table(h200), rn.capture_table(h200), rn.capture_table(h100)]
+    missing = [row for t in tables for row in _rows(t) if row not in README]
+    assert not missing, f"README rows not reproduced by scripts/readme_numbers.py: {missing[:5]}"
+    assert len([r for t in tables for r in _rows(t)]) > 40
+
+
+def test_the_script_runs_for_every_gpu(capsys):
+    assert rn.main([]) == 0
+    out = capsys.readouterr().out
+    assert "## nvidia-h200" in out and "## nvidia-h100-80gb-hbm3" in out and "seqlen findings" in out
