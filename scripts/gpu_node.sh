@@ -102,6 +102,23 @@ for name, gone in drop.items():
     print(f"without {name:60s} passes {p[-1] if p else '?'}  {time.perf_counter() - t:5.1f} s", flush=True)
 PY
       ;;
+    full)
+      # one kernel with Nsight Compute's full section set and the CUDA source, for the GUI
+      step full
+      python3 - <<'PY' 2>&1 | tee "$OUT/full.log"
+import os, subprocess, sys, time
+from nsightlab.capture import ncu_command, workload_command
+from nsightlab.tools import find_ncu
+wl = workload_command(python=sys.executable, extra=["--variant", "flash_mma", "--pass", "backward", "-B", "4", "-H", "16",
+                                                    "-N", "4096", "-D", "128"])
+cmd = ncu_command(find_ncu(), wl, os.environ["OUT"] + "/flash_mma_bwd_d128_full", section_set="full")
+cmd[1:1] = ["--kernel-name", "regex:flash_mma_backward", "--import-source", "yes"]
+print(" ".join(cmd), flush=True)
+t = time.perf_counter()
+rc = subprocess.run(cmd).returncode
+print(f"rc {rc}, {time.perf_counter() - t:.0f} s", flush=True)
+PY
+      ;;
     capture)
       # one command for all the suites (the GEMM/copy ceilings are measured once), then ship each
       step capture
