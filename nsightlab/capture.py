@@ -64,8 +64,10 @@ def workload_command(suite: str | None = None, *, python: str = sys.executable, 
 def ncu_command(ncu: str | os.PathLike, workload: Sequence[str], export: str | os.PathLike, *,
                 metrics: Sequence[str] | None = None, clock_control: str = "none",
                 nvtx_include: str = NCU_NVTX_INCLUDE, section_set: str | None = None,
-                replay_mode: str = "kernel") -> list[str]:
-    """ncu over the workload, profiling only launches inside the measured NVTX ranges.
+                replay_mode: str = "kernel", kernel_regex: str | None = None,
+                extra: Sequence[str] = ()) -> list[str]:
+    """ncu over the workload, profiling only launches inside the measured NVTX ranges (and, with
+    ``kernel_regex``, only kernels whose name matches; ``extra``: further ncu options).
 
     ``replay_mode="kernel"`` replays each profiled kernel once per counter pass, saving and
     restoring its memory each time (about 0.15 s per pass per kernel on the H200, whatever its
@@ -80,6 +82,9 @@ def ncu_command(ncu: str | os.PathLike, workload: Sequence[str], export: str | o
         raise ValueError(f"replay_mode must be 'kernel' or 'application', not {replay_mode!r}")
     cmd = [str(ncu), "--nvtx", "--nvtx-include", nvtx_include, "--clock-control", clock_control,
            "--cache-control", "all", "--replay-mode", replay_mode, "--target-processes", "all"]
+    if kernel_regex:
+        cmd += ["--kernel-name", f"regex:{kernel_regex}"]
+    cmd += list(extra)
     if section_set:
         cmd += ["--set", section_set]
     else:

@@ -85,21 +85,23 @@ PY
       # which metric groups cost ncu replay passes: the full list, then the list without each group
       step passes
       python3 - <<'PY' 2>&1 | tee "$OUT/passes.log"
-import re, subprocess, sys, time
+import subprocess, sys, time
 from nsightlab import metrics
+from nsightlab.capture import ncu_command, passes_per_kernel, workload_command
+from nsightlab.tools import find_ncu
 full = metrics.metric_names()
 drop = {"none": [], "clocks": list(metrics.CLOCKS.values()), "work": list(metrics.WORK.values()),
         **{m: [m] for m in (*metrics.WORK.values(), *metrics.TRAFFIC.values(), metrics.LAUNCH["duration"],
                             metrics.LAUNCH["occupancy"])}}
+wl = workload_command(python=sys.executable, warmup=0, extra=["--variant", "flash_mma", "--pass", "forward", "-N", "1024",
+                                                              "-D", "64"])
 for name, gone in drop.items():
-    ms = [m for m in full if m not in gone]
-    cmd = ["ncu", "--clock-control", "none", "--cache-control", "all", "-k", "regex:flash_mma", "-c", "1",
-           "--metrics", ",".join(ms), sys.executable, "-m", "flash_kernels.workload", "--variant", "flash_mma",
-           "--pass", "forward", "-N", "1024", "-D", "64", "--warmup", "0"]
+    cmd = ncu_command(find_ncu(), wl, "/tmp/passes_probe", metrics=[m for m in full if m not in gone],
+                      kernel_regex="flash_mma", extra=["--launch-count", "1"])
     t = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True).stdout
-    p = re.findall(r"(\d+) passes?", out)
-    print(f"without {name:60s} passes {p[-1] if p else '?'}  {time.perf_counter() - t:5.1f} s", flush=True)
+    p = passes_per_kernel(out)
+    print(f"without {name:60s} passes {max(p.values()) if p else '?'}  {time.perf_counter() - t:5.1f} s", flush=True)
 PY
       ;;
     full)
@@ -111,8 +113,8 @@ from nsightlab.capture import ncu_command, workload_command
 from nsightlab.tools import find_ncu
 wl = workload_command(python=sys.executable, extra=["--variant", "flash_mma", "--pass", "backward", "-B", "4", "-H", "16",
                                                     "-N", "4096", "-D", "128"])
-cmd = ncu_command(find_ncu(), wl, os.environ["OUT"] + "/flash_mma_bwd_d128_full", section_set="full")
-cmd[1:1] = ["--kernel-name", "regex:flash_mma_backward", "--import-source", "yes"]
+cmd = ncu_command(find_ncu(), wl, os.environ["OUT"] + "/flash_mma_bwd_d128_full", section_set="full",
+                  kernel_regex="flash_mma_backward", extra=["--import-source", "yes"])
 print(" ".join(cmd), flush=True)
 t = time.perf_counter()
 rc = subprocess.run(cmd).returncode

@@ -25,8 +25,12 @@ def test_ncu_command_profiles_only_ranges_with_clocks_left_alone():
     assert base[base.index("--clock-control") + 1] == "base"
     with pytest.raises(ValueError, match="clock_control"):
         C.ncu_command("ncu", [], "o", clock_control="boost")
-    full = C.ncu_command("ncu", [], "o", section_set="full")
-    assert "--set" in full and "--metrics" not in full
+    full = C.ncu_command("ncu", ["py"], "o", section_set="full", kernel_regex="flash_mma_backward",
+                         extra=["--import-source", "yes"])
+    assert "--set" in full and "--metrics" not in full and full[-1] == "py"
+    assert full[full.index("--kernel-name") + 1] == "regex:flash_mma_backward"
+    assert full[full.index("--import-source") + 1] == "yes"
+    assert "--kernel-name" not in cmd
 
 
 def test_nsys_commands():

@@ -9,13 +9,13 @@ import pandas as pd
 import pytest
 
 from nsightlab import parse
-from nsightlab.store import ProfileError, find_file
+from nsightlab.store import ProfileError, find_file, load_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 #: every committed capture with Nsight Compute counters, on every GPU
 NCU_CAPTURES = sorted(p.parent for p in (ROOT / "profiles").glob("*/*/manifest.json")
                       if p.parent.name in ("seqlen", "blocksize") and not p.parent.parent.name.startswith("_"))
-NSYS_CAPTURES = [p for p in NCU_CAPTURES if (p / "manifest.json").read_text().count("nsys.sqlite")]
+NSYS_CAPTURES = [p for p in NCU_CAPTURES if "nsys" in load_manifest(p)["parameters"]["tools"]]
 
 
 def test_both_gpus_are_checked():
