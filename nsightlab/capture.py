@@ -31,7 +31,7 @@ from flash_kernels._env import git_commit
 
 from . import metrics as M
 from .ranges import NCU_NVTX_INCLUDE
-from .store import compact, file_table
+from .store import compact, file_table, gpu_slug
 from .tools import ToolError, check_ncu_output, check_nsys_importer, find_ncu, find_nsys, tool_version
 
 SCHEMA = 1
@@ -129,12 +129,6 @@ def kernels_profiled(ncu_log: str) -> int:
     if re.search(r'==PROF== Profiling "[^"]+".*?- \d+ pass', ncu_log):
         return n
     return n // max(1, len(re.findall(r"==PROF== Connected to process", ncu_log)))
-
-
-def gpu_slug(name: str) -> str:
-    """'NVIDIA H200' -> 'nvidia-h200' (the folder name of a GPU's captures)."""
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-    return slug or "unknown-gpu"
 
 
 # --------------------------------------------------------------------------- running

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
+import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
-
-class ProfileError(ValueError):
-    """A capture folder that is missing, incomplete or corrupt (the message says which and how)."""
+from .errors import ProfileError
+from .files import MANIFEST, file_table, sha256
 
 
 @dataclass(frozen=True)
@@ -28,6 +25,12 @@ class Capture:
     @property
     def label(self) -> str:
         return f"{self.gpu}/{self.suite}"
+
+
+def gpu_slug(name: str) -> str:
+    """'NVIDIA H200' -> 'nvidia-h200' (the folder name of a GPU's captures)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return slug or "unknown-gpu"
 
 
 def list_captures(root: Path) -> list[Capture]:
@@ -80,49 +83,9 @@ def load_bench(capture: Path) -> tuple[pd.DataFrame, dict[str, dict]]:
 
 # --------------------------------------------------------------------------- manifests and validation
 
-MANIFEST = "manifest.json"
 #: files larger than this are stored gzip-compressed (.gz) to keep the committed profiles small
 COMPACT_BYTES = 1 << 20
 COMPACT_SUFFIXES = (".ncu-rep", ".sqlite", ".csv", ".nsys-rep")
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def file_table(folder: Path) -> dict[str, dict[str, Any]]:
-    """Every file of a capture folder but the manifest, with its size and SHA-256."""
-    return {p.name: {"bytes": p.stat().st_size, "sha256": sha256(p)}
-            for p in sorted(Path(folder).iterdir()) if p.is_file() and p.name != MANIFEST}
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("NSIGHTLAB_CACHE", Path.home() / ".cache" / "nsightlab"))
-
-
-def local_copy(path: Path) -> Path:
-    """``path`` itself, or for ``X.gz`` an uncompressed copy in the cache (keyed by content hash)."""
-    path = Path(path)
-    if path.suffix != ".gz":
-        return path
-    dest = cache_dir() / sha256(path)[:24] / path.name[:-3]
-    if dest.exists():
-        return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=dest.parent, delete=False) as tmp:
-        try:
-            with gzip.open(path, "rb") as src:
-                for block in iter(lambda: src.read(1 << 20), b""):
-                    tmp.write(block)
-        except (OSError, EOFError) as exc:
-            os.unlink(tmp.name)
-            raise ProfileError(f"{path}: corrupt or truncated gzip file ({exc})") from None
-    os.replace(tmp.name, dest)
-    return dest
 
 
 def find_file(capture: Path, name: str) -> Path | None:
@@ -164,7 +127,7 @@ def validate(capture: Path, *, open_reports: bool = True) -> dict:
         elif sha256(p) != meta.get("sha256"):
             problems.append(f"{name}: SHA-256 does not match the manifest (file changed or corrupt)")
     if not problems and open_reports:
-        from . import parse
+        from . import parse  # noqa: PLC0415 - parse does not import store
 
         for name in files:
             base = name[:-3] if name.endswith(".gz") else name
@@ -254,3 +217,34 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# --------------------------------------------------------------------------- what a capture says about its cases
+
+CASE_COLUMNS = ("range", "impl", "pass", "dtype", "options", "status", "model_flop", "model_bytes", "model_working_set",
+                "model_source")
+
+
+def cases(manifest: dict) -> pd.DataFrame:
+    """The measured cases a capture's manifest records, one row per NVTX range name: ``range``,
+    ``impl``, ``pass``, ``dtype``, ``options`` (``a=1;b=x``), ``status``, the shape fields as
+    columns (B, H, N, D, ... or whatever the sweep's shapes name), the work model's quantities where
+    the implementation declared one (``model_flop``, ``model_bytes``, ``model_working_set``,
+    ``model_source``; NaN/"" where not) and its traits as ``trait_<name>`` columns. Empty (with those
+    columns) for imported captures, which know no cases."""
+    rows = []
+    for c in manifest.get("cases") or []:
+        if not isinstance(c, dict) or not c.get("range"):
+            continue
+        model = c.get("model") or {}
+        opts = c.get("options") or {}
+        row = {"range": c["range"], "impl": c.get("impl"), "pass": c.get("pass"), "dtype": c.get("dtype"),
+               "options": ";".join(f"{k}={opts[k]}" for k in sorted(opts)) if isinstance(opts, dict) else str(opts),
+               "status": c.get("status", "ok"),
+               "model_flop": model.get("flop", float("nan")), "model_bytes": model.get("bytes", float("nan")),
+               "model_working_set": model.get("working_set", float("nan")), "model_source": model.get("source", "")}
+        row.update({k: v for k, v in (c.get("shape") or {}).items() if k not in row})
+        row.update({f"trait_{k}": v for k, v in (c.get("traits") or {}).items()})
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=None if rows else list(CASE_COLUMNS))
+    return df.drop_duplicates("range", keep="last").reset_index(drop=True) if len(df) else df
