@@ -70,13 +70,15 @@ class RangeSchema:
     prefix: str
     positional: tuple[str, ...] = (LABEL, PASS)
     fields: Mapping[str, str] = field(default_factory=dict)  # name -> "int" | "float" | "str" | "bool"
+    #: typed fields that a name may leave out (written only when given)
+    optional: Mapping[str, str] = field(default_factory=dict)
     #: values a positional field may take (e.g. pass: forward, backward); empty = any token
     choices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     description: str = ""
 
     def __post_init__(self) -> None:
         _check_token("prefix", self.prefix)
-        bad = {k: v for k, v in self.fields.items() if v not in _TYPES}
+        bad = {k: v for k, v in {**self.fields, **self.optional}.items() if v not in _TYPES}
         if bad:
             raise ValueError(f"schema {self.prefix!r}: field types must be one of {sorted(_TYPES)}, not {bad}")
 
@@ -93,7 +95,8 @@ class RangeSchema:
                 raise ValueError(f"{p} must be one of {allowed}, not {val!r}")
             parts.append(_check_token(p, val))
         kv = []
-        for key, typ in self.fields.items():
+        typed = {**self.fields, **{k: t for k, t in self.optional.items() if values.get(k) is not None}}
+        for key, typ in typed.items():
             if key not in values:
                 raise ValueError(f"schema {self.prefix!r}: missing field {key!r}")
             val = values[key]
@@ -102,7 +105,7 @@ class RangeSchema:
             text = str(int(bool(val))) if typ == "bool" else str(val)
             kv.append(f"{key}={_check_token(key, text)}")
         for key in sorted(options or {}):
-            if key in self.fields or key in self.positional:
+            if key in self.fields or key in self.optional or key in self.positional:
                 raise ValueError(f"option name {key!r} clashes with a range field")
             kv.append(f"{_check_token('option name', key)}={_check_token('option value', str(options[key]))}")  # type: ignore[index]
         return ":".join(parts) + (":" + ",".join(kv) if kv else "")
@@ -133,6 +136,9 @@ class RangeSchema:
                 if key not in kv:
                     return None
                 row[key] = _convert(kv.pop(key), _TYPES[typ])
+            for key, typ in self.optional.items():
+                if key in kv:
+                    row[key] = _convert(kv.pop(key), _TYPES[typ])
         except ValueError:
             return None
         options = {k: _guess(v) for k, v in kv.items()}
@@ -143,18 +149,20 @@ class RangeSchema:
 
     @property
     def columns(self) -> tuple[str, ...]:
-        return (*self.positional, *self.fields)
+        return (*self.positional, *self.fields, *self.optional)
 
     # -- manifests
     def to_json(self) -> dict[str, Any]:
         return {"prefix": self.prefix, "positional": list(self.positional), "fields": dict(self.fields),
+                "optional": dict(self.optional),
                 "choices": {k: list(v) for k, v in self.choices.items()}, "description": self.description}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RangeSchema:
         try:
             return cls(str(data["prefix"]), tuple(data.get("positional", (LABEL, PASS))), dict(data.get("fields", {})),
-                       {k: tuple(v) for k, v in (data.get("choices") or {}).items()}, str(data.get("description", "")))
+                       dict(data.get("optional") or {}), {k: tuple(v) for k, v in (data.get("choices") or {}).items()},
+                       str(data.get("description", "")))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"not a range schema ({exc}): {data!r}") from None
 
