@@ -1,7 +1,7 @@
 """Benchmark every variant against PyTorch's SDPA backends (and PyTorch on the CPU) in one run.
 
     python -m flash_kernels.bench --suite convention --out results/        # CSV + manifest.json
-    python -m flash_kernels.bench --suite seed004 --variants flash_mma,flash_simt --passes forward
+    python -m flash_kernels.bench --suite mixed --variants flash_mma,flash_simt --passes forward
 
 Timing: CUDA events around each launch, after warm-up; the L2 is flushed (a buffer of twice its
 size is overwritten) before every timed repeat; the median is reported. Correctness is measured
@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _ops, model
-from .configs import SUITES, Config, get_suite
+from .bench_suites import SUITES, Config, get_suite
 from .reference import reference_backward, reference_forward
 from .registry import VARIANTS, get_variant
 from .testing import error_metrics, random_qkv
@@ -390,8 +390,9 @@ def main(argv: list[str] | None = None) -> int:
             get_suite(s)
     except ValueError as exc:
         p.error(str(exc))
+    from nsightlab.environment import environment
+
     from . import _build
-    from ._env import environment
 
     build_s = _build.build_all()
     for suite in suites:

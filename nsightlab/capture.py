@@ -1,16 +1,20 @@
-"""Capture a suite under Nsight Compute / Nsight Systems into a self-describing profile folder.
+"""Capture a sweep under Nsight Compute / Nsight Systems into a self-describing profile folder.
 
-    python -m nsightlab.capture --suite seqlen,blocksize,seeds --profiles profiles
-    python -m nsightlab.capture --suite seqlen --only 'flash_mma' --profiles /tmp/p   # a subset
+    python -m nsightlab.capture --suite seqlen,blocksize,bench          # sweeps registered by plug-ins
+    python -m nsightlab.capture --sweep my_sweep.toml
+    python -m nsightlab.capture --impl mypkg.attn:my_attention --impl sdpa_flash --impl flash_mma \
+        -B 4 -H 16 -N 1024,4096 -D 128 --causal both --pass forward,backward --name mine
+    python -m nsightlab.capture --suite seqlen --list                   # the cases, no GPU needed
 
-Each suite lands in ``<profiles>/<gpu>/<suite>/`` with ``manifest.json`` (GPU, versions, commit,
-parameters, exact command lines, files with sizes and SHA-256, timings, measured ceilings). It is
+Each sweep lands in ``<profiles>/<gpu>/<name>/`` with ``manifest.json``: the GPU, versions, commit,
+the sweep itself (so the capture re-runs exactly), every case with its range name, status and work
+model, the exact command lines, files with sizes and SHA-256, timings and measured ceilings. It is
 written into a temporary folder beside it and moved into place only when complete: a failed or
 interrupted capture leaves the previous one as it was, keeps its partial output in
-``<profiles>/.failed-<suite>-<time>/`` and says what failed. Re-running a suite replaces it whole.
+``<profiles>/.failed-<name>-<time>/`` and says what failed and which cases had finished.
 
-This module imports without torch: the workload, the ceilings and the benchmark run as subprocesses
-(``python -m flash_kernels.workload`` etc.), which is also how a notebook launches a capture.
+This module imports without torch: the workload (``python -m nsightlab.workload``), the ceilings
+and a sweep's benchmark run as subprocesses, which is also how a notebook launches a capture.
 """
 
 from __future__ import annotations
@@ -27,35 +31,29 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from flash_kernels._env import git_commit
-
 from . import metrics as M
-from .ranges import NCU_NVTX_INCLUDE
+from .environment import git_commit
+from .errors import CaptureError, ToolError
 from .store import compact, file_table, gpu_slug
-from .tools import ToolError, check_ncu_output, check_nsys_importer, find_ncu, find_nsys, tool_version
+from .sweep import Case, Sweep, find, from_args
+from .tools import check_ncu_output, check_nsys_importer, find_ncu, find_nsys, tool_version
 
-SCHEMA = 1
+SCHEMA = 2
 REPO = Path(__file__).resolve().parent.parent
-
-
-class CaptureError(RuntimeError):
-    """A capture step failed; the message names the step and where its log and partial output are."""
 
 
 # --------------------------------------------------------------------------- command lines
 
 
-def workload_command(suite: str | None = None, *, python: str = sys.executable, iters: int = 1, warmup: int = 1,
-                     only: str | None = None, log: str | os.PathLike | None = None, warmup_refs_only: bool = False,
-                     extra: Sequence[str] = ()) -> list[str]:
-    cmd = [python, "-m", "flash_kernels.workload"]
-    if suite:
-        cmd += ["--suite", suite]
+def workload_command(sweep_file: str | os.PathLike, *, python: str = sys.executable, iters: int = 1,
+                     warmup: int | None = None, only: str | None = None, log: str | os.PathLike | None = None,
+                     warmup_only: str = "all", extra: Sequence[str] = ()) -> list[str]:
+    cmd = [python, "-m", "nsightlab.workload", "--sweep", str(sweep_file), "--iters", str(iters),
+           "--warmup-only", warmup_only]
+    if warmup is not None:
+        cmd += ["--warmup", str(warmup)]
     if only:
         cmd += ["--only", only]
-    cmd += ["--iters", str(iters), "--warmup", str(warmup)]
-    if warmup_refs_only:
-        cmd += ["--warmup-refs-only"]
     if log:
         cmd += ["--log", str(log)]
     return cmd + list(extra)
@@ -63,7 +61,7 @@ def workload_command(suite: str | None = None, *, python: str = sys.executable, 
 
 def ncu_command(ncu: str | os.PathLike, workload: Sequence[str], export: str | os.PathLike, *,
                 metrics: Sequence[str] | None = None, clock_control: str = "none",
-                nvtx_include: str = NCU_NVTX_INCLUDE, section_set: str | None = None,
+                nvtx_include: str = "regex:^[^/]*/", section_set: str | None = None,
                 replay_mode: str = "kernel", kernel_regex: str | None = None,
                 extra: Sequence[str] = ()) -> list[str]:
     """ncu over the workload, profiling only launches inside the measured NVTX ranges (and, with
@@ -135,6 +133,8 @@ def kernels_profiled(ncu_log: str) -> int:
 
 
 class _Runner:
+    """Runs one step's command, its output to a log in the capture folder (and, summarized, to ``echo``)."""
+
     def __init__(self, folder: Path, echo: Callable[[str], None]) -> None:
         self.folder, self.echo = folder, echo
         self.commands: list[dict[str, Any]] = []
@@ -147,16 +147,20 @@ class _Runner:
         with open(log_path, "w") as lf:
             if stdout_to:
                 with open(self.folder / stdout_to, "w") as out:
-                    proc = subprocess.run(cmd, stdout=out, stderr=lf, env=env, cwd=REPO)
+                    proc = subprocess.run(cmd, stdout=out, stderr=lf, env=env)
             else:
-                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                        cwd=REPO)
+                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
                 assert proc.stdout is not None
-                for line in proc.stdout:
-                    lf.write(line)
-                    if line.strip() and not line.startswith("==PROF== Profiling"):
-                        self.echo(f"  {line.rstrip()[:200]}")
-                proc.wait()
+                try:
+                    for line in proc.stdout:
+                        lf.write(line)
+                        if line.strip() and not line.startswith("==PROF== Profiling"):
+                            self.echo(f"  [{step}] {line.rstrip()[:200]}")
+                    proc.wait()
+                except KeyboardInterrupt:
+                    proc.terminate()
+                    proc.wait(timeout=30)
+                    raise
         secs = time.perf_counter() - t0
         self.commands.append({"step": step, "argv": cmd, "seconds": round(secs, 2), "returncode": proc.returncode,
                               "log": log, **({"stdout": stdout_to} if stdout_to else {})})
@@ -187,33 +191,63 @@ def _place(tmp: Path, dest: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def capture(suite: str, profiles: str | os.PathLike = "profiles", *, ncu: str | None = None, nsys: str | None = None,
-            python: str = sys.executable, clock_control: str = "none", only: str | None = None,
-            nsys_iters: int = 5, replay_mode: str | None = None, ceilings_from: Path | None = None,
-            echo: Callable[[str], None] = print) -> Path:
-    """Capture one suite (see flash_kernels.configs.CAPTURE_SUITES) and return its folder.
-    ``replay_mode`` None: the suite's own (CaptureSuite.replay_mode). ``ceilings_from``: an earlier
-    capture of the same command on the same GPU whose measured ceilings this one reuses."""
-    from flash_kernels.configs import get_capture_suite
+def _finished(folder: Path) -> dict[str, str]:
+    """range -> status of the cases the workload logs in ``folder`` say finished."""
+    out: dict[str, str] = {}
+    for log in sorted(folder.glob("cases_*.jsonl")):
+        for line in log.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            out[rec.get("range", "")] = rec.get("status", "?")
+    return out
 
-    spec = get_capture_suite(suite)
-    replay_mode = replay_mode or spec.replay_mode
+
+def capture(sweep: Sweep | str, profiles: str | os.PathLike = "profiles", *, ncu: str | None = None,
+            nsys: str | None = None, python: str = sys.executable, clock_control: str = "none", only: str | None = None,
+            nsys_iters: int | None = None, replay_mode: str | None = None, ceilings_from: Path | None = None,
+            echo: Callable[[str], None] = print) -> Path:
+    """Capture one sweep (a :class:`~nsightlab.sweep.Sweep`, a registered sweep's name or a TOML
+    path) and return its folder. ``only``: a regex over range names. ``ceilings_from``: an earlier
+    capture of the same command on the same GPU whose measured ceilings this one reuses."""
+    if isinstance(sweep, str):
+        sweep = find(sweep)
+    replay_mode = replay_mode or sweep.replay_mode
+    nsys_iters = nsys_iters or sweep.nsys_iters
+    cases: list[Case] = sweep.cases()
+    if only:
+        rx = re.compile(only)
+        cases = [c for c in cases if rx.search(c.range)]
+        if not cases and set(sweep.tools) & {"ncu", "nsys"}:
+            raise CaptureError(f"--only {only!r} matches no case of sweep {sweep.name}")
+    runnable = [c for c in cases if c.runnable]
+    if set(sweep.tools) & {"ncu", "nsys"} and not runnable:
+        raise CaptureError(f"sweep {sweep.name}: no case can run ({len(cases)} skipped: "
+                           + "; ".join(sorted({c.status for c in cases}))[:300] + ")")
     profiles = Path(profiles).resolve()
     tools: dict[str, Path] = {}
-    if "ncu" in spec.tools:
+    if "ncu" in sweep.tools:
         tools["ncu"] = find_ncu(ncu)
-    if "nsys" in spec.tools:
+    if "nsys" in sweep.tools:
         tools["nsys"] = find_nsys(nsys)
         check_nsys_importer(tools["nsys"])
     profiles.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    tmp = profiles / f".tmp-{suite}-{stamp}-{os.getpid()}"
+    tmp = profiles / f".tmp-{sweep.name}-{stamp}-{os.getpid()}"
     tmp.mkdir()
+    (tmp / "sweep.toml").write_text(sweep.to_toml(), encoding="utf-8")
     run = _Runner(tmp, echo)
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env.setdefault("FK_GIT_COMMIT", git_commit())  # the node's copy of the tree may have no .git
+    env.setdefault("NSIGHTLAB_GIT_COMMIT", git_commit())  # a copy of the tree may have no .git
+    if sweep.plugins:
+        env["NSIGHTLAB_PLUGINS"] = ",".join([*sweep.plugins, *filter(None, env.get("NSIGHTLAB_PLUGINS", "").split(","))])
+    schema = sweep.schema()
+    steps = [s for s in ("ceilings", "ncu", "nsys", "bench") if s == "ceilings" or s in sweep.tools]
+    echo(f"capture {sweep.name}: {len(runnable)} case(s) to run ({len(cases) - len(runnable)} skipped), "
+         f"steps: {', '.join(steps)}")
     try:
         t = time.perf_counter()
         if ceilings_from is not None:
@@ -221,22 +255,22 @@ def capture(suite: str, profiles: str | os.PathLike = "profiles", *, ncu: str | 
                 shutil.copyfile(Path(ceilings_from) / name, tmp / name)
             echo(f"[ceilings] reused from {ceilings_from} (measured earlier in this command)")
         else:
-            run("ceilings", [python, "-m", "flash_kernels.ceilings", "--out", str(tmp / "ceilings.json")],
-                log="ceilings.log", env=env)
+            run("ceilings", [python, "-m", "nsightlab.ceilings", "--out", str(tmp / "ceilings.json")], log="ceilings.log",
+                env=env)
         timings["ceilings"] = time.perf_counter() - t
         measured = json.loads((tmp / "ceilings.json").read_text())
         environment = measured["environment"]
         gpu = environment.get("gpu", {})
-        dest = profiles / gpu_slug(gpu.get("name", "unknown")) / suite
+        dest = profiles / gpu_slug(gpu.get("name", "unknown")) / sweep.name
         ncu_info: dict[str, Any] = {}
         if "ncu" in tools:
             t = time.perf_counter()
-            # under application replay the patched pass would run our kernels' warm-ups patched too; their
-            # counters do not need one (ncu flushes the caches before each profiled kernel)
-            wl = workload_command(suite, python=python, iters=1, warmup=1, only=only, log=tmp / "cases_ncu.jsonl",
-                                  warmup_refs_only=replay_mode == "application")
+            # under application replay the patched pass would run the warm-ups patched too; kernels whose
+            # implementation says it needs none skip them (ncu flushes the caches before each profiled kernel)
+            wl = workload_command(tmp / "sweep.toml", python=python, iters=1, only=only, log=tmp / "cases_ncu.jsonl",
+                                  warmup_only="needed" if replay_mode == "application" else "all")
             text = run("ncu", ncu_command(tools["ncu"], wl, tmp / "ncu", clock_control=clock_control,
-                                          replay_mode=replay_mode),
+                                          replay_mode=replay_mode, nvtx_include=schema.nvtx_include()),
                        log="ncu.log", env=env, check=check_ncu_output)
             timings["ncu"] = time.perf_counter() - t
             t = time.perf_counter()
@@ -245,14 +279,13 @@ def capture(suite: str, profiles: str | os.PathLike = "profiles", *, ncu: str | 
             timings["ncu_raw_csv"] = time.perf_counter() - t
             passes = passes_per_kernel(text)
             ncu_info = {"version": tool_version(tools["ncu"]), "path": str(tools["ncu"]), "metrics": M.metric_names(),
-                        "clock_control": clock_control, "nvtx_include": NCU_NVTX_INCLUDE, "replay_mode": replay_mode,
-                        "kernels_profiled": kernels_profiled(text),
-                        "passes_per_kernel": passes,
+                        "clock_control": clock_control, "nvtx_include": schema.nvtx_include(), "replay_mode": replay_mode,
+                        "kernels_profiled": kernels_profiled(text), "passes_per_kernel": passes,
                         "max_passes_per_kernel": max(passes.values(), default=0)}
         nsys_info: dict[str, Any] = {}
         if "nsys" in tools:
             t = time.perf_counter()
-            wl = workload_command(suite, python=python, iters=nsys_iters, warmup=1, only=only,
+            wl = workload_command(tmp / "sweep.toml", python=python, iters=nsys_iters, only=only,
                                   log=tmp / "cases_nsys.jsonl")
             run("nsys", nsys_command(tools["nsys"], wl, tmp / "nsys"), log="nsys.log", env=env)
             if not (tmp / "nsys.nsys-rep").exists():
@@ -263,22 +296,23 @@ def capture(suite: str, profiles: str | os.PathLike = "profiles", *, ncu: str | 
                 log="nsys_stats.log", env=env)
             timings["nsys"] = time.perf_counter() - t
             nsys_info = {"version": tool_version(tools["nsys"]), "path": str(tools["nsys"]), "iters": nsys_iters}
-        if "bench" in spec.tools:
+        if "bench" in sweep.tools and sweep.bench:
             t = time.perf_counter()
-            run("bench", [python, "-m", "flash_kernels.bench", "--suite", ",".join(spec.bench_suites), "--out", str(tmp),
-                          *spec.bench_args], log="bench.log", env=env)
+            run("bench", [python, "-m", sweep.bench["module"], "--out", str(tmp), *map(str, sweep.bench.get("args", []))],
+                log="bench.log", env=env)
             timings["bench"] = time.perf_counter() - t
         timings["total"] = time.perf_counter() - t_start
+        finished = _finished(tmp)
         manifest = {
-            "schema": SCHEMA, "suite": suite, "description": spec.description, "created": stamp,
-            "gpu": gpu, "environment": environment, "git_commit": environment.get("git_commit"),
-            "ncu": ncu_info, "nsys": nsys_info, "ceilings": measured["ceilings"],
+            "schema": SCHEMA, "name": sweep.name, "suite": sweep.name, "description": sweep.description,
+            "origin": "captured", "created": stamp, "gpu": gpu, "environment": environment,
+            "git_commit": environment.get("git_commit"), "ncu": ncu_info, "nsys": nsys_info,
+            "ceilings": measured["ceilings"],
             "ceilings_measured_by": (f"an earlier capture of the same command ({Path(ceilings_from).name})"
                                      if ceilings_from is not None else "this capture"),
-            "parameters": {"only": only, "tools": list(spec.tools), "bench_suites": list(spec.bench_suites),
-                           "bench_args": list(spec.bench_args),
-                           "cases": [c.range_name() for c in spec.cases],
-                           "skipped": [{"range": c.range_name(), "reason": why} for c, why in spec.skipped]},
+            "tools": list(sweep.tools), "only": only, "sweep": sweep.to_dict(), "range_schemas": [schema.to_json()],
+            "cases": [{**c.to_json(), "status": finished.get(c.range, c.status if not c.runnable else "not run")}
+                      for c in cases],
             "commands": run.commands, "timings_seconds": {k: round(v, 2) for k, v in timings.items()},
             "files": file_table(tmp),
         }
@@ -287,53 +321,181 @@ def capture(suite: str, profiles: str | os.PathLike = "profiles", *, ncu: str | 
         compact(tmp)  # gzip the large exports; the manifest then lists the .gz files
         _place(tmp, dest)
     except BaseException as exc:
-        failed = profiles / f".failed-{suite}-{stamp}"
+        failed = profiles / f".failed-{sweep.name}-{stamp}"
+        done = _finished(tmp)
         with open(tmp / "FAILED.txt", "w") as fh:
             fh.write(f"{type(exc).__name__}: {exc}\n")
+            fh.write(f"cases finished ({len(done)} of {len(runnable)}):\n" + "".join(f"  {s:10s} {r}\n" for r, s in done.items()))
         os.replace(tmp, failed)
+        what = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"failed: {exc}"
+        msg = (f"capture of {sweep.name!r} {what}. {len(done)} of {len(runnable)} case(s) had finished (listed in "
+               f"{failed}/FAILED.txt). The previous capture (if any) is untouched; partial output and logs are in {failed}")
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            echo(msg)
             raise
-        raise CaptureError(f"capture of suite {suite!r} failed: {exc}. The previous capture (if any) is untouched; "
-                           f"partial output and logs are in {failed}") from exc
-    echo(f"captured {suite} into {dest} in {timings['total']:.0f} s")
+        raise CaptureError(msg) from exc
+    echo(f"captured {sweep.name} into {dest} in {timings['total']:.0f} s")
     return dest
 
 
-def main(argv: list[str] | None = None) -> int:
-    from flash_kernels.configs import CAPTURE_SUITES
+def profile(impls: Sequence[str | Callable[..., Any]], *, name: str = "notebook", profiles: str | os.PathLike = "profiles_live",
+            tools: Sequence[str] = ("ncu", "nsys"), passes: Sequence[str] = ("forward",), options: dict[str, Any] | None = None,
+            **params: Any) -> dict[str, Any]:
+    """From a notebook: capture ``impls`` (registered names, ``module:callable`` strings, or functions
+    defined in an importable module) on the attention shapes ``params`` (lists sweep), in a subprocess,
+    and hand back the tidy frames: ``{"path", "manifest", "ncu" (per launch), "nsys" (tables)}``."""
+    from . import parse
+    from .ranges import schemas_of
+    from .store import find_file, load_manifest
 
+    specs = []
+    for impl in impls:
+        if callable(impl):
+            mod = getattr(impl, "__module__", "__main__")
+            if mod == "__main__":
+                raise ValueError(f"{impl.__name__} is defined in the notebook itself; the capture runs it in another "
+                                 "process, which can only import it: put it in a .py file and import it from there")
+            specs.append(f"{impl.__name__}={mod}:{impl.__qualname__}")
+        else:
+            specs.append(str(impl))
+    sweep = from_args(name, specs, params, passes, options or {}, tools)
+    path = capture(sweep, profiles)
+    man = load_manifest(path)
+    schemas = schemas_of(man)
+    out: dict[str, Any] = {"path": path, "manifest": man}
+    if (f := find_file(path, "ncu.ncu-rep")) is not None:
+        out["ncu"] = parse.ncu_frame(f, schemas=schemas)
+    if (f := find_file(path, "nsys.sqlite")) is not None:
+        out["nsys"] = parse.nsys_tables(f, schemas=schemas)
+    return out
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _ints(text: str | None, flag: str) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        vals = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} takes positive integers, comma-separated (e.g. 1024,4096), not {text!r}") from None
+    if not vals or any(v < 1 for v in vals):
+        raise ValueError(f"{flag} takes positive integers, comma-separated (e.g. 1024,4096), not {text!r}")
+    return vals
+
+
+def _option(text: str) -> tuple[str, Any]:
+    key, sep, val = text.partition("=")
+    if not sep or not key or not val:
+        raise ValueError(f"--option takes name=value (e.g. block_size=32 or tile=128x64), not {text!r}")
+    vals = [int(v) if v.isdigit() else v for v in val.split(",")]
+    return key, vals if len(vals) > 1 else vals[0]
+
+
+def sweeps_from_args(a: argparse.Namespace) -> list[Sweep]:
+    """The sweeps a command line asks for; ValueError with a readable message on bad input."""
+    chosen = [x for x in ("suite", "sweep", "impl") if getattr(a, x)]
+    if len(chosen) != 1:
+        raise ValueError("give exactly one of --suite NAME, --sweep FILE or --impl SPEC (with -N ...)")
+    if a.suite:
+        return [find(s) for s in a.suite.split(",") if s]
+    if a.sweep:
+        return [find(a.sweep)]
+    if a.N is None:
+        raise ValueError("--impl needs the shapes: at least -N (and -B -H -D, default 1, 8, 64)")
+    causal = {"both": [False, True], "yes": True, "true": True, "no": False, "false": False}.get(a.causal.lower())
+    if causal is None:
+        raise ValueError(f"--causal takes both, yes or no, not {a.causal!r}")
+    passes = [p for p in a.passes.split(",") if p]
+    if not passes or any(p not in ("forward", "backward") for p in passes):
+        raise ValueError(f"--pass takes forward, backward or forward,backward, not {a.passes!r}")
+    tools = [t for t in a.tools.split(",") if t]
+    params = {"B": _ints(a.B, "-B"), "H": _ints(a.H, "-H"), "N": _ints(a.N, "-N"), "D": _ints(a.D, "-D"),
+              "Hkv": _ints(a.Hkv, "--Hkv"), "Nk": _ints(a.Nk, "--Nk"), "dtype": a.dtype.split(","), "causal": causal}
+    impls = [s for spec in a.impl for s in spec.split(",") if s]
+    return [from_args(a.name, impls, params, passes, dict(_option(o) for o in a.option), tools, plugins=a.plugin,
+                      description=a.description or "")]
+
+
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m nsightlab.capture", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--suite", required=True, help=f"comma-separated, from {', '.join(CAPTURE_SUITES)}")
+    src = p.add_argument_group("what to capture (one of)")
+    src.add_argument("--suite", help="registered sweep names, comma-separated (see --list-suites)")
+    src.add_argument("--sweep", help="a sweep TOML file")
+    src.add_argument("--impl", action="append", default=[],
+                     help="an implementation: a registered name (sdpa_flash, flash_mma, ...), module:callable, or "
+                          "name=module:callable; repeat or comma-separate")
+    shp = p.add_argument_group("shapes, with --impl (comma-separated values sweep)")
+    shp.add_argument("-B", help="batch (default 1)")
+    shp.add_argument("-H", help="query heads (default 8)")
+    shp.add_argument("-N", help="query length, e.g. 1024,4096")
+    shp.add_argument("-D", help="head dim (default 64)")
+    shp.add_argument("--Hkv", help="key/value heads (grouped-query attention; default H)")
+    shp.add_argument("--Nk", help="key length (default N)")
+    shp.add_argument("--dtype", default="float16", help="float16, bfloat16 or float32 (comma-separated)")
+    shp.add_argument("--causal", default="no", help="no, yes or both")
+    shp.add_argument("--pass", dest="passes", default="forward,backward", help="forward, backward or both")
+    shp.add_argument("--option", action="append", default=[], help="implementation option name=value[,value]")
+    shp.add_argument("--name", default="custom", help="the capture's name (its folder under profiles/<gpu>/)")
+    shp.add_argument("--description", help="one line saying what the capture is for")
+    shp.add_argument("--tools", default="ncu,nsys", help="ncu, nsys or both (default both)")
+    shp.add_argument("--plugin", action="append", default=[], help="a module that registers implementations")
     p.add_argument("--profiles", default="profiles", help="profile store root (default: profiles)")
     p.add_argument("--only", help="only cases whose NVTX range name matches this regex")
+    p.add_argument("--list", action="store_true", help="print each sweep's cases (range names, skips) and exit; no GPU")
+    p.add_argument("--list-suites", action="store_true", help="print the registered sweeps and exit")
     p.add_argument("--ncu", help="path to ncu (else $NCU, PATH, standard folders)")
     p.add_argument("--nsys", help="path to nsys (else $NSYS, PATH, standard folders, Nsight Compute's copy)")
     p.add_argument("--clock-control", default="none", choices=("none", "base"),
                    help="ncu --clock-control (default none: the GPU's clocks are left as they are)")
-    p.add_argument("--nsys-iters", type=int, default=5)
+    p.add_argument("--nsys-iters", type=int, default=None, help="measured launches per range under nsys (default: the sweep's)")
     p.add_argument("--replay-mode", default=None, choices=("kernel", "application"),
                    help="ncu replay: rerun the whole (deterministic) workload per counter pass, or replay each "
-                        "kernel; default: the suite's own (seqlen application, blocksize kernel)")
+                        "kernel; default: the sweep's")
     a = p.parse_args(argv)
-    suites = [s for s in a.suite.split(",") if s]
-    unknown = [s for s in suites if s not in CAPTURE_SUITES]
-    if unknown:
-        p.error(f"unknown suite(s) {unknown}; known: {', '.join(CAPTURE_SUITES)}")
+    import signal
+
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `--list | head` ends quietly
+    if a.list_suites:
+        from .sweep import named_sweeps
+
+        for name, path in named_sweeps().items():
+            print(f"{name:16s} {path}")
+        return 0
+    try:
+        sweeps = sweeps_from_args(a)
+        if a.list:
+            for s in sweeps:
+                cases = s.cases()
+                print(f"# {s.name}: {sum(c.runnable for c in cases)} case(s) to run, {sum(not c.runnable for c in cases)} skipped")
+                for c in cases:
+                    print(c.range + ("" if c.runnable else f"    [{c.status}]"))
+            return 0
+        for s in sweeps:
+            s.cases()  # every sweep checked before the first one runs
+    except ValueError as exc:
+        p.error(str(exc))
+    if a.nsys_iters is not None and a.nsys_iters < 1:
+        p.error("--nsys-iters must be >= 1")
     t0 = time.perf_counter()
     status = 0
     first: Path | None = None  # the GEMM and copy ceilings are measured once per command
-    for s in suites:
+    for s in sweeps:
         t = time.perf_counter()
         try:
             dest = capture(s, a.profiles, ncu=a.ncu, nsys=a.nsys, clock_control=a.clock_control, only=a.only,
                            nsys_iters=a.nsys_iters, replay_mode=a.replay_mode, ceilings_from=first)
             first = first or dest
-        except (ToolError, CaptureError) as exc:
+        except (ToolError, CaptureError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             status = 1
-        print(f"suite {s}: {time.perf_counter() - t:.0f} s", file=sys.stderr)
-    print(f"all suites ({','.join(suites)}): {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+        print(f"sweep {s.name}: {time.perf_counter() - t:.0f} s", file=sys.stderr)
+    print(f"all sweeps ({', '.join(s.name for s in sweeps)}): {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return status
 
 

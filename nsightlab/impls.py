@@ -65,6 +65,8 @@ class Implementation:
     description: str = ""
     #: for problem "custom": params, device -> the positional arguments of ``target``
     inputs: Callable[..., tuple[Any, ...]] | None = None
+    #: called once before the workload's first case, outside every range (e.g. build the kernels)
+    setup: Callable[[], Any] | None = None
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):

@@ -15,10 +15,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-
-class ToolError(RuntimeError):
-    """A profiler that is missing, unusable, or not permitted to read counters (with what to do)."""
-
+from .errors import ToolError
 
 NCU_DIRS = ("/usr/local/cuda/bin", "/opt/nvidia/nsight-compute/*", "/usr/local/cuda/nsight-compute-*",
             "/usr/local/NVIDIA-Nsight-Compute*", "/opt/nvidia/nsight-compute")

@@ -1,7 +1,7 @@
-"""Measured ceilings of this GPU, run once per capture: large GEMMs (bf16, fp16, fp32 without TF32)
+"""Measured ceilings of this GPU (torch at run time), run once per capture command: large GEMMs (bf16, fp16, fp32 without TF32)
 and a device-to-device copy. Medians of CUDA-event timings after warm-up.
 
-    python -m flash_kernels.ceilings --out ceilings.json
+    python -m nsightlab.ceilings --out ceilings.json
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def measure() -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m flash_kernels.ceilings", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m nsightlab.ceilings", description=__doc__)
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     import torch
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("error: no CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
         return 2
-    from ._env import environment
+    from .environment import environment
 
     res = {"ceilings": measure(), "environment": environment()}
     with open(a.out, "w") as fh:

@@ -1,4 +1,4 @@
-"""What a result needs to say about where it was measured: GPU, driver, versions, commit."""
+"""What a result needs to say about where it was measured: GPU, driver, versions, commit (torch at run time)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,19 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
 
-
-def git_commit() -> str:
-    env = os.environ.get("FK_GIT_COMMIT")
+def git_commit(where: str | Path | None = None) -> str:
+    """The commit of the git work tree at ``where`` (default: the current directory, i.e. the project
+    being profiled), marked ``-dirty`` when tracked files differ from it; ``$NSIGHTLAB_GIT_COMMIT``
+    overrides (a copy of a tree without its .git); "unknown" outside any repository."""
+    env = os.environ.get("NSIGHTLAB_GIT_COMMIT") or os.environ.get("FK_GIT_COMMIT")
     if env:
         return env
+    where = str(where or Path.cwd())
     try:
-        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        out = subprocess.run(["git", "-C", where, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         if out.returncode == 0:
-            dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+            dirty = subprocess.run(["git", "-C", where, "status", "--porcelain", "--untracked-files=no"],
                                    capture_output=True, text=True, timeout=10).stdout.strip()
             return out.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):

@@ -1,0 +1,88 @@
+"""flash_kernels as an nsightlab study: its variants as implementations, its range schema, its work
+model and its sweeps, plugged in through the same public doors a user's package has
+(``nsightlab.impls.register``, ``nsightlab.ranges.register``, ``nsightlab.sweep.register_sweeps``).
+
+nsightlab finds this module through the ``nsightlab.plugins`` entry point (pyproject.toml) or
+``--plugin flash_kernels.study``; nsightlab itself imports nothing from flash_kernels. Imports
+without torch: the kernels load when a case first runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from nsightlab import attention
+from nsightlab.impls import Implementation, WorkModel
+from nsightlab.impls import register as register_impl
+from nsightlab.ranges import register as register_schema
+from nsightlab.sweep import register_sweeps
+
+from . import model
+from .registry import VARIANTS, Variant
+
+SWEEPS = Path(__file__).resolve().parent / "sweeps"
+#: the ``fk:`` range names of this project's captures: fk:<variant>:<pass>:B=..,H=..,N=..,D=..,dtype=..,causal=..[,options]
+SCHEMA = attention.schema("fk", "flash_kernels case: variant, pass, shape [B, H, N, D], dtype, causal, resolved options")
+
+
+def _runner(name: str) -> Callable[..., Any]:
+    def run(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None, **options: Any) -> Any:
+        from . import attention as fk_attention
+
+        return fk_attention(q, k, v, variant=name, causal=causal, scale=scale, **options)
+
+    run.__name__ = name
+    return run
+
+
+def _supports(var: Variant) -> Callable[[Mapping[str, Any], str], str | None]:
+    def why_not(p: Mapping[str, Any], pass_: str) -> str | None:
+        if pass_ == "forward" and var.forward_of:
+            return f"{var.name}'s forward is {var.forward_of}'s"
+        if p["dtype"] not in var.dtypes:
+            return f"{var.name} supports dtypes {', '.join(var.dtypes)}, not {p['dtype']}"
+        if p["D"] not in var.head_dims:
+            return f"{var.name} supports head dims {var.head_dims}, not {p['D']}"
+        if p.get("Hkv") is not None or p.get("Nk") is not None:
+            return f"{var.name} takes k/v with as many heads and keys as q (Hkv = H, Nk = N)"
+        return None
+
+    return why_not
+
+
+def _working_set(var: Variant) -> Callable[[Mapping[str, Any], str], float]:
+    def ws(p: Mapping[str, Any], pass_: str) -> float:
+        return model.working_set_bytes(var.materializes, p["B"], p["H"], p["N"], p["D"], p["dtype"], pass_=pass_)
+
+    return ws
+
+
+def implementation(var: Variant) -> Implementation:
+    work = WorkModel(attention.WORK.source + ("; working set adds the N x N fp32 score matrices (one forward, two "
+                                              "backward)" if var.materializes else ""),
+                     attention.flops, attention.compulsory_bytes, _working_set(var))
+
+    def build() -> None:
+        from . import build as fk_build
+
+        fk_build()
+
+    return Implementation(
+        var.name, _runner(var.name), attention.NAME, var.passes, work, _supports(var),
+        lambda p, opts: var.resolve_options(opts, p["D"]),
+        {"materializes": var.materializes, "engine": "tensor cores" if var.name == "flash_mma" else "CUDA cores",
+         # under Nsight Compute's application replay the warm-ups would run patched: our kernels need none
+         "needs_warmup": False},
+        var.description, setup=build)
+
+
+def register() -> None:
+    register_schema(SCHEMA)
+    for var in VARIANTS.values():
+        register_impl(implementation(var))
+    register_sweeps(SWEEPS)
+
+
+register()
