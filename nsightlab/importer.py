@@ -32,6 +32,7 @@ from typing import Any
 
 from . import parse, store, tools
 from .errors import ProfileError
+from .errors import ToolError as _ToolError
 from .files import MANIFEST, file_table, local_copy, sha256
 
 SCHEMA = 2
@@ -570,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     try:
         dest = import_reports(a.reports, a.profiles, a.name, a.nsys, description=a.description, argv=argv)
-    except (ProfileError, tools.ToolError, OSError) as exc:
+    except (ProfileError, tools.ToolError, _ToolError, OSError) as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     man = store.load_manifest(dest)
