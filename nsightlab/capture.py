@@ -458,8 +458,14 @@ def main(argv: list[str] | None = None) -> int:
     import signal
 
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `--list | head` ends quietly
+    from .impls import load_plugins
+    from .sweep import named_sweeps
+
+    try:
+        load_plugins(a.plugin)
+    except ValueError as exc:
+        p.error(str(exc))
     if a.list_suites:
-        from .sweep import named_sweeps
 
         for name, path in named_sweeps().items():
             print(f"{name:16s} {path}")

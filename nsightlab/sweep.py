@@ -242,7 +242,8 @@ def find(name_or_path: str) -> Sweep:
         return Sweep.load(p)
     known = named_sweeps()
     if name_or_path not in known:
-        raise ValueError(f"unknown sweep {name_or_path!r}; known: {', '.join(known) or 'none'} (or give a .toml file)")
+        raise ValueError(f"unknown sweep {name_or_path!r}; known: {', '.join(known) or 'none'} (or give a .toml file; "
+                         "sweeps are registered by plug-ins: --plugin MODULE or NSIGHTLAB_PLUGINS)")
     return Sweep.load(known[name_or_path])
 
 

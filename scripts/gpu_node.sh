@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Everything the GPU node needs, in one call (the node is lent bare: nothing survives a call).
-#   FK_GIT_COMMIT=$(git rev-parse HEAD) STEPS="build test sanitize bench" bash scripts/gpu_node.sh
+#   NSIGHTLAB_GIT_COMMIT=$(git rev-parse HEAD) STEPS="build test sanitize bench" bash scripts/gpu_node.sh
 #   (TEST_PATHS=tests/gpu/test_x.py: some GPU tests only; FK_GIT_COMMIT: the node's copy of .git may be stale)
 # Installs the wheels carried in .whl/ (if any), builds the kernels, runs the GPU tests, the
 # compute-sanitizer checks and the benchmark suites, and writes logs and results under $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/fk_out}
 STEPS=${STEPS:-"build test sanitize bench"}
-BENCH_SUITES=${BENCH_SUITES:-"convention,seed002,seed004"}
+BENCH_SUITES=${BENCH_SUITES:-"convention,d128,mixed"}
 BENCH_ARGS=${BENCH_ARGS:-}
 PYTEST_ARGS=${PYTEST_ARGS:--x}
 mkdir -p "$OUT"
@@ -16,6 +16,7 @@ export PYTHONUNBUFFERED=1
 export FLASH_KERNELS_BUILD_DIR=${FLASH_KERNELS_BUILD_DIR:-$PWD/build/fk}  # git-ignored: kept between calls on a warm node
 export PATH=/usr/local/cuda/bin:$PATH
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+export NSIGHTLAB_PLUGINS=${NSIGHTLAB_PLUGINS:-flash_kernels.study}  # no pip install here, so no entry points
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=$PYTHONPATH:/tmp/site JUPYTER_PATH=/tmp/site/share/jupyter || { echo "wheel install failed"; exit 1; }
@@ -24,9 +25,18 @@ if compgen -G ".deb/*.deb" >/dev/null; then  # libdw1/libelf1 for Nsight Systems
   mkdir -p /tmp/debs && for d in .deb/*.deb; do dpkg -x "$d" /tmp/debs; done
   export LD_LIBRARY_PATH=/tmp/debs/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
-CAPTURE_SUITES=${CAPTURE_SUITES:-"seqlen,blocksize,seeds"}
+CAPTURE_SUITES=${CAPTURE_SUITES:-"seqlen,blocksize,bench"}
+export NSIGHTLAB_GIT_COMMIT=${NSIGHTLAB_GIT_COMMIT:-${FK_GIT_COMMIT:-}}
+[ -n "$NSIGHTLAB_GIT_COMMIT" ] || unset NSIGHTLAB_GIT_COMMIT
 CAPTURE_ARGS=${CAPTURE_ARGS:-}
 status=0
+ship() {  # files back from $OUT: at most 8, 16 MiB each: one tarball per capture, split
+  for d in "$OUT"/profiles/*/*/; do
+    [ -d "$d" ] || continue; name=$(basename "$d"); gpu=$(basename "$(dirname "$d")")
+    (cd "$OUT" && tar czf "$name.tgz" "profiles/$gpu/$name" && split -b 15m -d "$name.tgz" "$name.tgz." && rm -f "$name.tgz")
+  done
+  find "$OUT/profiles" -mindepth 1 -maxdepth 1 ! -name ".failed-*" -exec rm -rf {} +; ls -la "$OUT"
+}
 step() { echo "=== $1 ($(date +%T))"; }
 for s in $STEPS; do
   case $s in
@@ -55,7 +65,7 @@ PY
       [ "${PIPESTATUS[0]}" = 0 ] || { status=1; echo "BUILD FAILED"; break; } ;;
     test)
       step test
-      python3 -m pytest ${TEST_PATHS:-tests/gpu} -q -p no:cacheprovider --ignore=tests/gpu/test_sanitizer.py $PYTEST_ARGS 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+      python3 -m pytest ${TEST_PATHS:-tests/gpu examples} -q -p no:cacheprovider --ignore=tests/gpu/test_sanitizer.py $PYTEST_ARGS 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     sanitize)
       step sanitize
@@ -122,16 +132,53 @@ print(f"rc {rc}, {time.perf_counter() - t:.0f} s", flush=True)
 PY
       ;;
     capture)
-      # one command for all the suites (the GEMM/copy ceilings are measured once), then ship each
+      # one command for all the sweeps (the GEMM/copy ceilings are measured once), then ship each
       step capture
       t0=$(date +%s)
       timeout --signal=INT "${CAPTURE_TIMEOUT:-3000}" python3 -m nsightlab.capture --suite "$CAPTURE_SUITES" --profiles "$OUT/profiles" $CAPTURE_ARGS 2>&1 | tee -a "$OUT/capture.log"
       [ "${PIPESTATUS[0]}" = 0 ] || status=1
       echo "capture wall time: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/capture.log"
-      for suite in ${CAPTURE_SUITES//,/ }; do  # files back from $OUT: at most 8, 16 MiB each
-        (cd "$OUT" && tar czf "$suite.tgz" profiles/*/"$suite" 2>/dev/null && split -b 15m -d "$suite.tgz" "$suite.tgz." && rm -f "$suite.tgz")
-      done
-      find "$OUT/profiles" -mindepth 1 -maxdepth 1 ! -name ".failed-*" -exec rm -rf {} +; ls -la "$OUT" ;;
+      ship ;;
+    example)
+      # the Triton example, plugged in only through the public path, beside flash_mma and SDPA flash
+      step example
+      t0=$(date +%s)
+      python3 -m nsightlab.capture --impl triton_fa2=examples.triton_attention.triton_attention:attention \
+        --impl flash_mma --impl sdpa_flash -B 4 -H 16 -N 1024,4096 -D ${EXAMPLE_D:-128} --causal both \
+        --pass forward,backward --name triton-example \
+        --description "a FlashAttention-2-style kernel in Triton (examples/triton_attention), beside flash_mma and SDPA flash" \
+        --profiles "$OUT/profiles" 2>&1 | tee -a "$OUT/example.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1
+      echo "example capture wall time: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/example.log"
+      ship ;;
+    foreign)
+      # a workload this project did not write, captured the way a colleague would (Nsight Compute's
+      # roofline sections; Nsight Systems), with Nsight's own CSV exports beside it: test data
+      step foreign
+      mkdir -p "$OUT/foreign"
+      python3 - <<'PY' 2>&1 | tee "$OUT/foreign.log"
+import os, subprocess, sys
+from nsightlab.tools import find_ncu, find_nsys
+out = os.environ["OUT"] + "/foreign"
+ncu, nsys = str(find_ncu()), str(find_nsys())
+wl = [sys.executable, "scripts/foreign_workload.py"]
+secs = ["SpeedOfLight", "SpeedOfLight_HierarchicalSingleRooflineChart", "SpeedOfLight_HierarchicalHalfRooflineChart",
+        "SpeedOfLight_HierarchicalTensorRooflineChart", "LaunchStats", "Occupancy", "MemoryWorkloadAnalysis"]
+cmd = [ncu, "--nvtx", "--clock-control", "none", *[x for s in secs for x in ("--section", s)], "-o", out + "/foreign",
+       "--force-overwrite", *wl]
+print(" ".join(cmd), flush=True); subprocess.run(cmd, check=True)
+with open(out + "/foreign_raw.csv", "w") as fh:
+    subprocess.run([ncu, "--import", out + "/foreign.ncu-rep", "--csv", "--page", "raw"], stdout=fh, check=True)
+cmd = [nsys, "profile", "--trace=cuda,nvtx", "--sample=none", "--cpuctxsw=none", "--force-overwrite=true", "-o",
+       out + "/foreign", *wl]
+print(" ".join(cmd), flush=True); subprocess.run(cmd, check=True)
+subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite=true", "-o", out + "/foreign.sqlite",
+                out + "/foreign.nsys-rep"], check=True)
+subprocess.run([nsys, "stats", "--report", "cuda_gpu_kern_sum,nvtx_sum", "--format", "csv", "--force-export=false",
+                "--output", out + "/foreign_stats", out + "/foreign.sqlite"], check=True)
+PY
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1
+      (cd "$OUT" && tar czf foreign.tgz foreign && rm -rf foreign) ;;
     live)
       # a notebook in live mode, end to end through papermill: capture on this GPU, then analyse
       step live
