@@ -164,7 +164,7 @@ def ncu_session(path: str | Path, max_blocks: int = 256) -> dict[str, Any]:
                             if key and value:
                                 versions[key] = value
                         elif k == 11 and _text(v):
-                            out.setdefault("command", _text(v))
+                            out.setdefault("command", _text(v).strip())  # type: ignore[union-attr]
                         elif k == 4 and isinstance(v, bytes):
                             sysinfo = dict(_fields(v))
                             for f, name in ((1, "os"), (3, "cpu"), (5, "host")):

@@ -16,6 +16,8 @@ from pathlib import Path
 
 GPU_NAME = "NVIDIA H100 80GB HBM3"
 T1, T2 = 0x1000_0001_0001, 0x1000_0001_0002  # globalTid of two threads of one process
+PID = 0x1000_0000_0000  # its globalPid: nsys's globalTid with the thread bits (the low 24) cleared
+OTHER_TID, OTHER_PID = 0x2000_0002_0001, 0x2000_0000_0000  # a second process (second_process=True)
 DEFAULT = "<default domain>"  # parse.DEFAULT_DOMAIN
 MYLIB = "mylib"  # a domain the program created (eventType 75)
 
@@ -55,13 +57,17 @@ GPU_ROW = {"vmId": 0, "id": 0, "name": GPU_NAME, "busLocation": "0000:00:06.0", 
 
 
 def make_foreign_sqlite(path: str | Path, *, gpu_name: str = GPU_NAME, kernel_table: str = "CUPTI_ACTIVITY_KIND_KERNEL",
-                        string_ids: bool = True, kernels: bool = True, extra_kernel_table: str | None = None) -> Path:
+                        string_ids: bool = True, kernels: bool = True, extra_kernel_table: str | None = None,
+                        second_process: bool = False, same_start: bool = False) -> Path:
     """Write the synthetic export to ``path`` and return it.
 
     ``kernel_table``: the kernel table's name (e.g. ``CUPTI_ACTIVITY_KIND_KERNEL_V10``);
     ``extra_kernel_table``: a second kernel table (e.g. ``..._V9``) holding one decoy kernel named
     ``decoy_kernel``, to check which version a reader picks; ``string_ids`` False drops the
-    ``StringIds`` table (names stay ids: a broken export); ``kernels`` False leaves no kernel."""
+    ``StringIds`` table (names stay ids: a broken export); ``kernels`` False leaves no kernel;
+    ``second_process`` adds a second process whose two kernels reuse correlation ids 2 and 3 (CUPTI
+    numbers launches per process), launched outside every range; ``same_start`` starts the nested
+    range at the same nanosecond as its parent and records it first."""
     path = Path(path)
     path.unlink(missing_ok=True)
     con = sqlite3.connect(path)
@@ -85,8 +91,13 @@ def make_foreign_sqlite(path: str | Path, *, gpu_name: str = GPU_NAME, kernel_ta
         for cid, (t, tid, short, _, _) in KERNELS.items():
             gstart = t + 400 if cid != 4 else 5_200  # cid 4 executes after its range has closed
             con.execute(f"INSERT INTO {kernel_table} VALUES (?,?,0,1,7,?,?,?,?,NULL,32,64,1,1,128,1,1,0,4096)",
-                        (gstart, gstart + 300, cid, T1 >> 24, sid(f"void {short}<float>(float *, int)"), sid(short)))
+                        (gstart, gstart + 300, cid, PID, sid(f"void {short}<float>(float *, int)"), sid(short)))
             con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,1,?,?,?,0)", (t, t + 20, tid, cid, launch))
+    if second_process:
+        for cid, t in ((2, 1_600), (3, 2_600)):
+            con.execute(f"INSERT INTO {kernel_table} VALUES (?,?,0,2,9,?,?,?,?,NULL,32,1,1,1,32,1,1,0,0)",
+                        (t + 500, t + 600, cid, OTHER_PID, sid("other_process_kernel"), sid("other_process_kernel")))
+            con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,1,?,?,?,0)", (t, t + 20, OTHER_TID, cid, launch))
     if extra_kernel_table:
         con.execute(f"CREATE TABLE {extra_kernel_table} ({kcols})")
         con.execute(f"INSERT INTO {extra_kernel_table} VALUES (1,2,0,1,7,999,0,?,?,NULL,32,1,1,1,1,1,1,0,0)",
@@ -95,7 +106,10 @@ def make_foreign_sqlite(path: str | Path, *, gpu_name: str = GPU_NAME, kernel_ta
     # one range's text is a StringIds id (textId), as nsys writes repeated strings
     con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (50, NULL, 75, ?, ?, 7)",
                 (MYLIB, T1))
-    for name, start, end, tid, dom in RANGES:
+    ranges = sorted(RANGES, key=lambda r: r[0] != MUL) if same_start else RANGES
+    for name, start, end, tid, dom in ranges:
+        if same_start and name == MUL:
+            start = 1_000  # = GEMM's start
         if name == MUL:
             con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, textId, domainId) "
                         "VALUES (?,?,59,NULL,?,?,?)", (start, end, tid, sid(name), dom))

@@ -143,6 +143,26 @@ def test_versioned_kernel_tables_highest_wins(tmp_path):
     assert man["nsys"]["kernels"] == len(EXPECTED)
 
 
+@pytest.mark.xfail(reason="parse.nsys_tables joins kernels to runtime calls on correlationId alone, but CUPTI numbers "
+                          "them per process: a multi-process export duplicates kernel rows. Fix: merge on "
+                          "(globalPid, correlationId), with the runtime's globalPid = globalTid with its low 24 bits cleared")
+def test_multi_process_export_keeps_each_kernel_once(tmp_path):
+    k = parse.nsys_tables(make_foreign_sqlite(tmp_path / "mp.sqlite", second_process=True))["kernels"]
+    assert len(k) == len(EXPECTED) + 2
+    mine = k[k["kernel"] != "other_process_kernel"].set_index("correlationId")
+    assert {c: (mine.at[c, "range"], mine.at[c, "domain"]) for c in EXPECTED} == EXPECTED
+    assert set(k.loc[k["kernel"] == "other_process_kernel", "range"]) == {""}
+
+
+@pytest.mark.xfail(reason="parse._join_ranges sorts a thread's ranges by start only: a nested range pushed at the same "
+                          "nanosecond as its parent (and recorded first) loses to the parent. Fix: sort by start, then "
+                          "end descending (outer first), with a stable sort")
+def test_nested_range_with_the_same_start_is_innermost(tmp_path):
+    k = parse.nsys_tables(make_foreign_sqlite(tmp_path / "eq.sqlite", same_start=True))["kernels"]
+    k = k.set_index("correlationId")
+    assert (k.at[2, "range"], k.at[3, "range"], k.at[4, "range"]) == (MUL, MUL, GEMM)
+
+
 # --------------------------------------------------------------------------- a real ncu report, imported as a foreign one
 
 
@@ -307,7 +327,7 @@ def test_ncu_csv_cut_inside_a_row(tmp_path):
     lines = data.split(b"\n")
     for cut in (len(data) // 2, len(b"\n".join(lines[:5])) + 40):  # mid-file; inside a data row's range cell
         path = _cut(BLOCKSIZE / "ncu_raw.csv", tmp_path / "cut.csv", cut)
-        with pytest.raises(ProfileError, match="cut short"):
+        with pytest.raises(ProfileError, match="cut short|unexpected end of data"):
             parse.ncu_csv_frame(path)
     (tmp_path / "empty.csv").write_bytes(b"")
     with pytest.raises(ProfileError, match="not an 'ncu --csv --page raw' export"):
