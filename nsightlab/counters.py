@@ -146,6 +146,19 @@ MEANING = {
 }
 
 
+for _op in FLOP_WEIGHT:
+    MEANING[f"inst_{_op}"] = f"{_op.upper()} thread instructions (×{FLOP_WEIGHT[_op]} FLOP)"
+for _key in _TENSOR:
+    MEANING[f"inst_{_key}"] = f"tensor-path operations, {_key.split('_')[1].upper()} sources (×1 FLOP)"
+MEANING.update({"dram_read": "DRAM bytes read", "dram_write": "DRAM bytes written", "occupancy": "achieved occupancy [%]",
+                "registers": "registers per thread", "smem_static": "static shared memory per block [B]",
+                "smem_dynamic": "dynamic shared memory per block [B]", "threads_per_block": "threads per block",
+                "blocks_per_grid": "blocks per grid", "peak_fp64": "FP64 peak [FLOP/s]"})
+for _unit in ("sm", "smsp", "dram", "lts", "l1tex"):
+    MEANING[f"hz_{_unit}"] = f"{_unit} clock [Hz]"
+    MEANING[f"cycles_{_unit}"] = f"{_unit} cycles elapsed"
+
+
 def derivations(work: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every recipe of every quantity, in the order tried; with ``work`` (a :func:`kernel_work`
     frame) the number of launches each recipe gave the value for."""
@@ -247,7 +260,10 @@ def range_columns(df: pd.DataFrame) -> list[str]:
 #: the columns kernel_work / per_range and the analyses add (never range fields)
 COMPUTED = frozenset([*RECIPES, *(f"flop_{t}" for t in FLOP_TERMS), "flop", "flop_counters", "smem_bytes", "kernels",
                       "main_kernel", "main_share", "wall_ms", "gpu_ms", "span_ms", "gap_ms", "max_gap_us", "iters",
-                      "tflops", "flop_source", "flop_used"])
+                      "tflops", "flop_source", "flop_used", "compulsory", "working_set", "dram_over_compulsory",
+                      "dram_over_l2", "working_set_over_l2", "intensity", "flop_per_s", "bytes", "level",
+                      "counted_over_model", "flag", "explanation", "speedup", "reference", "reference_ms", "range_id",
+                      "option", "study", "sweep", "main_ms", "launches", "share", "main", "impl", "status"])
 
 
 def short_kernel_name(full: str) -> str:

@@ -2,7 +2,9 @@
 
     python -m nsightlab.report --profiles profiles --reports reports
 
-Each notebook runs headlessly through papermill and is converted by nbconvert, into a temporary
+Which notebooks a capture gets is decided from its data (:func:`applicable`): each notebook declares
+what it needs (:data:`NEEDS`: files, counter quantities from the metrics the manifest lists, a sweep,
+option settings); the index lists the others with the reason. Each notebook runs headlessly through papermill and is converted by nbconvert, into a temporary
 folder; the HTML is moved into place only when complete. A broken capture is reported and the
 others still render; the exit status is non-zero if any failed.
 """
@@ -16,35 +18,150 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import pandas as pd
+
+from . import notebook as nb_helpers
+from .counters import FLOP_TERMS, MEANING, available, needed_metrics
+from .ranges import decode
 from .store import ProfileError, list_captures, load_bench, short_commit, validate
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
 
 #: every notebook, in the order the index lists them
-NOTEBOOK_ORDER = ("device", "correctness", "performance", "roofline", "l2_thrashing", "timeline", "blocksize")
+NOTEBOOK_ORDER = ("device", "correctness", "performance", "roofline", "l2_thrashing", "timeline", "options")
 PLOTLY_JS = "plotly.min.js"
 
 
-def applicable(manifest: dict) -> list[str]:
-    """The notebooks that have something to show for a capture, from what its manifest says it holds."""
-    params = manifest.get("parameters", {})
-    tools = set(params.get("tools", []))
-    cases = " ".join(params.get("cases", []))
-    out = ["device"]
-    if "bench" in tools:
-        out += ["correctness", "performance"]
-    if "ncu" in tools:
-        out.append("roofline")
-        if ":naive:" in cases or ":tiled:" in cases:
-            out.append("l2_thrashing")
-        if "block_size=4" in cases or "bwd_tile=32x64" in cases:
-            out.append("blocksize")
-    if "nsys" in tools:
-        out.append("timeline")
-    return [nb for nb in NOTEBOOK_ORDER if nb in out]
+@dataclass(frozen=True)
+class Needs:
+    """What a notebook needs from a capture to have something to show."""
+
+    #: data files, by kind: "ncu" (a .ncu-rep or raw CSV), "nsys" (a .sqlite export), "bench" (benchmark CSVs)
+    files: tuple[str, ...] = ()
+    #: counter quantities (nsightlab.counters), each group any-of, every group required
+    quantities: tuple[tuple[str, ...], ...] = ()
+    #: manifest ``gpu`` keys
+    gpu: tuple[str, ...] = ()
+    #: a sweep: ranges of one case that differ in one numeric field, at least this many points
+    sweep_points: int = 0
+    #: an option study: a case run with at least two option settings
+    options: bool = False
+
+
+FLOP_QUANTITIES = tuple(f"inst_{k}" for parts in FLOP_TERMS.values() for k, _ in parts)
+NEEDS: dict[str, Needs] = {
+    "device": Needs(gpu=("name",)),
+    "correctness": Needs(files=("bench",)),
+    "performance": Needs(files=("bench",)),
+    "roofline": Needs(files=("ncu",), quantities=(("seconds",), FLOP_QUANTITIES, ("bytes_DRAM", "bytes_L2", "bytes_L1"))),
+    "l2_thrashing": Needs(files=("ncu",), quantities=(("l2_hit_rate",), ("bytes_DRAM",)), gpu=("l2_bytes",),
+                          sweep_points=3),
+    "timeline": Needs(files=("nsys",)),
+    "options": Needs(files=("ncu",), quantities=(("seconds",),), options=True),
+}
+_FILES = {"ncu": ("Nsight Compute report (*.ncu-rep) or raw CSV export", nb_helpers.ncu_files),
+          "nsys": ("Nsight Systems SQLite export (*.sqlite)", nb_helpers.nsys_files),
+          "bench": ("benchmark CSV with its manifest (<suite>.csv + <suite>.manifest.json)", nb_helpers.bench_files)}
+
+
+def _decoded_cases(manifest: dict) -> list[dict]:
+    schemas = nb_helpers.capture_schemas(manifest)
+    return [decode(n, schemas) for n in nb_helpers.case_names(manifest)]
+
+
+def _has_sweep(rows: list[dict], points: int) -> bool:
+    """Some numeric field takes ``points`` values among cases equal in every other field."""
+    if not rows:
+        return False
+    df = pd.DataFrame(rows)
+    skip = {"range", "variant", "pass", "schema", "options", "domain"}
+    numeric = [c for c in df.columns if c not in skip and pd.api.types.is_numeric_dtype(df[c])]
+    for x in numeric:
+        keys = [c for c in df.columns if c not in (x, "range")]
+        most = df.astype({c: str for c in keys}).groupby(keys)[x].nunique().max() if keys else df[x].nunique()
+        if pd.notna(most) and int(most) >= points:
+            return True
+    return False
+
+
+def _has_option_study(rows: list[dict]) -> bool:
+    df = pd.DataFrame(rows)
+    if df.empty or "options" not in df or not (df["options"].fillna("") != "").any():
+        return False
+    opt_keys = {item.split("=", 1)[0] for o in df["options"].dropna() for item in str(o).split(";") if "=" in item}
+    keys = [c for c in df.columns if c not in ("range", "options", "schema", *opt_keys)]
+    return bool((df.astype({c: str for c in keys}).groupby(keys, dropna=False)["options"].nunique() >= 2).any())
+
+
+def why_not(notebook: str, capture_path: Path, manifest: dict) -> str | None:
+    """None if ``notebook`` has something to show for the capture, else the reason (what is missing:
+    files, the metric names that would give the missing quantities, a sweep, option settings)."""
+    need = NEEDS[notebook]
+    reasons = []
+    gpu = manifest.get("gpu") or {}
+    missing_gpu = [k for k in need.gpu if not gpu.get(k)]
+    if missing_gpu:
+        reasons.append("the manifest does not record the GPU's " + ", ".join(missing_gpu))
+    for kind in need.files:
+        what, finder = _FILES[kind]
+        if not finder(capture_path):
+            reasons.append(f"no {what} in the capture (tools: {', '.join(nb_helpers.tools_of(manifest)) or 'none listed'})")
+    if reasons:
+        return "; ".join(reasons)
+    if need.quantities:
+        listed = (manifest.get("ncu") or {}).get("metrics") or []
+        if not listed:
+            reasons.append("the manifest lists no Nsight Compute metrics (ncu.metrics), so what the report holds is unknown")
+        else:
+            got = available(listed)
+            for group in need.quantities:
+                if not any(got.get(q) for q in group):
+                    names = [needed_metrics(q)[0] for q in group]
+                    label = "FLOPs" if group == FLOP_QUANTITIES else " or ".join(MEANING.get(q, q) for q in group)
+                    reasons.append(f"missing metrics for {label}: {', '.join(names)} (or their rate forms)")
+    rows = _decoded_cases(manifest)
+    if need.sweep_points:
+        known = rows or None
+        ranges = (manifest.get("ncu") or {}).get("ranges")
+        if known is not None and not _has_sweep(rows, need.sweep_points):
+            reasons.append(f"no sweep: no case is run at {need.sweep_points} or more values of one field")
+        elif known is None and isinstance(ranges, int) and ranges < need.sweep_points:
+            reasons.append(f"no sweep: the report holds {ranges} NVTX range(s)")
+    if need.options and not _has_option_study(rows):
+        reasons.append("no option study: no case is run with two or more option settings"
+                       + ("" if rows else " (the capture lists no cases with decoded options)"))
+    return "; ".join(reasons) or None
+
+
+def applicable(capture_path: Path | str, manifest: dict) -> tuple[list[str], dict[str, str]]:
+    """The notebooks that have something to show for a capture, decided from its data (files,
+    the metrics its manifest lists, its cases); and for each other notebook the reason why not."""
+    ok, reasons = [], {}
+    for nbname in NOTEBOOK_ORDER:
+        why = why_not(nbname, Path(capture_path), manifest)
+        if why is None:
+            ok.append(nbname)
+        else:
+            reasons[nbname] = why
+    return ok, reasons
+
+
+def report_parameters(notebook: Path, manifest: dict, name: str) -> dict[str, Any]:
+    """Parameters a capture asks its reports to use (manifest ``reports.<notebook>``, or the sweep's),
+    restricted to those the notebook declares."""
+    wanted = dict(((manifest.get("sweep") or {}).get("reports") or {}).get(name) or {})
+    wanted.update((manifest.get("reports") or {}).get(name) or {})
+    if not wanted:
+        return {}
+    import papermill as pm
+
+    declared = set(pm.inspect_notebook(str(notebook)))
+    return {k: v for k, v in wanted.items() if k in declared}
 
 
 def ship_plotly_js(reports: Path) -> None:
@@ -80,34 +197,41 @@ def render_notebook(nb: Path, params: dict, out_html: Path, kernel: str = "pytho
 
 
 NOTEBOOK_BLURB = {
-    "device": "the GPU as captured, measured ceilings, working set per variant against the L2",
-    "correctness": "every benchmarked result against the fp64 reference",
-    "performance": "latency and TFLOP/s of every variant and SDPA backend, ratios to SDPA flash",
-    "roofline": "hierarchical roofline (DRAM, L2, L1) with Nsight's peaks; counted vs analytic FLOPs",
-    "l2_thrashing": "L2 hit rate and DRAM traffic against N, modeled and measured onset of thrashing",
-    "timeline": "NVTX ranges and their kernels in time (Nsight Systems), GPU time, launch gaps",
-    "blocksize": "block size and tile shape: time, occupancy, registers, shared memory, roofline",
+    "device": "the GPU as captured, measured ceilings, each case's modeled working set against the L2",
+    "correctness": "every benchmarked result against the reference computation",
+    "performance": "latency and TFLOP/s of every benchmarked implementation, speedups against a reference",
+    "roofline": "hierarchical roofline (DRAM, L2, L1) with Nsight's peaks; counted FLOPs against the work model",
+    "l2_thrashing": "L2 hit rate and DRAM traffic along the sweep, modeled and measured onset of thrashing",
+    "timeline": "NVTX ranges and their kernels in time (Nsight Systems), GPU time, launch gaps, throughput",
+    "options": "option studies (block size, tile shape, ...): time, occupancy, registers, shared memory, roofline",
 }
 
 
 def write_index(reports: Path, entries: list[tuple[str, str, str]], failures: list[tuple[str, str]],
-                captions: dict[str, str] | None = None) -> None:
-    """reports/index.html: the reports grouped by capture, each capture captioned from its manifest."""
+                captions: dict[str, str] | None = None, skipped: dict[str, dict[str, str]] | None = None) -> None:
+    """reports/index.html: the reports grouped by capture, each capture captioned from its manifest,
+    with the notebooks that do not apply to it and why (``skipped``: capture label -> notebook -> reason)."""
     captions = captions or {}
+    skipped = skipped or {}
     groups: dict[str, list[tuple[str, str, str]]] = {}
     for label, href, desc in entries:
         groups.setdefault(label.rsplit("/", 1)[0], []).append((label.rsplit("/", 1)[1], href, desc))
+    for cap in skipped:
+        groups.setdefault(cap, [])
     sections = []
     for cap, items in groups.items():
         rows = "\n".join(f'<li><a href="{html.escape(href)}">{html.escape(nb)}</a> &mdash; '
                          f'{html.escape(NOTEBOOK_BLURB.get(nb, desc))}</li>' for nb, href, desc in items)
+        na = "\n".join(f'<li class="na">{html.escape(nb)}: not applicable &mdash; {html.escape(why)}</li>'
+                       for nb, why in skipped.get(cap, {}).items())
         cap_html = f'<p class="cap">{html.escape(captions[cap])}</p>' if cap in captions else ""
-        sections.append(f"<h2>{html.escape(cap)}</h2>{cap_html}<ul>{rows}</ul>")
+        sections.append(f"<h2>{html.escape(cap)}</h2>{cap_html}<ul>{rows}{na}</ul>")
     bad = "\n".join(f"<li><b>{html.escape(label)}</b>: {html.escape(err)}</li>" for label, err in failures)
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Attention kernels: reports</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:960px;margin:2em auto;line-height:1.5;color:#222}}
 h2{{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}} .cap{{color:#555;font-size:.92em}}
-a{{color:#1f5fbf;text-decoration:none}} a:hover{{text-decoration:underline}} .bad{{color:#a00}}</style></head>
+a{{color:#1f5fbf;text-decoration:none}} a:hover{{text-decoration:underline}} .bad{{color:#a00}}
+.na{{color:#777;font-size:.9em}}</style></head>
 <body><h1>Attention kernels under Nsight: reports</h1>
 <p>Why FlashAttention beats textbook attention, measured: rendered from the captures in <code>profiles/</code>
 by <code>make report</code> (papermill + nbconvert; every page works offline).</p>
@@ -120,10 +244,17 @@ by <code>make report</code> (papermill + nbconvert; every page works offline).</
 
 
 def caption(manifest: dict) -> str:
-    g = manifest.get("gpu", {})
-    t = manifest.get("timings_seconds", {})
-    return (f"{manifest.get('description', '')}. {g.get('name', '?')}, torch {manifest.get('environment', {}).get('torch')}, "
-            f"commit {short_commit(manifest.get('git_commit'), 10)}, captured {manifest.get('created')} in {t.get('total', 0):.0f} s.")
+    g = manifest.get("gpu") or {}
+    t = manifest.get("timings_seconds") or {}
+    env = manifest.get("environment") or {}
+    parts = [str(manifest.get("description", "")).rstrip(".") + ".", f"{g.get('name', '?')}"]
+    if env.get("torch"):
+        parts.append(f"torch {env['torch']}")
+    if manifest.get("git_commit"):
+        parts.append(f"commit {short_commit(manifest.get('git_commit'), 10)}")
+    how = "imported" if manifest.get("origin") == "imported" else "captured"
+    parts.append(f"{how} {manifest.get('created')}" + (f" in {t['total']:.0f} s" if t.get("total") else ""))
+    return parts[0] + " " + ", ".join(parts[1:]) + "."
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,17 +278,22 @@ def main(argv: list[str] | None = None) -> int:
     t_all = time.perf_counter()
     jobs = []
     captions: dict[str, str] = {}
+    skipped: dict[str, dict[str, str]] = {}
+    manifests: dict[str, dict] = {}
     for cap in captures:
         try:
             man = validate(cap.path, open_reports=False)  # a clear error beats a traceback from inside a notebook
-            if "bench" in man.get("parameters", {}).get("tools", []):
+            if nb_helpers.bench_files(cap.path) or "bench" in nb_helpers.tools_of(man):
                 load_bench(cap.path)
         except ProfileError as exc:
             failures.append((cap.label, str(exc)))
             print(f"FAILED {cap.label}: {exc}", file=sys.stderr, flush=True)
             continue
         captions[cap.label] = caption(man)
-        jobs += [(cap, nb) for nb in applicable(man) if not a.only or nb in a.only.split(",")]
+        manifests[cap.label] = man
+        ok, reasons = applicable(cap.path, man)
+        skipped[cap.label] = reasons
+        jobs += [(cap, nb) for nb in ok if not a.only or nb in a.only.split(",")]
     if not jobs and not failures:
         print(f"error: no capture under {profiles} holds anything a notebook can render", file=sys.stderr)
         return 2
@@ -169,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
         out = reports / cap.gpu / cap.suite / f"{nb}.html"
         rel_js = os.path.relpath(reports / PLOTLY_JS, out.parent)
         try:
-            params = {"capture": str(cap.path.resolve()), "plotlyjs": rel_js}
+            params = {**report_parameters(NOTEBOOKS / f"{nb}.ipynb", manifests[cap.label], nb),
+                      "capture": str(cap.path.resolve()), "plotlyjs": rel_js}
             render_notebook(NOTEBOOKS / f"{nb}.ipynb", params, out, a.kernel)
             print(f"[{i}/{len(jobs)}] {label}: wrote {out} ({time.perf_counter() - t0:.1f} s)", flush=True)
             return label, out, None
@@ -193,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
             "(the capture manifest and the run's log are beside each page).")
         entries.append((f"live/{page.relative_to(reports / 'live').with_suffix('')}", os.path.relpath(page, reports),
                         "a notebook run in live mode on the GPU node (captured, then analysed, by papermill)"))
-    write_index(reports, entries, failures, captions)
+    write_index(reports, entries, failures, captions, skipped)
     for stale in reports.glob("**/.render-*"):
         shutil.rmtree(stale, ignore_errors=True)
     print(f"{len(entries)} report(s), {len(failures)} failure(s) in {time.perf_counter() - t_all:.1f} s; "

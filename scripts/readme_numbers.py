@@ -13,11 +13,27 @@ from pathlib import Path
 
 import pandas as pd
 
-from nsightlab import analysis as A
-from nsightlab import parse, perf
-from nsightlab.store import find_file, load_bench, load_manifest, short_commit
+from nsightlab import counters, l2, parse, perf, timeline
+from nsightlab.notebook import capture_schemas, tools_of
+from nsightlab.store import cases, find_file, load_bench, load_manifest, short_commit
 
 ROOT = Path(__file__).resolve().parent.parent
+#: this project's targets for flash_mma against SDPA's flash backend (N >= 2048)
+TARGETS = {"forward": 0.80, "backward": 0.60}
+
+
+def capture_cases(m: dict, suite: str) -> pd.DataFrame:
+    """The capture's cases with their work model: from the manifest (schema 2), else (schema-1
+    captures, which recorded only the range names) from the sweep of the same name."""
+    have = cases(m)
+    if len(have) and "model_flop" in have and have["model_flop"].notna().any():
+        return have
+    import flash_kernels.study  # noqa: F401 - registers the fk schema, implementations and sweeps
+    from nsightlab import sweep
+
+    names = set((m.get("parameters") or {}).get("cases") or [])
+    made = [c.to_json() for c in sweep.find(suite).cases(load=False) if c.range in names]
+    return cases({"cases": made})
 
 
 def _md(df: pd.DataFrame) -> str:
@@ -36,7 +52,7 @@ def capture_table(gpu: Path) -> str:
         m = load_manifest(cap)
         ncu, t = m.get("ncu") or {}, m["timings_seconds"]
         parts = [f"{k} {v:.0f} s" for k, v in t.items() if k not in ("total", "ncu_raw_csv") and v >= 1]
-        rows.append({"suite": f"`{suite}`", "tools": " + ".join(m["parameters"]["tools"]),
+        rows.append({"suite": f"`{suite}`", "tools": " + ".join(tools_of(m)),
                      "kernels profiled": (f"{ncu['kernels_profiled']} × {ncu['max_passes_per_kernel']} passes "
                                           f"({ncu['replay_mode']} replay)" if ncu else "—"),
                      "time": f"{t['total']:.0f} s ({', '.join(parts)})", "commit": short_commit(m["git_commit"], 7)})
@@ -45,7 +61,7 @@ def capture_table(gpu: Path) -> str:
 
 def target_table(gpu: Path) -> str:
     df, _ = load_bench(gpu / "seeds")
-    t = perf.target_table(df)
+    t = perf.target_table(df, "flash_mma", "sdpa_flash", TARGETS, suite="convention")
     t = t.assign(causal=t["causal"].map({True: "yes", False: "no"}), tflops=t["tflops"].round(1),
                  ref_tflops=t["ref_tflops"].round(1), ratio=(100 * t["ratio"]).round(0).astype(int).astype(str) + "%",
                  target=(100 * t["target"]).astype(int).astype(str) + "%", met=t["met"].map({True: "yes", False: "**no**"}))
@@ -74,34 +90,44 @@ def one_config_table(gpu: Path, config: str = "B4-H16-N4096-D128") -> str:
 def seqlen_findings(gpu: Path) -> str:
     cap = gpu / "seqlen"
     m = load_manifest(cap)
-    work = A.kernel_work(parse.ncu_frame(find_file(cap, "ncu.ncu-rep")))
-    rng = A.per_range(work)
-    fc = A.flop_check(rng)
+    schemas = capture_schemas(m)
+    cs = capture_cases(m, "seqlen")
+    work = counters.kernel_work(parse.ncu_frame(find_file(cap, "ncu.ncu-rep"), schemas=schemas))
+    rng = counters.attach_model(counters.per_range(work), cs)
+    fc = roofline_check(rng)
     out = []
-    for group, sel in (("tensor-core (flash_mma, SDPA)", fc["variant"].isin(["flash_mma", "sdpa_flash", "sdpa_cudnn"])),
-                       ("CUDA-core and materializing", ~fc["variant"].isin(["flash_mma", "sdpa_flash", "sdpa_cudnn"]))):
-        r = fc[sel]["counted_over_analytic"]
+    tensor = ["flash_mma", "sdpa_flash", "sdpa_cudnn"]
+    for group, sel in (("tensor-core (flash_mma, SDPA)", fc["variant"].isin(tensor)),
+                       ("CUDA-core and materializing", ~fc["variant"].isin(tensor))):
+        r = fc[sel]["counted_over_model"]
         out.append(f"- counted/analytic FLOPs, {group}: {r.min():.2f}–{r.max():.2f}")
-    l2 = A.l2_traffic(rng, m["gpu"]["l2_bytes"])
-    nv = l2[(l2["variant"] == "naive") & (l2["pass"] == "forward") & (l2["D"] == 64)].sort_values("N")
+    l2_bytes = m["gpu"]["l2_bytes"]
+    tr = l2.l2_traffic(rng, l2_bytes)
+    nv = tr[(tr["variant"] == "naive") & (tr["pass"] == "forward") & (tr["D"] == 64)].sort_values("N")
     out.append("- naive forward D=64 L2 hit rate by N: " + ", ".join(f"{n}: {h:.0f}%" for n, h in zip(nv["N"], nv["l2_hit_rate"], strict=True)))
-    on = A.onset_table(l2, m["gpu"]["l2_bytes"])
-    r = on[(on["variant"] == "naive") & (on["pass"] == "forward") & (on["D"] == 64)].iloc[0]
-    out.append(f"- naive forward D=64: modeled onset N≈{r['modeled_onset_N']:.0f}, measured onset N={r['measured_onset_N']:.0f}")
-    fm = l2[(l2["variant"] == "flash_mma") & (l2["pass"] == "forward")]
+    modeled, _ = l2.modeled_onset(nv["N"], nv["working_set"], l2_bytes)
+    measured = l2.measured_onset(nv, "N").value
+    out.append(f"- naive forward D=64: modeled onset N≈{modeled:.0f}, measured onset N={measured:.0f}")
+    fm = tr[(tr["variant"] == "flash_mma") & (tr["pass"] == "forward")]
     out.append(f"- flash_mma forward DRAM / compulsory bytes: {fm['dram_over_compulsory'].min():.2f}–"
                f"{fm['dram_over_compulsory'].max():.2f} (N≥1024: {fm[fm['N'] >= 1024]['dram_over_compulsory'].min():.2f}–"
                f"{fm[fm['N'] >= 1024]['dram_over_compulsory'].max():.2f}); L2 hit rate at N=4096 D=64: "
                f"{fm[(fm['N'] == 4096) & (fm['D'] == 64)]['l2_hit_rate'].iloc[0]:.0f}%")
-    T = parse.nsys_tables(find_file(cap, "nsys.sqlite"))
-    s = A.speedup_vs(A.timing_summary(A.range_timing(T["kernels"], T["ranges"])))
+    T = parse.nsys_tables(find_file(cap, "nsys.sqlite"), schemas)
+    s = timeline.speedup_vs(timeline.timing_summary(timeline.range_timing(T["kernels"], T["ranges"]), cs), "sdpa_flash")
     sel = s[(s["N"] == 4096) & (s["D"] == 128)]
     for v in ("flash_mma", "sdpa_flash", "sdpa_cudnn"):
         f = sel[(sel["variant"] == v) & (sel["pass"] == "forward")].iloc[0]
         b = sel[(sel["variant"] == v) & (sel["pass"] == "backward")].iloc[0]
         out.append(f"- N=4096 D=128 (nsys, median of {int(f['iters'])} launches): {v} {f['tflops']:.0f} / {b['tflops']:.0f} "
-                   f"TFLOP/s fwd/bwd ({f['speed_vs_sdpa_flash']:.2f}× / {b['speed_vs_sdpa_flash']:.2f}× SDPA flash)")
+                   f"TFLOP/s fwd/bwd ({f['speedup']:.2f}× / {b['speedup']:.2f}× SDPA flash)")
     return "\n".join(out)
+
+
+def roofline_check(rng: pd.DataFrame) -> pd.DataFrame:
+    from nsightlab.roofline import flop_check
+
+    return flop_check(rng)
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,82 @@
+"""Option studies: the same case run with different options (block size, tile shape, ...).
+
+Ranges that share every decoded field but their options form one study; the options that differ
+within it label its rows. Per range the *main kernel* is the one with the largest share of the
+range's time (a range may launch helpers: casts, reductions), never one picked by name.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .counters import NotApplicable, identity_columns, option_columns, require
+
+STATS = ("occupancy", "registers", "smem_bytes", "threads_per_block", "blocks_per_grid")
+
+
+def main_kernels(work: pd.DataFrame) -> pd.DataFrame:
+    """Per range and kernel name: time, share of the range's time, launches and launch statistics;
+    ``main`` marks each range's largest share (ties: by kernel name)."""
+    w = work[work["range"].fillna("").astype(str) != ""]
+    if w.empty:
+        raise NotApplicable("no kernel launch ran inside an NVTX range")
+    stats = [c for c in STATS if c in w]
+    g = w.groupby(["range", "kernel"], sort=False)
+    out = g["seconds"].sum().rename("seconds").reset_index()
+    out["launches"] = g.size().to_numpy()
+    for c in stats:
+        out[c] = g[c].max().to_numpy() if c != "occupancy" else g[c].mean().to_numpy()
+    out["share"] = out["seconds"] / out.groupby("range")["seconds"].transform("sum")
+    order = out.sort_values(["range", "share", "kernel"], ascending=[True, False, True])
+    out["main"] = out.index.isin(order.drop_duplicates("range").index)
+    return out
+
+
+def _parse_options(text: object) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in str(text or "").split(";") if "=" in item)
+
+
+def _fmt(v: object) -> str:
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+
+def option_study(work: pd.DataFrame) -> pd.DataFrame:
+    """One row per range of every study (ranges equal in every field but their options, with at
+    least two option settings): ``study`` (the shared fields), ``option`` (the options that vary
+    within the study), ``ms`` (the range's GPU time), the main kernel with its time, share and launch
+    statistics. NotApplicable if no two ranges differ in their options alone."""
+    require(work, "seconds", what="the option study")
+    mk = main_kernels(work)
+    main = mk[mk["main"]].drop(columns="main").rename(columns={"kernel": "main_kernel", "seconds": "main_seconds",
+                                                               "share": "main_share"})
+    w = work[work["range"].fillna("").astype(str) != ""]
+    if "options" not in w or not (w["options"].fillna("").astype(str) != "").any():
+        raise NotApplicable("no option study: no range name carries options (key=value pairs beyond the "
+                            "schema's fields)")
+    fields = [c for c in identity_columns(w) if c != "options"]
+    opts = option_columns(w)
+    shared = [c for c in fields if c not in opts]
+    per = w.groupby("range", sort=False).agg(**{c: (c, "first") for c in [*fields, "options"]},
+                                             seconds=("seconds", "sum")).reset_index()
+    per = per.merge(main, on="range", how="left")
+    rows = []
+    for _, g in per.groupby(shared, dropna=False, sort=True) if shared else [((), per)]:
+        if g["options"].nunique() < 2:
+            continue
+        parsed = [_parse_options(o) for o in g["options"]]
+        keys = dict.fromkeys(k for p in parsed for k in p)
+        varying = [k for k in keys if len({p.get(k) for p in parsed}) > 1]
+        g = g.copy()
+        g["option"] = [";".join(f"{k}={p.get(k, '-')}" for k in varying) for p in parsed]
+        g["study"] = ", ".join(f"{c}={_fmt(g[c].iloc[0])}" for c in shared
+                               if c not in ("variant", "pass") and pd.notna(g[c].iloc[0]))
+        rows.append(g)
+    if not rows:
+        raise NotApplicable("no option study: no two ranges share every field but their options "
+                            "(a study needs one case run with at least two option settings)")
+    out = pd.concat(rows, ignore_index=True)
+    out["ms"] = out.pop("seconds") * 1e3
+    out["main_ms"] = out.pop("main_seconds") * 1e3
+    lead = ["range", "variant", "pass", "study", "option", "ms", "main_kernel", "main_ms", "main_share"]
+    lead = [c for c in lead if c in out]
+    return out[lead + [c for c in out.columns if c not in lead]]

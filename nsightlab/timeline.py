@@ -1,0 +1,141 @@
+"""Timelines (Nsight Systems): GPU time per NVTX range, launch gaps, throughput, comparisons.
+
+Throughput needs FLOPs: the work model's (``model_flop``) where the capture declares one, else the
+FLOPs Nsight Compute counted for the same range in the same capture, else none; every row says
+which in ``flop_source``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .counters import NotApplicable, attach_model, has_model, identity_columns, option_columns, range_columns
+
+TIMES = ["gpu_ms", "wall_ms", "span_ms", "gap_ms", "kernels"]
+
+
+def range_timing(kernels: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
+    """Per range instance that launched kernels: wall time, GPU time (sum of its kernels), kernel
+    count, span (first kernel start to last end) and the launch gaps (GPU idle time between
+    consecutive kernels of the range). NotApplicable if no kernel was launched inside a range."""
+    k = kernels[kernels["range_id"] >= 0].sort_values("start") if "range_id" in kernels else kernels.iloc[0:0]
+    if k.empty:
+        raise NotApplicable("no kernel was launched inside an NVTX range (nothing to time per range)")
+    fields = range_columns(ranges)
+    rows = []
+    for rid, grp in k.groupby("range_id"):
+        r = ranges.loc[rid]
+        starts, ends = grp["start"].to_numpy(), grp["end"].to_numpy()
+        gaps = np.clip(starts[1:] - ends[:-1], 0, None) if len(grp) > 1 else np.array([])
+        rows.append({**{c: r[c] for c in fields}, "range_id": rid, "wall_ms": r["ms"],
+                     "gpu_ms": float((ends - starts).sum()) / 1e6, "span_ms": float(ends.max() - starts.min()) / 1e6,
+                     "kernels": len(grp), "gap_ms": float(gaps.sum()) / 1e6,
+                     "max_gap_us": float(gaps.max()) / 1e3 if len(gaps) else 0.0})
+    return pd.DataFrame(rows)
+
+
+def timing_summary(rt: pd.DataFrame, cases: pd.DataFrame | None = None, counted: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Median over the repeated instances of each range; ``tflops`` = FLOPs / GPU time, with
+    ``flop_source``: "work model: <source>" (``model_flop`` from ``cases`` or already in ``rt``),
+    else "hardware counters" (``counted``: a per_range frame of the same capture's Nsight Compute
+    report, matched by range name), else "none" (tflops NaN)."""
+    fields = [c for c in range_columns(rt) if c != "range"]
+    g = rt.groupby("range", sort=False)
+    out = g[TIMES].median().reset_index()
+    first = g[fields].first().reset_index(drop=True)
+    out = pd.concat([out[["range"]], first, out.drop(columns="range")], axis=1)
+    out["iters"] = g.size().to_numpy()
+    if cases is not None or "model_flop" not in out:
+        out = attach_model(out, cases)
+    flop = pd.to_numeric(out["model_flop"], errors="coerce")
+    source = pd.Series(np.where(flop.notna(), "work model: " + out["model_source"].astype(str), ""), index=out.index)
+    if counted is not None and "flop" in counted and len(counted):
+        hw = out["range"].map(counted.drop_duplicates("range").set_index("range")["flop"])
+        use = flop.isna() & hw.notna() & (hw > 0)
+        flop = flop.where(~use, hw)
+        source[use] = "hardware counters (Nsight Compute, same capture)"
+    source[source == ""] = "none"
+    out["flop_used"] = flop
+    out["flop_source"] = source
+    out["tflops"] = flop / (out["gpu_ms"] * 1e-3) / 1e12
+    return out
+
+
+def flop_sources(summary: pd.DataFrame) -> str:
+    """One line for the page: which FLOP source the throughputs use, with counts."""
+    counts = summary["flop_source"].value_counts()
+    return "; ".join(f"{src} ({n} ranges)" for src, n in counts.items())
+
+
+def config_columns(summary: pd.DataFrame) -> list[str]:
+    """The fields that define a configuration across implementations: every decoded field but the
+    label and the options (which belong to an implementation)."""
+    drop = {"variant", "options", *option_columns(summary)}
+    return [c for c in identity_columns(summary) if c not in drop]
+
+
+def pick_reference(summary: pd.DataFrame) -> str:
+    """The implementation fastest (least GPU time) in the most configurations (ties: by name)."""
+    keys = config_columns(summary)
+    if not keys:
+        return str(summary.sort_values("gpu_ms")["variant"].iloc[0])
+    best = summary.loc[summary.groupby(keys, dropna=False)["gpu_ms"].idxmin(), "variant"]
+    counts = best.value_counts()
+    return str(sorted(counts[counts == counts.max()].index)[0])
+
+
+def speedup_vs(summary: pd.DataFrame, reference: str = "") -> pd.DataFrame:
+    """Each range's GPU time relative to ``reference``'s in the same configuration (``speedup`` =
+    reference ms / ms: > 1 is faster). ``reference`` "" picks one (:func:`pick_reference`)."""
+    if summary.empty:
+        raise NotApplicable("no timed ranges")
+    ref = reference or pick_reference(summary)
+    if ref not in set(summary["variant"]):
+        raise NotApplicable(f"reference {ref!r} is not in this capture (it has: {', '.join(sorted(set(summary['variant'])))})")
+    keys = config_columns(summary)
+    r = summary[summary["variant"] == ref][[*keys, "gpu_ms"]].rename(columns={"gpu_ms": "reference_ms"})
+    r = r.drop_duplicates(keys) if keys else r.head(1)
+    out = summary.merge(r, on=keys, how="left") if keys else summary.assign(reference_ms=r["reference_ms"].iloc[0])
+    out["reference"] = ref
+    out["speedup"] = out["reference_ms"] / out["gpu_ms"]
+    out.attrs["reference"] = ref
+    return out
+
+
+def window(kernels: pd.DataFrame, ranges: pd.DataFrame, query: str = "") -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """The ranges (and their kernels) to draw on one time axis: those matching ``query`` (a pandas
+    query over the decoded fields), else the configuration with the most implementations (the
+    middle one of those, in sorted order). Returns (kernels, ranges, a description)."""
+    timed = ranges.loc[sorted(set(kernels.loc[kernels["range_id"] >= 0, "range_id"]))] if "range_id" in kernels else ranges
+    if timed.empty:
+        raise NotApplicable("no range launched a kernel")
+    if query:
+        sel = timed.query(query)
+        if sel.empty:
+            raise NotApplicable(f"no range matches {query!r}")
+        what = query
+    else:
+        keys = config_columns(timed)
+        if keys:
+            g = timed.groupby(keys, dropna=False)["variant"].nunique()
+            best = sorted(g[g == g.max()].index, key=str)
+            pick = best[len(best) // 2]
+            pick = pick if isinstance(pick, tuple) else (pick,)
+            m = pd.Series(True, index=timed.index)
+            for c, v in zip(keys, pick, strict=True):
+                m &= timed[c].isna() if (isinstance(v, float) and np.isnan(v)) else timed[c] == v
+            sel = timed[m]
+            what = ", ".join(f"{c}={v}" for c, v in zip(keys, pick, strict=True) if v == v and v is not None)
+        else:
+            sel, what = timed, "every range"
+    ks = kernels[kernels["range_id"].isin(sel.index)] if "range_id" in kernels else kernels.iloc[0:0]
+    return ks, sel, what
+
+
+def has_flops(summary: pd.DataFrame) -> bool:
+    return "tflops" in summary and summary["tflops"].notna().any()
+
+
+__all__ = ["range_timing", "timing_summary", "flop_sources", "speedup_vs", "pick_reference", "window", "has_flops",
+           "config_columns", "has_model"]
