@@ -38,4 +38,4 @@ nb.say(f"{len(ok)} checked rows from suites {', '.join(dict.fromkeys(df['suite']
 figures.show(figures.accuracy_strip(ok, figures.style_for(dict.fromkeys(df["impl"]))))
 
 # %%
-perf.accuracy_table(df).style.format({c: "{:.2e}" for c in ["max_abs", "mean_abs", "mse", "max_rel", "rel_l2"]})
+nb.table(perf.accuracy_table(df), {c: "{:.2e}" for c in ["max_abs", "mean_abs", "mse", "max_rel", "rel_l2"]}, "accuracy")

@@ -49,10 +49,16 @@ nb.say(f"**FLOP source:** none used on this page (bytes and hit rates only). **W
 # %%
 traffic = onsets = None
 with nb.section():
-    traffic = l2.with_sweeps(l2.l2_traffic(ranges, l2_bytes), x)
+    traffic = l2.l2_traffic(ranges, l2_bytes)
+with nb.section():
+    nb.need(traffic)
+    traffic = l2.with_sweeps(traffic, x)
     onsets = l2.onset_table(traffic, l2_bytes, x)
     for title, sel in l2.panels(traffic, x):
         figures.show(figures.l2_vs_x(sel, l2_bytes, onsets[onsets["sweep"].isin(sel["sweep"])], title, x, style))
+if traffic is not None and onsets is None:
+    nb.say("Without a sweep, each range on its own:")
+    figures.show(figures.l2_per_range(traffic, "L2 hit rate per range", style))
 
 # %% [markdown]
 # ## Where thrashing starts: model against measurement

@@ -88,7 +88,7 @@ for suite in suites:
             t = perf.speedup_table(df, suite, pass_, dt, ref)
             if len(t):
                 nb.say(f"**{suite}, {pass_}, {dt}**")
-                display(t.style.format("{:.2f}", na_rep="—"))
+                display(nb.table(t, "{:.2f}", f"speedup-{suite}-{pass_}-{dt}"))
 
 # %%
 if impl:
@@ -98,7 +98,7 @@ if impl:
                 figures.show(figures.ratio_vs_n(df, suite, dt, impl, ref, perf.parse_targets(targets)))
     if targets:
         t = perf.target_table(df, impl, ref, perf.parse_targets(targets))
-        display(t.style.format({"tflops": "{:.1f}", "ref_tflops": "{:.1f}", "ratio": "{:.0%}", "target": "{:.0%}"}))
+        display(nb.table(t, {"tflops": "{:.1f}", "ref_tflops": "{:.1f}", "ratio": "{:.0%}", "target": "{:.0%}"}, "targets"))
 else:
     nb.say("_No implementation is tracked against the reference (parameter `impl`)._")
 
@@ -109,7 +109,7 @@ else:
 # rel_l2 = ‖err‖ / ‖ref‖).
 
 # %%
-perf.accuracy_table(df).style.format({c: "{:.2e}" for c in ["max_abs", "mean_abs", "mse", "max_rel", "rel_l2"]})
+nb.table(perf.accuracy_table(df), {c: "{:.2e}" for c in ["max_abs", "mean_abs", "mse", "max_rel", "rel_l2"]}, "accuracy")
 
 # %% [markdown]
 # ## Skipped combinations and why

@@ -357,13 +357,19 @@ def flop_counter_summary(work: pd.DataFrame) -> str:
             seen.setdefault(k, None)
     if not seen:
         return "no FLOP counter in this capture"
-    return "hardware counters: " + ", ".join(k.upper().replace("TENSOR_", "tensor ") for k in seen)
+
+    def name(k: str) -> str:
+        return k.upper().replace("TENSOR_", "tensor ")
+
+    nonzero = [k for k in seen if f"inst_{k}" in work and (work[f"inst_{k}"].fillna(0) > 0).any()]
+    return (f"hardware counters: {', '.join(name(k) for k in seen)} "
+            f"(nonzero: {', '.join(name(k) for k in nonzero) or 'none'})")
 
 
 # --------------------------------------------------------------------------- per range
 
 _SUMS = ("flop", "flop_fp32", "flop_fp16", "flop_fp64", "flop_tensor", "bytes_DRAM", "bytes_L2", "bytes_L1",
-         "bytes_shared", "dram_read", "dram_write", "lts_sectors", "_hit_sectors", "seconds")
+         "bytes_shared", "dram_read", "dram_write", "lts_sectors", "_hit_sectors", "_hit_weight", "seconds")
 
 
 def option_columns(df: pd.DataFrame) -> list[str]:
@@ -395,7 +401,11 @@ def per_range(work: pd.DataFrame, *, by_kernel_if_no_ranges: bool = False) -> pd
         grouped_by = "NVTX range"
     outside = int((~inside).sum())
     w = w[inside].copy()
-    w["_hit_sectors"] = w["l2_hit_rate"] / 100 * w["lts_sectors"]
+    # the range's hit rate: the launches' rates weighted by their L2 sectors (Nsight's own definition);
+    # reports without sector counts (the roofline sections have only their rates) weight by L2 bytes, else time
+    weight = next(c for c in ("lts_sectors", "bytes_L2", "seconds") if w[c].notna().all() or c == "seconds")
+    w["_hit_sectors"] = w["l2_hit_rate"] / 100 * w[weight]
+    w["_hit_weight"] = w[weight].where(w["l2_hit_rate"].notna())
     keys = ["range"]
     fields = [c for c in range_columns(w) if c != "range"]
     g = w.groupby(keys, sort=False, dropna=False)
@@ -403,7 +413,7 @@ def per_range(work: pd.DataFrame, *, by_kernel_if_no_ranges: bool = False) -> pd
     first = g[fields].first().reset_index(drop=True) if fields else pd.DataFrame(index=out.index)
     out = pd.concat([out[["range"]], first, out.drop(columns="range")], axis=1)
     out["kernels"] = g.size().to_numpy()
-    out["l2_hit_rate"] = 100 * out.pop("_hit_sectors") / out["lts_sectors"]
+    out["l2_hit_rate"] = 100 * out.pop("_hit_sectors") / out.pop("_hit_weight")
     t = w.groupby(["range", "kernel"], sort=False)["seconds"].sum().reset_index()
     t["share"] = t["seconds"] / t.groupby("range")["seconds"].transform("sum")
     main = t.sort_values(["range", "share", "kernel"], ascending=[True, False, True]).drop_duplicates("range")
@@ -415,7 +425,7 @@ def per_range(work: pd.DataFrame, *, by_kernel_if_no_ranges: bool = False) -> pd
         col = out[c]
         if col.dtype == float and col.notna().all() and (col == col.round()).all():
             out[c] = col.astype(int)
-    out.attrs = {**work.attrs, "outside": outside, "grouped_by": grouped_by}
+    out.attrs = {**work.attrs, "outside": outside, "grouped_by": grouped_by, "l2_hit_rate_weight": weight}
     return out
 
 

@@ -369,3 +369,17 @@ def onset_evidence(ev: pd.DataFrame, x: str, title: str) -> go.Figure:
     fig.update_xaxes(type="log", title=x)
     fig.update_layout(title=title, template=TEMPLATE, height=320)
     return fig
+
+
+def l2_per_range(l2: pd.DataFrame, title: str, style: Style | None = None) -> go.Figure:
+    """L2 hit rate per range (bars, one colour per implementation), for captures without a sweep."""
+    d = l2[l2["l2_hit_rate"].notna()] if "l2_hit_rate" in l2 else l2.iloc[0:0]
+    if d.empty:
+        return message("no L2 hit rate", title)
+    st = _style(style, d["variant"].astype(str).unique())
+    hover = [c for c in ("bytes_DRAM", "bytes_L2", "dram_over_compulsory", "working_set_over_l2") if c in d]
+    fig = px.bar(d, x="l2_hit_rate", y="range", color="variant", orientation="h", title=title, hover_data=hover,
+                 labels={"l2_hit_rate": "L2 hit rate [%]", "range": ""}, color_discrete_map=_colors(st),
+                 category_orders={"variant": list(st)})
+    fig.update_layout(template=TEMPLATE, height=160 + 28 * len(d))
+    return fig

@@ -296,3 +296,12 @@ def used_derivations(work: pd.DataFrame) -> pd.DataFrame:
     d = derivations(work)
     d = d[d["launches"] > 0]
     return d[~d["quantity"].str.startswith(("hz_", "cycles_"))].reset_index(drop=True)
+
+
+def table(df: pd.DataFrame, formats: Any = None, name: str = "t", na_rep: str = "—") -> Any:
+    """``df`` formatted for the page, with a fixed element id (pandas' Styler picks a random one,
+    and the same capture must give the same bytes)."""
+    import hashlib
+
+    uid = name + "-" + hashlib.sha256(df.to_csv().encode()).hexdigest()[:8]
+    return df.style.set_uuid(uid).format(formats, na_rep=na_rep)

@@ -190,7 +190,11 @@ def render_notebook(nb: Path, params: dict, out_html: Path, kernel: str = "pytho
         exporter.exclude_input = True
         exporter.exclude_input_prompt = True
         exporter.exclude_output_prompt = True
-        body, _ = exporter.from_notebook_node(nbformat.read(executed, as_version=4))
+        node = nbformat.read(executed, as_version=4)
+        for i, cell in enumerate(node.cells):  # papermill gives its injected cell a random id: pages must not churn
+            if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
+                cell["id"] = f"injected-parameters-{i}"
+        body, _ = exporter.from_notebook_node(node)
         tmp_html = Path(tmp) / out_html.name
         tmp_html.write_text(body, encoding="utf-8")
         os.replace(tmp_html, out_html)
@@ -208,7 +212,8 @@ NOTEBOOK_BLURB = {
 
 
 def write_index(reports: Path, entries: list[tuple[str, str, str]], failures: list[tuple[str, str]],
-                captions: dict[str, str] | None = None, skipped: dict[str, dict[str, str]] | None = None) -> None:
+                captions: dict[str, str] | None = None, skipped: dict[str, dict[str, str]] | None = None,
+                title: str = "Nsight reports") -> None:
     """reports/index.html: the reports grouped by capture, each capture captioned from its manifest,
     with the notebooks that do not apply to it and why (``skipped``: capture label -> notebook -> reason)."""
     captions = captions or {}
@@ -227,14 +232,14 @@ def write_index(reports: Path, entries: list[tuple[str, str, str]], failures: li
         cap_html = f'<p class="cap">{html.escape(captions[cap])}</p>' if cap in captions else ""
         sections.append(f"<h2>{html.escape(cap)}</h2>{cap_html}<ul>{rows}{na}</ul>")
     bad = "\n".join(f"<li><b>{html.escape(label)}</b>: {html.escape(err)}</li>" for label, err in failures)
-    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Attention kernels: reports</title>
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:960px;margin:2em auto;line-height:1.5;color:#222}}
 h2{{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}} .cap{{color:#555;font-size:.92em}}
 a{{color:#1f5fbf;text-decoration:none}} a:hover{{text-decoration:underline}} .bad{{color:#a00}}
 .na{{color:#777;font-size:.9em}}</style></head>
-<body><h1>Attention kernels under Nsight: reports</h1>
-<p>Why FlashAttention beats textbook attention, measured: rendered from the captures in <code>profiles/</code>
-by <code>make report</code> (papermill + nbconvert; every page works offline).</p>
+<body><h1>{html.escape(title)}</h1>
+<p>Rendered from the captures in <code>profiles/</code> by <code>python -m nsightlab.report</code> (papermill +
+nbconvert; every page works offline). Each capture lists the notebooks that apply to it, and why the others do not.</p>
 {"".join(sections)}
 {'<h2 class="bad">Captures that failed to render</h2><ul>' + bad + "</ul>" if failures else ""}
 </body></html>"""
@@ -265,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kernel", default="python3", help="Jupyter kernel name for papermill")
     p.add_argument("--jobs", type=int, default=2, help="notebooks rendered in parallel (default 2)")
     p.add_argument("--only", default="", help="comma-separated notebook names to render (default: all that apply)")
+    p.add_argument("--title", default="Nsight reports", help="the index page's title")
     a = p.parse_args(argv)
     profiles, reports = Path(a.profiles), Path(a.reports)
     try:
@@ -330,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
             "(the capture manifest and the run's log are beside each page).")
         entries.append((f"live/{page.relative_to(reports / 'live').with_suffix('')}", os.path.relpath(page, reports),
                         "a notebook run in live mode on the GPU node (captured, then analysed, by papermill)"))
-    write_index(reports, entries, failures, captions, skipped)
+    write_index(reports, entries, failures, captions, skipped, a.title)
     for stale in reports.glob("**/.render-*"):
         shutil.rmtree(stale, ignore_errors=True)
     print(f"{len(entries)} report(s), {len(failures)} failure(s) in {time.perf_counter() - t_all:.1f} s; "
