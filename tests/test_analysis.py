@@ -337,3 +337,36 @@ def test_analysis_modules_import_neither_torch_nor_the_kernels():
             "nsightlab.options, nsightlab.device, nsightlab.figures, nsightlab.notebook, nsightlab.report; "
             "bad = [m for m in ('torch', 'flash_kernels') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --------------------------------------------------------------------------- real reports in the roofline sections' form
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+FOREIGN = ROOT / "tests" / "data" / "foreign" / "foreign.ncu-rep.gz"
+FULL = ROOT / "profiles" / "nvidia-h200" / "_gui" / "flash_mma_bwd_d128_full.ncu-rep.gz"
+
+
+@pytest.mark.skipif(not FOREIGN.exists(), reason="foreign test data not present")
+def test_a_foreign_report_in_rate_form_counts_exact_flops():
+    """A colleague's ncu report with Nsight's roofline sections (no .sum instruction totals): the GEMM's
+    counted FLOPs are 2·M·N·K, the elementwise multiply's one FMUL per element."""
+    from nsightlab import parse
+
+    w = C.kernel_work(parse.ncu_frame(FOREIGN))
+    assert any("per_cycle_elapsed" in r for r in w.attrs["used"]["inst_fmul"])
+    r = C.per_range(w).set_index("range")
+    assert r.loc["gemm:fwd M=2048 N=2048 K=2048", "flop"] == pytest.approx(2 * 2048**3, rel=1e-6)
+    assert r.loc["elementwise mul n=4194304", "flop"] == pytest.approx(4194304, rel=1e-6)
+    assert r.loc["gemm:fwd M=2048 N=2048 K=2048", "bytes_L2"] > 0 and r["l2_hit_rate"].notna().all()
+    assert r.attrs["outside"] > 0
+
+
+@pytest.mark.skipif(not FULL.exists(), reason="--set full report not present")
+def test_a_set_full_report_gives_the_roofline_quantities():
+    from nsightlab import parse
+
+    w = C.kernel_work(parse.ncu_frame(FULL)).iloc[0]
+    assert w["flop_tensor"] == pytest.approx(4 * 4 * 16 * 4096**2 * 128 * 2.5, rel=1e-6)  # B=4 H=16 N=4096 D=128 backward
+    assert w["bytes_DRAM"] == pytest.approx(w["dram_read"] + w["dram_write"], rel=1e-3)
+    assert w["peak_L2"] > 0 and w["peak_tensor"] > 0 and w["flop_fp32"] > 0
