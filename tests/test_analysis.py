@@ -4,6 +4,7 @@ the FLOP check, the L2 onsets, timelines, option studies, the device page and th
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -342,7 +343,7 @@ def test_analysis_modules_import_neither_torch_nor_the_kernels():
 # --------------------------------------------------------------------------- real reports in the roofline sections' form
 
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent
 FOREIGN = ROOT / "tests" / "data" / "foreign" / "foreign.ncu-rep.gz"
 FULL = ROOT / "profiles" / "nvidia-h200" / "_gui" / "flash_mma_bwd_d128_full.ncu-rep.gz"
 
