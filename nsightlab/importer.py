@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import parse, store, tools
+from . import parse, ranges, store, tools
 from .errors import ProfileError
 from .errors import ToolError as _ToolError
 from .files import MANIFEST, file_table, local_copy, sha256
+from .ranges import RangeSchema
 
 SCHEMA = 2
 #: what the importer reads, by how the file name ends
@@ -250,6 +251,7 @@ class Report:
     env: dict[str, Any] = field(default_factory=dict)
     env_source: dict[str, str] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    range_names: set[str] = field(default_factory=set)
 
 
 def _named(path: Path, exc: ProfileError) -> ProfileError:
@@ -290,6 +292,7 @@ def describe_ncu(rep: Report) -> None:
             rep.env[key] = session[key]
             rep.env_source[key] = f"ncu session info ({rep.path.name})"
     passes = per_launch.get("profiler__replayer_passes")
+    rep.range_names = {r for r in frame["range"] if r}
     units = frame.attrs.get("units", {})
     rep.info = {"version": session.get("version"), "metrics": sorted(units), "kernels_profiled": len(frame),
                 "ranges": int(frame.loc[frame["range"] != "", "range"].nunique()),
@@ -358,6 +361,7 @@ def describe_nsys(rep: Report) -> None:
     argv += [v for _, v in sorted(((k, v) for k, v in capture if k.startswith("PROCESS_0:ARGUMENT_")),
                                   key=lambda kv: int(kv[0].rsplit("_", 1)[1]) if kv[0].rsplit("_", 1)[1].isdigit() else 0)]
     ranges = t["ranges"]
+    rep.range_names = {r for r in ranges["range"] if r} if len(ranges) else set()
     rep.info = {"version": meta.get("EXPORT_PRODUCT_VERSION"), "export_schema_version": meta.get("EXPORT_SCHEMA_VERSION"),
                 "kernels": len(kern), "ranges": len(ranges),
                 "range_names": int(ranges["range"].nunique()) if len(ranges) else 0,
@@ -543,11 +547,18 @@ def _manifest(reports: list[Report], name: str, description: str | None, command
         "origin": "imported", "created": stamp, "gpu": gpu, "environment": env, "git_commit": None,
         "ncu": ncu_info, "nsys": nsys_info, "tools": used,
         "parameters": {"tools": used, "cases": []},  # what schema-1 readers (report.applicable) look at
-        "range_schemas": [], "cases": [],
+        "range_schemas": [s.to_json() for s in _schemas_used(reports)], "cases": [],
         "imported_from": [{"name": r.path.name, "bytes": r.path.stat().st_size, "sha256": sha256(r.path),
                            "stored_as": r.rep_stored or r.stored} for r in reports],
         "commands": commands, "files": file_table(folder),
     }
+
+
+def _schemas_used(reports: list[Report]) -> list[RangeSchema]:
+    """The registered range schemas (those of loaded plug-ins) that decode some range name of the
+    reports: recorded in the manifest, so that the reports decode those names with them."""
+    names = {n for r in reports for n in r.range_names}
+    return [s for s in ranges.registered() if any(s.parse(n) is not None for n in names)]
 
 
 def _ncu_report_version() -> str | None:
@@ -568,7 +579,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", help="capture name (default: the first report's file name without its suffix)")
     p.add_argument("--description", help="one line saying what was captured (default: the imported file names)")
     p.add_argument("--nsys", help="path to nsys, to export a .nsys-rep (else $NSYS, PATH, standard folders)")
+    p.add_argument("--plugin", action="append", default=[],
+                   help="a module whose range schemas decode the reports' range names (installed plug-ins are loaded too)")
     a = p.parse_args(argv)
+    try:
+        from .impls import load_plugins
+
+        load_plugins(a.plugin)
+    except ValueError as exc:
+        p.error(str(exc))
     try:
         dest = import_reports(a.reports, a.profiles, a.name, a.nsys, description=a.description, argv=argv)
     except (ProfileError, tools.ToolError, _ToolError, OSError) as exc:

@@ -181,12 +181,17 @@ def unit_scale(unit: str) -> tuple[float, str]:
     m = _UNIT.match(u)
     if m and m.group("p"):
         return _PREFIX[m.group("p")], m.group("base") + m.group("rest")
+    # ncu scales the printed number by a prefix it puts on any unit of the expression: 2234 %/byte
+    # prints as 2.234 %/Kbyte
+    m = re.search(r"(?<=/)(?P<p>[KMGT])(?P<base>byte|hz|second|inst|cycle|sector|warp|thread|register|block)", u)
+    if m:
+        return _PREFIX[m.group("p")], u[:m.start()] + m.group("base") + u[m.end():]
     return 1.0, u
 
 
 def parse_number(text: str) -> float:
     t = text.strip().replace(",", "")
-    if t in ("", "n/a", "N/A"):
+    if t in ("", "n/a", "N/A", "no data"):
         return float("nan")
     return float(t)
 
@@ -214,7 +219,7 @@ def ncu_csv_frame(path: str | Path, schemas: Iterable[RangeSchema] = ()) -> pd.D
         raise ProfileError(f"{path}: no such ncu CSV export")
     try:
         with open(local_copy(path), newline="", encoding="utf-8") as fh:
-            rows = list(csv.reader(fh))
+            rows = list(csv.reader(fh, strict=True))  # strict: a file cut inside a quoted field is an error
     except (csv.Error, UnicodeDecodeError) as exc:
         raise ProfileError(f"{path}: not a readable CSV file ({exc})") from None
     if len(rows) < 2 or "ID" not in rows[0] or "Kernel Name" not in rows[0]:
@@ -308,7 +313,7 @@ def nsys_tables(path: str | Path, schemas: Iterable[RangeSchema] = ()) -> dict[s
         if name_col is None:
             raise ProfileError(f"{path}: table {k_tab} has no kernel name column (demangledName, shortName or name)")
         strings = dict(con.execute(f"SELECT id, value FROM {s_tab}").fetchall()) if s_tab else {}
-        extra = [c for c in ("registersPerThread", "staticSharedMemory", "dynamicSharedMemory", "gridX", "gridY", "gridZ",
+        extra = [c for c in ("globalPid", "registersPerThread", "staticSharedMemory", "dynamicSharedMemory", "gridX", "gridY", "gridZ",
                              "blockX", "blockY", "blockZ", "streamId", "deviceId") if c in kc]
         kern = pd.read_sql_query(f"SELECT start, end, correlationId, {name_col} AS name_id, {short_col} AS short_id"
                                  + "".join(f", {c}" for c in extra) + f" FROM {k_tab}", con)
@@ -317,6 +322,9 @@ def nsys_tables(path: str | Path, schemas: Iterable[RangeSchema] = ()) -> dict[s
         else:
             rt = pd.DataFrame({"correlationId": pd.Series(dtype="int64"), "tid": pd.Series(dtype="float64"),
                                "launch_start": pd.Series(dtype="float64")})
+        # correlation ids are unique per process only: join on (process, id); a global thread id
+        # carries its process in the bits above 24 (Nsight Systems' globalTid encoding)
+        rt["globalPid"] = (rt["tid"].to_numpy(dtype="int64") >> 24) << 24 if len(rt) else rt["tid"]
         if n_tab:
             nc = _columns(con, n_tab)
             cols = ["start", "end", "eventType", "text", "globalTid AS tid"]
@@ -338,7 +346,8 @@ def nsys_tables(path: str | Path, schemas: Iterable[RangeSchema] = ()) -> dict[s
         kern[col] = kern[col].map(lambda v: strings.get(v, v) if not isinstance(v, str) else v)
     kern = kern.rename(columns={"name_id": "kernel_full", "short_id": "kernel"})
     ranges = _nsys_ranges(nv, strings, schemas)
-    kern = kern.merge(rt, on="correlationId", how="left")
+    keys = ["globalPid", "correlationId"] if "globalPid" in kern else ["correlationId"]
+    kern = kern.merge(rt if "globalPid" in kern else rt.drop(columns="globalPid"), on=keys, how="left")
     kern["ms"] = (kern["end"] - kern["start"]) / 1e6
     kern = _join_ranges(kern.sort_values("start").reset_index(drop=True), ranges, schemas)
     return {"kernels": kern, "ranges": ranges, "gpu": gpu}
@@ -399,7 +408,8 @@ def _join_ranges(kern: pd.DataFrame, ranges: pd.DataFrame, schemas: Iterable[Ran
             sel = np.flatnonzero((ktid == tid) & ~np.isnan(kt))
             if not len(sel):
                 continue
-            grp = grp.sort_values("start")
+            # a range nested in one that starts at the same instant sorts after it (longer first)
+            grp = grp.assign(_neg_end=-grp["end"]).sort_values(["start", "_neg_end"], kind="stable")
             pos = _innermost_enclosing(grp["start"].to_numpy(), grp["end"].to_numpy(), kt[sel])
             ok = pos >= 0
             idx[sel[ok]] = grp.index.to_numpy()[pos[ok]]

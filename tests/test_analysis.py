@@ -344,8 +344,8 @@ def test_analysis_modules_import_neither_torch_nor_the_kernels():
 
 
 ROOT = Path(__file__).resolve().parent.parent
-FOREIGN = ROOT / "tests" / "data" / "foreign" / "foreign.ncu-rep.gz"
-FULL = ROOT / "profiles" / "nvidia-h200" / "_gui" / "flash_mma_bwd_d128_full.ncu-rep.gz"
+FOREIGN = ROOT / "profiles" / "nvidia-h200" / "foreign-example" / "ncu.ncu-rep.gz"
+FULL = ROOT / "profiles" / "nvidia-h200" / "flash-mma-bwd-full" / "ncu.ncu-rep.gz"
 
 
 @pytest.mark.skipif(not FOREIGN.exists(), reason="foreign test data not present")

@@ -3,26 +3,26 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from flash_kernels import bench  # noqa: E402
-from flash_kernels.configs import SUITES, get_suite  # noqa: E402
+from flash_kernels.bench_suites import SUITES, get_suite  # noqa: E402
 
 
 def test_suites_are_the_issue_s():
-    seed004, _, _ = get_suite("seed004")
-    assert [c.name for c in seed004][:2] == ["Small-1", "Small-2"] and len(seed004) == 10
-    assert {c.N for c in seed004} >= {32, 100}
-    seed002, _, _ = get_suite("seed002")
-    assert all(c.B * c.N == 16384 and c.H == 16 and c.D == 128 for c in seed002)
+    mixed, _, _ = get_suite("mixed")
+    assert [c.name for c in mixed][:2] == ["Small-1", "Small-2"] and len(mixed) == 10
+    assert {c.N for c in mixed} >= {32, 100}
+    d128, _, _ = get_suite("d128")
+    assert all(c.B * c.N == 16384 and c.H == 16 and c.D == 128 for c in d128)
     conv, _, _ = get_suite("convention")
     assert len(conv) == 24 and all(c.B * c.N == 16384 and c.H * c.D == 2048 for c in conv)
     with pytest.raises(ValueError, match="known suites"):
         get_suite("nope")
-    assert set(SUITES) == {"seed004", "seed002", "convention"}
+    assert set(SUITES) == {"mixed", "d128", "convention"}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
 def test_cli_without_gpu_says_so(capsys):
     with pytest.raises(SystemExit) as exc:
-        bench.main(["--suite", "seed004"])
+        bench.main(["--suite", "mixed"])
     assert exc.value.code == 2
     assert "no CUDA device" in capsys.readouterr().err
 

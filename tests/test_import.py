@@ -143,9 +143,6 @@ def test_versioned_kernel_tables_highest_wins(tmp_path):
     assert man["nsys"]["kernels"] == len(EXPECTED)
 
 
-@pytest.mark.xfail(reason="parse.nsys_tables joins kernels to runtime calls on correlationId alone, but CUPTI numbers "
-                          "them per process: a multi-process export duplicates kernel rows. Fix: merge on "
-                          "(globalPid, correlationId), with the runtime's globalPid = globalTid with its low 24 bits cleared")
 def test_multi_process_export_keeps_each_kernel_once(tmp_path):
     k = parse.nsys_tables(make_foreign_sqlite(tmp_path / "mp.sqlite", second_process=True))["kernels"]
     assert len(k) == len(EXPECTED) + 2
@@ -154,9 +151,6 @@ def test_multi_process_export_keeps_each_kernel_once(tmp_path):
     assert set(k.loc[k["kernel"] == "other_process_kernel", "range"]) == {""}
 
 
-@pytest.mark.xfail(reason="parse._join_ranges sorts a thread's ranges by start only: a nested range pushed at the same "
-                          "nanosecond as its parent (and recorded first) loses to the parent. Fix: sort by start, then "
-                          "end descending (outer first), with a stable sort")
 def test_nested_range_with_the_same_start_is_innermost(tmp_path):
     k = parse.nsys_tables(make_foreign_sqlite(tmp_path / "eq.sqlite", same_start=True))["kernels"]
     k = k.set_index("correlationId")
@@ -334,8 +328,6 @@ def test_ncu_csv_cut_inside_a_row(tmp_path):
         parse.ncu_csv_frame(tmp_path / "empty.csv")
 
 
-@pytest.mark.xfail(reason="parse.ncu_csv_frame reads a file cut inside the LAST quoted field as complete (csv.reader "
-                          "is not strict): the last value is silently shortened; fix: csv.reader(fh, strict=True)")
 def test_ncu_csv_cut_inside_the_last_field(tmp_path):
     data = (BLOCKSIZE / "ncu_raw.csv").read_bytes()
     path = _cut(BLOCKSIZE / "ncu_raw.csv", tmp_path / "cut.csv", len(data) - 4)  # '..."0.0000' with no closing quote
