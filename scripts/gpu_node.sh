@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything the GPU node needs, in one call (the node is lent bare: nothing survives a call).
-#   NSIGHTLAB_GIT_COMMIT=$(git rev-parse HEAD) STEPS="build test sanitize bench" bash scripts/gpu_node.sh
+#   NSIGHTLAB_GIT_COMMIT=<sha from the dev machine, pasted literally: the node's copy of .git may be stale> STEPS="build test sanitize bench" bash scripts/gpu_node.sh
 #   (TEST_PATHS=tests/gpu/test_x.py: some GPU tests only; FK_GIT_COMMIT: the node's copy of .git may be stale)
 # Installs the wheels carried in .whl/ (if any), builds the kernels, runs the GPU tests, the
 # compute-sanitizer checks and the benchmark suites, and writes logs and results under $OUT.

@@ -22,20 +22,6 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGETS = {"forward": 0.80, "backward": 0.60}
 
 
-def capture_cases(m: dict, suite: str) -> pd.DataFrame:
-    """The capture's cases with their work model: from the manifest (schema 2), else (schema-1
-    captures, which recorded only the range names) from the sweep of the same name."""
-    have = cases(m)
-    if len(have) and "model_flop" in have and have["model_flop"].notna().any():
-        return have
-    import flash_kernels.study  # noqa: F401 - registers the fk schema, implementations and sweeps
-    from nsightlab import sweep
-
-    names = set((m.get("parameters") or {}).get("cases") or [])
-    made = [c.to_json() for c in sweep.find(suite).cases(load=False) if c.range in names]
-    return cases({"cases": made})
-
-
 def _md(df: pd.DataFrame) -> str:
     cols = list(df.columns)
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -44,23 +30,24 @@ def _md(df: pd.DataFrame) -> str:
 
 
 def capture_table(gpu: Path) -> str:
+    """Every capture of one GPU: how it was made, how long it took, at which commit."""
     rows = []
-    for suite in ("seqlen", "blocksize", "seeds"):
-        cap = gpu / suite
-        if not (cap / "manifest.json").exists():
-            continue
+    for man in sorted(gpu.glob("*/manifest.json")):
+        cap = man.parent
         m = load_manifest(cap)
-        ncu, t = m.get("ncu") or {}, m["timings_seconds"]
+        ncu, t = m.get("ncu") or {}, m.get("timings_seconds") or {}
         parts = [f"{k} {v:.0f} s" for k, v in t.items() if k not in ("total", "ncu_raw_csv") and v >= 1]
-        rows.append({"suite": f"`{suite}`", "tools": " + ".join(tools_of(m)),
-                     "kernels profiled": (f"{ncu['kernels_profiled']} × {ncu['max_passes_per_kernel']} passes "
-                                          f"({ncu['replay_mode']} replay)" if ncu else "—"),
-                     "time": f"{t['total']:.0f} s ({', '.join(parts)})", "commit": short_commit(m["git_commit"], 7)})
+        passes = f"{ncu.get('max_passes_per_kernel')} passes" if ncu.get("max_passes_per_kernel") else "passes ?"
+        rows.append({"capture": f"`{cap.name}`", "origin": m.get("origin", "captured"), "tools": " + ".join(tools_of(m)),
+                     "kernels profiled": (f"{ncu['kernels_profiled']} × {passes} ({ncu.get('replay_mode') or '?'} replay)"
+                                          if ncu else "—"),
+                     "time": f"{t['total']:.0f} s ({', '.join(parts)})" if t else "—",
+                     "commit": short_commit(m["git_commit"], 7) if m.get("git_commit") else "—"})
     return _md(pd.DataFrame(rows))
 
 
 def target_table(gpu: Path) -> str:
-    df, _ = load_bench(gpu / "seeds")
+    df, _ = load_bench(gpu / "bench")
     t = perf.target_table(df, "flash_mma", "sdpa_flash", TARGETS, suite="convention")
     t = t.assign(causal=t["causal"].map({True: "yes", False: "no"}), tflops=t["tflops"].round(1),
                  ref_tflops=t["ref_tflops"].round(1), ratio=(100 * t["ratio"]).round(0).astype(int).astype(str) + "%",
@@ -70,8 +57,8 @@ def target_table(gpu: Path) -> str:
 
 
 def one_config_table(gpu: Path, config: str = "B4-H16-N4096-D128") -> str:
-    df, _ = load_bench(gpu / "seeds")
-    d = df[(df["suite"] == "seed002") & (df["config"] == config)]
+    df, _ = load_bench(gpu / "bench")
+    d = df[(df["suite"] == "d128") & (df["config"] == config)]
     rows, notes = [], []
     for impl, g in d.groupby("impl", sort=False):
         row = {"implementation": impl}
@@ -91,7 +78,7 @@ def seqlen_findings(gpu: Path) -> str:
     cap = gpu / "seqlen"
     m = load_manifest(cap)
     schemas = capture_schemas(m)
-    cs = capture_cases(m, "seqlen")
+    cs = cases(m)
     work = counters.kernel_work(parse.ncu_frame(find_file(cap, "ncu.ncu-rep"), schemas=schemas))
     rng = counters.attach_model(counters.per_range(work), cs)
     fc = roofline_check(rng)
@@ -124,6 +111,19 @@ def seqlen_findings(gpu: Path) -> str:
     return "\n".join(out)
 
 
+def example_table(gpu: Path, N: int = 4096) -> str:
+    """The Triton example beside flash_mma and SDPA flash (nsys GPU time, median of the launches)."""
+    cap = gpu / "triton-example"
+    m = load_manifest(cap)
+    T = parse.nsys_tables(find_file(cap, "nsys.sqlite"), capture_schemas(m))
+    s = timeline.speedup_vs(timeline.timing_summary(timeline.range_timing(T["kernels"], T["ranges"]), cases(m)), "sdpa_flash")
+    s = s[s["N"] == N].sort_values(["pass", "causal", "variant"], ascending=[False, True, True])
+    t = pd.DataFrame({"pass": s["pass"], "causal": s["causal"].map({True: "yes", False: "no"}), "implementation": s["variant"],
+                      "GPU ms": s["gpu_ms"].map("{:.3f}".format), "TFLOP/s": s["tflops"].map("{:.0f}".format),
+                      "× SDPA flash": s["speedup"].map("{:.2f}".format)})
+    return _md(t)
+
+
 def roofline_check(rng: pd.DataFrame) -> pd.DataFrame:
     from nsightlab.roofline import flop_check
 
@@ -139,9 +139,11 @@ def main(argv: list[str]) -> int:
         print(f"## {gpu.name}: {m.get('gpu', {}).get('name')}, driver "
               f"{m.get('gpu', {}).get('nvidia_smi', {}).get('driver_version')}, torch {env.get('torch')}\n")
         print("### captures\n\n" + capture_table(gpu) + "\n")
-        if (gpu / "seeds").exists():
+        if (gpu / "bench").exists():
             print("### flash_mma vs SDPA flash (convention, N >= 2048)\n\n" + target_table(gpu) + "\n")
-            print("### every variant, seed002 B4-H16-N4096-D128\n\n" + one_config_table(gpu) + "\n")
+            print("### every variant, d128 B4-H16-N4096-D128\n\n" + one_config_table(gpu) + "\n")
+        if (gpu / "triton-example").exists():
+            print("### the Triton example (B=4, H=16, N=4096, D=128)\n\n" + example_table(gpu) + "\n")
         if (gpu / "seqlen").exists():
             print("### seqlen findings\n\n" + seqlen_findings(gpu) + "\n")
     return 0
