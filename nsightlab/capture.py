@@ -455,6 +455,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="ncu replay: rerun the whole (deterministic) workload per counter pass, or replay each "
                         "kernel; default: the sweep's")
     a = p.parse_args(argv)
+    if a.only:
+        try:
+            re.compile(a.only)
+        except re.error as exc:
+            p.error(f"--only {a.only!r} is not a regular expression: {exc}")
     import signal
 
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `--list | head` ends quietly

@@ -183,11 +183,14 @@ def main(argv: list[str] | None = None) -> int:
         sweep: Sweep = find(a.sweep)
         cases = sweep.cases()
         if a.only:
-            rx = re.compile(a.only)
+            try:
+                rx = re.compile(a.only)
+            except re.error as exc:
+                raise ValueError(f"--only {a.only!r} is not a regular expression: {exc}") from None
             cases = [c for c in cases if rx.search(c.range)]
             if not cases:
                 raise ValueError(f"--only {a.only!r} matches no case of sweep {sweep.name}")
-    except (ValueError, re.error) as exc:
+    except ValueError as exc:
         p.error(str(exc))
     if a.iters < 1 or (a.warmup is not None and a.warmup < 0):
         p.error("--iters must be >= 1 and --warmup >= 0")

@@ -1,23 +1,30 @@
 """Capture: command lines, tool discovery, error messages, and the store's atomic write (no GPU:
 the profilers and the Python that runs the workload are stand-in scripts)."""
 
+import argparse
 import json
 import os
+import signal
 import stat
+import sys
 from pathlib import Path
 
 import pytest
 
+from nsightlab import attention
 from nsightlab import capture as C
 from nsightlab import metrics as M
 from nsightlab import tools as T
+from nsightlab.ranges import decode, schemas_of
 from nsightlab.store import ProfileError, list_captures, validate
+from nsightlab.sweep import Sweep
 
 
 def test_ncu_command_profiles_only_ranges_with_clocks_left_alone():
-    cmd = C.ncu_command("/x/ncu", ["py", "-m", "w"], "out/ncu")
+    cmd = C.ncu_command("/x/ncu", ["py", "-m", "w"], "out/ncu", nvtx_include=attention.schema("fk").nvtx_include())
     assert cmd[0] == "/x/ncu" and cmd[-3:] == ["py", "-m", "w"]
     assert cmd[cmd.index("--nvtx-include") + 1] == "regex:^fk:.*/" and "--nvtx" in cmd
+    assert cmd[cmd.index("--replay-mode") + 1] == "kernel" and cmd[cmd.index("--cache-control") + 1] == "all"
     assert cmd[cmd.index("--clock-control") + 1] == "none"
     assert cmd[cmd.index("--metrics") + 1].split(",") == M.metric_names()
     assert cmd[cmd.index("--export") + 1] == "out/ncu"
@@ -115,71 +122,218 @@ def test_ncu_errors_become_advice():
     T.check_ncu_output("==PROF== Report: x.ncu-rep", 0)
 
 
-FAKE_PYTHON = """#!/usr/bin/env python3
-import json, sys
+ROOT = Path(__file__).resolve().parent.parent
+
+# the Python that capture runs: the ceilings with a fake GPU, and a workload that logs every runnable case as
+# run (ranges read from the sweep file, as the real one does); the same interpreter, so nsightlab imports
+FAKE_PYTHON = """#!{python}
+import json, re, sys
+sys.path.insert(0, {root!r})
 args = sys.argv[1:]
-if args[:2] == ["-m", "flash_kernels.ceilings"]:
-    out = args[args.index("--out") + 1]
-    json.dump({"ceilings": {"copy_d2d": {"bytes": 1, "ms": 1, "bytes_per_s": 1.0}},
-               "environment": {"gpu": {"name": "Fake GPU X", "l2_bytes": 1 << 20}, "git_commit": "abc"}}, open(out, "w"))
+def arg(flag):
+    return args[args.index(flag) + 1] if flag in args else None
+if args[:2] == ["-m", "nsightlab.ceilings"]:
+    json.dump({{"ceilings": {{"copy_d2d": {{"bytes": 1, "ms": 1, "bytes_per_s": 1.0}}}},
+               "environment": {{"gpu": {{"name": "Fake GPU X", "l2_bytes": 1 << 20}}, "git_commit": "abc"}}}},
+              open(arg("--out"), "w"))
     print("ceilings measured")
+elif args[:2] == ["-m", "nsightlab.workload"]:
+    from nsightlab.sweep import Sweep
+    only = arg("--only")
+    cases = [c for c in Sweep.load(arg("--sweep")).cases() if c.runnable and (not only or re.search(only, c.range))]
+    with open(arg("--log"), "a") as log:
+        for c in cases:
+            log.write(json.dumps({{"range": c.range, "impl": c.impl, "pass": c.pass_, "status": "ok"}}) + "\\n")
+    print("workload ran", len(cases), "cases")
 else:
-    print("workload", " ".join(args))
+    sys.exit("fake python: unexpected " + " ".join(args))
 """
 
 FAKE_NCU = """#!/bin/sh
+if [ "$1" = "--version" ]; then echo "Version 2025.3.1 (fake)"; exit 0; fi
 if [ "$1" = "--import" ]; then echo '"ID","Kernel Name"'; echo '"",""'; exit 0; fi
 if [ -n "$FAKE_NCU_FAIL" ]; then echo "==ERROR== ERR_NVGPUCTRPERM - no permission"; exit 1; fi
 while [ "$1" != "--export" ]; do shift; done
+out="$2"
+while [ "$1" != "--force-overwrite" ]; do shift; done
+shift
+"$@" || exit 1
 echo '==PROF== Profiling "k_kernel" - 0: 0%....50%....100% - 5 passes'
-printf 'report' > "$2.ncu-rep"
+printf 'report' > "$out.ncu-rep"
+"""
+
+FAKE_NSYS = """#!/bin/sh
+cmd="$1"
+if [ "$cmd" = "--version" ]; then echo "NVIDIA Nsight Systems version 2025.1 (fake)"; exit 0; fi
+while [ "$1" != "--output" ]; do shift; done
+out="$2"
+shift 2
+case "$cmd" in
+  profile) "$@" || exit 1
+           if [ -n "$FAKE_NSYS_FAIL" ]; then echo "nsys: fake failure after the workload"; exit 3; fi
+           printf 'rep' > "$out.nsys-rep" ;;
+  export) printf 'sqlite' > "$out" ;;
+  stats) printf 'Name,Time\\nk_kernel,1\\n' > "${out}_cuda_gpu_kern_sum.csv" ;;
+esac
 """
 
 
+def _tools(tmp_path):
+    py = _exe(tmp_path / "python", FAKE_PYTHON.format(python=sys.executable, root=str(ROOT)))
+    return py, _exe(tmp_path / "ncu", FAKE_NCU), _exe(tmp_path / "nsys", FAKE_NSYS)
+
+
+def _ncu_argv(man):
+    return next(c["argv"] for c in man["commands"] if c["step"] == "ncu")
+
+
 def test_capture_is_atomic_idempotent_and_keeps_the_previous_on_failure(tmp_path, monkeypatch):
-    py = _exe(tmp_path / "python", FAKE_PYTHON)
-    ncu = _exe(tmp_path / "ncu", FAKE_NCU)
+    py, ncu, _ = _tools(tmp_path)
     profiles = tmp_path / "profiles"
     dest = C.capture("blocksize", profiles, ncu=str(ncu), python=str(py), echo=lambda s: None)
     assert dest == profiles / "fake-gpu-x" / "blocksize"
     man = validate(dest, open_reports=False)
     assert man["ncu"]["max_passes_per_kernel"] == 5 and man["ncu"]["clock_control"] == "none"
-    assert man["ncu"]["replay_mode"] == "kernel"  # the suite's own: long kernels, kernel replay
-    assert {"ncu.ncu-rep", "ncu_raw.csv", "ceilings.json", "ncu.log"} <= set(man["files"])
-    ncu_argv = next(c["argv"] for c in man["commands"] if "--nvtx-include" in c["argv"])
-    assert "--warmup-refs-only" not in ncu_argv  # kernel replay: warm-ups run unpatched, keep them
-    assert man["parameters"]["cases"] and "timings_seconds" in man
-    first = (dest / "manifest.json").read_text()
-    C.capture("blocksize", profiles, ncu=str(ncu), python=str(py), echo=lambda s: None)  # re-run: replaced whole
+    assert man["ncu"]["replay_mode"] == "kernel"  # the sweep's own: long kernels, kernel replay
+    assert {"ncu.ncu-rep", "ncu_raw.csv", "ceilings.json", "ncu.log", "sweep.toml", "cases_ncu.jsonl"} <= set(man["files"])
+    wl = _ncu_argv(man)[_ncu_argv(man).index("-m"):]
+    assert wl[:2] == ["-m", "nsightlab.workload"] and wl[wl.index("--warmup-only") + 1] == "all"  # kernel replay: keep warm-ups
+    assert _ncu_argv(man)[_ncu_argv(man).index("--nvtx-include") + 1] == "regex:^fk:.*/"
+    statuses = [c["status"] for c in man["cases"]]
+    assert statuses.count("ok") == 52 and sum(s.startswith("skipped:") for s in statuses) == 4
+    second = None
+    for _ in range(2):  # re-run: replaced whole
+        C.capture("blocksize", profiles, ncu=str(ncu), python=str(py), echo=lambda s: None)
+        second = (dest / "manifest.json").read_text()
     assert [c.label for c in list_captures(profiles)] == ["fake-gpu-x/blocksize"]
-    second = (dest / "manifest.json").read_text()
+    assert not [p.name for p in profiles.iterdir() if p.name.startswith((".tmp", ".old", ".failed"))]
     monkeypatch.setenv("FAKE_NCU_FAIL", "1")
     with pytest.raises(C.CaptureError, match="failed.*previous capture.*untouched"):
         C.capture("blocksize", profiles, ncu=str(ncu), python=str(py), echo=lambda s: None)
     assert (dest / "manifest.json").read_text() == second != ""  # the good capture survives
     failed = list(profiles.glob(".failed-blocksize-*"))
-    assert failed and "ERR_NVGPUCTRPERM" in (failed[0] / "FAILED.txt").read_text()
-    assert first != ""
+    assert len(failed) == 1 and "ERR_NVGPUCTRPERM" in (failed[0] / "FAILED.txt").read_text()
+    assert "cases finished (0 of 52)" in (failed[0] / "FAILED.txt").read_text()
     monkeypatch.delenv("FAKE_NCU_FAIL")
     dest = C.capture("blocksize", profiles, ncu=str(ncu), python=str(py), replay_mode="application",
                      echo=lambda s: None)
     man = validate(dest, open_reports=False)
-    ncu_argv = next(c["argv"] for c in man["commands"] if "--nvtx-include" in c["argv"])
-    assert man["ncu"]["replay_mode"] == "application" and ncu_argv[ncu_argv.index("--replay-mode") + 1] == "application"
-    assert "--warmup-refs-only" in ncu_argv  # application replay: our kernels' warm-ups would run patched
+    argv = _ncu_argv(man)
+    assert man["ncu"]["replay_mode"] == "application" and argv[argv.index("--replay-mode") + 1] == "application"
+    assert argv[argv.index("--warmup-only") + 1] == "needed"  # application replay: warm-ups would run patched
     assert man["ceilings_measured_by"] == "this capture"
 
 
-def test_a_later_suite_of_the_same_command_reuses_the_ceilings(tmp_path):
-    py = _exe(tmp_path / "python", FAKE_PYTHON)
-    ncu = _exe(tmp_path / "ncu", FAKE_NCU)
-    first = C.capture("blocksize", tmp_path / "a", ncu=str(ncu), python=str(py), echo=lambda s: None)
+def test_a_later_sweep_of_the_same_command_reuses_the_ceilings(tmp_path):
+    py, ncu, _ = _tools(tmp_path)
+    first = C.capture("blocksize", tmp_path / "a", ncu=str(ncu), python=str(py), echo=lambda s: None,
+                      only="flash_simt:forward:.*N=1024,D=64,")
     dest = C.capture("blocksize", tmp_path / "b", ncu=str(ncu), python=str(py), ceilings_from=first,
-                     echo=lambda s: None)
+                     only="flash_simt:forward:.*N=1024,D=64,", echo=lambda s: None)
     man = validate(dest, open_reports=False)
     assert "earlier capture of the same command" in man["ceilings_measured_by"]
     assert not any(c["step"] == "ceilings" for c in man["commands"])
     assert man["ceilings"]["copy_d2d"]["bytes_per_s"] == 1.0 and "ceilings.json" in man["files"]
+    assert len(man["cases"]) == 4 and all(c["status"] == "ok" for c in man["cases"]) and man["only"]
+
+
+def _mine():
+    """The sweep `--impl tests.stand_in:my_attention --impl sdpa_flash -B 2 -H 4 -N 128,256 -D 64 --causal both`."""
+    a = argparse.Namespace(suite=None, sweep=None, impl=["tests.stand_in:my_attention", "sdpa_flash"], B="2", H="4",
+                           N="128,256", D="64", Hkv=None, Nk=None, dtype="float16", causal="both",
+                           passes="forward,backward", option=[], name="mine", description=None, tools="ncu,nsys", plugin=[])
+    (sweep,) = C.sweeps_from_args(a)
+    return sweep
+
+
+def test_a_user_implementation_end_to_end_with_simulated_tools(tmp_path, monkeypatch):
+    py, ncu, nsys = _tools(tmp_path)
+    profiles = tmp_path / "profiles"
+    sweep = _mine()
+    cases = sweep.cases()
+    assert len(cases) == 16 and all(c.runnable for c in cases)
+    dest = C.capture(sweep, profiles, ncu=str(ncu), nsys=str(nsys), python=str(py), echo=lambda s: None)
+    assert dest == profiles / "fake-gpu-x" / "mine"
+    man = validate(dest, open_reports=False)
+    assert man["schema"] == 2 and man["origin"] == "captured" and man["name"] == "mine"
+    assert man["range_schemas"] == [attention.schema("attn").to_json()]
+    assert schemas_of(man) == (attention.schema("attn"),)
+    assert [c["range"] for c in man["cases"]] == [c.range for c in cases]
+    assert {c["impl"] for c in man["cases"]} == {"my_attention", "sdpa_flash"}
+    for c in man["cases"]:
+        s = c["shape"]
+        flop = 4.0 * s["B"] * s["H"] * s["N"] * s["N"] * s["D"] / (2 if s["causal"] else 1) * (2.5 if c["pass"] == "backward" else 1)
+        assert c["status"] == "ok" and c["model"]["flop"] == flop, c["range"]
+        assert decode(c["range"], schemas_of(man))["variant"] == c["impl"]
+    assert man["sweep"] == sweep.to_dict() and Sweep.from_dict(man["sweep"]).cases() == cases
+    assert Sweep.load(dest / "sweep.toml").cases() == cases  # the capture re-runs exactly
+    assert {"sweep.toml", "ceilings.json", "ncu.ncu-rep", "ncu_raw.csv", "nsys.nsys-rep", "nsys.sqlite", "cases_ncu.jsonl",
+            "cases_nsys.jsonl", "nsys_stats_cuda_gpu_kern_sum.csv"} <= set(man["files"])
+    assert all(len(meta["sha256"]) == 64 and meta["bytes"] >= 0 for meta in man["files"].values())
+    assert man["nsys"]["iters"] == 5 and man["tools"] == ["ncu", "nsys"]
+    nsys_wl = next(c["argv"] for c in man["commands"] if c["step"] == "nsys")
+    assert nsys_wl[nsys_wl.index("--iters") + 1] == "5"
+    assert _ncu_argv(man)[_ncu_argv(man).index("--nvtx-include") + 1] == "regex:^attn:.*/"
+
+    # a tool failing after the workload ran: the previous capture stays, the partial one says what finished
+    before = (dest / "manifest.json").read_text()
+    monkeypatch.setenv("FAKE_NSYS_FAIL", "1")
+    with pytest.raises(C.CaptureError, match=r"step nsys failed \(exit 3\).*16 of 16 case\(s\) had finished"):
+        C.capture(sweep, profiles, ncu=str(ncu), nsys=str(nsys), python=str(py), echo=lambda s: None)
+    assert (dest / "manifest.json").read_text() == before
+    validate(dest, open_reports=False)
+    (failed,) = profiles.glob(".failed-mine-*")
+    text = (failed / "FAILED.txt").read_text()
+    assert "cases finished (16 of 16)" in text and all(c.range in text for c in cases)
+    assert (failed / "nsys.log").exists() and not (failed / "manifest.json").exists()
+
+
+def _main(argv, monkeypatch):
+    monkeypatch.setattr(signal, "signal", lambda *a: None)  # main() resets SIGPIPE for `--list | head`
+    return C.main(argv)
+
+
+def test_capture_list_of_a_command_line_sweep(capsys, monkeypatch):
+    argv = ["--impl", "tests.stand_in:my_attention", "--impl", "sdpa_flash", "--impl", "flash_mma", "-B", "4", "-H", "16",
+            "-N", "1024,4096", "-D", "128", "--causal", "both", "--pass", "forward,backward", "--name", "mine", "--list"]
+    assert _main(argv, monkeypatch) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "# mine: 24 case(s) to run, 0 skipped" and len(lines) == 25
+    assert lines[1] == "attn:my_attention:forward:B=4,H=16,N=1024,D=128,dtype=float16,causal=0"
+    assert sum(":flash_mma:" in n for n in lines) == 8 and sum("causal=1" in n for n in lines) == 12
+    assert _main(["--suite", "blocksize,seqlen", "--list"], monkeypatch) == 0
+    out = capsys.readouterr().out
+    assert "# blocksize: 52 case(s) to run, 4 skipped" in out and "# seqlen: 178 case(s) to run, 0 skipped" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--impl", "nope", "-N", "64"], "unknown implementation 'nope'; known:"),
+    (["--impl", "sdpa_flash", "-N", "-5"], "-N takes positive integers, comma-separated (e.g. 1024,4096), not '-5'"),
+    (["--impl", "sdpa_flash", "-N", "abc"], "-N takes positive integers, comma-separated (e.g. 1024,4096), not 'abc'"),
+    (["--impl", "sdpa_flash", "-N", "64", "--causal", "maybe"], "--causal takes both, yes or no, not 'maybe'"),
+    (["--impl", "sdpa_flash", "-N", "64", "--pass", "sideways"], "--pass takes forward, backward"),
+    (["--impl", "sdpa_flash", "-N", "64", "-H", "8", "--Hkv", "3"], "H=8 must be a multiple of Hkv=3"),
+    (["--impl", "sdpa_flash", "-N", "64", "--tools", "foo"], "tools must be among ('ncu', 'nsys', 'bench'), not ['foo']"),
+    (["--suite", "seqlen", "--impl", "sdpa_flash", "-N", "64"], "give exactly one of --suite NAME, --sweep FILE or --impl"),
+    (["--list"], "give exactly one of --suite NAME, --sweep FILE or --impl"),
+    (["--impl", "sdpa_flash"], "--impl needs the shapes: at least -N"),
+    (["--impl", "sdpa_flash", "-N", "64", "--option", "tile"], "--option takes name=value"),
+    (["--impl", "sdpa_flash", "-N", "64", "--dtype", "float8"], "dtype must be one of float16, bfloat16, float32"),
+    (["--impl", "sdpa_flash", "-N", "64", "--name", "a/b"], "sweep name 'a/b' may only hold"),
+    (["--impl", "tests.stand_in:nope", "-N", "64"], "module 'tests.stand_in' has no attribute 'nope'"),
+    (["--impl", "sdpa_flash", "-N", "64", "--plugin", "no_such_plugin_xyz"], "plug-in 'no_such_plugin_xyz' cannot be imported"),
+    (["--suite", "nope"], "unknown sweep 'nope'; known:"),
+    (["--sweep", "missing.toml"], "sweep file missing.toml does not exist"),
+    (["--impl", "sdpa_flash", "-N", "64", "--only", "("], "--only '(' is not a regular expression"),
+])
+def test_bad_arguments_give_a_one_line_error(argv, message, capsys, monkeypatch):
+    with pytest.raises(SystemExit) as exc:
+        _main(argv, monkeypatch)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (line,) = [x for x in err.splitlines() if "error:" in x]
+    assert line.startswith("python -m nsightlab.capture: error: ") and message in line
 
 
 def test_store_validation_errors(tmp_path):

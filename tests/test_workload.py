@@ -1,60 +1,69 @@
-"""The profiling workload's command line: listing without a GPU and clear errors on bad arguments."""
+"""The workload's command line without a GPU: listing, filtering, clear errors."""
 
 import pytest
 
-from flash_kernels import workload
-from flash_kernels.configs import CAPTURE_SUITES
-from nsightlab.ranges import parse_range
+from nsightlab import workload
+from nsightlab.sweep import find, from_args
 
 
-def test_list_prints_every_case_of_a_suite(capsys):
-    assert workload.main(["--suite", "seqlen", "--list", "--warmup-refs-only"]) == 0
-    names = capsys.readouterr().out.split()
-    assert names == [c.range_name() for c in CAPTURE_SUITES["seqlen"].cases]
-    assert all(parse_range(n).variant for n in names)
+def _lines(capsys):
+    return capsys.readouterr().out.splitlines()
+
+
+def test_list_prints_every_range_of_a_sweep(capsys):
+    assert workload.main(["--sweep", "seqlen", "--list"]) == 0
+    assert _lines(capsys) == [c.range for c in find("seqlen").cases()]
+
+
+def test_list_shows_skips_with_their_reasons(capsys):
+    assert workload.main(["--sweep", "blocksize", "--list"]) == 0
+    lines = _lines(capsys)
+    cases = find("blocksize").cases()
+    assert [line.split()[0] for line in lines] == [c.range for c in cases]
+    skipped = [line for line in lines if "[skipped:" in line]
+    assert len(skipped) == 4 and all("supports head dim (64,), not 128]" in line for line in skipped)
+
+
+def test_a_sweep_file(tmp_path, capsys):
+    sweep = from_args("mine", ["tests.stand_in:my_attention", "flash_fa1"], {"N": [64, 128]}, ["forward", "backward"], {},
+                      ["nsys"])
+    path = tmp_path / "mine.toml"
+    path.write_text(sweep.to_toml())
+    assert workload.main(["--sweep", str(path), "--list"]) == 0
+    lines = _lines(capsys)
+    assert len(lines) == 8 and lines[0] == "attn:my_attention:forward:B=1,H=8,N=64,D=64,dtype=float16,causal=0"
+    assert sum("[skipped: flash_fa1 has no backward pass" in line for line in lines) == 2
 
 
 def test_only_filters_by_range_name(capsys):
-    assert workload.main(["--suite", "blocksize", "--only", "flash_simt:forward.*block_size=4$", "--list"]) == 0
-    names = capsys.readouterr().out.split()
+    assert workload.main(["--sweep", "blocksize", "--only", "flash_simt:forward.*block_size=4$", "--list"]) == 0
+    names = _lines(capsys)
     assert len(names) == 4 and all(":forward:" in n and n.endswith("block_size=4") for n in names)
 
 
-def test_single_variant_cases(capsys):
-    assert workload.main(["--variant", "flash_mma,sdpa_flash", "--pass", "forward,backward", "-N", "333", "-D", "128",
-                          "--list"]) == 0
-    names = capsys.readouterr().out.split()
-    assert len(names) == 4 and "fk:flash_mma:backward:B=1,H=8,N=333,D=128" in names[1]
-    with pytest.raises(SystemExit):  # an option SDPA does not take
-        workload.main(["--variant", "flash_mma,sdpa_flash", "-N", "64", "--option", "tile=64x64", "--list"])
-    assert "sdpa_flash takes no options" in capsys.readouterr().err
-
-
 @pytest.mark.parametrize("argv, message", [
-    (["--suite", "nope", "--list"], "unknown capture suite 'nope'"),
-    (["--suite", "seqlen", "--variant", "naive", "--list"], "either --suite or --variant"),
-    (["--list"], "give --suite NAME or --variant NAME"),
-    (["--variant", "flashy", "-N", "64", "--list"], "unknown variant 'flashy'"),
-    (["--variant", "naive", "-N", "64", "--pass", "sideways", "--list"], "--pass takes forward, backward"),
-    (["--variant", "naive", "--list"], "-N must be a positive integer"),
-    (["--variant", "naive", "-N", "0", "--list"], "-N must be a positive integer"),
-    (["--variant", "flash_mma", "-N", "64", "-D", "96", "--list"], "supports head dims"),
-    (["--variant", "flash_fa1", "-N", "64", "--pass", "backward", "--list"], "flash_fa1 has no backward pass"),
-    (["--variant", "flash_mma", "-N", "64", "--dtype", "float32", "--list"], "supports dtypes"),
-    (["--variant", "flash_simt", "-N", "64", "--option", "block_size", "--list"], "--option takes name=value"),
-    (["--variant", "flash_simt", "-N", "64", "--iters", "0"], "--iters must be >= 1"),
-    (["--suite", "seqlen", "--only", "zzz", "--list"], "matches no case"),
+    (["--sweep", "seqlen", "--only", "(", "--list"], "--only '(' is not a regular expression"),
+    (["--sweep", "seqlen", "--only", "zzz", "--list"], "--only 'zzz' matches no case of sweep seqlen"),
+    (["--sweep", "nope", "--list"], "unknown sweep 'nope'; known:"),
+    (["--sweep", "missing.toml", "--list"], "sweep file missing.toml does not exist"),
+    (["--sweep", "seqlen", "--iters", "0"], "--iters must be >= 1"),
+    (["--sweep", "seqlen", "--warmup", "-1"], "--warmup >= 0"),
+    (["--list"], "the following arguments are required: --sweep"),
 ])
 def test_bad_arguments_exit_2_saying_what_is_wrong(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
         workload.main(argv)
     assert exc.value.code == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
 
 
-def test_without_a_gpu_it_says_so(capsys):
+def test_without_a_gpu_it_says_so(tmp_path, capsys):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("checks the no-GPU message")
-    assert workload.main(["--variant", "naive", "-N", "64"]) == 2
+    path = tmp_path / "s.toml"
+    path.write_text(from_args("s", ["sdpa_math"], {"N": 64}, ["forward"], {}, ["nsys"]).to_toml())
+    assert workload.main(["--sweep", str(path), "--log", str(tmp_path / "log.jsonl")]) == 2
     assert "no CUDA device" in capsys.readouterr().err
+    assert not (tmp_path / "log.jsonl").exists() or (tmp_path / "log.jsonl").read_text() == ""
