@@ -189,7 +189,7 @@ def test_import_real_ncu_report(tmp_path, ncu_rep):
     csv = parse.ncu_csv_frame(BLOCKSIZE / "ncu_raw.csv")
     assert list(frame["range"]) == list(csv["range"])
     assert frame["range"].str.startswith("fk:").all()
-    assert set(frame["range"]) <= set(store.load_manifest(BLOCKSIZE)["parameters"]["cases"])
+    assert set(frame["range"]) <= {c["range"] for c in store.load_manifest(BLOCKSIZE)["cases"]}
 
 
 def test_ncu_csv_range_and_domain_agree_with_the_report_row_by_row(ncu_rep):

@@ -23,25 +23,31 @@ from nsightlab.store import ProfileError, list_captures, load_bench, load_manife
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"
-SEEDS = PROFILES / "nvidia-h200" / "seeds"
+BENCH = PROFILES / "nvidia-h200" / "bench"
 
 
 def test_committed_captures_validate_and_open():
     from nsightlab.store import validate
 
     caps = list_captures(PROFILES)
-    assert {c.suite for c in caps} >= {"seqlen", "blocksize", "seeds"}
+    assert {c.suite for c in caps} >= {"seqlen", "blocksize", "bench", "triton-example", "foreign-example"}
     for cap in caps:
         man = validate(cap.path)  # checksums, sizes, and every report opens
-        assert man["gpu"]["name"] and man["git_commit"] not in (None, "unknown")
-        assert man["ceilings"]["copy_d2d"]["bytes_per_s"] > 0
+        assert man["gpu"]["name"] and man["schema"] == 2
+        if man["origin"] == "captured":  # what this project captured says where, with what and at which commit
+            assert man["git_commit"] not in (None, "unknown") and man["ceilings"]["copy_d2d"]["bytes_per_s"] > 0
+            assert man["sweep"]["name"] == cap.suite
+            if set(man["tools"]) & {"ncu", "nsys"}:
+                assert man["cases"] and man["range_schemas"]
+        else:  # imported: what the reports themselves say
+            assert man["imported_from"] and man["gpu"]["source"]
 
 
 def test_committed_benchmarks_are_correct_to_the_tolerances():
     from flash_kernels.testing import TOLERANCES
 
-    df, manifests = load_bench(SEEDS)
-    assert set(df["suite"]) == set(manifests) == {"seed004", "seed002", "convention"}
+    df, manifests = load_bench(BENCH)
+    assert set(df["suite"]) == set(manifests) == {"mixed", "d128", "convention"}
     ok = df[(df["status"] == "ok") & (df["kind"] == "kernel")]
     assert len(ok) > 300
     for _, r in ok.iterrows():
@@ -50,20 +56,20 @@ def test_committed_benchmarks_are_correct_to_the_tolerances():
 
 
 def test_target_table_ratios():
-    df, _ = load_bench(SEEDS)
+    df, _ = load_bench(BENCH)
     t = perf.target_table(df, "flash_mma", "sdpa_flash", {"forward": 0.8, "backward": 0.6}, suite="convention")
     assert len(t) == 32
     assert ((t["ratio"] - t["tflops"] / t["ref_tflops"]).abs() < 1e-12).all()
 
 
 def test_missing_and_corrupt_bench_files(tmp_path):
-    cap = tmp_path / "seeds"
-    shutil.copytree(SEEDS, cap)
-    (cap / "seed004.manifest.json").unlink()
-    with pytest.raises(ProfileError, match="seed004.csv: its manifest seed004.manifest.json is missing"):
+    cap = tmp_path / "bench"
+    shutil.copytree(BENCH, cap)
+    (cap / "mixed.manifest.json").unlink()
+    with pytest.raises(ProfileError, match="mixed.csv: its manifest mixed.manifest.json is missing"):
         load_bench(cap)
-    (cap / "seed002.csv").write_text("a,b\n1,2\n")
-    (cap / "seed004.csv").unlink()
+    (cap / "d128.csv").write_text("a,b\n1,2\n")
+    (cap / "mixed.csv").unlink()
     with pytest.raises(ProfileError, match="missing columns"):
         load_bench(cap)
 
