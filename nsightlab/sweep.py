@@ -149,7 +149,17 @@ class Sweep:
             from . import attention
 
             return attention.schema(self.range_prefix)
-        return RangeSchema(self.range_prefix, (LABEL, PASS), {}, {}, {PASS: PASSES}, f"{self.problem} case")
+        # another problem: its cases are named by the fields its grids give, typed by their values
+        fields: dict[str, str] = {}
+        for grid in self.grids:
+            for key, val in grid.items():
+                if key in ("impl", "pass", "options"):
+                    continue
+                first = _as_list(val)[0]
+                fields.setdefault(key, "bool" if isinstance(first, bool) else "int" if isinstance(first, int)
+                                  else "float" if isinstance(first, float) else "str")
+        return RangeSchema(self.range_prefix, (LABEL, PASS), fields, {}, {PASS: PASSES},
+                           f"{self.problem} case: implementation, pass, {', '.join(fields) or 'no fields'}")
 
     def cases(self, *, load: bool = True) -> list[Case]:
         """Every case of every grid, in order, each with its range name, status, work model and traits."""

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything the GPU node needs, in one call (the node is lent bare: nothing survives a call).
 #   NSIGHTLAB_GIT_COMMIT=<sha from the dev machine, pasted literally: the node's copy of .git may be stale> STEPS="build test sanitize bench" bash scripts/gpu_node.sh
-#   (TEST_PATHS=tests/gpu/test_x.py: some GPU tests only; FK_GIT_COMMIT: the node's copy of .git may be stale)
+#   (TEST_PATHS=tests/gpu/test_x.py: some GPU tests only)
 # Installs the wheels carried in .whl/ (if any), builds the kernels, runs the GPU tests, the
 # compute-sanitizer checks and the benchmark suites, and writes logs and results under $OUT.
 set -uo pipefail
@@ -143,13 +143,20 @@ PY
       # the Triton example, plugged in only through the public path, beside flash_mma and SDPA flash
       step example
       t0=$(date +%s)
-      python3 -m nsightlab.capture --impl triton_fa2=examples.triton_attention.triton_attention:attention \
+      # EXAMPLE_MODULE/EXAMPLE_NAME: another version of the kernel, e.g. the one before a change, for a comparison
+      python3 -m nsightlab.capture --impl triton_fa2=examples.triton_attention.${EXAMPLE_MODULE:-triton_attention}:attention \
         --impl flash_mma --impl sdpa_flash -B 4 -H 16 -N 1024,4096 -D ${EXAMPLE_D:-128} --causal both \
-        --pass forward,backward --name triton-example \
-        --description "a FlashAttention-2-style kernel in Triton (examples/triton_attention), beside flash_mma and SDPA flash" \
+        --pass forward,backward --name ${EXAMPLE_NAME:-triton-example} \
+        --description "${EXAMPLE_DESCRIPTION:-a FlashAttention-2-style kernel in Triton (examples/triton_attention), beside flash_mma and SDPA flash}" \
         --profiles "$OUT/profiles" 2>&1 | tee -a "$OUT/example.log"
       [ "${PIPESTATUS[0]}" = 0 ] || status=1
       echo "example capture wall time: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/example.log"
+      ship ;;
+    gemm)
+      # a kernel that is not attention: a custom problem with its own inputs and work model
+      step gemm
+      python3 -m nsightlab.capture --sweep examples/gemm/sweep.toml --profiles "$OUT/profiles" 2>&1 | tee -a "$OUT/gemm.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1
       ship ;;
     foreign)
       # a workload this project did not write, captured the way a colleague would (Nsight Compute's

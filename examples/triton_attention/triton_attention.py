@@ -19,13 +19,14 @@ and the FlashAttention-2 paper (Dao, 2023), written out plainly so that a profil
   ``_attn_bwd_dq``: one program per query block, looping over key blocks, accumulates dQ = scale * dS K,
   where ``dS = P * (dO V^T - Delta)``.
 
-Every load and store is masked, so any sequence length N >= 1 is handled, including the ragged
-tail block (N not a multiple of the block sizes). Causal masking is aligned top-left (query i sees
+Every load and store that can cross N is masked, so any sequence length N >= 1 is handled,
+including the ragged tail block (N not a multiple of the block sizes). Causal masking is aligned top-left (query i sees
 keys j <= i), like ``torch.nn.functional.scaled_dot_product_attention(..., is_causal=True)`` for
 Nq == Nk.
 
 Block sizes are fixed per head dim (no autotuning) so that a profile is deterministic: autotuning
-would launch many configurations under the profiler. The causal path applies the mask in every
+would launch many configurations under the profiler. The forward masks only the blocks that need it
+(the diagonal and the key tail; measured in reports/compare/); the backward's causal path applies the mask in every
 iteration instead of splitting the loop into unmasked and diagonal blocks as the tutorial does; the
 cost of that choice is visible in a profile.
 
@@ -91,6 +92,36 @@ _PRE_BLOCK_M = 128  # rows per program of the Delta preprocess kernel
 if triton is not None:
 
     @triton.jit
+    def _attn_fwd_block(acc, l_i, m_i, q, K, V, offs_m, offs_n, offs_d, start_n, qk_scale, N,
+                        MASK: tl.constexpr, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr):
+        """One key block of the online softmax. ``MASK`` False: a block wholly inside [0, N) and, when
+        causal, wholly left of the diagonal: no bounds checks, no mask (most blocks of a long row)."""
+        cols = start_n + offs_n
+        if MASK:
+            n_valid = cols < N
+            k = tl.load(K + cols[:, None] * HEAD_DIM + offs_d[None, :], mask=n_valid[:, None], other=0.0)
+            v = tl.load(V + cols[:, None] * HEAD_DIM + offs_d[None, :], mask=n_valid[:, None], other=0.0)
+        else:
+            k = tl.load(K + cols[:, None] * HEAD_DIM + offs_d[None, :])
+            v = tl.load(V + cols[:, None] * HEAD_DIM + offs_d[None, :])
+
+        s = tl.dot(q, tl.trans(k)) * qk_scale  # [BLOCK_M, BLOCK_N] fp32, already times log2(e)
+        if MASK:
+            keep = n_valid[None, :]  # the key tail past N must not enter the softmax
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= offs_m[:, None])
+            s = tl.where(keep, s, float("-inf"))
+
+        # Key 0 is visible to every row (causal or not) and lies in the first block processed, so
+        # m_new is finite from the first block on: no (-inf) - (-inf) = NaN below.
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.math.exp2(s - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)  # rescales the old state to the new max (0 on the first block)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        return acc, l_i, m_new
+
+    @triton.jit
     def _attn_fwd(Q, K, V, O, LSE, qk_scale, N,
                   CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
         pid_m = tl.program_id(0)
@@ -116,32 +147,23 @@ if triton is not None:
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
 
-        # Causal: this tile's last row is (pid_m + 1) * BLOCK_M - 1, so no key at or past hi is visible.
+        # Two phases: the blocks that need no mask (inside [0, N) and, when causal, left of this tile's
+        # first row), then the masked ones (the diagonal blocks and the key tail). Causal: this tile's
+        # last row is (pid_m + 1) * BLOCK_M - 1, so no key at or past hi is visible.
+        full = (N // BLOCK_N) * BLOCK_N
         if CAUSAL:
+            full = tl.minimum(pid_m * BLOCK_M, full)
             hi = tl.minimum((pid_m + 1) * BLOCK_M, N)
         else:
             hi = N
-        for start_n in range(0, hi, BLOCK_N):
+        for start_n in range(0, full, BLOCK_N):
             start_n = tl.multiple_of(start_n, BLOCK_N)
-            cols = start_n + offs_n
-            n_valid = cols < N
-            k = tl.load(K + cols[:, None] * HEAD_DIM + offs_d[None, :], mask=n_valid[:, None], other=0.0)
-            v = tl.load(V + cols[:, None] * HEAD_DIM + offs_d[None, :], mask=n_valid[:, None], other=0.0)
-
-            s = tl.dot(q, tl.trans(k)) * qk_scale  # [BLOCK_M, BLOCK_N] fp32, already times log2(e)
-            keep = n_valid[None, :]  # the key tail past N must not enter the softmax
-            if CAUSAL:
-                keep = keep & (cols[None, :] <= offs_m[:, None])
-            s = tl.where(keep, s, float("-inf"))
-
-            # Key 0 is visible to every row (causal or not) and lies in the first block, so m_new is
-            # finite from the first iteration on: no (-inf) - (-inf) = NaN below.
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            p = tl.math.exp2(s - m_new[:, None])
-            alpha = tl.math.exp2(m_i - m_new)  # rescales the old state to the new max (0 on the first block)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-            m_i = m_new
+            acc, l_i, m_i = _attn_fwd_block(acc, l_i, m_i, q, K, V, offs_m, offs_n, offs_d, start_n, qk_scale, N,
+                                            MASK=False, CAUSAL=CAUSAL, HEAD_DIM=HEAD_DIM)
+        for start_n in range(full, hi, BLOCK_N):
+            start_n = tl.multiple_of(start_n, BLOCK_N)
+            acc, l_i, m_i = _attn_fwd_block(acc, l_i, m_i, q, K, V, offs_m, offs_n, offs_d, start_n, qk_scale, N,
+                                            MASK=True, CAUSAL=CAUSAL, HEAD_DIM=HEAD_DIM)
 
         acc = acc / l_i[:, None]
         tl.store(O + offs_m[:, None] * HEAD_DIM + offs_d[None, :], acc.to(O.dtype.element_ty), mask=m_valid[:, None])

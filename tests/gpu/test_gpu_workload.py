@@ -50,3 +50,16 @@ def test_gqa_and_cross_attention_cases_reach_sdpa(tmp_path, pass_):
     assert main(["--sweep", str(path), "--log", str(log)]) == 0
     recs = [json.loads(line) for line in log.read_text().splitlines()]
     assert [r["impl"] for r in recs] == ["sdpa_flash"] and recs[0]["status"] == "ok"
+
+
+def test_a_custom_problem_runs_with_its_own_inputs(tmp_path):
+    """A kernel that is not attention (examples/gemm) through the same door."""
+    from nsightlab.sweep import find
+
+    sweep = find("examples/gemm/sweep.toml")
+    path = tmp_path / "gemm.toml"
+    path.write_text(sweep.to_toml())
+    log = tmp_path / "g.jsonl"
+    assert main(["--sweep", str(path), "--log", str(log)]) == 0
+    recs = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(recs) == 8 and all(r["status"] == "ok" for r in recs), recs
