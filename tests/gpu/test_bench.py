@@ -8,7 +8,7 @@ from flash_kernels import bench
 
 
 def test_run_times_checks_and_compares():
-    rows = bench.run("seed004", ["flash_mma", "naive"], ["sdpa_flash"], ["forward", "backward"], ["float16"],
+    rows = bench.run("mixed", ["flash_mma", "naive"], ["sdpa_flash"], ["forward", "backward"], ["float16"],
                      ["Small-2", "Edge-NonPowerOf2"], warmup=1, reps=4, budget_ms=5.0, log=lambda _: None)
     assert len(rows) == 2 * 2 * 3
     for r in rows:
@@ -21,7 +21,7 @@ def test_run_times_checks_and_compares():
 
 
 def test_slow_cases_are_skipped_and_later_ones_predicted():
-    rows = bench.run("seed004", ["flash_mma"], [], ["forward"], ["float16"], ["Small-2", "Edge-NonPowerOf2"],
+    rows = bench.run("mixed", ["flash_mma"], [], ["forward"], ["float16"], ["Small-2", "Edge-NonPowerOf2"],
                      warmup=0, reps=3, budget_ms=1.0, max_call_ms=0.0, log=lambda _: None)
     first, second = rows
     assert first["status"].startswith("skipped: one call took"), first
