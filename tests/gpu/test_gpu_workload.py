@@ -20,7 +20,7 @@ def _user_attention(q, k, v, *, causal=False, scale=None):  # a user's kernel: p
 
 
 def test_workload_runs_every_kind_of_implementation(tmp_path):
-    sweep = Sweep("gpu-test", [{"impl": ["flash_mma", "sdpa_flash", "tests.gpu.test_workload:_user_attention"],
+    sweep = Sweep("gpu-test", [{"impl": ["flash_mma", "sdpa_flash", "tests.gpu.test_gpu_workload:_user_attention"],
                                 "pass": ["forward", "backward"], "B": 1, "H": 2, "N": [100, 256], "D": [64, 128],
                                 "causal": [False, True]}], range_prefix="t", plugins=("flash_kernels.study",))
     path = tmp_path / "sweep.toml"
