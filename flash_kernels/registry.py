@@ -85,8 +85,8 @@ VARIANTS: dict[str, Variant] = {
         ),
         Variant(
             "tiled_uncoalesced",
-            "tiled backward with consecutive threads walking the strided dimension (seed 000's "
-            "tiled_uncoalesced_kernel); forward = tiled",
+            "tiled backward with consecutive threads walking the strided dimension (uncoalesced "
+            "global loads, the first-attempt mapping); forward = tiled",
             _ALL, _HD, PASSES, True, materializes=True, forward_of="tiled",
         ),
         Variant(

@@ -2,11 +2,11 @@
 //
 // naive:             one thread per output element, operands read straight from global memory,
 //                    no shared memory. Reads of the N x N matrices dominate; once B*H*N*N*4 bytes
-//                    outgrow L2 every pass over them goes to DRAM (seed 000's memory-wall argument).
+//                    outgrow L2 every pass over them goes to DRAM (the memory-wall argument).
 // tiled:             the same passes, but every matrix product is a 32x32 shared-memory tiled GEMM
 //                    whose global loads are coalesced whatever the operand's transpose.
-// tiled_uncoalesced: tiled backward with the thread->element mapping of seed 000's
-//                    tiled_uncoalesced_kernel: consecutive threads walk the strided dimension.
+// tiled_uncoalesced: tiled backward with the thread->element mapping of a first-attempt
+//                    naive tiled kernel: consecutive threads walk the strided dimension (uncoalesced).
 //
 // Forward:  S = scale * Q K^T (masked -inf), P = softmax(S) in place, LSE, O = P V.
 // Backward: P = exp(scale * Q K^T - LSE), dP = dO V^T, dS = P * (dP - rowsum(P * dP)),
