@@ -2,8 +2,7 @@
 
     python -m nsightlab.capture --suite seqlen,blocksize,bench          # sweeps registered by plug-ins
     python -m nsightlab.capture --sweep my_sweep.toml
-    python -m nsightlab.capture --impl mypkg.attn:my_attention --impl sdpa_flash --impl flash_mma \
-        -B 4 -H 16 -N 1024,4096 -D 128 --causal both --pass forward,backward --name mine
+    python -m nsightlab.capture --impl mypkg.attn:my_attention --impl sdpa_flash -N 1024,4096 -D 128 --name mine
     python -m nsightlab.capture --suite seqlen --list                   # the cases, no GPU needed
 
 Each sweep lands in ``<profiles>/<gpu>/<name>/`` with ``manifest.json``: the GPU, versions, commit,
