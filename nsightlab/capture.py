@@ -33,6 +33,7 @@ from typing import Any
 from . import metrics as M
 from .environment import git_commit
 from .errors import CaptureError, ToolError
+from .files import place
 from .store import compact, file_table, gpu_slug
 from .sweep import Case, Sweep, find, from_args
 from .tools import check_ncu_output, check_nsys_importer, find_ncu, find_nsys, tool_version
@@ -173,23 +174,6 @@ class _Runner:
         return text
 
 
-def _place(tmp: Path, dest: Path) -> None:
-    """Move a complete capture into place; the previous one is removed only after the move."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    old = None
-    if dest.exists():
-        old = dest.parent / f".old-{dest.name}-{os.getpid()}"
-        os.replace(dest, old)
-    try:
-        os.replace(tmp, dest)
-    except OSError:
-        if old is not None:
-            os.replace(old, dest)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def _finished(folder: Path) -> dict[str, str]:
     """range -> status of the cases the workload logs in ``folder`` say finished."""
     out: dict[str, str] = {}
@@ -318,7 +302,7 @@ def capture(sweep: Sweep | str, profiles: str | os.PathLike = "profiles", *, ncu
         with open(tmp / "manifest.json", "w") as fh:
             json.dump(manifest, fh, indent=2, default=str)
         compact(tmp)  # gzip the large exports; the manifest then lists the .gz files
-        _place(tmp, dest)
+        place(tmp, dest)
     except BaseException as exc:
         failed = profiles / f".failed-{sweep.name}-{stamp}"
         done = _finished(tmp)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -51,3 +52,21 @@ def local_copy(path: Path) -> Path:
             raise ProfileError(f"{path}: corrupt or truncated gzip file ({exc})") from None
     os.replace(tmp.name, dest)
     return dest
+
+
+def place(tmp: Path, dest: Path) -> None:
+    """Move a complete folder (a capture written into ``tmp``) into place at ``dest``; an earlier
+    ``dest`` is removed only after the move succeeded, and restored if it fails."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    old = None
+    if dest.exists():
+        old = dest.parent / f".old-{dest.name}-{os.getpid()}"
+        os.replace(dest, old)
+    try:
+        os.replace(tmp, dest)
+    except OSError:
+        if old is not None:
+            os.replace(old, dest)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

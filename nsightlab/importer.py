@@ -33,7 +33,7 @@ from typing import Any
 from . import parse, ranges, store, tools
 from .errors import ProfileError
 from .errors import ToolError as _ToolError
-from .files import MANIFEST, file_table, local_copy, sha256
+from .files import MANIFEST, file_table, local_copy, place, sha256
 from .ranges import RangeSchema
 
 SCHEMA = 2
@@ -386,23 +386,6 @@ def export_nsys_rep(src: Path, out: Path, nsys: Path) -> list[str]:
     return cmd
 
 
-def _place(tmp: Path, dest: Path) -> None:
-    """Move a complete folder into place; an earlier one is removed only after the move succeeded."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    old = None
-    if dest.exists():
-        old = dest.parent / f".old-{dest.name}-{os.getpid()}"
-        os.replace(dest, old)
-    try:
-        os.replace(tmp, dest)
-    except OSError:
-        if old is not None:
-            os.replace(old, dest)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def _classify(paths: Sequence[str | os.PathLike]) -> list[Report]:
     if not paths:
         raise ProfileError(f"no report given; accepted: {', '.join(ACCEPTED)}")
@@ -495,7 +478,7 @@ def import_reports(paths: Sequence[str | os.PathLike], profiles: str | os.PathLi
         store.compact(tmp)
         store.validate(tmp, open_reports=False)
         dest = profiles / store.gpu_slug(first.gpu_names[0]) / name
-        _place(tmp, dest)
+        place(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
