@@ -36,13 +36,13 @@ test: $(TEST_VENV)/.ok chromium
 	$(TEST_VENV)/bin/python -m pytest tests --ignore=tests/gpu -q
 
 gpu-test:
-	$(PYTHON) -m pytest tests/gpu -q
+	$(PYTHON) -m pytest tests/gpu examples -q
 
 capture:
-	$(PYTHON) -m nsightlab.capture --suite seqlen,blocksize,seeds --profiles profiles
+	$(PYTHON) -m nsightlab.capture --suite seqlen,blocksize,bench --profiles profiles
 
 bench:
-	$(PYTHON) -m flash_kernels.bench --suite convention,seed002,seed004 --out bench_results
+	$(PYTHON) -m flash_kernels.bench --suite convention,d128,mixed --out bench_results
 
 clean:
 	rm -rf $(REPORT_VENV) $(TEST_VENV) reports/_tmp

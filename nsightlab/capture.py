@@ -462,8 +462,9 @@ def main(argv: list[str] | None = None) -> int:
         sweeps = sweeps_from_args(a)
         if a.list:
             for s in sweeps:
-                cases = s.cases()
-                print(f"# {s.name}: {sum(c.runnable for c in cases)} case(s) to run, {sum(not c.runnable for c in cases)} skipped")
+                cases = [c for c in s.cases() if not a.only or re.search(a.only, c.range)]
+                print(f"# {s.name}: {sum(c.runnable for c in cases)} case(s) to run, {sum(not c.runnable for c in cases)} skipped"
+                      + (f" (matching --only {a.only!r})" if a.only else ""))
                 for c in cases:
                     print(c.range + ("" if c.runnable else f"    [{c.status}]"))
             return 0
