@@ -1,0 +1,274 @@
+"""nsightlab.compare: the verdict on synthetic frames with known deltas and noise, the committed captures
+against themselves and against the other GPU (what the data shows: memory-bound work runs slower on the
+H100, latency-bound work does not move), mismatched metric sets, tools and ranges reported rather than
+crashed on, refused captures, the command line's exit statuses, and the committed comparison pages."""
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from nsightlab import compare as C
+from nsightlab.counters import NotApplicable
+
+ROOT = Path(__file__).resolve().parent.parent
+H200, H100 = "nvidia-h200", "nvidia-h100-80gb-hbm3"
+
+
+# --------------------------------------------------------------------------- synthetic frames
+
+
+def _samples(rows: list[tuple[str, str, int, list[float]]]) -> pd.DataFrame:
+    """(variant, pass, N, [ms per launch]) -> an nsys-like frame of range instances, keyed."""
+    out = []
+    for variant, pass_, n, times in rows:
+        name = f"t:{variant}:{pass_}:N={n}"
+        out += [{"range": name, "domain": "", "variant": variant, "pass": pass_, "N": n, "schema": "t", "ms": t}
+                for t in times]
+    df = pd.DataFrame(out)
+    df["key"] = C.match_keys(df)
+    return df
+
+
+def _side(label: str, rows, ncu: dict[str, dict[str, float]] | None = None, manifest: dict | None = None) -> C.Side:
+    s = C.Side(Path("/nowhere") / label, label, manifest or {"gpu": {"name": "GPU"}})
+    s.samples["nsys"] = _samples(rows)
+    if ncu is not None:
+        first = s.samples["nsys"].drop_duplicates("key").set_index("range")
+        s.ncu_ranges = pd.DataFrame([{"range": r, "key": first.loc[r, "key"], **v} for r, v in ncu.items()])
+    return s
+
+
+def _spread(center: float, rel: float, n: int = 5) -> list[float]:
+    """n launches whose (max - min) / median is ``rel``."""
+    return list(center * (1 + np.linspace(-rel / 2, rel / 2, n)))
+
+
+@pytest.mark.parametrize("ratio, spread, threshold, expected", [
+    (1.10, 0.005, 0.05, C.SLOWER),        # 10% slower, tight launches
+    (1 / 1.10, 0.005, 0.05, C.FASTER),    # 10% faster
+    (1.03, 0.005, 0.05, C.SAME),          # under the threshold
+    (1.10, 0.30, 0.05, C.SAME),           # 10% slower but 30% spread on both sides: noise ~42%
+    (1.50, 0.30, 0.05, C.SLOWER),         # beyond that noise
+    (1.005, 0.001, 0.0, C.SAME),          # zero threshold: the 1% noise floor still holds
+    (1.02, 0.001, 0.0, C.SLOWER),
+])
+def test_known_deltas_and_noise_land_in_the_right_verdict(ratio, spread, threshold, expected):
+    base = _side("a/x", [("k", "forward", 1024, _spread(2.0, spread))])
+    new = _side("b/x", [("k", "forward", 1024, _spread(2.0 * ratio, spread))])
+    cmp = C.compare(base, new, threshold)
+    (row,) = cmp.ranges.itertuples()
+    assert row.verdict == expected
+    assert row.ratio == pytest.approx(ratio)
+    assert row.noise == pytest.approx(max(C.NOISE_FLOOR, np.hypot(spread, spread)))
+    assert cmp.exit_status == (1 if expected == C.SLOWER else 0)
+    assert len(cmp.regression_lines()) == (expected == C.SLOWER)
+
+
+def test_noise_and_verdict_functions():
+    # a single launch: noise unknown, the default is assumed
+    assert C.noise(np.nan, 0.002) == C.UNKNOWN_NOISE
+    assert C.noise(0.2, 0.1) == pytest.approx(np.hypot(0.2, 0.1))
+    assert C.verdict(1.025, C.UNKNOWN_NOISE, 0.02) == C.SAME  # beyond the threshold, not beyond the noise
+    assert C.verdict(1.04, C.UNKNOWN_NOISE, 0.02) == C.SLOWER
+    assert C.verdict(1 / 1.04, C.UNKNOWN_NOISE, 0.02) == C.FASTER
+    # symmetric in log space: 5% slower and 1/1.05 faster are the same distance from 1
+    assert list(C.verdict(np.array([1.0501, 1 / 1.0501, 1.0499]), 0.0, 0.05)) == [C.SLOWER, C.FASTER, C.SAME]
+    for text, value in (("5%", 0.05), ("0.05", 0.05), ("5", 0.05), ("12.5%", 0.125), ("0", 0.0)):
+        assert C.parse_threshold(text) == pytest.approx(value)
+    for bad in ("five", "-3%", "nan"):
+        with pytest.raises(ValueError, match="threshold"):
+            C.parse_threshold(bad)
+
+
+def test_synthetic_comparison_reports_regressions_and_one_sided_ranges():
+    base = _side("gpu/before", [("fast", "forward", 1024, _spread(1.0, 0.004)),
+                                ("slow", "forward", 1024, _spread(4.0, 0.004)),
+                                ("gone", "forward", 1024, _spread(1.0, 0.004))])
+    new = _side("gpu/after", [("fast", "forward", 1024, _spread(0.8, 0.004)),
+                              ("slow", "forward", 1024, _spread(4.8, 0.004)),
+                              ("added", "backward", 2048, _spread(1.0, 0.004))])
+    cmp = C.compare(base, new, "5%")
+    assert dict(zip(cmp.ranges["variant"], cmp.ranges["verdict"], strict=True)) == {"fast": C.FASTER, "slow": C.SLOWER}
+    assert cmp.exit_status == 1
+    (line,) = cmp.regression_lines()
+    assert line.startswith("SLOWER +20.0%") and "slow forward" in line and "4 -> 4.8 ms" in line
+    only = {(r.side, r.range) for r in cmp.unmatched.itertuples()}
+    assert only == {("base", "t:gone:forward:N=1024"), ("new", "t:added:backward:N=2048")}
+    s = cmp.summary()
+    assert "2 ranges matched" in s and "1 faster, 1 slower" in s and "1 only in base, 1 only in new" in s
+    # --min-ms: short ranges are judged but do not gate
+    assert C.compare(base, new, "5%", min_ms=5.0).exit_status == 0
+    # --only: a regex over the raw names
+    assert list(C.compare(base, new, "5%", only=":fast:").ranges["variant"]) == ["fast"]
+    with pytest.raises(ValueError, match="regular expression"):
+        C.compare(base, new, only="(")
+
+
+def test_ranges_match_by_decoded_fields_not_by_name():
+    """A renamed range (another prefix, fields in another order) is the same case."""
+    base = _side("gpu/a", [("k", "forward", 1024, [1.0, 1.0, 1.0])])
+    new = _side("gpu/b", [("k", "forward", 1024, [1.0, 1.0, 1.0])])
+    new.samples["nsys"]["range"] = "other:k:forward:N=1024"
+    new.samples["nsys"]["schema"] = "other"
+    cmp = C.compare(base, new)
+    assert len(cmp.ranges) == 1 and cmp.unmatched.empty
+    assert cmp.ranges.loc[0, "range_base"] != cmp.ranges.loc[0, "range_new"]
+
+
+def test_mismatched_metric_sets_are_reported_not_crashed_on():
+    counters = {"ncu_ms": 1.0, "dram_mb": 10.0, "dram_gbs": 10.0, "l2_hit": 80.0, "occupancy": 50.0, "registers": 64.0,
+                "smem_kib": 16.0}
+    rows = [("k", "forward", 1024, _spread(1.0, 0.004))]
+    metrics = ["gpu__time_duration.sum", "dram__bytes.sum", "lts__t_sector_hit_rate.pct", "launch__registers_per_thread"]
+    base = _side("gpu/a", rows, {"t:k:forward:N=1024": counters},
+                 {"gpu": {"name": "GPU"}, "ncu": {"version": "2025.3.1", "metrics": metrics, "clock_control": "base",
+                                                  "replay_mode": "kernel"}})
+    new = _side("gpu/b", rows, {"t:k:forward:N=1024": {**counters, "l2_hit": np.nan}},
+                {"gpu": {"name": "GPU"}, "ncu": {"version": "2024.1.0", "metrics": metrics[:2] + metrics[3:],
+                                                 "clock_control": "none", "replay_mode": "application"}})
+    cmp = C.compare(base, new)
+    aspects = {r["aspect"]: r for r in cmp.compat}
+    assert {"metric set", "Nsight Compute version", "clock control", "replay mode"} <= set(aspects)
+    assert "L2 hit rate" in aspects["metric set"]["consequence"] and "lts__t_sector_hit_rate.pct" in aspects["metric set"]["consequence"]
+    assert cmp.marks["l2_hit"].startswith("not compared") and "gpu/b" in cmp.marks["l2_hit"]
+    assert "replay modes differ" in cmp.marks["dram_mb"] and "clock control differs" in cmp.marks["ncu_ms"]
+    table = C.delta_table(cmp.ranges, cmp.marks)
+    assert not any(c.startswith("L2 hit rate") for c in table.columns)  # not compared: left out, and said so
+    assert "DRAM traffic [MB] †" in table.columns  # compared, but not like for like: marked
+    assert table.loc[0, "registers / thread"] == "64 → 64"
+    assert any("L2 hit rate: not compared" in c for c in C.caveats(cmp))
+    # the verdict still stands on the timing, which is comparable
+    assert cmp.ranges.loc[0, "verdict"] == C.SAME and cmp.exit_status == 0
+
+
+def test_nothing_in_common_is_a_clear_error():
+    a = _side("gpu/a", [("k", "forward", 1, [1.0])])
+    b = C.Side(Path("/nowhere"), "gpu/b", {})
+    b.samples["bench"] = a.samples["nsys"]
+    with pytest.raises(NotApplicable, match="nothing to compare: base has nsys, new has bench"):
+        C.compare(a, b)
+
+
+# --------------------------------------------------------------------------- the committed captures
+
+
+def test_same_capture_against_itself_is_no_regression(capsys):
+    assert C.main([f"{H200}/seqlen", f"{H200}/seqlen"]) == 0
+    out = capsys.readouterr().out
+    assert "178 ranges matched (nsys); 0 faster, 0 slower, 178 within noise" in out
+    assert "SLOWER" not in out and "differs:" not in out
+    cmp = C.compare_captures(f"{H200}/seqlen", f"{H200}/seqlen")
+    assert (cmp.ranges["ratio"] == 1).all() and cmp.unmatched.empty
+    assert (cmp.ranges["base_n"] == 5).all()  # nsys: five measured launches per range
+    assert (cmp.kernels["verdict"] == C.SAME).all() and len(cmp.kernels) > len(cmp.ranges)
+    bench = C.compare_captures(f"{H100}/bench", f"{H100}/bench")
+    assert bench.exit_status == 0 and set(bench.ranges["verdict"]) == {C.SAME} and len(bench.ranges) == 773
+
+
+def test_h200_base_h100_new_flags_the_memory_bound_rows(capsys):
+    """H200 (4.8 TB/s HBM3e) as base, H100 (3.35 TB/s) as new: what moves is what leans on memory."""
+    assert C.main([f"{H200}/seqlen", f"{H100}/seqlen"]) == 1
+    out = capsys.readouterr().out
+    cmp = C.compare_captures(f"{H200}/seqlen", f"{H100}/seqlen")
+    r = cmp.ranges.set_index("label")
+    # the range that pulls the most DRAM bandwidth in the seqlen sweep (tiled forward materializes the
+    # N x N scores in fp32) is slower on the H100 ...
+    hungriest = cmp.ranges.loc[cmp.ranges["base_dram_gbs"].idxmax()]
+    assert hungriest["label"] == "tiled forward D=64 N=2048" and hungriest["verdict"] == C.SLOWER
+    assert "SLOWER" in out and "tiled forward D=64 N=2048" in out
+    # ... and so is the D=128 flash_mma backward from N=2048 up (12-18% here), which the page shows
+    for n in (2048, 4096, 8192, 16384):
+        assert r.loc[f"flash_mma backward D=128 N={n}", "verdict"] == C.SLOWER
+        assert f"flash_mma backward D=128 N={n}" in out
+    # latency-bound kernels that hardly touch DRAM (< 1% of its bandwidth) do not move
+    quiet = cmp.ranges[cmp.ranges["variant"].isin(["flash_simt", "flash_fa1"])]
+    assert (quiet["base_dram_gbs"] < 0.01 * 4.8e3).all() and (quiet["verdict"] == C.SAME).all()
+    # per kernel: the streaming helper (a cast that only reads and writes) is slower at large N
+    k = cmp.kernels[(cmp.kernels["kernel"] == "cast_from_f32_kernel") & (cmp.kernels["base_ms"] > 0.02)]
+    assert len(k) and (k["verdict"] == C.SLOWER).all()
+    assert cmp.regressions["label"].iloc[0] == "flash_mma backward D=128 N=4096"  # the summary leads with the largest
+
+    # the benchmark: every sdpa_math forward (it materializes the scores in DRAM) of 1 ms or more is slower,
+    # as are tiled's forwards at D=64 from N=1024; the CUDA-core flash kernels are not
+    assert C.main([f"{H200}/bench", f"{H100}/bench"]) == 1
+    out = capsys.readouterr().out
+    b = C.compare_captures(f"{H200}/bench", f"{H100}/bench").ranges
+    long = b[b["base_ms"] >= 1]
+    math_fwd = long[(long["variant"] == "sdpa_math") & (long["pass"] == "forward")]
+    assert len(math_fwd) >= 20 and (math_fwd["verdict"] == C.SLOWER).all()
+    assert "SLOWER +15.5% (noise ±1.2%, threshold 5%) convention: sdpa_math forward D64-N2048-full dtype=float16" in out
+    tiled = long[(long["variant"] == "tiled") & (long["pass"] == "forward") & (long["suite"] == "convention")
+                 & (long["D"] == 64) & (long["N"] >= 1024)]
+    assert len(tiled) == 6 and (tiled["verdict"] == C.SLOWER).all()
+    cuda_core = long[long["variant"].isin(["flash_simt", "flash_fa1"])]
+    assert len(cuda_core) > 50 and (cuda_core["verdict"] == C.SAME).all()
+
+
+def test_different_metric_sets_and_missing_ranges_on_committed_captures(capsys):
+    """The block-size study (31 metrics) against an imported --set full report of one of its ranges."""
+    assert C.main([f"{H200}/blocksize", f"{H200}/flash-mma-bwd-full"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"differs: metric set: 31 metrics vs \d{4} metrics", out)
+    assert "only in base (51)" in out and "1 ranges matched (ncu)" in out
+    assert "noise is unknown" in out  # Nsight Compute timing: one launch, said so
+    cmp = C.compare_captures(f"{H200}/blocksize", f"{H200}/flash-mma-bwd-full")
+    assert list(cmp.ranges["label"]) == ["flash_mma backward"]
+    assert not cmp.ranges["noise_known"].any() and cmp.ranges.loc[0, "noise"] == C.UNKNOWN_NOISE
+    assert (cmp.unmatched["side"] == "base").all() and len(cmp.unmatched) == 51
+    # tools differ (nsys on one side only): the comparison falls back to what both have
+    mixed = C.compare_captures(f"{H200}/seqlen", f"{H200}/blocksize")
+    assert mixed.source == "ncu" and "tools" in {r["aspect"] for r in mixed.compat}
+    assert "replay mode" in {r["aspect"] for r in mixed.compat} and "l2_hit" in mixed.marks
+
+
+def test_foreign_captures_match_by_raw_name():
+    cmp = C.compare_captures(f"{H200}/foreign-example", f"{H200}/foreign-example")
+    assert cmp.source == "nsys" and len(cmp.ranges) == 4 and cmp.exit_status == 0
+    assert all(k.startswith("range=") for k in cmp.ranges["key"])
+    assert "gemm:fwd M=2048 N=2048 K=2048" in set(cmp.ranges["label"])
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
+    assert C.main(["no-such-gpu/seqlen", f"{H200}/seqlen"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no-such-gpu/seqlen: neither a capture folder nor a label") and f"{H200}/seqlen" in err
+    assert C.main([f"{H200}/bench", f"{H200}/bench", "--threshold", "lots"]) == 2
+    assert "threshold" in capsys.readouterr().err
+    assert C.main([f"{H200}/bench", f"{H200}/bench", "--only", "("]) == 2
+    assert "regular expression" in capsys.readouterr().err
+    assert C.main([f"{H200}/bench", f"{H200}/blocksize"]) == 2  # benchmark CSVs against ncu only
+    assert "nothing to compare" in capsys.readouterr().err
+    # a capture that fails validation is refused
+    bad = tmp_path / "gpu" / "blocksize"
+    shutil.copytree(ROOT / "profiles" / H200 / "blocksize", bad)
+    with open(bad / "ncu_raw.csv", "r+b") as f:
+        f.truncate(1000)
+    assert C.main([str(bad), f"{H200}/blocksize"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: refusing to compare") and "ncu_raw.csv" in err and "\n" not in err
+
+
+def test_committed_comparisons_are_current():
+    """reports/compare: every page has its sidecar, the index lists them, and each sidecar's verdict is
+    what the comparison gives today (a stale page fails here)."""
+    folder = ROOT / "reports" / "compare"
+    index = json.loads((folder / "index.json").read_text())["comparisons"]
+    names = {e["name"] for e in index}
+    assert {"h100-to-h200-seqlen", "h100-to-h200-blocksize", "h100-to-h200-bench"} <= names
+    for e in index:
+        side = json.loads((folder / e["json"]).read_text())
+        page = (folder / side["html"]).read_text(encoding="utf-8")
+        assert 'src="../plotly.min.js"' in page and side["summary"] in html_text(page)
+        cmp = C.compare_captures(side["base_path"], side["new_path"], side["threshold"])
+        assert side["summary"] == cmp.summary() and side["exit_status"] == cmp.exit_status
+
+
+def html_text(page: str) -> str:
+    import html
+
+    return html.unescape(re.sub(r"<[^>]+>", "", page))
