@@ -123,7 +123,12 @@ with nb.section():
         head = f"<b>{name}</b>: {len(g)} kernels in {g['label'].nunique()} ranges, {moved} moved beyond noise"
         t = C.delta_table(g, cmp.marks, "timing", what="kernel")
         t.insert(0, "range", g["case"].to_numpy())
-        display(HTML(C.details(head, C.html_table(t, f"kernels-{name}"))))
+        body = C.html_table(t, f"kernels-{name}")
+        counters = C.delta_table(g, cmp.marks, "counters", what="kernel")
+        if counters.shape[1] > 1:
+            counters.insert(0, "range", g["case"].to_numpy())
+            body += "<p><i>Nsight Compute counters, base → new:</i></p>" + C.html_table(counters, f"kernel-counters-{name}")
+        display(HTML(C.details(head, body)))
 
 # %% [markdown]
 # ## Timing distributions

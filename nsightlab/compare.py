@@ -806,6 +806,9 @@ def _kernel_rows(base: Side, new: Side, source: str, pairs: dict[str, str], thr:
             for c in COUNTERS:
                 ok = c in t and not marks.get(c, "").startswith("not compared")
                 rows[f"{pre}_{c}"] = t[c].reindex(idx).to_numpy() if ok else np.nan
+            # counted FLOPs over the kernel's time (the timing source's)
+            flop = t["flop"].reindex(idx).to_numpy() if "flop" in t else np.nan
+            rows[f"{pre}_tflops"] = np.where(np.asarray(flop, dtype=float) > 0, flop / (rows[f"{pre}_ms"] * 1e-3) / 1e12, np.nan)
     order = {k: i for i, k in enumerate(ranges["key"])}
     rows = rows.assign(_o=rows["key"].map(order)).sort_values(["_o", "kernel"], kind="stable")
     return rows.drop(columns="_o").reset_index(drop=True)
