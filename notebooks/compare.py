@@ -95,20 +95,21 @@ with nb.section():
 # %% [markdown]
 # ## Every range
 #
-# One table per implementation and pass (groups with a range slower beyond the noise are open). Time is
-# the median over the launches each capture holds; *noise* is the relative spread of both sides in quadrature
-# (\* where a side has a single launch and the noise is assumed). Throughput and effective bandwidth use the
-# work model's FLOPs and compulsory bytes where the capture declares them, else the counted FLOPs; the
-# counters come from Nsight Compute.
+# One table per implementation and pass (unfolded: the groups with a slower range, else the few with a faster
+# one). Time is the median over the launches each capture holds; *noise* is the relative spread of both sides
+# in quadrature (\* where a side has a single launch and the noise is assumed). Throughput and effective
+# bandwidth use the work model's FLOPs and compulsory bytes where the capture declares them, else the counted
+# FLOPs; the counters come from Nsight Compute.
 
 # %%
+unfold = C.open_groups(cmp.ranges)
 for name, g in C.groups(cmp.ranges):
     head = f"<b>{name}</b>: {len(g)} ranges, {(g['verdict'] == C.SLOWER).sum()} slower, {(g['verdict'] == C.FASTER).sum()} faster"
     body = C.html_table(C.delta_table(g, cmp.marks, "timing"), f"ranges-{name}")
     counters = C.delta_table(g, cmp.marks, "counters")
     if counters.shape[1] > 1:
         body += "<p><i>Nsight Compute counters, base → new:</i></p>" + C.html_table(counters, f"counters-{name}")
-    display(HTML(C.details(head, body, open_=bool((g["verdict"] == C.SLOWER).any()))))
+    display(HTML(C.details(head, body, open_=name in unfold)))
 
 # %% [markdown]
 # ## Every kernel

@@ -898,6 +898,17 @@ def groups(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return out
 
 
+def open_groups(rows: pd.DataFrame, most: int = 4) -> set[str]:
+    """The :func:`groups` a page shows unfolded: those with a range that is slower; if none, those with
+    a range that is faster, when there are at most ``most`` of them (else the reader unfolds them)."""
+    gs = groups(rows)
+    slow = {n for n, g in gs if (g["verdict"] == SLOWER).any()}
+    if slow:
+        return slow
+    fast = {n for n, g in gs if (g["verdict"] == FASTER).any()}
+    return fast if len(fast) <= most else set()
+
+
 def html_table(df: pd.DataFrame, name: str, verdict_col: str = "verdict", wrap: bool = False) -> str:
     """A formatted table as HTML with a fixed element id (same data, same bytes), verdicts coloured;
     numbers never wrap (``wrap``: text columns may)."""
