@@ -101,8 +101,9 @@ def test_ncu_rows_carry_range_columns(ncu_pair):
         assert (gemm["M"], gemm["N"], gemm["K"]) == (2048, 2048, 2048)
         assert set(named.loc[named["variant"] == "sdpa flash", "domain"]) == {"model"}
         assert (rep["range"] == "").sum() >= 1 and rep.loc[rep["range"] == "", "variant"].isna().all()
-    else:
-        assert {"B", "H", "N", "D", "dtype", "causal", "options"} <= set(rep.columns)
+    else:  # decoded with the capture's own schema: its typed fields become columns
+        schema = schemas_of(load_manifest(cap))[0]
+        assert {*schema.fields, "options"} <= set(rep.columns) and set(rep["schema"]) == {schema.prefix}
         assert set(rep["pass"]) <= {"forward", "backward"}
 
 
@@ -133,7 +134,7 @@ def test_nsys_ranges_agree_with_nsys_stats(nsys_capture):
     # nsys prints "<domain>:<name>" (the default domain is empty): every range of every domain
     theirs["range"] = theirs["Range"].str.split(":", n=1).str[1]
     theirs = theirs.set_index("range")
-    assert len(mine) == len(theirs) > (3 if cap == FOREIGN else 20)
+    assert len(mine) == len(theirs) >= len(load_manifest(cap).get("cases") or [None] * 4)
     for name, row in theirs.iterrows():
         assert mine.loc[name, "instances"] == row["Instances"]
         assert abs(mine.loc[name, "total_ns"] - row["Total Time (ns)"]) <= 1e-3 * row["Total Time (ns)"]
@@ -155,8 +156,10 @@ def test_every_range_gets_its_kernels_on_the_launching_thread(nsys_capture):
         return
     measured = t["ranges"][t["ranges"]["range"].str.startswith(tuple(s.prefix + ":" for s in schemas_of(load_manifest(cap))))]
     assert set(joined["range_id"]) == set(measured.index), "a measured range without kernels"
-    bwd = joined[(joined["variant"] == "sdpa_flash") & (joined["pass"] == "backward")]
-    assert len(bwd) and bwd["kernel"].str.contains("bwd").any(), "SDPA backward kernels (autograd thread) joined"
+    bwd = joined[(joined["pass"] == "backward")]
+    assert len(bwd), "backward kernels (launched on autograd's thread) joined to their ranges"
+    sdpa = bwd[bwd["variant"] == "sdpa_flash"]
+    assert sdpa.empty or sdpa["kernel"].str.contains("bwd").any()
 
 
 def _mini_sqlite(path, kernel_table="CUPTI_ACTIVITY_KIND_KERNEL", drop=None):
