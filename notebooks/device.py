@@ -6,6 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -21,19 +22,23 @@
 
 # %% tags=["parameters"]
 capture: str = "profiles/nvidia-h200/seqlen"  # capture folder (python -m nsightlab.store list); relative paths: cwd, then the repo
+style_order: str = ""  # implementations in the order they take colours (empty: this capture's order)
 plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative path (make report ships one copy)
 
 # %%
-from IPython.display import display
-
 from nsightlab import device, figures
 from nsightlab import notebook as nb
 
+nb.check_parameters(globals())
 path, manifest = nb.prepare(capture, plotlyjs)
-nb.say(nb.header(manifest, path))
 cases = nb.capture_cases(manifest)
+l2_bytes = float((manifest.get("gpu") or {}).get("l2_bytes") or 0)
+x = nb.sweep_field(cases) or "N"
+ws = nb.attempt(device.working_set_table, cases, l2_bytes, x)
+nb.summary(device.findings(manifest, ws, x))
+nb.note(nb.header(manifest, path))
 model = "; ".join(sorted({s for s in cases.get("model_source", []) if s})) or "none: the capture declares no work model"
-nb.say(f"**FLOP source:** none used on this page. **Working sets:** {model}.")
+nb.note(f"**FLOP source:** none used on this page. **Working sets:** {model}.")
 
 # %%
 with nb.section():
@@ -41,26 +46,29 @@ with nb.section():
     if nb.nsys_files(path):
         g = nb.load_nsys(path, manifest)["gpu"]
         gpu_row = g.iloc[0].to_dict() if len(g) else None
-    display(device.device_table(manifest, gpu_row))
+    nb.table(device.device_table(manifest, gpu_row), name="device", title="The GPU as the capture recorded it",
+             collapse=False)
 
 # %% [markdown]
 # ## Ceilings measured in this capture
 
 # %%
 with nb.section():
-    display(device.measured_ceilings(manifest))
+    method = (manifest.get("ceilings") or {}).get("method")
+    nb.table(device.measured_ceilings_table(manifest), name="ceilings", collapse=False,
+             title=f"Measured: {method}" if isinstance(method, str) else "")
 
 # %% [markdown]
-# ## Modeled working set per case (MiB)
+# ## Modeled working set per case
 #
-# One row per implementation and pass (and any other field the cases vary); the last columns give the size at
-# which the working set passes the L2 size recorded in the manifest.
+# One line per implementation and pass (backward dashed; implementations whose working sets coincide share a
+# line), against the L2 size recorded in the manifest.
 
 # %%
 with nb.section():
-    l2_bytes = float((manifest.get("gpu") or {}).get("l2_bytes") or 0)
-    x = nb.sweep_field(cases) or "N"
     ws = device.working_set_table(cases, l2_bytes, x)
-    style = figures.style_for(nb.implementations(manifest))
+    style = nb.style(manifest, order=style_order)
     figures.show(figures.working_set_vs_x(ws, l2_bytes, f"Modeled working set against {x}", x, style))
-    display(ws.round(1))
+    nb.table(ws, {c: "{:,.1f}" for c in ws.columns if c.startswith(f"{x}=")} | {f"outgrows L2 at {x}": "{:,.0f}"},
+             "working-set", headers={c: f"{c} [MiB]" for c in ws.columns if c.startswith(f"{x}=")},
+             title="Modeled working set [MiB] per case, and where it outgrows the L2", collapse=True)

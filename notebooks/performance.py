@@ -6,6 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -20,48 +21,47 @@
 # checked against a reference computed from the same inputs.
 
 # %% tags=["parameters"]
-capture: str = "profiles/nvidia-h200/seeds"  # capture folder with <suite>.csv + <suite>.manifest.json per benchmark suite
-dtype: str = ""  # dtype of the throughput figures (empty: every dtype in the CSVs)
+capture: str = "profiles/nvidia-h200/bench"  # capture folder with <suite>.csv + <suite>.manifest.json per benchmark suite
+dtype: str = ""  # dtype of the figures, as the CSVs write it (e.g. float16); empty: every dtype in the CSVs
 impl: str = ""  # the implementation whose ratio to the reference is tracked (empty: none)
 reference: str = ""  # the implementation the others are compared with (empty: the one fastest in most configurations)
 targets: str = ""  # ratio targets of impl per pass, comma-separated pass:ratio (e.g. forward:0.8,backward:0.6); empty: none
+style_order: str = ""  # implementations in the order they take colours (empty: this capture's order)
 plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative path (make report ships one copy)
 
 # %%
-import pandas as pd
-from IPython.display import display
-
 from nsightlab import figures, perf
 from nsightlab import notebook as nb
 from nsightlab.store import load_bench
 
+nb.check_parameters(globals())
+
 path, manifest = nb.prepare(capture, plotlyjs)
 df, manifests = load_bench(path)
 suites = list(dict.fromkeys(df["suite"]))
+impls = list(dict.fromkeys(df["impl"]))
+ok_dtypes = list(dict.fromkeys(perf.ok_rows(df)["dtype"]))
+dtype = nb.choose("dtype", dtype, ok_dtypes, aliases=perf.DTYPE_ALIASES)
+impl = nb.choose("impl", impl, impls)
+reference = nb.choose("reference", reference, impls)
+goals = nb.check_targets(targets, impl, list(dict.fromkeys(df["pass"])))
+ref = reference or perf.pick_reference(df)
+dtypes = [dtype] if dtype else ok_dtypes
+style = figures.style_for([*nb.csv_list(style_order), *impls])
+nb.summary(perf.findings(df, ref, impl, goals, dtypes))
 first = manifests[suites[0]].get("environment", {})
 gpu = first.get("gpu", {})
-nb.say(f"**GPU** {gpu.get('name')} (CC {gpu.get('compute_capability')}, {gpu.get('sm_count')} SMs, "
-       f"L2 {gpu.get('l2_bytes', 0) / 2**20:.0f} MiB, driver {gpu.get('nvidia_smi', {}).get('driver_version')}) · "
-       f"**torch** {first.get('torch')} · **CUDA** {first.get('cuda_runtime')} · **commit** `{first.get('git_commit')}` · "
-       f"suites: {', '.join(suites)}")
-nb.say(f"**FLOP source:** {perf.flop_source(manifests)}.")
-style = figures.style_for(dict.fromkeys(df["impl"]))
-ref = reference or perf.pick_reference(df)
-dtypes = [dtype] if dtype else list(dict.fromkeys(perf.ok_rows(df)["dtype"]))
-display(pd.DataFrame([{"suite": s, "description": m.get("description", ""), "rows": m.get("rows"),
-                       "seconds": round(m.get("seconds", 0))} for s, m in manifests.items()]))
-
-# %% [markdown]
-# ## The implementations in these CSVs
-
-# %%
-perf.implementations(df)
+nb.note(f"**GPU** {gpu.get('name')} (CC {gpu.get('compute_capability')}, {gpu.get('sm_count')} SMs, "
+        f"L2 {gpu.get('l2_bytes', 0) / 2**20:.0f} MiB, driver {gpu.get('nvidia_smi', {}).get('driver_version')}) · "
+        f"**torch** {first.get('torch')} · **CUDA** {first.get('cuda_runtime')} · **commit** "
+        f"`{str(first.get('git_commit'))[:12]}` · **suites** {', '.join(suites)} · "
+        f"**FLOP source:** {perf.flop_source(manifests)}.")
 
 # %% [markdown]
 # ## Throughput against N, latency per configuration
 #
-# Suites that sweep N are drawn as lines (TFLOP/s against N); the others as latency bars per configuration.
-# Implementations skipped where a case would not fit or would take too long are listed at the end.
+# Suites that sweep N are drawn as lines (TFLOP/s against N, both logarithmic, so the CUDA-core kernels and the
+# tensor-core ones are read on the same chart); the others as latency bars per configuration.
 
 # %%
 for suite in suites:
@@ -77,43 +77,47 @@ for suite in suites:
 # %% [markdown]
 # ## Against the reference
 #
-# Time of the reference over time of each implementation, per configuration (> 1 is faster), and the tracked
-# implementation's throughput ratio with its targets where the parameters name them.
+# Time of the reference over time of each implementation, per configuration (> 1 is faster than the
+# reference; logarithmic). The tables under each chart give the numbers.
 
 # %%
 nb.say(f"**Reference:** {ref}" + (" (the fastest in most configurations)" if not reference else ""))
 for suite in suites:
     for dt in dtypes:
+        if not len(perf.ok_rows(df[(df["suite"] == suite) & (df["dtype"] == dt)])):
+            continue
+        figures.show(figures.speedup_vs_reference(df, suite, dt, ref, style))
         for pass_ in ("forward", "backward"):
             t = perf.speedup_table(df, suite, pass_, dt, ref)
             if len(t):
-                nb.say(f"**{suite}, {pass_}, {dt}**")
-                display(nb.table(t, "{:.2f}", f"speedup-{suite}-{pass_}-{dt}"))
+                nb.table(t.reset_index(), "{:.3g}", f"speedup-{suite}-{pass_}-{dt}", collapse=True,
+                         headers={"config": "configuration"},
+                         title=f"{suite}, {pass_}, {dt}: {ref} time / time, per configuration")
 
 # %%
 if impl:
     for suite in suites:
         for dt in dtypes:
             if perf.sweeps_n(df, suite):
-                figures.show(figures.ratio_vs_n(df, suite, dt, impl, ref, perf.parse_targets(targets)))
-    if targets:
-        t = perf.target_table(df, impl, ref, perf.parse_targets(targets))
-        display(nb.table(t, {"tflops": "{:.1f}", "ref_tflops": "{:.1f}", "ratio": "{:.0%}", "target": "{:.0%}"}, "targets"))
+                figures.show(figures.ratio_vs_n(df, suite, dt, impl, ref, goals, style))
+    if goals:
+        t = perf.target_table(df, impl, ref, goals)
+        nb.table(t, {"tflops": "{:.1f}", "ref_tflops": "{:.1f}", "ratio": "{:.0%}", "target": "{:.0%}"}, "targets",
+                 headers={"tflops": f"{impl} [TFLOP/s]", "ref_tflops": f"{ref} [TFLOP/s]", "ratio": "ratio",
+                          "target": "target", "met": "met"}, title=f"{impl} against its targets (N ≥ 2048)")
 else:
     nb.say("_No implementation is tracked against the reference (parameter `impl`)._")
 
 # %% [markdown]
-# ## Accuracy
+# ## The implementations in these CSVs, and what was skipped
 #
-# Worst error of each implementation against the reference computation (max_rel = max|err| / max|ref|,
-# rel_l2 = ‖err‖ / ‖ref‖).
+# Implementations are skipped where a case would not fit in memory or would take too long; the correctness
+# page shows every checked row's error.
 
 # %%
-nb.table(perf.accuracy_table(df), {c: "{:.2e}" for c in ["max_abs", "mean_abs", "mse", "max_rel", "rel_l2"]}, "accuracy")
-
-# %% [markdown]
-# ## Skipped combinations and why
-
-# %%
-skipped = df[df["status"] != "ok"]
-skipped.groupby(["impl", "status"]).size().rename("cases").reset_index()
+nb.table(perf.implementations(df), name="implementations", title="Implementations, their options and rows",
+         collapse=True)
+nb.table(perf.suite_table(manifests), name="suites", title="Suites in this capture", collapse=True)
+skipped = perf.skipped_table(df)
+if len(skipped):
+    nb.table(skipped, name="skipped", title="Skipped cases per implementation and reason", collapse=True)

@@ -6,6 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -16,71 +17,71 @@
 # # Hierarchical roofline
 #
 # Every measured range (one implementation × case × pass, all its kernels summed) placed at three levels of
-# the memory hierarchy: its FLOPs over the bytes moved at DRAM, L2 (L2→SM crossbar) and L1 (LSU writeback),
-# against its FLOP/s. Ceilings are Nsight Compute's own peaks (`*.peak_sustained` × the clock each kernel ran
-# at) for the pipes the capture counted, plus the capture's measured GEMM and copy (dashed) where it made them.
-# FLOPs here are always *counted* by the hardware (instructions weighted as Nsight's roofline sections weigh
-# them), never assumed; the work model, where the capture has one, is checked against them at the end.
+# the memory hierarchy, as Nsight Compute's roofline places a kernel: its FLOPs over the bytes moved at DRAM,
+# L2 (L2→SM) and L1, against its FLOP/s. FLOPs are *counted* by the hardware, never assumed; the ceilings
+# are Nsight Compute's own peaks at the recorded clocks, plus the capture's measured GEMM and copy (dashed).
 
 # %% tags=["parameters"]
 capture: str = "profiles/nvidia-h200/seqlen"  # capture folder (python -m nsightlab.store list); relative paths: cwd, then the repo
 variants: str = ""  # comma-separated implementations to show (empty: all)
-where: str = ""  # a pandas query over the range fields (e.g. D < 128 and not causal); empty: all ranges
+where: str = ""  # a pandas query over the range fields (e.g. D > 64 and not causal); empty: all ranges
 mode: str = "replay"  # "replay": analyse the capture as it is; "live": capture the sweep `suite` on this GPU first
 suite: str = "seqlen"  # live mode: the sweep to capture (name or TOML path)
 only: str = ""  # live mode: regex of range names to capture (empty: the whole sweep)
 live_profiles: str = "profiles_live"  # live mode: where the new capture is written
+style_order: str = ""  # implementations in the order they take colours (empty: this capture's order)
 plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative path (make report ships one copy)
 
 # %%
-from IPython.display import display
-
 from nsightlab import counters, figures, roofline
 from nsightlab import notebook as nb
 
+nb.check_parameters(globals())
+
 path, manifest = nb.prepare(capture, plotlyjs, mode, suite, only, live_profiles)
-nb.say(nb.header(manifest, path))
 work = counters.kernel_work(nb.load_ncu(path, manifest))
 ranges = counters.attach_model(counters.per_range(work, by_kernel_if_no_ranges=True), nb.capture_cases(manifest))
 ranges = nb.select(ranges, variants, where)
-style = figures.style_for(nb.implementations(manifest, ranges))
+style = nb.style(manifest, ranges, order=style_order)
 sweep = nb.sweep_field(ranges)
-nb.say(f"**FLOP source:** {counters.flop_counter_summary(work)} (Nsight Compute, this capture). "
-       f"{len(ranges)} ranges grouped by {ranges.attrs.get('grouped_by')}; "
-       f"{ranges.attrs.get('outside', 0)} launches outside every range left out.")
+fields = [c for c in counters.identity_columns(ranges) if c not in ("variant",)]
+pts = nb.attempt(roofline.roofline_points, ranges)
+ceil = nb.attempt(roofline.ceilings, work, manifest)
+fc = nb.attempt(roofline.flop_check, ranges)
+nb.summary(roofline.findings(pts, ceil, fc, fields=fields) if pts is not None and ceil is not None else [])
+nb.note(nb.header(manifest, path))
+nb.note(f"**FLOP source:** {counters.flop_counter_summary(work)} (Nsight Compute, this capture). "
+        f"{len(ranges)} ranges grouped by {ranges.attrs.get('grouped_by')}; "
+        f"{ranges.attrs.get('outside', 0)} launches outside every range left out.")
+
+# %% [markdown]
+# ## The roofline
+#
+# Marker shape is the memory level, colour the implementation, size the swept field; a range's three
+# markers share its FLOP/s and are joined. The menu at the top right shows one level at a time; click a
+# legend entry to hide an implementation. Read the tensor ceiling with care: Nsight Compute's
+# `sm__ops_path_tensor_src_fp16.sum.peak_sustained` is the whole FP16 tensor path's peak, on Hopper twice what
+# a dense FP16 GEMM reaches (the 2:4-sparse rate); the measured GEMM (dashed) is the practical dense ceiling.
+
+# %%
+with nb.section():
+    nb.need(pts, ceil)
+    for title, sel, row in roofline.views(pts, sweep):
+        figures.show(figures.roofline(sel, ceil, "Hierarchical roofline" + (f", {title}" if title else ""), style,
+                                      fields=fields, size_by=sweep, facet_row=row))
+    nb.table(roofline.ceiling_table(ceil), {"FLOP per SM-clock cycle (all SMs)": "{:,.0f}"}, "ceilings",
+             title="The ceilings and where they come from", collapse=True)
 
 # %% [markdown]
 # ## Where each number comes from
 #
 # Nsight Compute names the same quantity in several ways (this project's `.sum` totals; the roofline
 # sections' `.per_cycle_elapsed` and `.per_second` rates; `derived__*` forms). Each quantity is taken from the
-# first form the report holds; the table lists the forms used here and for how many launches.
+# first form the report holds.
 
 # %%
-nb.used_derivations(work)
-
-# %%
-ceil = None
-with nb.section():
-    ceil = roofline.ceilings(work, manifest)
-    display(ceil.assign(value_T=ceil["value"] / 1e12).drop(columns="value"))
-
-# %% [markdown]
-# Read the tensor ceiling with care: Nsight Compute's `sm__ops_path_tensor_src_fp16.sum.peak_sustained` is
-# the per-cycle peak of the whole FP16 tensor path (`per_cycle` above, all SMs); on Hopper it is twice what a
-# dense FP16 GEMM reaches, the factor between the 2:4-sparse and the dense rates. A measured GEMM (dashed,
-# where the capture has one) is the practical dense ceiling.
-
-# %%
-with nb.section():
-    nb.need(ceil)
-    pts = roofline.roofline_points(ranges)
-    fields = [c for c in counters.identity_columns(ranges) if c not in ("variant", "pass")]
-    passes = [p for p in ("forward", "backward") if p in set(pts.get("pass", []))] or [None]
-    for p in passes:
-        sel = pts if p is None else pts[pts["pass"] == p]
-        figures.show(figures.roofline(sel, ceil, f"Hierarchical roofline{', ' + p if p else ''}", style,
-                                      fields=fields))
+nb.table(nb.used_derivations(work), name="derivations", headers={"launches": "launches using it"},
+         title="The recipe used for each quantity, and for how many launches", collapse=True)
 
 # %% [markdown]
 # ## Counted FLOPs against the work model
@@ -93,8 +94,11 @@ with nb.section():
 # %%
 with nb.section():
     fc = roofline.flop_check(ranges)
-    nb.say("**Work model:** " + "; ".join(f"{s} ({n} ranges)" for s, n in fc["model_source"].value_counts().items()))
+    nb.note("**Work model:** " + "; ".join(f"{s} ({n} ranges)" for s, n in fc["model_source"].value_counts().items()))
     figures.show(figures.flop_check(fc, "Counted / model FLOPs per range (shaded: within 10%)", sweep or "range", style))
     flagged = fc[fc["flag"]]
     nb.say(f"{len(flagged)} of {len(fc)} ranges disagree by more than 10%.")
-    display(flagged[["range", "counted_over_model", "explanation"]].round(3))
+    if len(flagged):
+        nb.table(flagged[["range", "counted_over_model", "explanation"]], {"counted_over_model": "{:.3f}"}, "flagged",
+                 headers={"counted_over_model": "counted / model FLOPs"}, title="The ranges that disagree, and why",
+                 collapse=True)

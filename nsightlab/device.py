@@ -55,6 +55,25 @@ def measured_ceilings(manifest: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def measured_ceilings_table(manifest: dict) -> pd.DataFrame:
+    """The measured ceilings for people: what ran, its size, its time and the rate it reached."""
+    c = manifest.get("ceilings") or {}
+    rows = []
+    for k, v in c.items():
+        if not isinstance(v, dict):
+            continue
+        rate = (f"{v['flop_per_s'] / 1e12:,.1f} TFLOP/s" if "flop_per_s" in v else
+                f"{v['bytes_per_s'] / 1e12:.2f} TB/s" if "bytes_per_s" in v else "—")
+        what = (f"matrix multiply {v['n']:,} × {v['n']:,} × {v['n']:,}" if "n" in v else
+                f"copy of {v['bytes'] / 2**30:.2f} GiB" if "bytes" in v else "")
+        rows.append({"ceiling": k, "what ran": what, "time [ms]": v.get("ms"), "rate": rate,
+                     "note": v.get("note", "")})
+    if not rows:
+        raise NotApplicable("this capture measured no ceilings (no GEMM or copy run beside the profilers)")
+    out = pd.DataFrame(rows)
+    return out if out["note"].astype(bool).any() else out.drop(columns="note")
+
+
 def working_set_table(cases: pd.DataFrame, l2_bytes: float, x: str = "N") -> pd.DataFrame:
     """The work model's working set [MiB] of every case, one row per implementation × pass × every
     other shape field and one column per value of ``x`` (``x=<value>``), with the ``x`` at which it
@@ -83,3 +102,43 @@ def working_set_table(cases: pd.DataFrame, l2_bytes: float, x: str = "N") -> pd.
     cols = [k for k in out.columns if not k.startswith(f"{x}=")]
     xs = sorted((k for k in out.columns if k.startswith(f"{x}=")), key=lambda s: float(s.split("=", 1)[1]))
     return out[[*cols[: len(keys)], *xs, *cols[len(keys):]]].rename(columns={"impl": "variant"})
+
+
+def findings(manifest: dict, ws: pd.DataFrame | None = None, x: str = "N") -> list[str]:
+    """The device page's findings: the GPU and its measured ceilings; where the modeled working
+    sets outgrow the L2, implementations with similar onsets grouped."""
+    g = manifest.get("gpu") or {}
+    meas = manifest.get("ceilings") or {}
+    parts = [f"**{g.get('name', 'unknown GPU')}**"]
+    facts = []
+    if g.get("sm_count"):
+        facts.append(f"{g['sm_count']} SMs")
+    if isinstance(g.get("l2_bytes"), (int, float)):
+        facts.append(f"{g['l2_bytes'] / 2**20:.0f} MiB L2")
+    if isinstance(g.get("total_memory_bytes"), (int, float)):
+        facts.append(f"{g['total_memory_bytes'] / 2**30:.0f} GiB memory")
+    line = parts[0] + (": " + ", ".join(facts) if facts else "")
+    m = []
+    if isinstance(meas.get("copy_d2d"), dict) and meas["copy_d2d"].get("bytes_per_s"):
+        m.append(f"{meas['copy_d2d']['bytes_per_s'] / 1e12:.2f} TB/s device copy")
+    if isinstance(meas.get("gemm_fp16"), dict) and meas["gemm_fp16"].get("flop_per_s"):
+        m.append(f"{meas['gemm_fp16']['flop_per_s'] / 1e12:,.0f} TFLOP/s FP16 GEMM")
+    out = [line + (f"; measured in this capture: {', '.join(m)}." if m else ".")]
+    col = f"outgrows L2 at {x}"
+    if ws is not None and len(ws) and col in ws:
+        first = ws.groupby(ws["variant"].astype(str), sort=False)[col].min()
+        inside = [v for v, o in first.items() if pd.isna(o)]
+        onsets = first.dropna().sort_values()
+        groups: list[list[tuple[str, float]]] = []
+        for v, o in onsets.items():
+            if groups and o <= groups[-1][0][1] * 1.6:
+                groups[-1].append((v, o))
+            else:
+                groups.append([(v, o)])
+        txt = "; ".join(", ".join(v for v, _ in grp) + f" at {x}≈{grp[0][1]:,.0f}"
+                        + (f"–{grp[-1][1]:,.0f}" if grp[-1][1] > grp[0][1] * 1.05 else "") for grp in groups)
+        if txt:
+            out.append(f"The modeled working set first outgrows the L2: {txt}.")
+        if inside:
+            out.append(f"Fits in the L2 over the whole sweep: {', '.join(inside)}.")
+    return out

@@ -169,3 +169,39 @@ def panels(frame: pd.DataFrame, x: str = "N", max_values: int = 4) -> list[tuple
         out.append((", ".join(f"{c}={v}" if c != "pass" else str(v) for c, v in zip(by, key, strict=True)), g))
     order = {"forward": 0, "backward": 1}
     return sorted(out, key=lambda t: (order.get(t[0].split(",")[0], 2), t[0]))
+
+
+def findings(traffic: pd.DataFrame, onsets: pd.DataFrame | None, x: str = "N") -> list[str]:
+    """The L2 page's findings: where the hit rate breaks down (measured onset, with the hit rate
+    before and after, beside the modeled onset), and which implementations keep their hit rate
+    over the whole sweep."""
+    if traffic is None or traffic.empty:
+        return []
+    out = []
+    if onsets is None or onsets.empty or "variant" not in onsets:
+        h = traffic.dropna(subset=["l2_hit_rate"])
+        if len(h):
+            lo, hi = h.loc[h["l2_hit_rate"].idxmin()], h.loc[h["l2_hit_rate"].idxmax()]
+            out.append(f"L2 hit rate ranges from {lo['l2_hit_rate']:.0f}% ({lo['range']}) to {hi['l2_hit_rate']:.0f}% "
+                       f"({hi['range']}).")
+        return out
+    found = onsets[onsets["measured_onset"].notna()].sort_values("measured_onset")
+    broke = []
+    for variant, g in found.groupby(found["variant"].astype(str), sort=False):
+        r = g.iloc[0]
+        pts = traffic[traffic["sweep"] == r["sweep"]].sort_values(x)
+        after = pts[pts[x] == r["measured_onset"]]["l2_hit_rate"]
+        before = pts[pts[x] < r["measured_onset"]]["l2_hit_rate"].max()
+        mod = g["modeled_onset"].dropna()
+        broke.append(f"{variant} at {x}={r['measured_onset']:,.0f} ({r['sweep']}; hit rate {before:.0f}% → "
+                     f"{after.iloc[0]:.0f}%" + (f"; modeled {x}≈{mod.iloc[0]:,.0f}" if len(mod) else "") + ")")
+    if broke:
+        out.append("The L2 hit rate breaks down (measured onset) for " + "; ".join(broke[:4])
+                   + (f"; and {len(broke) - 4} more" if len(broke) > 4 else "") + ".")
+    steady = [v for v in dict.fromkeys(onsets["variant"].astype(str)) if v not in set(found["variant"].astype(str))]
+    if steady:
+        t = traffic[traffic["variant"].astype(str).isin(steady)]
+        low = t.groupby(t["variant"].astype(str))["l2_hit_rate"].min()
+        out.append("No breakdown within the sweep: " + ", ".join(f"{v} (lowest hit rate {low[v]:.0f}%)" for v in steady
+                                                                    if v in low) + ".")
+    return out

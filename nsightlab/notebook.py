@@ -1,28 +1,227 @@
-"""What the notebooks share: finding the capture and its files, loading them, selection, headers,
-and printing why a section does not apply.
+"""What the notebooks share: checking their parameters, finding the capture and its files, loading
+them, selection, the page's summary, tables and headers, and printing why a section does not apply.
 
 The notebooks hold narrative and figures only; everything they compute comes from here and from
 the analysis modules (counters, roofline, l2, timeline, options, device) and nsightlab.figures.
+
+Parameters are checked before anything is drawn (:func:`check_parameters`, then :func:`select`,
+:func:`choose`, :func:`check_field` against the capture's own values): a bad one stops the notebook
+with a one-line :class:`ParameterError` naming the accepted values, under papermill and in JupyterLab
+alike.
 """
 
 from __future__ import annotations
 
+import ast
+import difflib
+import html as _html
+import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from . import figures
 from .counters import NotApplicable, range_columns
 from .ranges import RangeSchema, schemas_of
-from .store import ProfileError, cases, find_file, load_manifest, short_commit
+from .store import cases, find_file, load_manifest, short_commit
 
-pd.set_option("display.max_colwidth", 200)  # the tables' explanation columns are sentences
+pd.set_option("display.max_colwidth", None)  # the tables' explanation columns are sentences
 
 REPO = Path(__file__).resolve().parent.parent
 MODES = ("replay", "live")
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+class ParameterError(ValueError):
+    """A notebook parameter the capture cannot honour; the message names the accepted values. In a
+    notebook it shows as its one line, not a traceback (IPython's ``_render_traceback_``)."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"ParameterError: {self}"]
+
+
+def _injected(history: Iterable[str]) -> dict[str, Any]:
+    """The names papermill injected (its ``# Parameters`` cell, as IPython recorded it), with values."""
+    out: dict[str, Any] = {}
+    for src in history or []:
+        if not isinstance(src, str) or not src.lstrip().startswith("# Parameters"):
+            continue
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.Assign):
+                for t in node.targets:
+                    if isinstance(t, ast.Name):
+                        try:
+                            out[t.id] = ast.literal_eval(node.value)
+                        except ValueError:
+                            out[t.id] = ast.unparse(node.value)
+    return out
+
+
+def _coerce(name: str, value: Any, kind: Any) -> Any:
+    """``value`` as the declared type ``kind`` (papermill's ``-p`` turns ``128`` into an int and
+    ``False`` into a bool; ``-r`` passes Python literals), or a ParameterError."""
+    if kind is str:
+        if isinstance(value, bool) or value is None:
+            raise ParameterError(f"{name} takes text, not {value!r}")
+        return value if isinstance(value, str) else str(value)
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, (int, np.integer)) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.strip().lower() in ("true", "1", "yes")
+        raise ParameterError(f"{name} takes true or false, not {value!r}")
+    if kind is int:
+        if isinstance(value, bool):
+            raise ParameterError(f"{name} takes a whole number, not {value!r}")
+        if isinstance(value, (int, np.integer)):
+            return int(value)
+        if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()):
+            return int(value)
+        raise ParameterError(f"{name} takes a whole number, not {value!r}")
+    if kind is float:
+        if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+            return float(value)
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ParameterError(f"{name} takes a number, not {value!r}") from None
+    return value
+
+
+def check_parameters(ns: dict[str, Any]) -> None:
+    """Check a notebook's parameters in its namespace (pass ``globals()``): every name papermill
+    injected must be declared in the parameters cell (its annotations), and every declared value
+    must have the declared type (coerced in place where papermill's typing differs: ``-p only 1024``
+    is text). ParameterError otherwise, naming the parameters the notebook takes."""
+    declared: dict[str, Any] = dict(ns.get("__annotations__") or {})
+    injected = _injected(ns.get("In") or [])
+    unknown = [k for k in injected if k not in declared]
+    if unknown:
+        k = unknown[0]
+        hint = (f"; to choose ranges by a field, use -p where '{k} == {injected[k]!r}'" if "where" in declared
+                and re.fullmatch(r"[A-Za-z_]\w*", k) else "")
+        raise ParameterError(f"unknown parameter {k}={injected[k]!r}: this notebook takes "
+                             f"{', '.join(declared)}{hint}")
+    for name, kind in declared.items():
+        if name in ns:
+            ns[name] = _coerce(name, ns[name], kind)
+
+
+def _suggest(value: str, allowed: Iterable[str]) -> str:
+    close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def choose(name: str, value: str, allowed: Iterable[Any], *, aliases: Mapping[str, str] | None = None,
+           empty_ok: bool = True) -> str:
+    """``value`` if it is one of ``allowed`` (or ``""`` when ``empty_ok``; ``aliases`` map other
+    spellings to allowed values), else a ParameterError listing them."""
+    allowed = [str(a) for a in dict.fromkeys(allowed)]
+    if value == "" and empty_ok:
+        return value
+    v = str(value)
+    if aliases and v in aliases and aliases[v] in allowed:
+        return aliases[v]
+    if v not in allowed:
+        raise ParameterError(f"{name}={v!r} is not in this capture; it has: {', '.join(allowed) or 'none'}"
+                             f"{_suggest(v, allowed)}")
+    return v
+
+
+def choose_many(name: str, value: str, allowed: Iterable[Any]) -> list[str]:
+    """``value`` as a comma-separated list, each one of ``allowed`` (ParameterError otherwise)."""
+    return [choose(name, v, allowed, empty_ok=False) for v in csv_list(value)]
+
+
+def check_field(name: str, value: str, frame: pd.DataFrame, *, numeric: bool = True, min_values: int = 2) -> str:
+    """``value`` if it names a field of ``frame``'s ranges that is numeric and takes at least
+    ``min_values`` values ("" passes), else a ParameterError listing the fields that would."""
+    if value == "":
+        return value
+    fields = [c for c in range_columns(frame) if c not in ("range", "domain", "schema", "options", "variant")]
+    ok = [c for c in fields if (not numeric or pd.api.types.is_numeric_dtype(frame[c])) and
+          frame[c].nunique() >= min_values]
+    if value not in ok:
+        what = "numeric fields that vary" if numeric else "fields"
+        raise ParameterError(f"{name}={value!r} is not a field this capture sweeps; its {what}: "
+                             f"{', '.join(ok) or 'none'}{_suggest(value, ok)}")
+    return value
+
+
+def _values(frame: pd.DataFrame, col: str) -> str:
+    vals = sorted({v for v in frame[col].dropna().unique()}, key=lambda v: figures.natural_key(v))
+    shown = [figures._plain(v) for v in vals]
+    return ", ".join(shown[:12]) + (f" ... ({len(shown)} values)" if len(shown) > 12 else "")
+
+
+def select(df: pd.DataFrame, variants: str = "", where: str = "", *, name: str = "where") -> pd.DataFrame:
+    """Rows of a range-keyed frame: the implementations in ``variants`` (comma-separated; "" = all)
+    that match ``where`` (a pandas query over the decoded fields, e.g. ``"D == 64 and causal == 0"``;
+    "" = all). ParameterError (naming the implementations, the fields and the values they take)
+    for an unknown implementation, a query that does not parse or names no field, or a selection
+    that leaves nothing. ``name``: the parameter that holds the query (for messages)."""
+    out = df
+    fields = [c for c in range_columns(df) if c not in ("range", "domain", "schema")]
+    if variants:
+        names = list(dict.fromkeys(df["variant"].dropna().astype(str))) if "variant" in df else []
+        out = out[out["variant"].astype(str).isin(choose_many("variants", variants, names))]
+    if where:
+        used = [c for c in dict.fromkeys(re.findall(r"[A-Za-z_]\w*", where)) if c in df.columns]
+        unknown = [w for w in re.findall(r"(?<![\w.'\"])([A-Za-z_]\w*)\s*(?:==|!=|<=|>=|<|>|\bin\b)", where)
+                   if w not in df.columns]
+        if unknown:
+            raise ParameterError(f"{name}={where!r}: no field {unknown[0]!r} in this capture; its fields: "
+                                 f"{', '.join(fields)}{_suggest(unknown[0], fields)}")
+        try:
+            out = out.query(where)
+        except Exception as exc:  # noqa: BLE001 - pandas raises many kinds for a bad query
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ParameterError(f"{name}={where!r} is not a query over this capture's fields "
+                                 f"({', '.join(fields)}): {first}") from None
+        if out.empty and not df.empty:
+            values = "; ".join(f"{c} takes {_values(df, c)}" for c in used) or f"its fields: {', '.join(fields)}"
+            raise ParameterError(f"{name}={where!r} matches no range of this capture"
+                                 + (f" (with variants={variants!r})" if variants else "") + f"; {values}")
+    if out.empty and not df.empty:
+        raise ParameterError(f"no range matches variants={variants!r} where={where!r}")
+    return out
+
+
+def check_targets(text: str, impl: str, passes: Iterable[str]) -> dict[str, float]:
+    """``targets`` (``pass:ratio,...``) as a dict, checked: well formed, passes the capture has,
+    ratios in (0, 10], and an implementation to track (``impl``)."""
+    from .perf import parse_targets
+
+    passes = list(passes)
+    try:
+        goals = parse_targets(text)
+    except ValueError as exc:
+        raise ParameterError(f"targets={text!r}: {exc}; passes in this capture: {', '.join(passes)}") from None
+    for p, v in goals.items():
+        choose("targets: pass", p, passes, empty_ok=False)
+        if not 0 < v <= 10:
+            raise ParameterError(f"targets={text!r}: the ratio for {p} must be above 0 (a fraction such as 0.8)")
+    if goals and not impl:
+        raise ParameterError("targets needs the implementation they are for (parameter impl)")
+    return goals
+
+
+def style(manifest: dict, *frames: pd.DataFrame, order: str = "") -> dict[str, dict[str, str]]:
+    """The colour and marker of every implementation: those named in ``order`` (comma-separated, the
+    report runner passes every capture's) first, then this capture's (:func:`implementations`)."""
+    return figures.style_for([*csv_list(order), *implementations(manifest, *frames)])
 
 
 def resolve(capture: str | Path) -> Path:
@@ -39,20 +238,28 @@ def prepare(capture: str, plotlyjs: str = "inline", mode: str = "replay", suite:
     """The capture folder to analyse and its manifest. ``replay`` reads ``capture`` as it is;
     ``live`` first captures the sweep ``suite`` (restricted to the ranges matching ``only``) on this
     machine's GPU through nsightlab.capture, into ``live_profiles``, and analyses that."""
+    if plotlyjs != "inline" and not str(plotlyjs).endswith(".js"):
+        raise ParameterError(f"plotlyjs={plotlyjs!r}: give \"inline\" or the relative path of a plotly.min.js")
     figures.set_plotlyjs(plotlyjs)
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        raise ParameterError(f"mode={mode!r} is not a mode; accepted: {', '.join(MODES)}")
     if mode == "live":
         from .capture import capture as run_capture
 
         if not suite:
-            raise ValueError("live mode needs the sweep to capture (parameter 'suite')")
+            raise ParameterError("mode='live' needs the sweep to capture (parameter suite)")
         path = run_capture(suite, live_profiles, only=only or None)
     else:
         path = resolve(capture)
         if not path.is_dir():
-            raise ProfileError(f"capture folder {capture} does not exist (looked in {Path.cwd()} and {REPO}); see "
-                               "profiles/ for the committed ones (python -m nsightlab.store list)")
+            places = [str(Path(capture).expanduser().resolve())]
+            if not Path(capture).expanduser().is_absolute():
+                places.append(str((REPO / capture).resolve()))
+            known = sorted(str(p.parent.relative_to(REPO)) for p in (REPO / "profiles").glob("*/*/manifest.json"))
+            raise ParameterError(f"capture={capture!r}: no such folder (looked at {' and '.join(places)}); "
+                                 f"committed captures: {', '.join(known) or 'none'}")
+        if not (path / "manifest.json").exists():
+            raise ParameterError(f"capture={capture!r}: {path} holds no manifest.json (not a capture folder)")
     return path, load_manifest(path)
 
 
@@ -191,28 +398,44 @@ def csv_list(text: str, cast: Any = str) -> list:
     return [cast(x.strip()) for x in str(text).split(",") if x.strip()]
 
 
-def select(df: pd.DataFrame, variants: str = "", where: str = "") -> pd.DataFrame:
-    """Rows of a range-keyed frame: the implementations in ``variants`` (comma-separated; "" = all)
-    that match ``where`` (a pandas query over the decoded fields, e.g. ``"D == 64 and causal == 0"``;
-    "" = all). NotApplicable if nothing is left."""
-    out = df
-    if variants:
-        out = out[out["variant"].isin(csv_list(variants))]
-    if where:
-        try:
-            out = out.query(where)
-        except Exception as exc:  # noqa: BLE001 - pandas raises many kinds for a bad query
-            raise NotApplicable(f"the filter {where!r} does not apply to this capture's fields "
-                                f"({', '.join(range_columns(df))}): {exc}") from None
-    if out.empty and not df.empty:
-        raise NotApplicable(f"no range matches variants={variants!r} where={where!r}")
-    return out
-
-
 def say(text: str) -> None:
     from IPython.display import Markdown, display
 
     display(Markdown(text))
+
+
+def _inline_md(text: str) -> str:
+    """The little Markdown the summaries use (**bold**, *italic*, `code`) as HTML."""
+    t = _html.escape(str(text), quote=False)
+    t = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", t)
+    t = re.sub(r"(?<![*\w])\*(?!\s)(.+?)(?<!\s)\*(?![*\w])", r"<i>\1</i>", t)
+    return re.sub(r"`(.+?)`", r"<code>\1</code>", t)
+
+
+def plain(text: str) -> str:
+    """A summary line without its Markdown (for the index)."""
+    return re.sub(r"\*\*(.+?)\*\*|`(.+?)`|(?<![*\w])\*(?!\s)(.+?)(?<!\s)\*(?![*\w])",
+                  lambda m: next(g for g in m.groups() if g is not None), str(text))
+
+
+def summary(lines: Iterable[str], title: str = "At a glance") -> None:
+    """The page's opening box: its two or three findings, computed from the data. The lines travel
+    with the output (metadata ``nsightlab.summary``), so the report index can quote them."""
+    from IPython.display import HTML, display
+
+    lines = [str(x) for x in lines if x]
+    if not lines:
+        lines = ["nothing in this capture for this page to summarize (see the sections below)"]
+    items = "".join(f"<li>{_inline_md(x)}</li>" for x in lines)
+    display(HTML(f'<div class="nsl-summary"><div class="nsl-summary-title">{_html.escape(title)}</div>'
+                 f"<ul>{items}</ul></div>"), metadata={"nsightlab": {"summary": [plain(x) for x in lines]}})
+
+
+def note(text: str) -> None:
+    """A small paragraph (where a figure's data came from, what the capture is)."""
+    from IPython.display import HTML, display
+
+    display(HTML(f'<p class="nsl-note">{_inline_md(text)}</p>'))
 
 
 def not_applicable(exc: Exception) -> None:
@@ -270,6 +493,14 @@ class section:  # noqa: N801 - used as ``with section():``, reads as a statement
         return False
 
 
+def attempt(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, or None if it raises NotApplicable (the section that needs it says why)."""
+    try:
+        return fn(*args, **kwargs)
+    except NotApplicable:
+        return None
+
+
 def need(*values: object) -> None:
     """In a ``with section():`` body: NotApplicable if an earlier section produced nothing (None)."""
     if any(v is None for v in values):
@@ -298,10 +529,72 @@ def used_derivations(work: pd.DataFrame) -> pd.DataFrame:
     return d[~d["quantity"].str.startswith(("hz_", "cycles_"))].reset_index(drop=True)
 
 
-def table(df: pd.DataFrame, formats: Any = None, name: str = "t", na_rep: str = "—") -> Any:
-    """``df`` formatted for the page, with a fixed element id (pandas' Styler picks a random one,
-    and the same capture must give the same bytes)."""
+def fmt_value(v: Any) -> str:
+    """One table cell for people: thousands separators, three significant digits, ``—`` for
+    missing, yes/no for booleans."""
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA or v is pd.NaT:
+        return "—"
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if isinstance(v, (int, np.integer)):
+        return f"{int(v):,}"
+    if isinstance(v, (float, np.floating)):
+        if float(v).is_integer() and abs(v) < 1e7:
+            return f"{int(v):,}"
+        return figures.fmt_num(float(v))
+    return str(v)
+
+
+def table(df: pd.DataFrame, formats: Mapping[str, Any] | str | None = None, name: str = "t", *,
+          headers: Mapping[str, str] | None = None, title: str = "", collapse: bool | None = None,
+          open_rows: int = 12) -> None:
+    """Show ``df`` on the page, formatted by :func:`table_html`."""
+    from IPython.display import HTML, display
+
+    display(HTML(table_html(df, formats, name, headers=headers, title=title, collapse=collapse,
+                            open_rows=open_rows)))
+
+
+def table_html(df: pd.DataFrame, formats: Mapping[str, Any] | str | None = None, name: str = "t", *,
+               headers: Mapping[str, str] | None = None, title: str = "", collapse: bool | None = None,
+               open_rows: int = 12) -> str:
+    """``df`` as an HTML table for people: no index column, numbers formatted (``formats``: a
+    format string or callable per column, or one for all; otherwise :func:`fmt_value`), ``—`` for
+    missing values, headers renamed by ``headers`` (give units there: ``{"ms": "GPU time [ms]"}``).
+    Tables longer than ``open_rows`` (or ``collapse=True``) fold behind a ``title`` line, so the
+    figure they support comes first. The element id is fixed by the content (the same capture gives
+    the same bytes)."""
     import hashlib
 
-    uid = name + "-" + hashlib.sha256(df.to_csv().encode()).hexdigest()[:8]
-    return df.style.set_uuid(uid).format(formats, na_rep=na_rep)
+    d = df.reset_index(drop=True)
+    per: dict[str, Callable[[Any], str]] = {}
+    for c in d.columns:
+        f = formats.get(c) if isinstance(formats, Mapping) else (
+            formats if pd.api.types.is_numeric_dtype(d[c]) and not pd.api.types.is_bool_dtype(d[c]) else None)
+        if f is None:
+            per[c] = fmt_value
+        elif callable(f):
+            per[c] = (lambda g: lambda v: "—" if _missing(v) else g(v))(f)
+        else:
+            per[c] = (lambda s: lambda v: "—" if _missing(v) else s.format(v))(f)
+    shown = pd.DataFrame({c: [per[c](v) for v in d[c]] for c in d.columns}, index=d.index)
+    shown = shown.rename(columns=dict(headers or {}))
+    uid = name + "-" + hashlib.sha256(d.to_csv().encode()).hexdigest()[:8]
+    numeric = [i for i, c in enumerate(d.columns) if pd.api.types.is_numeric_dtype(d[c])
+               and not pd.api.types.is_bool_dtype(d[c])]
+    st = shown.style.set_uuid(uid).hide(axis="index")
+    body = st.to_html(table_attributes='class="nsl-table"')
+    if numeric:
+        rules = "".join(f"#T_{uid} td.col{i} {{text-align: right}} " for i in numeric)
+        body = f"<style>{rules}</style>{body}"
+    fold = collapse if collapse is not None else len(d) > open_rows
+    if fold:
+        rows = f"{len(d)} row" + ("s" if len(d) != 1 else "")
+        return (f'<details class="nsl-details"><summary>{_html.escape(title or "Table")} ({rows})</summary>'
+                f'<div class="nsl-scroll">{body}</div></details>')
+    head = f'<div class="nsl-table-title">{_html.escape(title)}</div>' if title else ""
+    return f'{head}<div class="nsl-scroll">{body}</div>'
+
+
+def _missing(v: Any) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, (float, np.floating)) and math.isnan(v))

@@ -68,15 +68,34 @@ def option_study(work: pd.DataFrame) -> pd.DataFrame:
         varying = [k for k in keys if len({p.get(k) for p in parsed}) > 1]
         g = g.copy()
         g["option"] = [";".join(f"{k}={p.get(k, '-')}" for k in varying) for p in parsed]
-        g["study"] = ", ".join(f"{c}={_fmt(g[c].iloc[0])}" for c in shared
-                               if c not in ("variant", "pass") and pd.notna(g[c].iloc[0]))
         rows.append(g)
     if not rows:
         raise NotApplicable("no option study: no two ranges share every field but their options "
                             "(a study needs one case run with at least two option settings)")
     out = pd.concat(rows, ignore_index=True)
+    # a study is named by the shared fields that tell studies apart (N=1024, D=64), not by those all share
+    named = [c for c in shared if c not in ("variant", "pass") and out[c].nunique(dropna=True) > 1] or \
+        [c for c in shared if c not in ("variant", "pass")]
+    out["study"] = [", ".join(f"{c}={_fmt(r[c])}" for c in named if pd.notna(r[c])) or "all"
+                    for _, r in out.iterrows()]
     out["ms"] = out.pop("seconds") * 1e3
     out["main_ms"] = out.pop("main_seconds") * 1e3
-    lead = ["range", "variant", "pass", "study", "option", "ms", "main_kernel", "main_ms", "main_share"]
+    out["relative_time"] = out["ms"] / out.groupby(["variant", "pass", "study"], dropna=False)["ms"].transform("min")
+    lead = ["range", "variant", "pass", "study", "option", "ms", "relative_time", "main_kernel", "main_ms",
+            "main_share"]
     lead = [c for c in lead if c in out]
     return out[lead + [c for c in out.columns if c not in lead]]
+
+
+def findings(study: pd.DataFrame) -> list[str]:
+    """The option page's findings: per implementation and pass, the setting fastest in the most
+    studies and how much slower the worst setting is."""
+    out = []
+    for (variant, pass_), g in study.groupby(["variant", "pass"], sort=False):
+        best = g.loc[g.groupby("study")["ms"].idxmin(), "option"].value_counts()
+        worst = g["relative_time"].max()
+        wslot = g.loc[g["relative_time"].idxmax()]
+        out.append(f"**{variant}** {pass_}: {best.index[0]} is fastest in {best.iloc[0]} of {g['study'].nunique()} "
+                   f"studies; the slowest setting ({wslot['option']}, {wslot['study']}) takes {worst:.1f}× its "
+                   "study's best.")
+    return out

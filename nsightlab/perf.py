@@ -12,6 +12,9 @@ from collections.abc import Mapping
 import pandas as pd
 
 KEY = ["suite", "config", "B", "H", "N", "D", "causal", "dtype", "pass"]
+#: other spellings of the CSVs' dtypes
+DTYPE_ALIASES = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32", "float": "float32",
+                 "fp64": "float64", "double": "float64"}
 
 
 def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -50,11 +53,17 @@ def ratio_to(df: pd.DataFrame, reference: str) -> pd.DataFrame:
 
 
 def parse_targets(text: str) -> dict[str, float]:
-    """``"forward:0.8,backward:0.6"`` (or ``=``) -> {"forward": 0.8, "backward": 0.6} (empty: none)."""
+    """``"forward:0.8,backward:0.6"`` (or ``=``) -> {"forward": 0.8, "backward": 0.6} (empty: none).
+    ValueError naming the item that is not ``pass:ratio``."""
     out = {}
     for item in filter(None, (s.strip() for s in str(text or "").split(","))):
-        key, _, val = item.replace("=", ":").partition(":")
-        out[key.strip()] = float(val)
+        key, sep, val = item.replace("=", ":").partition(":")
+        try:
+            out[key.strip()] = float(val.strip().rstrip("%")) / (100 if val.strip().endswith("%") else 1)
+        except ValueError:
+            raise ValueError(f"{item!r} is not pass:ratio (e.g. forward:0.8)") from None
+        if not sep or not key.strip():
+            raise ValueError(f"{item!r} is not pass:ratio (e.g. forward:0.8)")
     return out
 
 
@@ -82,6 +91,21 @@ def speedup_table(df: pd.DataFrame, suite: str, pass_: str, dtype: str, baseline
     return piv.rdiv(piv[baseline], axis=0).reindex(order)  # baseline ms / impl ms
 
 
+def suite_table(manifests: Mapping[str, dict]) -> pd.DataFrame:
+    """One row per suite: its description, rows and run time."""
+    return pd.DataFrame([{"suite": s, "description": m.get("description", ""), "rows": m.get("rows"),
+                          "run time [s]": round(m.get("seconds", 0))} for s, m in manifests.items()])
+
+
+def skipped_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Skipped cases per implementation, pass and reason."""
+    sk = df[df["status"] != "ok"]
+    if sk.empty:
+        return pd.DataFrame(columns=["implementation", "pass", "reason", "cases"])
+    out = sk.groupby(["impl", "pass", "status"], sort=False).size().rename("cases").reset_index()
+    return out.rename(columns={"impl": "implementation", "status": "reason"})
+
+
 def accuracy_table(df: pd.DataFrame) -> pd.DataFrame:
     """Worst error metrics per implementation, pass and dtype (against the fp64 reference)."""
     ok = ok_rows(df)
@@ -90,9 +114,13 @@ def accuracy_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def sweeps_n(df: pd.DataFrame, suite: str) -> bool:
-    """Whether a suite varies N enough (3+ values for one implementation and pass) for lines against N."""
+    """Whether a suite is a sweep over N (3+ values for one implementation and pass, and no N run
+    twice with other shapes: then lines against N connect like with like)."""
     s = ok_rows(df[df["suite"] == suite])
-    return bool(len(s)) and int(s.groupby(["impl", "pass", "dtype", "D", "causal"])["N"].nunique().max()) >= 3
+    if not len(s):
+        return False
+    g = s.groupby(["impl", "pass", "dtype", "D", "causal"])["N"]
+    return int(g.nunique().max()) >= 3 and bool((g.nunique() == g.size()).all())
 
 
 def flop_source(manifests: Mapping[str, dict]) -> str:
@@ -103,3 +131,58 @@ def flop_source(manifests: Mapping[str, dict]) -> str:
         mods.add(cmd[cmd.index("-m") + 1] if "-m" in cmd and cmd.index("-m") + 1 < len(cmd) else "the benchmark")
     return (f"the benchmark CSVs' `tflops` column, computed by {', '.join(sorted(mods)) or 'the benchmark'} from its "
             "own FLOP convention")
+
+
+def _t(v: float) -> str:
+    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+
+
+def findings(df: pd.DataFrame, reference: str, impl: str = "", targets: Mapping[str, float] | None = None,
+             dtypes: list[str] | None = None) -> list[str]:
+    """The page's two or three findings, from the CSVs: which implementation is fastest where and
+    how fast; how the others compare with the reference (median over the configurations both ran);
+    the tracked implementation against its targets."""
+    ok = ok_rows(df)
+    if dtypes:
+        ok = ok[ok["dtype"].isin(dtypes)]
+    if ok.empty:
+        return ["no successful benchmark rows"]
+    out = []
+    best = ok.loc[ok.groupby(KEY)["ms"].idxmin()]
+    wins = best["impl"].value_counts()
+    top = str(wins.index[0])
+    peaks = ok[ok["impl"] == top].groupby("pass")["tflops"].max()
+    peak_txt = ", ".join(f"{_t(peaks[p])} TFLOP/s {p}" for p in ("forward", "backward") if p in peaks)
+    out.append(f"**{top}** is the fastest in {wins.iloc[0]} of {len(best)} configurations"
+               + (f" (peak {peak_txt})" if peak_txt else "") + ".")
+    r = ratio_to(ok, reference)
+    r = r[r["impl"] != reference]
+    if len(r):
+        med = r.groupby("impl")["ratio"].median().sort_values(ascending=False)
+        shown = [f"{i} {v:.2f}×" if v >= 0.1 else f"{i} {v:.3f}×" for i, v in med.items()]
+        out.append(f"Throughput relative to **{reference}** (median over the configurations both ran): "
+                   + ", ".join(shown[:4]) + (f" ... slowest {shown[-1]}" if len(shown) > 4 else "") + ".")
+    if impl and targets:
+        t = target_table(df, impl, reference, targets)
+        if len(t):
+            parts = []
+            for p, g in t.groupby("pass", sort=False):
+                parts.append(f"{p} {int(g['met'].sum())} of {len(g)} (ratio {g['ratio'].min():.0%}–"
+                             f"{g['ratio'].max():.0%}, target {g['target'].iloc[0]:.0%})")
+            out.append(f"**{impl}** meets its targets against {reference} in " + "; ".join(parts) + ".")
+    return out
+
+
+def accuracy_findings(df: pd.DataFrame) -> list[str]:
+    """The correctness page's findings: rows checked and the worst relative error per dtype."""
+    ok = ok_rows(df)
+    if ok.empty or "rel_l2" not in ok:
+        return ["no checked rows"]
+    out = [f"{len(ok)} benchmark rows of {ok['impl'].nunique()} implementations were checked against the "
+           "reference before they were timed."]
+    parts = []
+    for dt, g in ok.groupby("dtype", sort=False):
+        w = g.loc[g["rel_l2"].idxmax()]
+        parts.append(f"{dt} {w['rel_l2']:.1e} ({w['impl']} {w['pass']}, {w['config']})")
+    out.append("Worst relative L2 error per dtype: " + "; ".join(parts) + ".")
+    return out

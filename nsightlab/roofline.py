@@ -61,7 +61,7 @@ def roofline_points(rng: pd.DataFrame) -> pd.DataFrame:
     levels = [lv for lv in LEVELS if f"bytes_{lv}" in rng and rng[f"bytes_{lv}"].notna().any()]
     if not levels:
         require(rng, "bytes_DRAM", "bytes_L2", "bytes_L1", what="the roofline")
-    keep = ["range", *identity_columns(rng), "flop_counters"]
+    keep = ["range", *identity_columns(rng), "flop_counters", *[f"flop_{t}" for t in FLOP_TERMS]]
     rows = []
     for _, r in rng.iterrows():
         for level in levels:
@@ -146,3 +146,115 @@ def _true(v: object) -> bool:
     if isinstance(v, str):
         return v.lower() in ("1", "true", "yes")
     return bool(v)
+
+
+# --------------------------------------------------------------------------- the page's findings
+
+
+def _fields_text(r: pd.Series, fields: list[str]) -> str:
+    out = []
+    for f in fields:
+        v = r.get(f)
+        if v is None or (isinstance(v, float) and np.isnan(v)) or v == "":
+            continue
+        if f == "causal":
+            out.append("causal" if bool(v) else "")
+        elif f == "pass":
+            out.append(str(v))
+        else:
+            out.append(f"{f}={int(v) if isinstance(v, float) and v.is_integer() else v}")
+    return ", ".join(x for x in out if x)
+
+
+def nearest_roof(points: pd.DataFrame, ceil: pd.DataFrame) -> pd.DataFrame:
+    """Per range: its achieved fraction of every roof (each level's bandwidth: bytes/s over the
+    level's peak; compute: FLOP/s over the Nsight peak of the pipe that did most of its counted
+    FLOPs, else the highest one) and the nearest one (``nearest``, ``fraction``)."""
+    peaks = {r["name"]: r["value"] for _, r in ceil.iterrows() if not str(r["name"]).startswith("measured")}
+    pipe_peak = {col.removeprefix("peak_"): label for kind, col, label in PEAK_LABELS if kind == "compute"}
+    comp = ceil[(ceil["kind"] == "compute") & ~ceil["name"].str.startswith("measured")]
+    top_name = comp.loc[comp["value"].idxmax(), "name"] if len(comp) else None
+    rows = []
+    for rng, g in points.groupby("range", sort=False):
+        first = g.iloc[0]
+        fr = {}
+        for _, r in g.iterrows():
+            bw = peaks.get(r["level"])
+            if bw:
+                fr[f"{r['level']} bandwidth"] = r["bytes"] / (r["ms"] * 1e-3) / bw
+        by_pipe = {t: first.get(f"flop_{t}") for t in FLOP_TERMS}
+        by_pipe = {t: v for t, v in by_pipe.items() if isinstance(v, (int, float)) and v == v and v > 0}
+        name = pipe_peak.get(max(by_pipe, key=by_pipe.get)) if by_pipe else top_name
+        if name in peaks:
+            fr[f"{name} peak"] = first["flop_per_s"] / peaks[name]
+        elif top_name:
+            fr[f"{top_name} peak"] = first["flop_per_s"] / peaks[top_name]
+        if not fr:
+            continue
+        name, val = max(fr.items(), key=lambda kv: kv[1])
+        rows.append({"range": rng, **{k: first[k] for k in first.index if k not in ("level", "intensity", "bytes")},
+                     "nearest": name, "fraction": val})
+    return pd.DataFrame(rows)
+
+
+def findings(points: pd.DataFrame, ceil: pd.DataFrame, fc: pd.DataFrame | None = None, label: str = "variant",
+             fields: list[str] | None = None) -> list[str]:
+    """The roofline page's findings: the fastest range and its distance to the peaks; each
+    implementation's nearest roof at its fastest range; the FLOP check's agreement."""
+    if points.empty:
+        return []
+    fields = [f for f in (fields or []) if f in points and f not in (label, "options")
+              and (points[f].nunique(dropna=True) > 1 or f == "pass")]
+    out = []
+    best = points.loc[points["flop_per_s"].idxmax()]
+    comp = ceil[(ceil["kind"] == "compute") & (ceil["value"] >= best["flop_per_s"])]
+    shares = [f"{best['flop_per_s'] / c['value']:.0%} of {c['name']}"
+              for _, c in comp.sort_values("value", ascending=False).iterrows()]
+    out.append(f"Fastest range: **{best[label]}** ({_fields_text(best, fields)}) at "
+               f"{best['flop_per_s'] / 1e12:,.0f} TFLOP/s" + (f" — {', '.join(shares[:2])}" if shares else "") + ".")
+    near = nearest_roof(points, ceil)
+    if len(near):
+        top = near.loc[near.groupby(near[label].astype(str), sort=False)["flop_per_s"].idxmax()]
+        top = top.sort_values("flop_per_s", ascending=False)
+        txt = ", ".join(f"{r[label]} {r['fraction']:.0%} of {r['nearest']}" for _, r in top.head(8).iterrows())
+        out.append(f"Nearest roof at each one's fastest range: {txt}"
+                   + (f" (and {len(top) - 8} more)" if len(top) > 8 else "") + ".")
+    if fc is not None and len(fc):
+        n_ok = int((~fc["flag"]).sum())
+        more = int((fc["counted_over_model"] > 1.1).sum())
+        out.append(f"Counted FLOPs agree with the work model within 10% for {n_ok} of {len(fc)} ranges"
+                   + (f"; {more} count more than the model (see the last section)" if more else "") + ".")
+    return out
+
+
+def views(points: pd.DataFrame, size_by: str | None = None, label: str = "variant",
+          max_rows: int = 4) -> list[tuple[str, pd.DataFrame, str | None]]:
+    """How to lay a capture's roofline out: (title, points, facet row field) per figure. Pass goes
+    in the columns; the first other field that varies (2..``max_rows`` values; not ``size_by``,
+    ``label`` or an option) in the rows; any further varying field splits the figures."""
+    from .counters import option_columns
+
+    skip = {label, "variant", "pass", size_by, "options", *option_columns(points)}
+    varying = [c for c in identity_columns(points) if c not in skip and points[c].nunique(dropna=True) > 1]
+    row = next((c for c in varying if points[c].nunique() <= max_rows), None)
+    rest = [c for c in varying if c != row]
+    if not rest:
+        return [("", points, row)]
+    out = []
+    for key, g in points.groupby(rest, dropna=False, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        out.append((", ".join(f"{c}={v}" for c, v in zip(rest, key, strict=True)), g, row))
+    return out
+
+
+def ceiling_table(ceil: pd.DataFrame) -> pd.DataFrame:
+    """The ceilings for people: value with its unit, the compute peak per SM-clock cycle."""
+    out = pd.DataFrame({
+        "ceiling": ceil["name"],
+        "kind": ceil["kind"],
+        "value": [f"{v / 1e12:,.1f} TFLOP/s" if k == "compute" else f"{v / 1e12:.2f} TB/s"
+                  for k, v in zip(ceil["kind"], ceil["value"], strict=True)],
+        "FLOP per SM-clock cycle (all SMs)": ceil["per_cycle"],
+        "source": ceil["source"],
+    })
+    return out

@@ -117,7 +117,10 @@ def window(kernels: pd.DataFrame, ranges: pd.DataFrame, query: str = "") -> tupl
         what = query
     else:
         keys = config_columns(timed)
-        if keys:
+        shared = keys and int(timed.groupby(keys, dropna=False)["variant"].nunique().max()) > 1
+        if not shared:  # no configuration that two implementations ran: every range, one row each
+            sel, what = timed, "every range"
+        if shared:
             g = timed.groupby(keys, dropna=False)["variant"].nunique()
             best = sorted(g[g == g.max()].index, key=str)
             pick = best[len(best) // 2]
@@ -127,8 +130,6 @@ def window(kernels: pd.DataFrame, ranges: pd.DataFrame, query: str = "") -> tupl
                 m &= timed[c].isna() if (isinstance(v, float) and np.isnan(v)) else timed[c] == v
             sel = timed[m]
             what = ", ".join(f"{c}={v}" for c, v in zip(keys, pick, strict=True) if v == v and v is not None)
-        else:
-            sel, what = timed, "every range"
     ks = kernels[kernels["range_id"].isin(sel.index)] if "range_id" in kernels else kernels.iloc[0:0]
     return ks, sel, what
 
@@ -137,5 +138,60 @@ def has_flops(summary: pd.DataFrame) -> bool:
     return "tflops" in summary and summary["tflops"].notna().any()
 
 
-__all__ = ["range_timing", "timing_summary", "flop_sources", "speedup_vs", "pick_reference", "window", "has_flops",
+def findings(summary: pd.DataFrame, x: str = "N") -> list[str]:
+    """The timeline page's findings: at the largest ``x`` that most implementations ran, each
+    one's GPU time against the fastest; the throughput peak; launch gaps where a range has several
+    kernels."""
+    if summary is None or summary.empty:
+        return []
+    out = []
+    if x not in summary or not pd.api.types.is_numeric_dtype(summary[x]):  # no sweep: each range on its own
+        s = summary.sort_values("gpu_ms")
+        out.append("GPU time per range: " + ", ".join(f"{r['range']} {r['gpu_ms']:.3g} ms" for _, r in
+                                                     s.head(6).iterrows()) + (" ..." if len(s) > 6 else "") + ".")
+        if has_flops(summary):
+            t = summary.loc[summary["tflops"].idxmax()]
+            out.append(f"Highest throughput: {t['range']} at {t['tflops']:,.0f} TFLOP/s ({t['flop_source']}).")
+        return out
+    keys = [c for c in config_columns(summary) if c != x]
+    s = summary
+    if x in s and pd.api.types.is_numeric_dtype(s[x]):
+        counts = s.groupby(x)["variant"].nunique()
+        xs = counts[counts == counts.max()].index
+        s = s[s[x] == max(xs)]
+    if keys:
+        g = s.groupby(keys, dropna=False)["variant"].nunique()
+        best = sorted(g[g == g.max()].index, key=str)[-1]
+        best = best if isinstance(best, tuple) else (best,)
+        m = pd.Series(True, index=s.index)
+        for c, v in zip(keys, best, strict=True):
+            m &= s[c].isna() if (isinstance(v, float) and np.isnan(v)) else s[c] == v
+        s = s[m]
+    s = s.sort_values("gpu_ms")
+    if len(s):
+        fast = s.iloc[0]
+        shown = [c for c in [x, *keys] if c in summary and (c == x or summary[c].nunique(dropna=True) > 1)]
+        where = ", ".join(str(fast[c]) if c == "pass" else f"{c}={fast[c]}" for c in shown
+                          if pd.notna(fast[c]) and c != "causal") + (", causal" if bool(fast.get("causal")) else "")
+        others = [f"{r['variant']} {r['gpu_ms'] / fast['gpu_ms']:.1f}×" for _, r in s.iloc[1:].iterrows()]
+        out.append(f"At {where}: **{fast['variant']}** takes {fast['gpu_ms']:.3g} ms on the GPU"
+                   + (f"; relative to it: {', '.join(others[:6])}" + (" ..." if len(others) > 6 else "") if others
+                      else "") + ".")
+    if has_flops(summary):
+        t = summary.loc[summary["tflops"].idxmax()]
+        where = ", ".join(([str(t["pass"])] if "pass" in t and pd.notna(t["pass"]) else [])
+                          + [f"{c}={t[c]}" for c in config_columns(summary) if c != "pass" and summary[c].nunique() > 1
+                             and pd.notna(t[c])])
+        out.append(f"Highest throughput: {t['variant']} at {t['tflops']:,.0f} TFLOP/s" + (f" ({where})" if where else "")
+                   + ".")
+    multi = summary[summary["kernels"] > 1]
+    if len(multi):
+        share = (multi["gap_ms"] / multi["span_ms"]).groupby(multi["variant"].astype(str)).max().sort_values()
+        worst = share.index[-1]
+        out.append(f"Multi-kernel ranges idle between their kernels at most {share.iloc[-1]:.0%} of their span "
+                   f"({worst}); single-kernel implementations pay no launch gap.")
+    return out
+
+
+__all__ = ["findings", "range_timing", "timing_summary", "flop_sources", "speedup_vs", "pick_reference", "window", "has_flops",
            "config_columns", "has_model"]

@@ -1,14 +1,21 @@
 """The report pipeline on the committed captures and on an imported one (generic range names, no
 work model, a raw CSV export with an FMUL-only kernel): which notebooks apply and why not, every
 applicable notebook executed by papermill, every page loaded in headless Chromium with networking off
-(no console errors, every plotly figure drawn), and a broken capture reported while the others render."""
+(no console errors, every plotly figure drawn, no outside request), a broken capture reported while
+the others render; pages that open with a summary; incremental and deterministic rendering;
+``--only`` and ``--standalone``; a page copied away from its folder saying what is missing; Ctrl-C."""
 
 import csv
 import html
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -17,7 +24,7 @@ from bs4 import BeautifulSoup
 from nsightlab import metrics as M
 from nsightlab import perf
 from nsightlab.files import file_table
-from nsightlab.report import applicable
+from nsightlab.report import NOTEBOOK_ORDER, applicable, read_meta
 from nsightlab.report import main as report_main
 from nsightlab.store import ProfileError, list_captures, load_bench, load_manifest
 
@@ -153,6 +160,11 @@ def rendered(tmp_path_factory):
     missing.mkdir()
     (missing / "ncu.log").write_text("x")
     reports = tmp / "reports"
+    (reports / "compare").mkdir(parents=True)
+    (reports / "compare" / "a-vs-b.html").write_text("<html><body>cmp</body></html>")
+    (reports / "compare" / "index.json").write_text(json.dumps([
+        {"file": "a-vs-b.html", "title": "A against B", "base": "gpu/a", "new": "gpu/b",
+         "summary": "B is 1.3x faster in 4 of 5 ranges"}]))
     rc = report_main(["--profiles", str(profiles), "--reports", str(reports)])
     return rc, profiles, reports
 
@@ -176,9 +188,59 @@ def test_every_notebook_renders_and_broken_captures_are_reported(rendered):
     assert "gpu-y/broken" in index and "truncated" in index
     assert "gpu-y/nomanifest" in index and "no manifest.json" in index
     assert not list(reports.glob("**/.render-*")), "temporary render folders left behind"
-    all_nbs = {p.stem for p in (ROOT / "notebooks").glob("*.ipynb")}
     done = {p.stem for p in reports.glob("*/*/*.html")}
-    assert all_nbs <= done, f"notebooks never rendered: {all_nbs - done}"
+    assert set(NOTEBOOK_ORDER) <= done, f"notebooks never rendered: {set(NOTEBOOK_ORDER) - done}"
+    assert "l2_thrashing" in {p.stem for p in (reports / "nvidia-h200" / "seqlen").glob("*.html")}
+
+
+def test_pages_and_index_open_with_a_summary_from_the_data(rendered):
+    _, _, reports = rendered
+    index = (reports / "index.html").read_text()
+    for page in reports.glob("*/*/*.html"):
+        text = page.read_text()
+        assert 'class="nsl-summary"' in text, f"{page}: no summary"
+        meta = read_meta(page)
+        assert meta["summary"] and meta["inputs"], f"{page}: no summary or inputs hash beside it"
+        assert html.escape(meta["summary"][0]) in index, f"{page}: its finding is not on the index"
+    seqlen = read_meta(reports / "nvidia-h200" / "seqlen" / "roofline.html")["summary"]
+    assert re.search(r"Fastest range: \w+ .* at [\d,]+ TFLOP/s", seqlen[0]), seqlen
+    assert "Comparisons" in index and 'href="compare/a-vs-b.html"' in index and "gpu/a → gpu/b" in index
+    assert "B is 1.3x faster" in index
+
+
+def test_pages_share_their_assets_and_make_no_outside_request(rendered):
+    _, _, reports = rendered
+    assert (reports / "plotly.min.js").exists() and (reports / "nsightlab.css").exists()
+    for page in reports.glob("*/*/*.html"):
+        text = page.read_text()
+        markup = re.sub(r"<script\b[^>]*>.*?</script>", "", text, flags=re.S)
+        assert not re.findall(r'(?:src|href)=["\']?(?:https?:)?//', markup), f"{page}: an outside request"
+        assert "cdnjs" not in text and "require.min.js" not in text, f"{page}: a CDN script"
+        assert set(re.findall(r'<script[^>]*src="([^"]+)"', text)) <= {"../../plotly.min.js"}, page
+        assert len(text.encode()) < 1_500_000, f"{page}: {len(text.encode())} bytes"
+        assert 'href="../../nsightlab.css"' in text
+        assert 'class="plotly-graph-div' not in text or 'src="../../plotly.min.js"' in text
+
+
+def test_unchanged_inputs_render_nothing_and_only_keeps_the_index(rendered, capsys):
+    rc0, profiles, reports = rendered
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in reports.rglob("*") if p.is_file()}
+    t0 = time.perf_counter()
+    rc = report_main(["--profiles", str(profiles), "--reports", str(reports)])
+    took = time.perf_counter() - t0
+    assert rc == rc0 and took < 30, took
+    assert "0 page(s) rendered" in capsys.readouterr().out
+    # --only renders only what it names (here: nothing changed) and keeps every other page on the index
+    assert report_main(["--profiles", str(profiles), "--reports", str(reports), "--only", "device"]) == rc0
+    after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in reports.rglob("*") if p.is_file()}
+    assert after == before, "an unchanged tree was rewritten"
+
+
+def test_only_rejects_an_unknown_notebook(rendered, capsys):
+    _, profiles, reports = rendered
+    assert report_main(["--profiles", str(profiles), "--reports", str(reports), "--only", "roofline,rofline"]) == 2
+    err = capsys.readouterr().err
+    assert "rofline" in err and "roofline, l2_thrashing" in err
 
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -220,13 +282,78 @@ def test_every_page_loads_offline_without_errors_and_draws_every_figure(rendered
     _, _, reports = rendered
     pages = sorted(reports.glob("*/*/*.html")) + sorted((ROOT / "reports" / "live").glob("**/*.html"))
     assert len(pages) >= 10
-    for page in pages:
-        dom, errors = load_in_chromium(page, tmp_path / "chrome")
+
+    def check(ip: tuple[int, Path]) -> None:
+        i, page = ip
+        dom, errors = load_in_chromium(page, tmp_path / f"chrome{i}")
         assert not errors, f"{page}: console errors {errors[:3]}"
         n = len(re.findall(r'class="plotly-graph-div', dom))
         assert n >= 1 or "Not applicable here" in dom, f"{page}: no plotly figure and no reason why"
         assert _undrawn(dom) == 0, f"{page}: a figure without a drawn SVG"
         assert "Traceback" not in dom, f"{page}: a notebook cell failed"
+        assert not re.search(r'id="nsl-missing"[^>]*display: ?block', dom), f"{page}: says its script is missing"
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(check, enumerate(pages)))
+
+
+def _page_alone(src: Path, dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(src, dest / src.name)
+    return dest / src.name
+
+
+def test_a_page_copied_alone_says_what_is_missing(rendered, tmp_path):
+    _, _, reports = rendered
+    alone = _page_alone(reports / "nvidia-h200" / "blocksize" / "options.html", tmp_path / "alone")
+    dom, _ = load_in_chromium(alone, tmp_path / "chrome")
+    assert re.search(r'id="nsl-missing"[^>]*display: ?block', dom), "no message on a page without its script"
+    assert "plotly.min.js" in dom and "--standalone" in dom
+
+
+def test_standalone_pages_travel_and_rendering_is_deterministic(tmp_path):
+    small = tmp_path / "profiles" / "nvidia-h200"
+    small.mkdir(parents=True)
+    shutil.copytree(PROFILES / "nvidia-h200" / "blocksize", small / "blocksize")
+    outs = [tmp_path / "standalone", tmp_path / "again"]
+    for out in outs:
+        assert report_main(["--profiles", str(tmp_path / "profiles"), "--reports", str(out), "--standalone",
+                            "--only", "options,device"]) == 0
+    assert not (outs[0] / "plotly.min.js").exists()
+    for page in outs[0].glob("*/*/*.html"):  # the same inputs give the same bytes
+        assert (outs[1] / page.relative_to(outs[0])).read_bytes() == page.read_bytes(), f"{page} is not deterministic"
+    page = _page_alone(outs[0] / "nvidia-h200" / "blocksize" / "options.html", tmp_path / "moved")
+    markup = re.sub(r"<script\b[^>]*>.*?</script>", "", page.read_text(), flags=re.S)  # plotly.js quotes URLs
+    assert "../../" not in markup and not re.findall(r'(?:src|href)=["\']?(?:https?:)?//', markup)
+    dom, errors = load_in_chromium(page, tmp_path / "chrome")
+    assert not errors and _undrawn(dom) == 0 and len(re.findall(r'class="plotly-graph-div', dom)) >= 2
+
+
+def test_ctrl_c_stops_the_runner_and_leaves_no_render_folder(tmp_path):
+    profiles = tmp_path / "profiles" / "nvidia-h200"
+    profiles.mkdir(parents=True)
+    shutil.copytree(PROFILES / "nvidia-h200" / "seqlen", profiles / "seqlen")
+    reports = tmp_path / "reports"
+    proc = subprocess.Popen([sys.executable, "-m", "nsightlab.report", "--profiles", str(tmp_path / "profiles"),
+                             "--reports", str(reports)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.time() + 90
+    while time.time() < deadline and not list(reports.glob("**/.render-*")):
+        time.sleep(0.2)
+    assert list(reports.glob("**/.render-*")), "the runner never started a notebook"
+    time.sleep(1.0)
+    t0 = time.time()
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGKILL)
+        raise AssertionError("the runner did not stop within 30 s of Ctrl-C") from None
+    assert proc.returncode == 130, (proc.returncode, err[-2000:])
+    assert time.time() - t0 < 30
+    assert "interrupted" in err
+    assert not list(reports.glob("**/.render-*")), "a render folder was left behind"
+    assert not (reports / "index.html").exists()
 
 
 def test_missing_profiles_folder(tmp_path):
