@@ -73,7 +73,10 @@ with nb.section():
 
 # %%
 with nb.section():
-    nb.need(onsets)
+    nb.need(traffic)
+    if onsets is None:
+        raise counters.NotApplicable(f"no sweep along {x} in these ranges (no two ranges differ in {x} alone), so "
+                                     "there is no onset to find")
     found = onsets[onsets["measured_onset"].notna()]
     if found.empty:
         nb.say("No sweep shows a measured onset within its range (the table says why for each).")

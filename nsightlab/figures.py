@@ -28,7 +28,9 @@ from .perf import ok_rows, ratio_to
 
 _EMBEDDED = {"done": False, "src": "inline"}
 TEMPLATE = "plotly_white"
-PALETTE = (*px.colors.qualitative.D3, *px.colors.qualitative.Dark24)
+#: D3's ten, then colours far from all of them (a later implementation must not pass for an earlier one)
+PALETTE = (*px.colors.qualitative.D3, "#1a237e", "#000000", "#00897b", "#f9a825", "#8b0000", "#546e7a", "#64dd17",
+           "#6a1b9a", "#ff6e40", "#80deea", *px.colors.qualitative.Dark24)
 MARKERS = ("circle", "square", "diamond", "triangle-up", "cross", "x", "triangle-down", "pentagon", "star", "hexagon")
 LEVEL_SYMBOL = {"DRAM": "circle", "L2": "square", "L1": "diamond"}
 LEVEL_GLYPH = {"DRAM": "●", "L2": "■", "L1": "◆"}
@@ -468,8 +470,8 @@ def roofline(points: pd.DataFrame, ceil: pd.DataFrame, title: str, style: Style 
     mem_labels = _ceiling_labels(ceil[ceil["kind"] == "memory"], close=1.35)  # one label for lines this close
     top = comp["value"].max() / 1e12 if len(comp) else pts["tflops"].max() * 2
     x_lo, x_hi = pts["intensity"].min() / 4, pts["intensity"].max() * 4
-    y_lo = max(pts["tflops"].min() / 4, top / 1e6)
     y_hi = top * 2.5
+    y_lo = max(min(pts["tflops"].min() / 4, y_hi / 10**3), top / 1e6)  # at least three decades: slopes stay legible
     height = 110 + 470 * len(rows)
     # label angles: one decade on each axis in pixels (the figure's width is the page's)
     w_px = (PAGE_WIDTH - 260) / len(cols)
@@ -750,8 +752,9 @@ def timeline(kernels: pd.DataFrame, ranges: pd.DataFrame, title: str, style: Sty
             zoom = f" (zoomed to the kernels, {fmt_num(first)} ms into the range)"
         sub_titles.append(f"<b>{n}</b>: range {fmt_num(wall)} ms, {len(kk)} kernel"
                           f"{'s' if len(kk) != 1 else ''} {fmt_num(gpu)} ms on the GPU{zoom}")
+    height = 100 + 140 * len(names)
     fig = make_subplots(rows=len(names), cols=1, shared_xaxes=False, subplot_titles=sub_titles,
-                        vertical_spacing=min(0.12, 0.5 / max(1, len(names))))
+                        vertical_spacing=min(0.3, 78 / height))
     for i, (n, rid) in enumerate(zip(names, picks, strict=True), 1):
         t0 = ranges.loc[rid, "start"]
         wall = r.loc[rid, "wall"]
@@ -775,8 +778,7 @@ def timeline(kernels: pd.DataFrame, ranges: pd.DataFrame, title: str, style: Sty
             lo, hi = max(0.0, float(s.min()) - 0.08 * span), float((s + d).max()) + 0.08 * span
         fig.update_xaxes(range=[lo, hi], ticksuffix=" ms", row=i, col=1)
         fig.update_yaxes(categoryorder="array", categoryarray=["GPU", "range"], row=i, col=1)
-    fig.update_layout(title=title, barmode="overlay", template=TEMPLATE, height=90 + 120 * len(names),
-                      margin={"l": 70})
+    fig.update_layout(title=title, barmode="overlay", template=TEMPLATE, height=height, margin={"l": 70})
     fig.update_annotations(font={"size": 12}, xanchor="left", x=0)
     return fig
 

@@ -91,7 +91,10 @@ def findings(study: pd.DataFrame) -> list[str]:
     """The option page's findings: per implementation and pass, the setting fastest in the most
     studies and how much slower the worst setting is."""
     out = []
-    for (variant, pass_), g in study.groupby(["variant", "pass"], sort=False):
+    rank = {"forward": 0, "backward": 1}
+    groups = sorted(study.groupby(["variant", "pass"], sort=False),
+                    key=lambda kv: (list(dict.fromkeys(study["variant"])).index(kv[0][0]), rank.get(kv[0][1], 2)))
+    for (variant, pass_), g in groups:
         best = g.loc[g.groupby("study")["ms"].idxmin(), "option"].value_counts()
         worst = g["relative_time"].max()
         wslot = g.loc[g["relative_time"].idxmax()]
