@@ -150,7 +150,8 @@ def test_imported_capture_applicability(tmp_path):
 def rendered(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
     profiles = tmp / "profiles"
-    shutil.copytree(PROFILES, profiles)
+    # one GPU's captures hold every kind of capture (and every notebook); the other GPU's render the same way
+    shutil.copytree(PROFILES / "nvidia-h200", profiles / "nvidia-h200")
     make_imported(profiles / "gpu-x" / "theirs")
     broken = profiles / "gpu-y" / "broken"
     shutil.copytree(PROFILES / "nvidia-h200" / "blocksize", broken)
