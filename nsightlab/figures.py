@@ -29,7 +29,7 @@ from .perf import ok_rows, ratio_to
 _EMBEDDED = {"done": False, "src": "inline"}
 TEMPLATE = "plotly_white"
 #: D3's ten, then colours far from all of them (a later implementation must not pass for an earlier one)
-PALETTE = (*px.colors.qualitative.D3, "#1a237e", "#000000", "#00897b", "#f9a825", "#8b0000", "#546e7a", "#64dd17",
+PALETTE = (*px.colors.qualitative.D3, "#1a237e", "#ad1457", "#00897b", "#f9a825", "#8b0000", "#546e7a", "#64dd17",
            "#6a1b9a", "#ff6e40", "#80deea", *px.colors.qualitative.Dark24)
 MARKERS = ("circle", "square", "diamond", "triangle-up", "cross", "x", "triangle-down", "pentagon", "star", "hexagon")
 LEVEL_SYMBOL = {"DRAM": "circle", "L2": "square", "L1": "diamond"}
@@ -469,7 +469,8 @@ def roofline(points: pd.DataFrame, ceil: pd.DataFrame, title: str, style: Style 
     comp, mem = labels[labels["kind"] == "compute"], labels[labels["kind"] == "memory"]
     mem_labels = _ceiling_labels(ceil[ceil["kind"] == "memory"], close=1.35)  # one label for lines this close
     top = comp["value"].max() / 1e12 if len(comp) else pts["tflops"].max() * 2
-    x_lo, x_hi = pts["intensity"].min() / 4, pts["intensity"].max() * 4
+    ridge = top * 1e12 / mem["value"].max() if len(mem) else pts["intensity"].min()  # where the steepest roof bends
+    x_lo, x_hi = min(pts["intensity"].min() / 4, ridge / 3), pts["intensity"].max() * 4
     y_hi = top * 2.5
     y_lo = max(min(pts["tflops"].min() / 4, y_hi / 10**3), top / 1e6)  # at least three decades: slopes stay legible
     height = 110 + 470 * len(rows)
