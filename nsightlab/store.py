@@ -14,6 +14,7 @@ import pandas as pd
 
 from .errors import ProfileError
 from .files import MANIFEST, file_table, sha256
+from .ranges import format_options
 
 
 @dataclass(frozen=True)
@@ -239,7 +240,7 @@ def cases(manifest: dict) -> pd.DataFrame:
         model = c.get("model") or {}
         opts = c.get("options") or {}
         row = {"range": c["range"], "impl": c.get("impl"), "pass": c.get("pass"), "dtype": c.get("dtype"),
-               "options": ";".join(f"{k}={opts[k]}" for k in sorted(opts)) if isinstance(opts, dict) else str(opts),
+               "options": format_options(opts) if isinstance(opts, dict) else str(opts),
                "status": c.get("status", "ok"),
                "model_flop": model.get("flop", float("nan")), "model_bytes": model.get("bytes", float("nan")),
                "model_working_set": model.get("working_set", float("nan")), "model_source": model.get("source", "")}

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from nsightlab import attention, parse
+from nsightlab.notebook import tools_of
 from nsightlab.ranges import schemas_of
 from nsightlab.store import ProfileError, find_file, load_manifest
 
@@ -24,7 +25,7 @@ def _captures(tool: str) -> list[Path]:
         if man.parent.parent.name.startswith("_"):
             continue
         m = load_manifest(man.parent)
-        if tool in (m.get("tools") or m.get("parameters", {}).get("tools", [])):
+        if tool in tools_of(m):
             out.append(man.parent)
     return out
 
