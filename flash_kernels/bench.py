@@ -10,6 +10,11 @@ clock (and its peak memory taken): a case whose call is slower than --max-call-m
 call too) is skipped, and so is every later case of the same implementation, pass and dtype with
 at least as much work (the row says which case decided it). The FLOP and byte model is in
 flash_kernels.model.
+
+Shapes: q [B, H, N, D], k and v [B, Hkv, Nk, D] (the suites gqa and decode: grouped-query and
+cross attention); SDPA is called with enable_gqa=True where Hkv < H, and a backend or variant that
+refuses a shape gives a skipped row with its message. Every CSV row names Hkv and Nk (= H and N
+for plain self-attention).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from . import _ops, model
 from .bench_suites import SUITES, Config, get_suite
 from .reference import reference_backward, reference_forward
 from .registry import VARIANTS, get_variant
-from .testing import error_metrics, random_qkv
+from .testing import error_metrics, random_attention_inputs
 
 TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -48,13 +53,30 @@ def _sdpa_backends() -> dict[str, Any]:
 
 REFERENCES = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math", "torch_cpu")
 
-CSV_FIELDS = ["suite", "config", "B", "H", "N", "D", "causal", "dtype", "impl", "kind", "pass", "options", "status",
+CSV_FIELDS = ["suite", "config", "B", "H", "Hkv", "N", "Nk", "D", "causal", "dtype", "impl", "kind", "pass", "options", "status",
               "ms", "ms_min", "ms_max", "reps", "tflops", "gbps", "peak_mem_mb", "max_abs", "mean_abs", "mse",
               "max_rel", "rel_l2", "speed_vs_sdpa_flash"]
 
 
 class Skip(Exception):
     """A combination this implementation does not run (recorded with its reason)."""
+
+
+def scores(cfg: Config) -> int:
+    """Elements of one score matrix of the configuration: B*H*N*Nk."""
+    return cfg.B * cfg.H * cfg.N * cfg.keys
+
+
+def input_seed(cfg: Config) -> int:
+    """The inputs' seed, from the shape: N + D as before for self-attention (the same inputs as the
+    earlier runs), plus terms for Nk and Hkv where they differ from N and H."""
+    return (cfg.N + cfg.D + (7 * cfg.keys if cfg.keys != cfg.N else 0)
+            + (13 * cfg.kv_heads if cfg.kv_heads != cfg.H else 0))
+
+
+def sdpa_kwargs(cfg: Config) -> dict[str, Any]:
+    """Keyword arguments of F.scaled_dot_product_attention for the configuration's shape."""
+    return {"is_causal": cfg.causal, **({"enable_gqa": True} if cfg.kv_heads < cfg.H else {})}
 
 
 # --------------------------------------------------------------------------- timing
@@ -150,11 +172,14 @@ def _kernel_fns(impl: str, cfg: Config, q: torch.Tensor, k: torch.Tensor, v: tor
     dtype = str(q.dtype).replace("torch.", "")
     if dtype not in var.dtypes:
         raise Skip(f"{impl} does not support {dtype}")
-    if var.materializes and cfg.B * cfg.H * cfg.N * cfg.N > max_score_elems:
-        raise Skip(f"materializes {cfg.B * cfg.H * cfg.N * cfg.N:.2e} scores > --max-score-elems")
+    if var.materializes and scores(cfg) > max_score_elems:
+        raise Skip(f"materializes {scores(cfg):.2e} scores > --max-score-elems")
     own = {k_: v_ for k_, v_ in options.items() if k_ in var.options}  # --option applies where it exists
-    variant, (q, k, v), scale, opts = _ops._prepare(impl, ("q", "k", "v"), (q, k, v), cfg.causal, None, own,
-                                                    "forward")
+    try:
+        variant, (q, k, v), scale, opts = _ops._prepare(impl, ("q", "k", "v"), (q, k, v), cfg.causal, None, own,
+                                                        "forward")
+    except ValueError as exc:  # a shape (grouped-query, cross), causal mode or option this variant refuses
+        raise Skip(" ".join(str(exc).split())) from None
 
     def fwd() -> Any:
         return _ops._forward(variant, q, k, v, cfg.causal, scale, opts)
@@ -174,12 +199,13 @@ def _sdpa_fns(impl: str, cfg: Config, q: torch.Tensor, k: torch.Tensor, v: torch
     from torch.nn.attention import sdpa_kernel
 
     backend = _sdpa_backends()[impl]
-    if impl == "sdpa_math" and cfg.B * cfg.H * cfg.N * cfg.N > max_score_elems:
-        raise Skip(f"math backend materializes {cfg.B * cfg.H * cfg.N * cfg.N:.2e} scores > --max-score-elems")
+    if impl == "sdpa_math" and scores(cfg) > max_score_elems:
+        raise Skip(f"math backend materializes {scores(cfg):.2e} scores > --max-score-elems")
+    kw = sdpa_kwargs(cfg)
 
     def fwd() -> Any:
         with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal)
+            return F.scaled_dot_product_attention(q, k, v, **kw)
 
     try:
         with torch.no_grad():
@@ -195,7 +221,7 @@ def _sdpa_fns(impl: str, cfg: Config, q: torch.Tensor, k: torch.Tensor, v: torch
         return fwd_ng, {}
     qs, ks, vs = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
     with sdpa_kernel(backend):
-        o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=cfg.causal)
+        o = F.scaled_dot_product_attention(qs, ks, vs, **kw)
 
     def bwd() -> Any:
         return torch.autograd.grad(o, (qs, ks, vs), g, retain_graph=True)
@@ -205,16 +231,17 @@ def _sdpa_fns(impl: str, cfg: Config, q: torch.Tensor, k: torch.Tensor, v: torch
 
 def _cpu_fn(cfg: Config, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, pass_: str,
             max_cpu_elems: int):
-    if cfg.B * cfg.H * cfg.N * cfg.N > max_cpu_elems:
-        raise Skip(f"{cfg.B * cfg.H * cfg.N * cfg.N:.2e} scores > --max-cpu-elems")
+    if scores(cfg) > max_cpu_elems:
+        raise Skip(f"{scores(cfg):.2e} scores > --max-cpu-elems")
+    kw = sdpa_kwargs(cfg)
     qc, kc, vc, gc = (t.detach().float().cpu() for t in (q, k, v, g))
     if pass_ == "forward":
         def fwd() -> Any:
             with torch.no_grad():
-                return F.scaled_dot_product_attention(qc, kc, vc, is_causal=cfg.causal)
+                return F.scaled_dot_product_attention(qc, kc, vc, **kw)
         return fwd
     qs, ks, vs = (t.clone().requires_grad_(True) for t in (qc, kc, vc))
-    o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=cfg.causal)
+    o = F.scaled_dot_product_attention(qs, ks, vs, **kw)
 
     def bwd() -> Any:
         return torch.autograd.grad(o, (qs, ks, vs), gc, retain_graph=True)
@@ -245,19 +272,22 @@ def run(suite: str, variants: list[str], refs: list[str], passes: list[str], dty
     for dtype in dtypes or list(suite_dtypes):
         for cfg in cfgs:
             t_cfg = time.perf_counter()
-            q, k, v, g = random_qkv(cfg.B, cfg.H, cfg.N, cfg.D, TORCH_DTYPES[dtype], seed=cfg.N + cfg.D, n=4)
+            q, k, v, g = random_attention_inputs(cfg.B, cfg.H, cfg.N, cfg.D, TORCH_DTYPES[dtype], Hkv=cfg.Hkv,
+                                                 Nk=cfg.Nk, seed=input_seed(cfg))
             ref_o, _ = reference_forward(q, k, v, causal=cfg.causal) if "forward" in passes else (None, None)
             ref_g = reference_backward(q, k, v, g, causal=cfg.causal) if "backward" in passes else None
             torch.cuda.synchronize()
             t_ref = time.perf_counter() - t_cfg
             for pass_ in passes:
                 for impl in [*variants, *refs]:
-                    row: dict[str, Any] = {"suite": suite, "config": cfg.name, "B": cfg.B, "H": cfg.H, "N": cfg.N,
-                                           "D": cfg.D, "causal": cfg.causal, "dtype": dtype, "impl": impl,
+                    row: dict[str, Any] = {"suite": suite, "config": cfg.name, "B": cfg.B, "H": cfg.H,
+                                           "Hkv": cfg.kv_heads, "N": cfg.N, "Nk": cfg.keys, "D": cfg.D,
+                                           "causal": cfg.causal, "dtype": dtype, "impl": impl,
                                            "kind": "kernel" if impl in VARIANTS else
                                            ("cpu" if impl == "torch_cpu" else "sdpa"),
                                            "pass": pass_, "options": "", "status": "ok"}
-                    flop = model.flops(cfg.B, cfg.H, cfg.N, cfg.D, causal=cfg.causal, pass_=pass_)
+                    flop = model.flops(cfg.B, cfg.H, cfg.N, cfg.D, causal=cfg.causal, pass_=pass_, Hkv=cfg.Hkv,
+                                       Nk=cfg.Nk)
                     try:
                         slow.check((impl, pass_, dtype), flop)
                         if impl in VARIANTS:
@@ -293,7 +323,8 @@ def run(suite: str, variants: list[str], refs: list[str], passes: list[str], dty
                             times = time_gpu(fn, flush, warmup=warmup if call_ms < 50 else 0, reps=reps,
                                              budget_ms=budget_ms)
                         ms = statistics.median(times)
-                        nbytes = model.compulsory_bytes(cfg.B, cfg.H, cfg.N, cfg.D, dtype, pass_=pass_)
+                        nbytes = model.compulsory_bytes(cfg.B, cfg.H, cfg.N, cfg.D, dtype, pass_=pass_, Hkv=cfg.Hkv,
+                                                        Nk=cfg.Nk)
                         row.update(ms=ms, ms_min=min(times), ms_max=max(times), reps=len(times),
                                    tflops=model.tflops(flop, ms), gbps=model.gbps(nbytes, ms))
                     except Skip as why:
@@ -360,8 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--budget-ms", type=float, default=400.0, help="time budget per case for the timed repeats")
-    p.add_argument("--max-score-elems", type=float, default=2**31, help="skip materializing runs above B*H*N*N")
-    p.add_argument("--max-cpu-elems", type=float, default=2**24, help="skip torch_cpu above B*H*N*N")
+    p.add_argument("--max-score-elems", type=float, default=2**31, help="skip materializing runs above B*H*N*Nk")
+    p.add_argument("--max-cpu-elems", type=float, default=2**24, help="skip torch_cpu above B*H*N*Nk")
     p.add_argument("--max-call-ms", type=float, default=1500.0, help="skip a case whose single call is slower")
     p.add_argument("--out", default="bench_results", help="output folder (CSV + manifest per suite)")
     a = p.parse_args(argv)

@@ -7,12 +7,30 @@ from dataclasses import asdict, dataclass
 
 @dataclass(frozen=True)
 class Config:
+    """One shape: q [B, H, N, D], k and v [B, Hkv, Nk, D] (Hkv and Nk: None = H and N)."""
+
     name: str
     B: int
     H: int
     N: int
     D: int
     causal: bool = False
+    #: key/value heads (grouped-query attention when < H, multi-query when 1); None: H
+    Hkv: int | None = None
+    #: keys (cross attention, decoding against a KV cache); None: N
+    Nk: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.H % self.kv_heads:
+            raise ValueError(f"{self.name}: H={self.H} must be a multiple of Hkv={self.Hkv}")
+
+    @property
+    def kv_heads(self) -> int:
+        return self.H if self.Hkv is None else self.Hkv
+
+    @property
+    def keys(self) -> int:
+        return self.N if self.Nk is None else self.Nk
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -43,11 +61,36 @@ def convention() -> list[Config]:
     return out
 
 
+def gqa() -> list[Config]:
+    """Grouped-query and multi-query attention at the convention's scale: H = 32 query heads, D = 128,
+    Hkv = 32 (plain multi-head), 8 and 1 key/value heads, B*N = 16384, causal and not."""
+    out = []
+    for Hkv in (32, 8, 1):
+        for causal in (False, True):
+            for N in (2048, 4096, 8192):
+                out.append(Config(f"Hkv{Hkv}-N{N}-{'causal' if causal else 'full'}", 16384 // N, 32, N, 128, causal,
+                                  Hkv=Hkv))
+    return out
+
+
+def decode() -> list[Config]:
+    """Decoding against a KV cache: Nq = 1, 4, 16 new queries against Nk = 1024 to 16384 cached keys,
+    B = 8, H = 32, Hkv = 32 and 8, D = 128, not causal (a top-left causal mask would let query i see
+    only keys 0..i, which is not what a decode step does)."""
+    return [Config(f"Nq{Nq}-Nk{Nk}-Hkv{Hkv}", 8, 32, Nq, 128, False, Hkv=Hkv, Nk=Nk)
+            for Hkv in (32, 8) for Nq in (1, 4, 16) for Nk in (1024, 4096, 16384)]
+
+
 #: suite name -> (configs, dtypes, description)
 SUITES: dict[str, tuple[list[Config], tuple[str, ...], str]] = {
     "mixed": (mixed(), ("float32", "float16"), "ten mixed configurations at D=64, fp32 and fp16"),
     "d128": (d128(), ("float16",), "head dim 128 against N (B*N = 16384, H = 16), fp16"),
     "convention": (convention(), ("float16",), "FlashAttention convention sweep, fp16, causal and not"),
+    "gqa": (gqa(), ("float16",), "grouped-query / multi-query attention: H=32, D=128, Hkv = 32, 8, 1, "
+            "B*N = 16384, fp16, causal and not"),
+    "decode": (decode(), ("float16",), "KV-cache decode: Nq = 1, 4, 16 queries against Nk = 1024-16384 keys, B=8, "
+               "H=32, Hkv = 32, 8, D=128, fp16, not causal (top-left causal masking is meaningless for decode: "
+               "query i would see only keys 0..i)"),
 }
 
 

@@ -1,12 +1,20 @@
 """The analytic model: FLOPs, compulsory bytes and working sets of attention (torch-free).
 
-FLOP convention (FlashAttention's own benchmarks): forward = 4 B H N^2 D, halved when causal;
-backward = 2.5 x forward. Compulsory bytes: every input read once, every output written once.
+The FLOP and byte formulas are the attention problem's work model, :mod:`nsightlab.attention`
+(FlashAttention's convention: forward 4·B·H·N·Nk·D, causal halved when N = Nk and otherwise the
+pairs a top-left mask leaves visible; backward 2.5 x forward; compulsory bytes: every input read
+once, every output written once); this module gives them the positional signature the benchmark
+and the studies use. ``Hkv`` (key/value heads, grouped-query attention) and ``Nk`` (keys, cross
+attention) default to H and N.
 """
 
 from __future__ import annotations
 
-DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+from typing import Any
+
+from nsightlab import attention
+
+DTYPE_BYTES = attention.DTYPE_BYTES
 
 
 def _check_pass(pass_: str) -> None:
@@ -14,39 +22,47 @@ def _check_pass(pass_: str) -> None:
         raise ValueError(f"pass must be 'forward' or 'backward', not {pass_!r}")
 
 
-def flops(B: int, H: int, N: int, D: int, *, causal: bool = False, pass_: str = "forward") -> float:
+def _params(B: int, H: int, N: int, D: int, dtype: str = "float16", causal: bool = False, Hkv: int | None = None,
+            Nk: int | None = None) -> dict[str, Any]:
+    p: dict[str, Any] = {"B": B, "H": H, "N": N, "D": D, "dtype": dtype, "causal": bool(causal)}
+    if Hkv is not None and Hkv != H:
+        if H % Hkv:
+            raise ValueError(f"H={H} must be a multiple of Hkv={Hkv} (grouped-query attention)")
+        p["Hkv"] = Hkv
+    if Nk is not None and Nk != N:
+        p["Nk"] = Nk
+    return p
+
+
+def flops(B: int, H: int, N: int, D: int, *, causal: bool = False, pass_: str = "forward", Hkv: int | None = None,
+          Nk: int | None = None) -> float:
+    """Forward 4·B·H·N·Nk·D (causal: see :func:`nsightlab.attention.visible_pairs`), backward 2.5 x.
+    Hkv does not change the FLOPs (every query head computes its own scores)."""
     _check_pass(pass_)
-    f = 4.0 * B * H * N * N * D
-    if causal:
-        f /= 2
-    return f * (2.5 if pass_ == "backward" else 1.0)
+    return attention.flops(_params(B, H, N, D, causal=causal, Hkv=Hkv, Nk=Nk), pass_)
 
 
-def compulsory_bytes(B: int, H: int, N: int, D: int, dtype: str, *, pass_: str = "forward") -> float:
+def compulsory_bytes(B: int, H: int, N: int, D: int, dtype: str, *, pass_: str = "forward", Hkv: int | None = None,
+                     Nk: int | None = None) -> float:
     """Forward reads Q, K, V and writes O and LSE (fp32); backward reads Q, K, V, O, dO, LSE and
-    writes dQ, dK, dV."""
+    writes dQ, dK, dV. K, V, dK, dV are [B, Hkv, Nk, D]."""
     _check_pass(pass_)
-    e = DTYPE_BYTES[dtype]
-    bhnd = B * H * N * D
-    lse = 4 * B * H * N
-    if pass_ == "forward":
-        return float(4 * bhnd * e + lse)
-    return float(8 * bhnd * e + lse)
+    return attention.compulsory_bytes(_params(B, H, N, D, dtype, Hkv=Hkv, Nk=Nk), pass_)
 
 
-def score_matrix_bytes(B: int, H: int, N: int) -> float:
-    """One fp32 B*H*N*N matrix (S, P or dP) as the materializing variants store it."""
-    return 4.0 * B * H * N * N
+def score_matrix_bytes(B: int, H: int, N: int, *, Nk: int | None = None) -> float:
+    """One fp32 B*H*N*Nk matrix (S, P or dP) as the materializing variants store it."""
+    return 4.0 * B * H * N * (N if Nk is None else Nk)
 
 
 def working_set_bytes(variant_materializes: bool, B: int, H: int, N: int, D: int, dtype: str,
-                      *, pass_: str = "forward") -> float:
+                      *, pass_: str = "forward", Hkv: int | None = None, Nk: int | None = None) -> float:
     """Bytes a pass touches repeatedly: the score matrices (one forward, two backward) plus the
     operands for the materializing variants; only the operands for flash variants."""
-    base = compulsory_bytes(B, H, N, D, dtype, pass_=pass_)
+    base = compulsory_bytes(B, H, N, D, dtype, pass_=pass_, Hkv=Hkv, Nk=Nk)
     if not variant_materializes:
         return base
-    return base + score_matrix_bytes(B, H, N) * (2 if pass_ == "backward" else 1)
+    return base + score_matrix_bytes(B, H, N, Nk=Nk) * (2 if pass_ == "backward" else 1)
 
 
 def tflops(flop: float, ms: float) -> float:

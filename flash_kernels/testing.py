@@ -59,3 +59,28 @@ def random_qkv(B: int, H: int, N: int, D: int, dtype: torch.dtype, device: str =
     gen = torch.Generator(device=device).manual_seed(seed)
     return [(torch.randn(B, H, N, D, generator=gen, device=device, dtype=torch.float32) + mean).to(dtype)
             for _ in range(n)]
+
+
+def random_attention_inputs(B: int, H: int, N: int, D: int, dtype: torch.dtype, *, Hkv: int | None = None,
+                            Nk: int | None = None, seed: int = 0, device: str = "cuda",
+                            mean: float = 0.5) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q, k, v, g) for grouped-query / cross attention: q and g (the output gradient) [B, H, N, D],
+    k and v [B, Hkv, Nk, D] (Hkv defaults to H, Nk to N), random normal shifted by ``mean``.
+
+    Drawn in the order q, k, v, g from one generator, so with Hkv = H and Nk = N they are exactly
+    ``random_qkv(B, H, N, D, dtype, device, seed, mean, n=4)``."""
+    Hkv = H if Hkv is None else Hkv
+    Nk = N if Nk is None else Nk
+    if min(B, H, N, D, Hkv, Nk) < 1:
+        raise ValueError(f"sizes must be positive: B={B}, H={H}, N={N}, D={D}, Hkv={Hkv}, Nk={Nk}")
+    if H % Hkv:
+        raise ValueError(f"H={H} must be a multiple of Hkv={Hkv} (grouped-query attention)")
+    gen = torch.Generator(device=device).manual_seed(seed)
+
+    def rnd(*shape: int) -> torch.Tensor:
+        return (torch.randn(*shape, generator=gen, device=device, dtype=torch.float32) + mean).to(dtype)
+
+    q = rnd(B, H, N, D)
+    k = rnd(B, Hkv, Nk, D)
+    v = rnd(B, Hkv, Nk, D)
+    return q, k, v, rnd(B, H, N, D)

@@ -6,9 +6,15 @@ grouped-query attention when < H) and ``Nk`` (keys, when not N). Tensors are ``[
 like :func:`torch.nn.functional.scaled_dot_product_attention`; an implementation is called as
 ``fn(q, k, v, causal=..., **options)`` and returns the output (or a tuple whose first item is it).
 
-Work model (FlashAttention's benchmark convention): forward 4·B·H·N·Nk·D FLOPs, halved when
-causal; backward 2.5 × forward. Compulsory bytes: every input read once, every output written once
-(LSE in fp32). Torch is imported only by the functions that build inputs and run SDPA.
+Work model (FlashAttention's benchmark convention): forward 4·D FLOPs per (query, key) pair that
+is computed, for every batch and query head: 4·B·H·N·Nk·D without a mask. Causal masking is
+aligned top-left, as SDPA's ``is_causal``: query i sees keys j <= i. When N = Nk a causal case is
+credited exactly half, 4·B·H·N·Nk·D / 2 (FlashAttention's convention, not the N(N+1)/2 pairs of the
+diagonal); when N != Nk it is credited the pairs the top-left mask leaves visible,
+sum over i < N of min(i+1, Nk), so that a causal decode or cross-attention case is not credited
+with work it does not do (N = 1 query sees one key). Backward 2.5 × forward. Compulsory bytes:
+every input read once, every output written once (LSE in fp32); K and V count Hkv heads of Nk keys.
+Torch is imported only by the functions that build inputs and run SDPA.
 """
 
 from __future__ import annotations
@@ -66,10 +72,20 @@ def _hkv(p: Mapping[str, Any]) -> int:
     return int(p.get("Hkv") or p["H"])
 
 
+def visible_pairs(N: int, Nk: int, causal: bool) -> float:
+    """The (query, key) pairs of one head the work model credits: N·Nk; causal: N·Nk / 2 when N = Nk
+    (FlashAttention's convention), else the pairs a top-left mask leaves visible, sum over i < N of
+    min(i+1, Nk)."""
+    if not causal:
+        return float(N * Nk)
+    if N == Nk:
+        return N * Nk / 2
+    m = min(N, Nk)  # rows 0..m-1 see i+1 keys, the rest see all Nk
+    return float(m * (m + 1) // 2 + (N - m) * Nk)
+
+
 def flops(p: Mapping[str, Any], pass_: str) -> float:
-    f = 4.0 * p["B"] * p["H"] * p["N"] * _nk(p) * p["D"]
-    if p.get("causal"):
-        f /= 2
+    f = 4.0 * p["B"] * p["H"] * p["D"] * visible_pairs(p["N"], _nk(p), bool(p.get("causal")))
     return f * (2.5 if pass_ == "backward" else 1.0)
 
 
@@ -86,7 +102,8 @@ def compulsory_bytes(p: Mapping[str, Any], pass_: str) -> float:
 
 
 #: the convention, for any attention implementation that declares no work model of its own
-WORK = WorkModel("attention FLOP convention: forward 4·B·H·N·Nk·D (halved when causal), backward 2.5x; "
+WORK = WorkModel("attention FLOP convention: forward 4·B·H·N·Nk·D (causal: halved when N = Nk; when N != Nk, "
+                 "4·B·H·D per visible pair of the top-left mask, sum over i < N of min(i+1, Nk)), backward 2.5x; "
                  "compulsory bytes: inputs read once, outputs written once", flops, compulsory_bytes, compulsory_bytes)
 
 

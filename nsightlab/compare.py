@@ -172,7 +172,7 @@ def names(frame: pd.DataFrame) -> pd.DataFrame:
     fields = [c for c in key_fields(frame) if c not in ("variant", "pass", "options", *option_columns(frame))]
     varying = [c for c in fields if frame[c].map(_norm).nunique(dropna=True) > 1]
     if "config" in varying:  # a benchmark configuration's name spells its shape
-        varying = [c for c in varying if c not in ("B", "H", "N", "Nk", "D", "causal")]
+        varying = [c for c in varying if c not in ("B", "H", "Hkv", "N", "Nk", "D", "causal")]
     varying = _ordered(varying)
     rows = []
     for _, r in frame.iterrows():
@@ -369,8 +369,8 @@ def _load_cached(path: str, stamp: float, check: bool) -> Side:
         b = b.drop(columns=["kind", "ms_min", "ms_max", "reps", "gbps", "peak_mem_mb", "max_abs", "mean_abs", "mse",
                             "max_rel", "rel_l2"], errors="ignore")
         b = b[[c for c in b.columns if not c.startswith("speed_vs_")]]
-        keep = ["range", "domain", "schema", "suite", "config", "variant", "pass", "B", "H", "N", "D", "dtype", "causal",
-                "options"]
+        keep = ["range", "domain", "schema", "suite", "config", "variant", "pass", "B", "H", "Hkv", "N", "Nk", "D", "dtype",
+                "causal", "options"]
         b = b[[*keep, *[c for c in b.columns if c not in keep]]]
         b.attrs = {}
         bk = b.copy()

@@ -52,6 +52,7 @@ REQUIRED_COLUMNS = ("suite", "config", "B", "H", "N", "D", "causal", "dtype", "i
 
 def load_bench(capture: Path) -> tuple[pd.DataFrame, dict[str, dict]]:
     """All benchmark CSVs of a capture folder as one frame, and their manifests by suite name.
+    ``Hkv`` and ``Nk`` (key/value heads, keys) are H and N where a CSV does not have them.
 
     Raises ProfileError naming the file when a CSV has no manifest, cannot be parsed or lacks columns.
     """
@@ -78,6 +79,9 @@ def load_bench(capture: Path) -> tuple[pd.DataFrame, dict[str, dict]]:
         frames.append(df)
     df = pd.concat(frames, ignore_index=True)
     df["causal"] = df["causal"].astype(str).str.lower().eq("true")
+    # key/value heads and keys: CSVs written before these columns (or rows without them) are self-attention
+    for col, like in (("Hkv", "H"), ("Nk", "N")):
+        df[col] = (df[col].fillna(df[like]) if col in df else df[like]).astype(df[like].dtype)
     df["options"] = df["options"].fillna("")
     return df, manifests
 

@@ -2,8 +2,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from flash_kernels import bench  # noqa: E402
-from flash_kernels.bench_suites import SUITES, get_suite  # noqa: E402
+from flash_kernels import bench, model  # noqa: E402
+from flash_kernels.bench_suites import SUITES, Config, get_suite  # noqa: E402
+from flash_kernels.testing import random_attention_inputs, random_qkv  # noqa: E402
+from nsightlab.store import load_bench  # noqa: E402
 
 
 def test_suites_are_the_issue_s():
@@ -16,7 +18,108 @@ def test_suites_are_the_issue_s():
     assert len(conv) == 24 and all(c.B * c.N == 16384 and c.H * c.D == 2048 for c in conv)
     with pytest.raises(ValueError, match="known suites"):
         get_suite("nope")
-    assert set(SUITES) == {"mixed", "d128", "convention"}
+    assert set(SUITES) == {"mixed", "d128", "convention", "gqa", "decode"}
+    assert all(c.Hkv is None and c.Nk is None for c in [*mixed, *d128, *conv])
+
+
+def test_gqa_suite():
+    cfgs, dtypes, desc = get_suite("gqa")
+    assert dtypes == ("float16",) and "grouped-query" in desc
+    assert len(cfgs) == 3 * 3 * 2
+    assert all(c.H == 32 and c.D == 128 and c.B * c.N == 16384 and c.Nk is None for c in cfgs)
+    assert {(c.Hkv, c.N, c.causal) for c in cfgs} == {(h, n, causal) for h in (32, 8, 1) for n in (2048, 4096, 8192)
+                                                      for causal in (False, True)}
+    by_name = {c.name: c for c in cfgs}
+    assert by_name["Hkv8-N4096-causal"] == Config("Hkv8-N4096-causal", 4, 32, 4096, 128, True, Hkv=8)
+    assert by_name["Hkv1-N8192-full"].kv_heads == 1 and by_name["Hkv1-N8192-full"].keys == 8192
+
+
+def test_decode_suite():
+    cfgs, dtypes, desc = get_suite("decode")
+    assert dtypes == ("float16",) and "decode" in desc and "causal" in desc
+    assert len(cfgs) == 3 * 3 * 2
+    assert all(c.B == 8 and c.H == 32 and c.D == 128 and not c.causal for c in cfgs)
+    assert {(c.N, c.Nk, c.Hkv) for c in cfgs} == {(nq, nk, h) for nq in (1, 4, 16) for nk in (1024, 4096, 16384)
+                                                  for h in (32, 8)}
+    c = {c.name: c for c in cfgs}["Nq1-Nk4096-Hkv8"]
+    assert (c.N, c.Nk, c.Hkv, c.kv_heads, c.keys) == (1, 4096, 8, 8, 4096)
+    # the benchmark's FLOPs and bytes: every query against every cached key; K/V dominate the bytes
+    assert model.flops(c.B, c.H, c.N, c.D, causal=c.causal, Hkv=c.Hkv, Nk=c.Nk) == 4 * 8 * 32 * 1 * 4096 * 128
+    assert model.flops(c.B, c.H, c.N, c.D, pass_="backward", Hkv=c.Hkv, Nk=c.Nk) == 2.5 * 4 * 8 * 32 * 4096 * 128
+    q, kv, lse = 8 * 32 * 1 * 128 * 2, 8 * 8 * 4096 * 128 * 2, 4 * 8 * 32
+    assert model.compulsory_bytes(c.B, c.H, c.N, c.D, "float16", Hkv=c.Hkv, Nk=c.Nk) == 2 * q + 2 * kv + lse
+    assert bench.scores(c) == 8 * 32 * 1 * 4096
+
+
+def test_config_names_are_unique_and_dicts_round_trip():
+    for name, (cfgs, _, _) in SUITES.items():
+        assert len({c.name for c in cfgs}) == len(cfgs), name
+        for c in cfgs:
+            d = c.as_dict()
+            assert set(d) == {"name", "B", "H", "N", "D", "causal", "Hkv", "Nk"}
+            assert Config(**d) == c
+    with pytest.raises(ValueError, match="H=32 must be a multiple of Hkv=3"):
+        Config("bad", 1, 32, 64, 64, Hkv=3)
+
+
+def test_inputs_seeds_and_sdpa_arguments():
+    plain = Config("x", 2, 4, 64, 32, True)
+    assert bench.input_seed(plain) == 64 + 32  # what the benchmark always used: the same inputs as before
+    assert bench.input_seed(Config("x", 2, 4, 64, 32, True, Hkv=4, Nk=64)) == 96
+    seeds = {bench.input_seed(Config("x", 2, 4, 64, 32, Hkv=h, Nk=n)) for h in (4, 2, 1) for n in (64, 17, 300)}
+    assert len(seeds) == 9
+    assert bench.sdpa_kwargs(plain) == {"is_causal": True}
+    assert bench.sdpa_kwargs(Config("x", 2, 4, 64, 32, Hkv=4, Nk=9)) == {"is_causal": False}
+    assert bench.sdpa_kwargs(Config("x", 2, 4, 64, 32, Hkv=2)) == {"is_causal": False, "enable_gqa": True}
+
+
+def test_random_attention_inputs():
+    q, k, v, g = random_attention_inputs(2, 4, 10, 8, torch.float16, Hkv=2, Nk=7, seed=5, device="cpu")
+    assert q.shape == g.shape == (2, 4, 10, 8) and k.shape == v.shape == (2, 2, 7, 8)
+    assert all(t.dtype == torch.float16 for t in (q, k, v, g))
+    # self-attention: exactly the tensors random_qkv gives (the benchmark's inputs do not change)
+    same = random_attention_inputs(2, 4, 10, 8, torch.float32, seed=5, device="cpu", mean=0.25)
+    for a, b in zip(same, random_qkv(2, 4, 10, 8, torch.float32, device="cpu", seed=5, mean=0.25, n=4), strict=True):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="multiple of Hkv=3"):
+        random_attention_inputs(1, 4, 8, 8, torch.float32, Hkv=3, device="cpu")
+
+
+def test_a_variant_that_refuses_the_shape_is_a_skip(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise ValueError("flash_mma takes k/v with as many heads\nand keys as q")
+
+    monkeypatch.setattr(bench._ops, "_prepare", refuse)
+    cfg = Config("Nq1-Nk64-Hkv2", 1, 4, 1, 64, Hkv=2, Nk=64)
+    q, k, v, g = random_attention_inputs(1, 4, 1, 64, torch.float16, Hkv=2, Nk=64, device="cpu")
+    with pytest.raises(bench.Skip, match="^flash_mma takes k/v with as many heads and keys as q$"):
+        bench._kernel_fns("flash_mma", cfg, q, k, v, g, "forward", {}, 1 << 31)
+    # materializing variants are judged on B*H*N*Nk scores
+    with pytest.raises(bench.Skip, match="materializes 2.56e\\+02 scores"):
+        bench._kernel_fns("naive", cfg, q, k, v, g, "forward", {}, 255)
+
+
+def test_csv_rows_name_hkv_and_nk_and_old_csvs_read_as_self_attention(tmp_path):
+    assert bench.CSV_FIELDS[:8] == ["suite", "config", "B", "H", "Hkv", "N", "Nk", "D"]
+    row = {"suite": "decode", "config": "Nq1-Nk4096-Hkv8", "B": 8, "H": 32, "Hkv": 8, "N": 1, "Nk": 4096, "D": 128,
+           "causal": False, "dtype": "float16", "impl": "sdpa_flash", "kind": "sdpa", "pass": "forward",
+           "status": "ok", "ms": 0.05, "tflops": 1.5, "speed_vs_sdpa_flash": 1.0, "options": "x"}
+    path = bench.write_results([row], tmp_path / "new", "decode", {"suite": "decode"})
+    text = path.read_text().splitlines()
+    assert text[0].startswith("suite,config,B,H,Hkv,N,Nk,D,causal,") and text[1].startswith(
+        "decode,Nq1-Nk4096-Hkv8,8,32,8,1,4096,128,False,")
+    # an old CSV (no Hkv/Nk columns), alone and next to a new one: the missing values are H and N
+    for folder in (tmp_path / "old", tmp_path / "new"):
+        folder.mkdir(exist_ok=True)
+        (folder / "mixed.csv").write_text("suite,config,B,H,N,D,causal,dtype,impl,kind,pass,options,status,ms,tflops\n"
+                                          "mixed,Small-1,1,1,128,64,False,float16,sdpa_flash,sdpa,forward,x,ok,0.01,0.2\n")
+        (folder / "mixed.manifest.json").write_text("{}")
+    df, _ = load_bench(tmp_path / "old")
+    assert list(df["Hkv"]) == [1] and list(df["Nk"]) == [128]
+    df, _ = load_bench(tmp_path / "new")
+    got = {r["config"]: (r["H"], r["Hkv"], r["N"], r["Nk"]) for _, r in df.iterrows()}
+    assert got == {"Nq1-Nk4096-Hkv8": (32, 8, 1, 4096), "Small-1": (1, 1, 128, 128)}
+    assert str(df["Hkv"].dtype) == str(df["H"].dtype) == "int64"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")

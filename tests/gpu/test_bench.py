@@ -28,3 +28,24 @@ def test_slow_cases_are_skipped_and_later_ones_predicted():
     # Edge-NonPowerOf2 has more work than Small-2: skipped without being run
     assert second["status"].startswith("skipped: Small-2 (no more work) took"), second
     assert math.isnan(second["speed_vs_sdpa_flash"])
+
+
+def test_grouped_query_and_decode_rows():
+    """The gqa and decode suites: k/v with Hkv heads and Nk keys, SDPA with enable_gqa, every row names
+    its shape; a variant that refuses the shape is a skipped row with its reason."""
+    rows = []
+    for suite, configs in (("decode", ["Nq1-Nk1024-Hkv8", "Nq16-Nk1024-Hkv32"]), ("gqa", ["Hkv1-N2048-causal"])):
+        rows += bench.run(suite, ["flash_mma"], ["sdpa_flash", "sdpa_math"], ["forward", "backward"], None, configs,
+                          warmup=0, reps=3, budget_ms=5.0, log=lambda _: None)
+    assert len(rows) == 3 * 2 * 3
+    shapes = {(r["config"], r["H"], r["Hkv"], r["N"], r["Nk"]) for r in rows}
+    assert shapes == {("Nq1-Nk1024-Hkv8", 32, 8, 1, 1024), ("Nq16-Nk1024-Hkv32", 32, 32, 16, 1024),
+                      ("Hkv1-N2048-causal", 32, 1, 2048, 2048)}
+    for r in rows:
+        if r["impl"].startswith("sdpa_"):
+            assert r["status"] == "ok", r
+        if r["status"] == "ok":
+            assert r["rel_l2"] < 1e-2, r  # fp16 against the fp64 reference (dK, dV summed over 4 or 32 heads)
+            assert r["tflops"] > 0
+        else:
+            assert r["impl"] == "flash_mma" and r["status"].startswith("skipped: ") and len(r["status"]) > 12, r
