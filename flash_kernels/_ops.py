@@ -29,31 +29,55 @@ def _alloc(shape: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor
     return t
 
 
-def _check_tensors(variant: Variant, names: tuple[str, ...], tensors: tuple[Any, ...]) -> tuple[int, int, int, int]:
+def _check_tensors(variant: Variant, names: tuple[str, ...], tensors: tuple[Any, ...]) -> tuple[int, ...]:
+    """q [B, H, Nq, D]; k and v [B, Hkv, Nk, D]; any further tensor (out, grad_out) like q.
+    Returns (B, H, Nq, D, Hkv, Nk)."""
     for name, t in zip(names, tensors, strict=False):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    q = tensors[0]
+    q, k, v = tensors[:3]
     for name, t in zip(names, tensors, strict=False):
         if t.dim() != 4:
             raise ValueError(f"{name} must be 4-D [B, H, N, D] (like scaled_dot_product_attention); got shape "
                              f"{tuple(t.shape)}")
-        if tuple(t.shape) != tuple(q.shape):
-            raise ValueError(f"{names[0]} and {name} must have the same shape [B, H, N, D]; got "
-                             f"{tuple(q.shape)} and {tuple(t.shape)} (different query/key lengths are not supported)")
         if t.dtype != q.dtype:
             raise TypeError(f"{names[0]} and {name} must have the same dtype; got {q.dtype} and {t.dtype}")
+    B, H, Nq, D = q.shape
+    if tuple(k.shape) != tuple(v.shape):
+        raise ValueError(f"{names[1]} and {names[2]} must have the same shape [B, Hkv, Nk, D]; got {tuple(k.shape)} "
+                         f"and {tuple(v.shape)}")
+    _, Hkv, Nk, _ = k.shape
+    if k.shape[0] != B or k.shape[3] != D:
+        raise ValueError(f"{names[1]} must be [B, Hkv, Nk, D] with q's batch B={B} and head dim D={D}; got "
+                         f"{tuple(k.shape)}")
+    for name, t in zip(names[3:], tensors[3:], strict=False):
+        if tuple(t.shape) != tuple(q.shape):
+            raise ValueError(f"{name} must have q's shape {tuple(q.shape)}; got {tuple(t.shape)}")
     if q.dtype not in _DTYPES or _DTYPES[q.dtype] not in variant.dtypes:
         raise TypeError(f"{variant.name} does not support dtype {q.dtype}; accepted: "
                         f"{', '.join('torch.' + d for d in variant.dtypes)}")
-    B, H, N, D = q.shape
     if D not in variant.head_dims:
         raise ValueError(f"{variant.name} does not support head dim {D}; accepted: {variant.head_dims}")
-    if N < 1 or B < 1 or H < 1:
-        raise ValueError(f"B, H and N must be >= 1; got shape {tuple(q.shape)}")
+    if min(B, H, Nq, Hkv, Nk) < 1:
+        raise ValueError(f"B, H, N and Hkv, Nk must be >= 1; got q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if H % Hkv:
+        raise ValueError(f"q's {H} heads must be a multiple of k/v's {Hkv} heads (grouped-query attention: each "
+                         f"k/v head serves H / Hkv query heads)")
+    if Hkv != H and not variant.grouped_query:
+        raise ValueError(f"{variant.name} takes k/v with as many heads as q (got H={H}, Hkv={Hkv}); variants "
+                         f"with grouped-query attention: {', '.join(n for n, v in _variants_with_flag('grouped_query'))}")
+    if Nk != Nq and not variant.cross:
+        raise ValueError(f"{variant.name} takes k/v with as many keys as q has queries (got Nq={Nq}, Nk={Nk}); "
+                         f"variants with cross attention: {', '.join(n for n, v in _variants_with_flag('cross'))}")
     if B * H > _MAX_BH:
         raise ValueError(f"B*H = {B * H} exceeds {_MAX_BH}, the kernels' grid limit; split the batch")
-    return B, H, N, D
+    return B, H, Nq, D, Hkv, Nk
+
+
+def _variants_with_flag(flag: str) -> list[tuple[str, Variant]]:
+    from .registry import VARIANTS
+
+    return [(n, v) for n, v in VARIANTS.items() if getattr(v, flag)]
 
 
 def _check_devices(names: tuple[str, ...], tensors: tuple[torch.Tensor, ...]) -> None:
@@ -93,7 +117,7 @@ def _prepare(variant_name: str, names: tuple[str, ...], tensors: tuple[Any, ...]
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     if causal and not variant.causal:
         raise ValueError(f"{variant.name} does not support causal=True")
-    B, H, N, D = _check_tensors(variant, names, tensors)
+    D = _check_tensors(variant, names, tensors)[3]
     opts = variant.resolve_options(options, D)
     _check_devices(names, tensors)
     # Non-contiguous inputs are copied to contiguous [B, H, N, D] (documented); the kernels index densely.
@@ -107,6 +131,9 @@ def _variants_with(pass_: str) -> list[tuple[str, Variant]]:
     return [(n, v) for n, v in VARIANTS.items() if pass_ in v.passes]
 
 
+_NONE = torch.empty(0)
+
+
 def _forward(variant: Variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
              opts: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     B, H, N, D = q.shape
@@ -117,16 +144,20 @@ def _forward(variant: Variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     if variant.materializes:
         _check_workspace(variant, B, H, N, dev, 1)
         S = torch.empty((B * H, N, N), dtype=torch.float32, device=dev)
-        _build.load("materialized").materialized_fwd(_MATERIALIZED_KIND[name], q, k, v, o, lse, S, scale, causal)
+        _build.load("materialized").fwd(_MATERIALIZED_KIND[name], q, k, v, o, lse, [S], scale, causal)
     elif name == "flash_fa1":
-        o_acc = torch.empty(q.shape, dtype=torch.float32, device=dev)
-        m = torch.empty((B, H, N), dtype=torch.float32, device=dev)
-        l = torch.empty((B, H, N), dtype=torch.float32, device=dev)
-        _build.load("flash_simt").fa1_fwd(q, k, v, o, lse, o_acc, m, l, scale, causal)
+        ws = [torch.empty(q.shape, dtype=torch.float32, device=dev),  # O, m, l between K/V blocks
+              torch.empty((B, H, N), dtype=torch.float32, device=dev),
+              torch.empty((B, H, N), dtype=torch.float32, device=dev)]
+        _build.load("flash_fa1").fwd(0, q, k, v, o, lse, ws, scale, causal)
     elif name == "flash_simt":
-        _build.load("flash_simt").simt_fwd(opts["block_size"], q, k, v, o, lse, scale, causal)
+        _build.load("flash_simt").fwd(opts["block_size"], q, k, v, o, lse, [], scale, causal)
     elif name == "flash_mma":
-        _build.load("flash_mma_fwd").mma_fwd(_FWD_TILES[opts["tile"]], q, k, v, o, lse, scale, causal)
+        # the kernel's softmax keeps the running max of the raw scores, so it takes scale > 0; a
+        # negative scale runs as (-q) * |scale|, the same scores exactly
+        if scale < 0:
+            q, scale = -q, -scale
+        _build.load("flash_mma_fwd").fwd(_FWD_TILES[opts["tile"]], q, k, v, o, lse, [], scale, causal)
     else:  # pragma: no cover - registry and dispatch disagree
         raise AssertionError(f"no forward dispatch for {name}")
     return o, lse
@@ -137,22 +168,23 @@ def _backward(variant: Variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
               opts: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     B, H, N, D = q.shape
     dev = q.device
-    dq, dk, dv = (_alloc(q.shape, q.dtype, dev) for _ in range(3))
+    dq = _alloc(q.shape, q.dtype, dev)
+    dk, dv = (_alloc(k.shape, k.dtype, dev) for _ in range(2))
     if variant.materializes:
         _check_workspace(variant, B, H, N, dev, 2)
         P = torch.empty((B * H, N, N), dtype=torch.float32, device=dev)
         dP = torch.empty_like(P)
-        _build.load("materialized").materialized_bwd(_MATERIALIZED_KIND[variant.name], q, k, v, lse, g, dq, dk, dv,
-                                                     P, dP, scale, causal)
+        _build.load("materialized").bwd(_MATERIALIZED_KIND[variant.name], q, k, v, o, lse, g, _NONE, _NONE, dq, dk,
+                                        dv, [P, dP], scale, causal)
         return dq, dk, dv
     Dd = torch.empty((B, H, N), dtype=torch.float32, device=dev)
     dq_acc = torch.empty(q.shape, dtype=torch.float32, device=dev)
     if variant.name == "flash_simt":
-        _build.load("flash_simt").simt_bwd(opts["block_size"], q, k, v, o, lse, g, Dd, dq_acc, dq, dk, dv, scale,
-                                           causal)
+        _build.load("flash_simt").bwd(opts["block_size"], q, k, v, o, lse, g, Dd, dq_acc, dq, dk, dv, [], scale,
+                                      causal)
     elif variant.name == "flash_mma":
-        _build.load("flash_mma_bwd").mma_bwd(_BWD_TILES[opts["bwd_tile"]], q, k, v, o, lse, g, Dd, dq_acc, dq, dk,
-                                             dv, scale, causal)
+        _build.load("flash_mma_bwd").bwd(_BWD_TILES[opts["bwd_tile"]], q, k, v, o, lse, g, Dd, dq_acc, dq, dk, dv,
+                                         [], scale, causal)
     else:  # pragma: no cover
         raise AssertionError(f"no backward dispatch for {variant.name}")
     return dq, dk, dv
@@ -160,7 +192,9 @@ def _backward(variant: Variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, variant: str = "flash_mma", causal: bool = False,
             scale: float | None = None, **options: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run a variant's forward pass: returns (out [B, H, N, D], lse [B, H, N] fp32, natural log)."""
+    """Run a variant's forward pass on q [B, H, Nq, D] and k, v [B, Hkv, Nk, D]: returns (out [B, H, Nq, D],
+    lse [B, H, Nq] fp32, natural log). Hkv < H is grouped-query attention (query head h reads k/v head
+    h // (H // Hkv)); causal masking is aligned top-left, as scaled_dot_product_attention's is_causal."""
     var, (q, k, v), sc, opts = _prepare(variant, ("q", "k", "v"), (q, k, v), causal, scale, options, "forward")
     return _forward(var, q, k, v, causal, sc, opts)
 
@@ -168,7 +202,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, variant: str =
 def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
              grad_out: torch.Tensor, *, variant: str = "flash_mma", causal: bool = False, scale: float | None = None,
              **options: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Run a variant's backward pass from the forward's (out, lse): returns (dq, dk, dv)."""
+    """Run a variant's backward pass from the forward's (out, lse): returns (dq, dk, dv), dk and dv shaped
+    like k and v (summed over the query heads that share them)."""
     var, (q, k, v, out, grad_out), sc, opts = _prepare(
         variant, ("q", "k", "v", "out", "grad_out"), (q, k, v, out, grad_out), causal, scale, options, "backward")
     B, H, N, _ = q.shape
@@ -199,8 +234,9 @@ class _Attention(torch.autograd.Function):
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, variant: str = "flash_mma",
               causal: bool = False, scale: float | None = None, **options: Any) -> torch.Tensor:
-    """softmax(scale * q k^T) v for [B, H, N, D] CUDA tensors, shaped like
-    torch.nn.functional.scaled_dot_product_attention; ``out.backward(g)`` runs the variant's backward.
+    """softmax(scale * q k^T) v for CUDA tensors shaped like torch.nn.functional.scaled_dot_product_attention's:
+    q [B, H, Nq, D], k and v [B, Hkv, Nk, D] (Hkv < H: grouped-query attention, as SDPA's enable_gqa=True;
+    causal aligned top-left, as its is_causal); ``out.backward(g)`` runs the variant's backward.
 
     Non-contiguous inputs are made contiguous first (a copy). ``options`` are the variant's own
     (see flash_kernels.VARIANTS[variant].options)."""

@@ -85,7 +85,8 @@ def decode() -> list[Config]:
 SUITES: dict[str, tuple[list[Config], tuple[str, ...], str]] = {
     "mixed": (mixed(), ("float32", "float16"), "ten mixed configurations at D=64, fp32 and fp16"),
     "d128": (d128(), ("float16",), "head dim 128 against N (B*N = 16384, H = 16), fp16"),
-    "convention": (convention(), ("float16",), "FlashAttention convention sweep, fp16, causal and not"),
+    "convention": (convention(), ("float16", "bfloat16"), "FlashAttention convention sweep, fp16 and bf16, causal "
+                   "and not"),
     "gqa": (gqa(), ("float16",), "grouped-query / multi-query attention: H=32, D=128, Hkv = 32, 8, 1, "
             "B*N = 16384, fp16, causal and not"),
     "decode": (decode(), ("float16",), "KV-cache decode: Nq = 1, 4, 16 queries against Nk = 1024-16384 keys, B=8, "

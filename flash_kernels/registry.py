@@ -56,6 +56,10 @@ class Variant:
     materializes: bool = False
     #: what the backward / forward pass reuses, if anything (e.g. tiled_uncoalesced forward = tiled)
     forward_of: str | None = None
+    #: takes k/v with fewer heads than q (grouped-query / multi-query attention, H % Hkv == 0)
+    grouped_query: bool = False
+    #: takes k/v with another sequence length than q (cross attention, KV-cache decode)
+    cross: bool = False
 
     def resolve_options(self, options: Mapping[str, Any], head_dim: int) -> dict[str, Any]:
         unknown = sorted(set(options) - set(self.options))
@@ -93,13 +97,13 @@ VARIANTS: dict[str, Variant] = {
             "flash_fa1",
             "FlashAttention-1 loop order: outer loop over K/V blocks, O/m/l rescaled in global memory; "
             "CUDA cores",
-            _ALL, _HD, ("forward",), True,
+            _ALL, _HD, ("forward",), True, grouped_query=True, cross=True,
         ),
         Variant(
             "flash_simt",
             "FlashAttention-2 on CUDA cores: online softmax in registers, fp32 accumulation, LSE saved; "
             "backward recomputes P from LSE",
-            _ALL, _HD, PASSES, True,
+            _ALL, _HD, PASSES, True, grouped_query=True, cross=True,
             options={
                 "block_size": Option(
                     "block_size", (4, 8, 16, 32),
@@ -112,7 +116,7 @@ VARIANTS: dict[str, Variant] = {
             "flash_mma",
             "FlashAttention-2 on tensor cores: mma.sync m16n8k16, ldmatrix, swizzled shared memory, "
             "cp.async double buffering, P in registers",
-            ("float16", "bfloat16"), _HD, PASSES, True,
+            ("float16", "bfloat16"), _HD, PASSES, True, grouped_query=True, cross=True,
             options={
                 "tile": Option(
                     "tile", ("128x64", "128x32", "64x64"),
@@ -150,6 +154,8 @@ def describe() -> list[dict[str, Any]]:
             "head_dims": ",".join(map(str, v.head_dims)),
             "passes": ",".join(v.passes),
             "causal": v.causal,
+            "grouped_query": v.grouped_query,
+            "cross": v.cross,
             "options": "; ".join(f"{o.name} in {list(o.choices)}" for o in v.options.values()),
         }
         for v in VARIANTS.values()

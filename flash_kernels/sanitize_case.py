@@ -1,12 +1,13 @@
 """One small forward + backward of every variant, option and dtype: the program that the GPU
-tests run under compute-sanitizer (memcheck, racecheck). Sizes are not multiples of any tile."""
+tests run under compute-sanitizer (memcheck, racecheck). Sizes are not multiples of any tile; the
+variants with grouped-query and cross attention also run k/v with fewer heads and another length."""
 
 from __future__ import annotations
 
 import torch
 
 import flash_kernels as fk
-from flash_kernels.testing import random_qkv
+from flash_kernels.testing import random_attention_inputs
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -22,12 +23,16 @@ def main() -> None:
             for D in var.head_dims:
                 if any(D not in var.options[k].head_dims.get(v, var.head_dims) for k, v in opts.items()):
                     continue
-                q, k, v, g = random_qkv(1, 2, 75, D, DTYPES[dtype], seed=1, n=4)
-                for causal in (False, True):
-                    o, lse = fk.forward(q, k, v, variant=name, causal=causal, **opts)
-                    if "backward" in var.passes:
-                        fk.backward(q, k, v, o, lse, g, variant=name, causal=causal, **opts)
-                    launches += 1
+                shapes = [(2, 2, 75, 75)]  # H, Hkv, Nq, Nk
+                if var.grouped_query and var.cross:
+                    shapes += [(4, 2, 75, 130), (4, 1, 130, 75)]
+                for H, Hkv, Nq, Nk in shapes:
+                    q, k, v, g = random_attention_inputs(1, H, Nq, D, DTYPES[dtype], Hkv=Hkv, Nk=Nk, seed=1)
+                    for causal in (False, True):
+                        o, lse = fk.forward(q, k, v, variant=name, causal=causal, **opts)
+                        if "backward" in var.passes:
+                            fk.backward(q, k, v, o, lse, g, variant=name, causal=causal, **opts)
+                        launches += 1
     torch.cuda.synchronize()
     print(f"sanitize_case: ran {launches} forward/backward cases")
 

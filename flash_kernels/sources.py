@@ -34,11 +34,11 @@ class ModuleSpec:
 MODULES: dict[str, ModuleSpec] = {
     m.name: m
     for m in [
-        ModuleSpec("materialized", "materialized.cu", "bind_materialized.cpp",
-                   ("materialized_fwd", "materialized_bwd")),
-        ModuleSpec("flash_simt", "flash_simt.cu", "bind_flash_simt.cpp", ("simt_fwd", "simt_bwd", "fa1_fwd")),
-        ModuleSpec("flash_mma_fwd", "flash_mma_fwd.cu", "bind_flash_mma_fwd.cpp", ("mma_fwd",)),
-        ModuleSpec("flash_mma_bwd", "flash_mma_bwd.cu", "bind_flash_mma_bwd.cpp", ("mma_bwd",)),
+        ModuleSpec("materialized", "materialized.cu", "bind_materialized.cpp", ("fwd", "bwd")),
+        ModuleSpec("flash_fa1", "flash_fa1.cu", "bind_flash_fa1.cpp", ("fwd",)),
+        ModuleSpec("flash_simt", "flash_simt.cu", "bind_flash_simt.cpp", ("fwd", "bwd")),
+        ModuleSpec("flash_mma_fwd", "flash_mma_fwd.cu", "bind_flash_mma_fwd.cpp", ("fwd",)),
+        ModuleSpec("flash_mma_bwd", "flash_mma_bwd.cu", "bind_flash_mma_bwd.cpp", ("bwd",)),
     ]
 }
 

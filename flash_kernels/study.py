@@ -45,8 +45,10 @@ def _supports(var: Variant) -> Callable[[Mapping[str, Any], str], str | None]:
             return f"{var.name} supports dtypes {', '.join(var.dtypes)}, not {p['dtype']}"
         if p["D"] not in var.head_dims:
             return f"{var.name} supports head dims {var.head_dims}, not {p['D']}"
-        if p.get("Hkv") is not None or p.get("Nk") is not None:
-            return f"{var.name} takes k/v with as many heads and keys as q (Hkv = H, Nk = N)"
+        if p.get("Hkv") is not None and not var.grouped_query:
+            return f"{var.name} takes k/v with as many heads as q (Hkv = H)"
+        if p.get("Nk") is not None and not var.cross:
+            return f"{var.name} takes k/v with as many keys as q has queries (Nk = N)"
         return None
 
     return why_not
@@ -54,7 +56,8 @@ def _supports(var: Variant) -> Callable[[Mapping[str, Any], str], str | None]:
 
 def _working_set(var: Variant) -> Callable[[Mapping[str, Any], str], float]:
     def ws(p: Mapping[str, Any], pass_: str) -> float:
-        return model.working_set_bytes(var.materializes, p["B"], p["H"], p["N"], p["D"], p["dtype"], pass_=pass_)
+        return model.working_set_bytes(var.materializes, p["B"], p["H"], p["N"], p["D"], p["dtype"], pass_=pass_,
+                                       Hkv=p.get("Hkv"), Nk=p.get("Nk"))
 
     return ws
 

@@ -99,8 +99,8 @@ def test_bad_files(tmp_path):
 
 
 @pytest.mark.parametrize("grid, reason", [
-    ({"impl": "flash_mma", "pass": "forward", "N": 128, "H": 8, "Hkv": 2}, "flash_mma takes k/v with as many heads"),
-    ({"impl": "flash_mma", "pass": "forward", "N": 128, "Nk": 256}, "flash_mma takes k/v with as many heads and keys"),
+    ({"impl": "naive", "pass": "forward", "N": 128, "H": 8, "Hkv": 2}, "naive takes k/v with as many heads as q"),
+    ({"impl": "tiled", "pass": "forward", "N": 128, "Nk": 256}, "tiled takes k/v with as many keys as q has queries"),
     ({"impl": "flash_mma", "pass": "forward", "N": 128, "D": 128, "options": {"tile": "128x64"}},
      "flash_mma: option tile='128x64' supports head dim (64,), not 128"),
     ({"impl": "flash_mma", "pass": "forward", "N": 128, "options": {"tile": "1x1"}}, "is not supported; accepted:"),
@@ -140,8 +140,15 @@ def test_work_model_on_cases():
 def test_the_built_in_sweeps():
     assert {"seqlen", "blocksize", "bench"} <= set(named_sweeps())
     seqlen = find("seqlen").cases()
-    assert sum(c.runnable for c in seqlen) == 178 and all(c.runnable for c in seqlen)
+    assert sum(c.runnable for c in seqlen) == 208 and all(c.runnable for c in seqlen)
     assert all(c.range.startswith("fk:") for c in seqlen)
+    # the materializing variants' one-head sweeps run well past the L2 (50 MiB on an H100, 60 on an
+    # H200): at least three points beyond it, the last four times it, so the onset shows as a curve
+    for impl, pass_ in [("naive", "forward"), ("naive", "backward"), ("tiled", "forward"), ("tiled", "backward"),
+                        ("tiled_uncoalesced", "backward")]:
+        ws = sorted(c.model["working_set"] for c in seqlen if c.impl == impl and c.pass_ == pass_
+                    and c.params["H"] == 1)
+        assert ws[0] < 50 * 2**20 and sum(w > 60 * 2**20 for w in ws) >= 3 and ws[-1] > 4 * 60 * 2**20, (impl, pass_)
     block = find("blocksize").cases()
     skipped = [c for c in block if not c.runnable]
     assert sum(c.runnable for c in block) == 52 and len(skipped) == 4

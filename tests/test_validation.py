@@ -51,8 +51,24 @@ def test_mismatched_dtypes():
 
 def test_mismatched_shapes():
     q, k, v = qkv()
-    with pytest.raises(ValueError, match="same shape"):
+    with pytest.raises(ValueError, match="k and v must have the same shape"):
         fk.forward(q, k[:, :, :8], v)
+    q, k, v = qkv((2, 2, 16, 64))
+    with pytest.raises(ValueError, match="q's batch B=2 and head dim D=64"):
+        fk.forward(q, k[:1], v[:1])
+
+
+def test_grouped_query_and_cross_shapes_are_checked():
+    q, k, v = qkv((2, 4, 16, 64))
+    with pytest.raises(ValueError, match="4 heads must be a multiple of k/v's 3 heads"):
+        fk.forward(q, k[:, :3], v[:, :3], variant="flash_simt")
+    with pytest.raises(ValueError, match="naive takes k/v with as many heads as q .*grouped-query attention: flash_fa1, "
+                                         "flash_simt, flash_mma"):
+        fk.forward(q, k[:, :2], v[:, :2], variant="naive")
+    with pytest.raises(ValueError, match="tiled takes k/v with as many keys .*cross attention: flash_fa1"):
+        fk.forward(q, k[:, :, :8], v[:, :, :8], variant="tiled")
+    with pytest.raises(ValueError, match="grad_out must have q's shape"):
+        fk.backward(q, k, v, q, None, q[:, :, :3], variant="flash_mma")
 
 
 def test_wrong_rank():

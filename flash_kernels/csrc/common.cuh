@@ -1,16 +1,19 @@
 // Shared helpers for every kernel family: dtype conversion and dispatch, warp reductions,
 // and the two small FlashAttention-2 backward helper kernels (D_i = rowsum(dO * O), dQ cast).
-// Layout convention everywhere: Q, K, V, O, dO, dQ, dK, dV are [B, H, N, D] contiguous,
-// LSE and D_i are [B, H, N] fp32, and LSE is the natural log of sum_j exp(scale * q_i . k_j).
+// Layout convention everywhere: Q, O, dO, dQ are [B, H, Nq, D] contiguous; K, V, dK, dV are
+// [B, Hkv, Nk, D] (grouped-query attention when Hkv < H: query head h reads key/value head
+// h / (H / Hkv)); LSE and D_i are [B, H, Nq] fp32, LSE the natural log of sum_j exp(scale q_i . k_j).
+// Causal masking is aligned top-left, as torch's scaled_dot_product_attention aligns is_causal:
+// query i sees keys j <= i.
 #pragma once
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
+#include "attn_args.h"
 
 namespace fk {
 
-enum DType : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -45,20 +48,47 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 inline int cdiv(int a, int b) { return (a + b - 1) / b; }
 
-// Dispatch a run-time dtype code to a type alias T inside the body.
-#define FK_DISPATCH_DTYPE(code, T, ...)                      \
-  switch (code) {                                             \
-    case ::fk::kF32: { using T = float; __VA_ARGS__; } break; \
-    case ::fk::kF16: { using T = __half; __VA_ARGS__; } break; \
-    case ::fk::kBF16: { using T = __nv_bfloat16; __VA_ARGS__; } break; \
-    default: return cudaErrorInvalidValue;                    \
-  }
-
-// Opt a kernel into more than 48 KB of dynamic shared memory (once per instantiation).
+// Opt a kernel into more than 48 KB of dynamic shared memory. The attribute belongs to the
+// current device's context, so it is set at every launch (a cheap host call) rather than once per
+// process: a second GPU gets it too.
 template <typename Kernel>
 inline cudaError_t allow_smem(Kernel kernel, int bytes) {
   if (bytes <= 48 * 1024) return cudaSuccess;
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+
+// What a kernel needs of the shape to find its rows: heads, kv heads, query and key lengths.
+struct Dims {
+  int H, Hkv, Nq, Nk;
+  // [B*H] query-head index -> [B*Hkv] key/value-head index
+  // (32-bit arithmetic: B*H is a grid dimension, < 2^16; 64-bit division would be a subroutine call)
+  __host__ __device__ __forceinline__ long kv_head(int bh) const {
+    return long((bh / H) * Hkv + (bh % H) / (H / Hkv));
+  }
+};
+inline Dims dims_of(const AttnArgs& a) { return Dims{a.H, a.Hkv, a.Nq, a.Nk}; }
+
+// Table dispatch of the run-time dtype and head dim to f(TypeTag<T>{}, IntTag<D>{}), which
+// returns a cudaError_t; fp32 only for families that have it.
+template <typename T> struct TypeTag { using type = T; };
+template <int V> struct IntTag { static constexpr int value = V; };
+template <bool F32, typename F>
+inline cudaError_t dispatch_dtype_hdim(const AttnArgs& a, F&& f) {
+  auto by_hdim = [&](auto t) -> cudaError_t {
+    switch (a.D) {
+      case 64: return f(t, IntTag<64>{});
+      case 128: return f(t, IntTag<128>{});
+      default: return cudaErrorInvalidValue;
+    }
+  };
+  switch (a.dtype) {
+    case kF16: return by_hdim(TypeTag<__half>{});
+    case kBF16: return by_hdim(TypeTag<__nv_bfloat16>{});
+    case kF32:
+      if constexpr (F32) return by_hdim(TypeTag<float>{});
+      else return cudaErrorInvalidValue;
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 // FlashAttention-2 backward preprocessing: Dd[row] = sum_d dO[row, d] * O[row, d]   // [B*H*N]
@@ -88,6 +118,7 @@ __global__ void cast_from_f32_kernel(const float* __restrict__ src, T* __restric
 template <typename T>
 inline cudaError_t launch_rowdot(const void* dO, const void* O, float* Dd, long rows, int D,
                                  cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
   const int threads = 256;
   long blocks = (rows * 32 + threads - 1) / threads;
   fa2_bwd_rowdot_kernel<T><<<(unsigned)blocks, threads, 0, stream>>>(

@@ -12,7 +12,7 @@ namespace fk {
 template <typename T, int D, int BR, int BC, int MT>
 __global__ void __launch_bounds__(BR / (16 * MT) * 32)
 flash_mma_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
-                         T* __restrict__ O, float* __restrict__ LSE, int N, float scale_log2, int causal) {
+                         T* __restrict__ O, float* __restrict__ LSE, Dims dm, float scale_log2, int causal) {
   // MT m16 tiles per warp: each K/V fragment read from shared memory feeds 2*MT mma instead of 2,
   // halving shared-memory traffic per FLOP when MT = 2 (the limit of the 16-rows-per-warp layout).
   constexpr int RW = 16 * MT;  // query rows per warp
@@ -28,18 +28,19 @@ flash_mma_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const
   const uint32_t sK = sQ + BR * D * 2;         // [2][BC][D]
   const uint32_t sV = sK + 2 * BC * D * 2;     // [2][BC][D]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const long bh = blockIdx.y;
+  const int Nq = dm.Nq, Nk = dm.Nk;
+  const long bh = blockIdx.y;  // b * H + h
   const int q0 = (causal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x)) * BR;
-  const T* Qb = Q + bh * N * D;
-  const T* Kb = K + bh * N * D;
-  const T* Vb = V + bh * N * D;
-  const int kv_len = causal ? min(N, q0 + BR) : N;
+  const T* Qb = Q + bh * Nq * D;
+  const T* Kb = K + dm.kv_head(bh) * Nk * D;
+  const T* Vb = V + dm.kv_head(bh) * Nk * D;
+  const int kv_len = causal ? min(Nk, q0 + BR) : Nk;
   const int n_kv = (kv_len + BC - 1) / BC;
 
-  load_tile_async<BR, D, NT>(sQ, Qb, q0, N, tid);
-  load_tile_async<BC, D, NT>(sK, Kb, 0, N, tid);
+  load_tile_async<BR, D, NT>(sQ, Qb, q0, Nq, tid);
+  load_tile_async<BC, D, NT>(sK, Kb, 0, Nk, tid);
   cp_async_commit();
-  load_tile_async<BC, D, NT>(sV, Vb, 0, N, tid);
+  load_tile_async<BC, D, NT>(sV, Vb, 0, Nk, tid);
   cp_async_commit();
 
   uint32_t qf[QR ? MT : 1][QR ? KD : 1][4];
@@ -65,9 +66,9 @@ flash_mma_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int kd = 0; kd < KD; ++kd)
-          ldmatrix_x4(qf[mt][kd], sQ + swz<D>(warp * RW + mt * 16 + (lane & 15), kd * 2 + (lane >> 4)));
+          ldsm_a<D>(qf[mt][kd], sQ, warp * RW + mt * 16, kd);
     }
-    if (t + 1 < n_kv) load_tile_async<BC, D, NT>(sK + (st ^ 1) * (BC * D * 2), Kb, (t + 1) * BC, N, tid);
+    if (t + 1 < n_kv) load_tile_async<BC, D, NT>(sK + (st ^ 1) * (BC * D * 2), Kb, (t + 1) * BC, Nk, tid);
     cp_async_commit();
 
     // S = Q_i K_j^T   [RW rows x BC keys] per warp
@@ -81,13 +82,12 @@ flash_mma_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const
       uint32_t qs[QR ? 1 : MT][4];
       if (!QR) {
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-          ldmatrix_x4(qs[mt], sQ + swz<D>(warp * RW + mt * 16 + (lane & 15), kd * 2 + (lane >> 4)));
+        for (int mt = 0; mt < MT; ++mt) ldsm_a<D>(qs[mt], sQ, warp * RW + mt * 16, kd);
       }
 #pragma unroll
       for (int nb2 = 0; nb2 < NB / 2; ++nb2) {
         uint32_t b[4];
-        ldmatrix_x4(b, cK + swz<D>(nb2 * 16 + (lane & 7) + ((lane >> 4) << 3), kd * 2 + ((lane >> 3) & 1)));
+        ldsm_b<D>(b, cK, nb2 * 16, kd);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           const uint32_t(&a)[4] = QR ? qf[QR ? mt : 0][QR ? kd : 0] : qs[QR ? 0 : mt];
@@ -96,26 +96,29 @@ flash_mma_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const
         }
       }
     }
-    // scale into the log2 domain, mask keys past N and (causal) keys after the query
+    // mask keys past Nk and (causal) keys after the query, on the raw scores (scale > 0: the
+    // launcher asks for it, so the largest raw score is the largest scaled one)
     const int j0 = t * BC;
-    const bool need_mask = (j0 + BC > N) || (causal && j0 + BC - 1 > wrow);
-    uint32_t pf[MT][BC / 16][4];
+    const bool need_mask = (j0 + BC > Nk) || (causal && j0 + BC - 1 > wrow);
+    if (need_mask) {
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int nb = 0; nb < NB; ++nb) {
+        for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float x = s[mt][nb][e] * scale_log2;
-          if (need_mask) {
+          for (int e = 0; e < 4; ++e) {
             const int key = j0 + nb * 8 + (lane & 3) * 2 + (e & 1);
             const int row = row0 + mt * 16 + (e >> 1) * 8;
-            if (key >= N || (causal && key > row)) x = -INFINITY;
+            if (key >= Nk || (causal && key > row)) s[mt][nb][e] = -INFINITY;
           }
-          s[mt][nb][e] = x;
-        }
-      }
-      // online softmax: each row is spread over the 4 lanes of a quad
+    }
+    uint32_t pf[MT][BC / 16][4];
+    float alpha[MT][2];
+    bool grew = false;  // did any row's running max change in this tile?
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      // online softmax: each row is spread over the 4 lanes of a quad; m is kept in raw units and
+      // p = 2^(s * scale log2(e) - m * scale log2(e)) is one FFMA and one MUFU.EX2 per score
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float mx = -INFINITY;
@@ -124,22 +127,18 @@ flash_mma_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float m_new = fmaxf(m[mt][h], mx);
-        const float m_use = (m_new == -INFINITY) ? 0.f : m_new;
-        const float alpha = fast_exp2(m[mt][h] - m_use);
+        const float ms = (m_new == -INFINITY) ? 0.f : m_new * scale_log2;
+        alpha[mt][h] = fast_exp2(m[mt][h] * scale_log2 - ms);
+        grew |= m_new != m[mt][h];
         m[mt][h] = m_new;
         float rs = 0.f;
 #pragma unroll
         for (int nb = 0; nb < NB; ++nb) {
-          s[mt][nb][2 * h] = fast_exp2(s[mt][nb][2 * h] - m_use);
-          s[mt][nb][2 * h + 1] = fast_exp2(s[mt][nb][2 * h + 1] - m_use);
+          s[mt][nb][2 * h] = fast_exp2(fmaf(s[mt][nb][2 * h], scale_log2, -ms));
+          s[mt][nb][2 * h + 1] = fast_exp2(fmaf(s[mt][nb][2 * h + 1], scale_log2, -ms));
           rs += s[mt][nb][2 * h] + s[mt][nb][2 * h + 1];
         }
-        l[mt][h] = l[mt][h] * alpha + rs;  // per-thread partial; the quad is reduced once at the end
-#pragma unroll
-        for (int nd = 0; nd < ND; ++nd) {
-          o[mt][nd][2 * h] *= alpha;
-          o[mt][nd][2 * h + 1] *= alpha;
-        }
+        l[mt][h] = l[mt][h] * alpha[mt][h] + rs;  // per-thread partial; the quad is reduced at the end
       }
       // P as A fragments (C layout of two n-tiles == A layout of one k16 step)
 #pragma unroll
@@ -150,6 +149,19 @@ flash_mma_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const
         pf[mt][kk][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
       }
     }
+    // O *= alpha only when some row's max grew: after the first tiles it rarely does, and at D=128
+    // the rescale is 128 multiplies per thread against 32 or 64 exponentials
+    if (__any_sync(0xffffffffu, grew)) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nd = 0; nd < ND; ++nd) {
+          o[mt][nd][0] *= alpha[mt][0];
+          o[mt][nd][1] *= alpha[mt][0];
+          o[mt][nd][2] *= alpha[mt][1];
+          o[mt][nd][3] *= alpha[mt][1];
+        }
+    }
     cp_async_wait<1>();  // V_t has landed (K_{t+1} may still be in flight)
     __syncthreads();
     // O += P V_j
@@ -158,7 +170,7 @@ flash_mma_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, cV + swz<D>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dp * 2 + (lane >> 4)));
+        ldsm_bt<D>(b, cV, kk * 16, dp);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma16816<T>(o[mt][2 * dp], pf[mt][kk], b[0], b[1]);
@@ -166,7 +178,7 @@ flash_mma_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const
         }
       }
     }
-    if (t + 1 < n_kv) load_tile_async<BC, D, NT>(sV + (st ^ 1) * (BC * D * 2), Vb, (t + 1) * BC, N, tid);
+    if (t + 1 < n_kv) load_tile_async<BC, D, NT>(sV + (st ^ 1) * (BC * D * 2), Vb, (t + 1) * BC, Nk, tid);
     cp_async_commit();
   }
   cp_async_wait<0>();
@@ -182,64 +194,50 @@ flash_mma_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const
       l[mt][h] += __shfl_xor_sync(0xffffffffu, l[mt][h], 2);
       inv[h] = 1.f / l[mt][h];
     }
-    const int r = warp * RW + mt * 16 + (lane >> 2);
 #pragma unroll
-    for (int nd = 0; nd < ND; ++nd) {
-      *reinterpret_cast<uint32_t*>(smem + swz<D>(r, nd) + (lane & 3) * 4) =
-          pack2<T>(o[mt][nd][0] * inv[0], o[mt][nd][1] * inv[0]);
-      *reinterpret_cast<uint32_t*>(smem + swz<D>(r + 8, nd) + (lane & 3) * 4) =
-          pack2<T>(o[mt][nd][2] * inv[1], o[mt][nd][3] * inv[1]);
-    }
+    for (int nd = 0; nd < ND; ++nd) stsm_c<D, T>(smem, o[mt][nd], warp * RW + mt * 16, nd, inv[0], inv[1]);
     if ((lane & 3) == 0) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = row0 + mt * 16 + h * 8;
-        if (row < N) LSE[bh * N + row] = (m[mt][h] + __log2f(l[mt][h])) * kLn2;
+        if (row < Nq) LSE[bh * Nq + row] = (m[mt][h] * scale_log2 + __log2f(l[mt][h])) * kLn2;
       }
     }
   }
   __syncwarp();
-  store_tile<RW, D, 32>(reinterpret_cast<const T*>(smem + warp * RW * D * 2), O + bh * N * D, wrow, N, lane);
+  store_tile<RW, D, 32>(reinterpret_cast<const T*>(smem + warp * RW * D * 2), O + bh * Nq * D, wrow, Nq, lane);
 }
 
 template <typename T, int D, int BR, int BC, int MT>
-cudaError_t mma_forward_launch(const void* q, const void* k, const void* v, void* o, float* lse, int BH, int N,
-                               float scale, int causal, cudaStream_t stream) {
+cudaError_t mma_forward_launch(const AttnArgs& a, cudaStream_t stream) {
   auto kernel = flash_mma_forward_kernel<T, D, BR, BC, MT>;
   constexpr int smem = (BR * D + 4 * BC * D) * 2;
-  static cudaError_t attr = allow_smem(kernel, smem);
-  if (attr != cudaSuccess) return attr;
-  kernel<<<dim3(cdiv(N, BR), BH), BR / (16 * MT) * 32, smem, stream>>>(
-      static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(o), lse, N,
-      scale * kLog2e, causal);
+  cudaError_t err = allow_smem(kernel, smem);
+  if (err != cudaSuccess) return err;
+  kernel<<<dim3(cdiv(a.Nq, BR), a.B * a.H), BR / (16 * MT) * 32, smem, stream>>>(
+      static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
+      a.lse, dims_of(a), a.scale * kLog2e, a.causal);
   return cudaGetLastError();
+}
+
+// The tile table: option code -> (query rows BR, keys per K/V tile BC, m16 tiles per warp MT).
+// Codes as flash_kernels/_ops.py names them: 0 = 128x64, 1 = 128x32, 2 = 64x64.
+template <typename T, int D>
+cudaError_t mma_forward_tiles(const AttnArgs& a, cudaStream_t stream) {
+  switch (a.option) {
+    case 0:  // at D = 128 the 32 x 128 O accumulator and 32 x 64 scores of a warp spill
+      if constexpr (D == 64) return mma_forward_launch<T, D, 128, 64, 2>(a, stream);
+      return cudaErrorInvalidValue;
+    case 1: return mma_forward_launch<T, D, 128, 32, 2>(a, stream);
+    case 2: return mma_forward_launch<T, D, 64, 64, 1>(a, stream);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 }  // namespace fk
 
-// tile: 0 = 128x64 (4 warps x 32 rows; D = 64 only: at D = 128 it spills), 1 = 128x32 (4 warps x 32 rows),
-//       2 = 64x64 (4 warps x 16 rows);  BR x BC = query rows x keys per tile
-int flash_mma_forward(int dtype, int tile, const void* q, const void* k, const void* v, void* o, float* lse, int BH,
-                      int N, int D, float scale, int causal, cudaStream_t stream) {
-  using namespace fk;
-#define FK_FWD(T, DD, BR, BC, MT) \
-  return mma_forward_launch<T, DD, BR, BC, MT>(q, k, v, o, lse, BH, N, scale, causal, stream)
-#define FK_FWD_TILES(T, DD)                                 \
-  switch (tile) {                                           \
-    case 0: if (DD == 64) { FK_FWD(T, 64, 128, 64, 2); }    \
-      return cudaErrorInvalidValue;                         \
-    case 1: FK_FWD(T, DD, 128, 32, 2);                      \
-    case 2: FK_FWD(T, DD, 64, 64, 1);                       \
-    default: return cudaErrorInvalidValue;                  \
-  }
-  if (dtype == kF16) {
-    if (D == 64) { FK_FWD_TILES(__half, 64) }
-    if (D == 128) { FK_FWD_TILES(__half, 128) }
-  } else if (dtype == kBF16) {
-    if (D == 64) { FK_FWD_TILES(__nv_bfloat16, 64) }
-    if (D == 128) { FK_FWD_TILES(__nv_bfloat16, 128) }
-  }
-#undef FK_FWD_TILES
-#undef FK_FWD
-  return cudaErrorInvalidValue;
+int flash_mma_forward(const fk::AttnArgs& a, cudaStream_t stream) {
+  return fk::dispatch_dtype_hdim</*fp32=*/false>(a, [&](auto t, auto d) {
+    return fk::mma_forward_tiles<typename decltype(t)::type, decltype(d)::value>(a, stream);
+  });
 }

@@ -252,28 +252,39 @@ cudaError_t tiled_backward_t(const T* q, const T* k, const T* v, const float* ls
 
 }  // namespace fk
 
-// kind: 0 = naive, 1 = tiled (tiled_uncoalesced reuses the tiled forward)
-int materialized_forward(int dtype, int kind, const void* q, const void* k, const void* v, void* o, float* lse,
-                         float* S, int BH, int N, int D, float scale, int causal, cudaStream_t stream) {
-  using namespace fk;
-  FK_DISPATCH_DTYPE(dtype, T, {
-    auto f = kind == 0 ? naive_forward_t<T> : tiled_forward_t<T>;
-    return f(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(o), lse,
-             S, BH, N, D, scale, causal, stream);
-  });
-  return cudaSuccess;
+// The materializing variants take k, v shaped like q (Hkv = H, Nk = Nq; flash_kernels/_ops.py
+// refuses other shapes). option: 0 = naive, 1 = tiled, 2 = tiled_uncoalesced (its forward is tiled's).
+// Workspaces: ws[0] = S (forward) or P, ws[1] = dP (backward), each [B*H, N, N] fp32.
+namespace fk {
+
+template <typename T, int D>
+cudaError_t materialized_fwd_t(const AttnArgs& a, cudaStream_t stream) {
+  auto f = a.option == 0 ? naive_forward_t<T> : tiled_forward_t<T>;
+  return f(static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
+           a.lse, a.ws[0], a.B * a.H, a.Nq, D, a.scale, a.causal, stream);
 }
 
-// kind: 0 = naive, 1 = tiled, 2 = tiled_uncoalesced
-int materialized_backward(int dtype, int kind, const void* q, const void* k, const void* v, const float* lse,
-                          const void* dO, void* dq, void* dk, void* dv, float* P, float* dP, int BH, int N, int D,
-                          float scale, int causal, cudaStream_t stream) {
-  using namespace fk;
-  FK_DISPATCH_DTYPE(dtype, T, {
-    auto f = kind == 0 ? naive_backward_t<T> : (kind == 1 ? tiled_backward_t<T, true> : tiled_backward_t<T, false>);
-    return f(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), lse,
-             static_cast<const T*>(dO), static_cast<T*>(dq), static_cast<T*>(dk), static_cast<T*>(dv), P, dP, BH, N,
-             D, scale, causal, stream);
+template <typename T, int D>
+cudaError_t materialized_bwd_t(const AttnArgs& a, cudaStream_t stream) {
+  auto f = a.option == 0 ? naive_backward_t<T>
+                         : (a.option == 1 ? tiled_backward_t<T, true> : tiled_backward_t<T, false>);
+  return f(static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), a.lse,
+           static_cast<const T*>(a.dO), static_cast<T*>(a.dq), static_cast<T*>(a.dk), static_cast<T*>(a.dv), a.ws[0],
+           a.ws[1], a.B * a.H, a.Nq, D, a.scale, a.causal, stream);
+}
+
+}  // namespace fk
+
+int materialized_forward(const fk::AttnArgs& a, cudaStream_t stream) {
+  if (a.Hkv != a.H || a.Nk != a.Nq || a.option < 0 || a.option > 2) return cudaErrorInvalidValue;
+  return fk::dispatch_dtype_hdim</*fp32=*/true>(a, [&](auto t, auto d) {
+    return fk::materialized_fwd_t<typename decltype(t)::type, decltype(d)::value>(a, stream);
   });
-  return cudaSuccess;
+}
+
+int materialized_backward(const fk::AttnArgs& a, cudaStream_t stream) {
+  if (a.Hkv != a.H || a.Nk != a.Nq || a.option < 0 || a.option > 2) return cudaErrorInvalidValue;
+  return fk::dispatch_dtype_hdim</*fp32=*/true>(a, [&](auto t, auto d) {
+    return fk::materialized_bwd_t<typename decltype(t)::type, decltype(d)::value>(a, stream);
+  });
 }

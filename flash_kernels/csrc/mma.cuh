@@ -13,10 +13,6 @@
 
 namespace fk {
 
-template <typename T> struct MmaKind;
-template <> struct MmaKind<__half> {};
-template <> struct MmaKind<__nv_bfloat16> {};
-
 template <typename T>
 __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
 
@@ -82,6 +78,43 @@ __device__ __forceinline__ uint32_t swz(int row, int chunk) {
   constexpr int U = D / 8;  // chunks per row
   const int x = U >= 8 ? (row & 7) : ((row >> 1) & 3);
   return uint32_t(row * (D * 2) + ((chunk ^ x) << 4));
+}
+
+// ldmatrix.x4 fragment loads from a swizzled tile of rows of W 16-bit elements: the lane address
+// arithmetic of the four ways the kernels read a 16 x 16 block of a tile, named once.
+//   ldsm_a : the A fragment (m16 x k16) of a row-major [m][k] tile        rows m0.., k columns 16 k16..
+//   ldsm_b : two B fragments (k16 x n8, n0.. and n0+8..) of an [n][k] tile  rows n0.., k columns 16 k16..
+//   ldsm_bt: two B fragments (n8 at columns 16 n16 and 16 n16 + 8) of a [k][n] tile (transposing load)
+//   ldsm_at: the A fragment of the transpose of a [k][m] tile (m columns 16 m16..; transposing load)
+template <int W>
+__device__ __forceinline__ void ldsm_a(uint32_t (&r)[4], uint32_t tile, int m0, int k16) {
+  const int lane = threadIdx.x & 31;
+  ldmatrix_x4(r, tile + swz<W>(m0 + (lane & 15), 2 * k16 + (lane >> 4)));
+}
+template <int W>
+__device__ __forceinline__ void ldsm_b(uint32_t (&r)[4], uint32_t tile, int n0, int k16) {
+  const int lane = threadIdx.x & 31;
+  ldmatrix_x4(r, tile + swz<W>(n0 + (lane & 7) + ((lane >> 4) << 3), 2 * k16 + ((lane >> 3) & 1)));
+}
+template <int W>
+__device__ __forceinline__ void ldsm_bt(uint32_t (&r)[4], uint32_t tile, int k0, int n16) {
+  const int lane = threadIdx.x & 31;
+  ldmatrix_x4_trans(r, tile + swz<W>(k0 + (lane & 7) + (((lane >> 3) & 1) << 3), 2 * n16 + (lane >> 4)));
+}
+template <int W>
+__device__ __forceinline__ void ldsm_at(uint32_t (&r)[4], uint32_t tile, int k0, int m16) {
+  const int lane = threadIdx.x & 31;
+  ldmatrix_x4_trans(r, tile + swz<W>(k0 + (lane & 7) + ((lane >> 4) << 3), 2 * m16 + ((lane >> 3) & 1)));
+}
+
+// Write a warp's m16 x n8 accumulator tile (C layout), converted to T, into a swizzled [rows][W]
+// 16-bit tile at rows m0.., columns 8 n8..; `mul` scales rows g (first two values) and g + 8.
+template <int W, typename T>
+__device__ __forceinline__ void stsm_c(uint8_t* tile, const float (&c)[4], int m0, int n8, float mul0 = 1.f,
+                                       float mul1 = 1.f) {
+  const int lane = threadIdx.x & 31, r = m0 + (lane >> 2), b = (lane & 3) * 4;
+  *reinterpret_cast<uint32_t*>(tile + swz<W>(r, n8) + b) = pack2<T>(c[0] * mul0, c[1] * mul0);
+  *reinterpret_cast<uint32_t*>(tile + swz<W>(r + 8, n8) + b) = pack2<T>(c[2] * mul1, c[3] * mul1);
 }
 
 // Copy rows [r0, r0 + ROWS) of a [N][D] matrix into a swizzled [ROWS][D] shared tile with cp.async,

@@ -7,7 +7,7 @@ import torch
 
 import flash_kernels as fk
 from flash_kernels.reference import reference_backward, reference_forward
-from flash_kernels.testing import TOLERANCES, error_metrics, poisoned_outputs, random_qkv
+from flash_kernels.testing import TOLERANCES, error_metrics, poisoned_outputs, random_attention_inputs, random_qkv
 
 SEQ_LENS = (1, 17, 100, 128, 1000, 4096)
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -121,3 +121,88 @@ def test_flash_mma_has_no_spills() -> None:
     assert rows, "no flash_mma kernels in the ptxas report"
     spills = [r["kernel"] for r in rows if r["spill_store_bytes"] or r["spill_load_bytes"] or r["stack_bytes"]]
     assert not spills, f"flash_mma kernels with local-memory spills: {spills}"
+
+
+# --------------------------------------------------------------------------- grouped-query and cross attention
+
+#: (B, H, Hkv, Nq, Nk): multi-query, grouped-query, decode against a long cache, queries past the
+#: last key (causal rows that see every key), a single key, ragged sizes that match no tile
+GQA_CROSS_SHAPES = [
+    (2, 4, 1, 100, 100),
+    (1, 6, 2, 77, 300),
+    (2, 8, 2, 16, 4096),
+    (3, 4, 4, 1, 1000),
+    (1, 4, 2, 300, 45),
+    (1, 2, 1, 257, 1),
+    (1, 8, 8, 129, 2000),
+]
+
+
+def _gqa_cases():
+    for name, var in fk.VARIANTS.items():
+        if not (var.grouped_query and var.cross):
+            continue
+        for dtype in var.dtypes:
+            for D in var.head_dims:
+                for causal in (False, True):
+                    for B, H, Hkv, Nq, Nk in GQA_CROSS_SHAPES:
+                        yield pytest.param(name, dtype, D, causal, (B, H, Hkv, Nq, Nk),
+                                           id=f"{name}-{dtype}-D{D}-{'causal' if causal else 'full'}-H{H}/{Hkv}-Nq{Nq}-Nk{Nk}")
+
+
+@pytest.mark.parametrize("variant,dtype,D,causal,shape", list(_gqa_cases()))
+def test_grouped_query_and_cross_against_reference(variant: str, dtype: str, D: int, causal: bool,
+                                                   shape: tuple[int, ...]) -> None:
+    B, H, Hkv, Nq, Nk = shape
+    tol = TOLERANCES[dtype]
+    q, k, v, g = random_attention_inputs(B, H, Nq, D, DTYPES[dtype], Hkv=Hkv, Nk=Nk, seed=Nq * 31 + Nk + D)
+    ref_o, ref_lse = reference_forward(q, k, v, causal=causal)
+    with poisoned_outputs():
+        o, lse = fk.forward(q, k, v, variant=variant, causal=causal)
+    torch.cuda.synchronize()
+    _assert_close("O", o, ref_o, tol["out_rel_l2"], tol["out_max_rel"])
+    lse_err = (lse.double() - ref_lse).abs().max().item()
+    assert lse_err <= tol["lse_abs"], f"LSE max abs error {lse_err} > {tol['lse_abs']}"
+    if "backward" not in fk.VARIANTS[variant].passes:
+        return
+    with poisoned_outputs():
+        dq, dk, dv = fk.backward(q, k, v, o, lse, g, variant=variant, causal=causal)
+    torch.cuda.synchronize()
+    assert dk.shape == k.shape and dv.shape == v.shape and dq.shape == q.shape
+    for name, got, ref in zip(("dQ", "dK", "dV"), (dq, dk, dv), reference_backward(q, k, v, g, causal=causal),
+                              strict=True):
+        _assert_close(name, got, ref, tol["grad_rel_l2"], tol["grad_max_rel"])
+
+
+@pytest.mark.parametrize("variant", [n for n, v in fk.VARIANTS.items() if v.grouped_query and v.cross])
+def test_grouped_query_matches_sdpa_enable_gqa(variant: str) -> None:
+    """Against PyTorch's own SDPA (enable_gqa=True, is_causal), forward and autograd backward."""
+    import torch.nn.functional as F
+
+    q, k, v, g = random_attention_inputs(2, 8, 200, 64, torch.float16, Hkv=2, Nk=333, seed=1)
+    ref_in = [t.float().requires_grad_(True) for t in (q, k, v)]
+    ref = F.scaled_dot_product_attention(*ref_in, is_causal=True, enable_gqa=True)
+    ref.backward(g.float())
+    ins = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    out = fk.attention(*ins, variant=variant, causal=True)
+    tol = TOLERANCES["float16"]
+    _assert_close("O", out, ref, tol["out_rel_l2"], tol["out_max_rel"])
+    if "backward" in fk.VARIANTS[variant].passes:
+        out.backward(g)
+        for name, a, b in zip(("dQ", "dK", "dV"), ins, ref_in, strict=True):
+            _assert_close(name, a.grad, b.grad, tol["grad_rel_l2"], tol["grad_max_rel"])
+
+
+@pytest.mark.parametrize("tile", fk.VARIANTS["flash_mma"].options["tile"].choices)
+@pytest.mark.parametrize("bwd_tile", fk.VARIANTS["flash_mma"].options["bwd_tile"].choices)
+def test_flash_mma_tiles_with_grouped_query_and_cross(tile: str, bwd_tile: str) -> None:
+    q, k, v, g = random_attention_inputs(1, 4, 190, 64, torch.bfloat16, Hkv=2, Nk=211, seed=7)
+    tol = TOLERANCES["bfloat16"]
+    for causal in (False, True):
+        with poisoned_outputs():
+            o, lse = fk.forward(q, k, v, variant="flash_mma", causal=causal, tile=tile)
+            grads = fk.backward(q, k, v, o, lse, g, variant="flash_mma", causal=causal, bwd_tile=bwd_tile)
+        _assert_close("O", o, reference_forward(q, k, v, causal=causal)[0], tol["out_rel_l2"], tol["out_max_rel"])
+        for name, got, ref in zip(("dQ", "dK", "dV"), grads, reference_backward(q, k, v, g, causal=causal),
+                                  strict=True):
+            _assert_close(name, got, ref, tol["grad_rel_l2"], tol["grad_max_rel"])
