@@ -40,16 +40,16 @@ def test_workload_runs_every_kind_of_implementation(tmp_path):
 
 @pytest.mark.parametrize("pass_", ["forward", "backward"])
 def test_gqa_and_cross_attention_cases_reach_sdpa(tmp_path, pass_):
-    sweep = Sweep("gpu-gqa", [{"impl": ["sdpa_flash", "flash_mma"], "pass": pass_, "B": 1, "H": 8, "Hkv": 2, "N": 128,
-                               "Nk": 256, "D": 64}], plugins=("flash_kernels.study",))
+    sweep = Sweep("gpu-gqa", [{"impl": ["sdpa_flash", "flash_mma", "tiled"], "pass": pass_, "B": 1, "H": 8, "Hkv": 2,
+                               "N": 128, "Nk": 256, "D": 64}], plugins=("flash_kernels.study",))
     cases = sweep.cases()
-    assert [c.runnable for c in cases] == [True, False]  # flash_mma says why it cannot: Hkv/Nk
+    assert [c.runnable for c in cases] == [True, True, False]  # tiled says why it cannot: Hkv/Nk
     path = tmp_path / "s.toml"
     path.write_text(sweep.to_toml())
     log = tmp_path / "l.jsonl"
     assert main(["--sweep", str(path), "--log", str(log)]) == 0
     recs = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [r["impl"] for r in recs] == ["sdpa_flash"] and recs[0]["status"] == "ok"
+    assert [r["impl"] for r in recs] == ["sdpa_flash", "flash_mma"] and all(r["status"] == "ok" for r in recs)
 
 
 def test_a_custom_problem_runs_with_its_own_inputs(tmp_path):
