@@ -169,9 +169,16 @@ def test_grouped_query_and_cross_against_reference(variant: str, dtype: str, D: 
         dq, dk, dv = fk.backward(q, k, v, o, lse, g, variant=variant, causal=causal)
     torch.cuda.synchronize()
     assert dk.shape == k.shape and dv.shape == v.shape and dq.shape == q.shape
-    for name, got, ref in zip(("dQ", "dK", "dV"), (dq, dk, dv), reference_backward(q, k, v, g, causal=causal),
-                              strict=True):
-        _assert_close(name, got, ref, tol["grad_rel_l2"], tol["grad_max_rel"])
+    ref_dq, ref_dk, ref_dv = reference_backward(q, k, v, g, causal=causal)
+    if Nk == 1:
+        # one key: P = 1 and dS = dP - rowsum(dO * O) = 0, so dQ is zero up to rounding and has no
+        # relative error to speak of; bound its absolute error instead (inputs are O(1))
+        err = (dq.double() - ref_dq).abs().max().item()
+        assert err <= tol["grad_max_rel"], f"dQ (exactly 0): max abs error {err}"
+    else:
+        _assert_close("dQ", dq, ref_dq, tol["grad_rel_l2"], tol["grad_max_rel"])
+    _assert_close("dK", dk, ref_dk, tol["grad_rel_l2"], tol["grad_max_rel"])
+    _assert_close("dV", dv, ref_dv, tol["grad_rel_l2"], tol["grad_max_rel"])
 
 
 @pytest.mark.parametrize("variant", [n for n, v in fk.VARIANTS.items() if v.grouped_query and v.cross])
@@ -183,11 +190,12 @@ def test_grouped_query_matches_sdpa_enable_gqa(variant: str) -> None:
     ref_in = [t.float().requires_grad_(True) for t in (q, k, v)]
     ref = F.scaled_dot_product_attention(*ref_in, is_causal=True, enable_gqa=True)
     ref.backward(g.float())
-    ins = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    has_bwd = "backward" in fk.VARIANTS[variant].passes
+    ins = [t.clone().requires_grad_(has_bwd) for t in (q, k, v)]
     out = fk.attention(*ins, variant=variant, causal=True)
     tol = TOLERANCES["float16"]
     _assert_close("O", out, ref, tol["out_rel_l2"], tol["out_max_rel"])
-    if "backward" in fk.VARIANTS[variant].passes:
+    if has_bwd:
         out.backward(g)
         for name, a, b in zip(("dQ", "dK", "dV"), ins, ref_in, strict=True):
             _assert_close(name, a.grad, b.grad, tol["grad_rel_l2"], tol["grad_max_rel"])
