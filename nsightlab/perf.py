@@ -76,8 +76,11 @@ def target_table(df: pd.DataFrame, impl: str, reference: str, targets: Mapping[s
     r = r[(r["impl"] == impl) & (r["N"] >= min_n)]
     r = r.assign(target=r["pass"].map(dict(targets)))
     r["met"] = r["ratio"] >= r["target"]
-    cols = ["pass", "D", "causal", "N", "B", "H", "tflops", "ref_tflops", "ratio", "target", "met"]
-    return r[cols].sort_values(["pass", "D", "causal", "N"]).reset_index(drop=True)
+    lead = [c for c in ("suite", "dtype") if c in r and (suite is None or c != "suite")]
+    cols = ["pass", *lead, "D", "causal", "N", "B", "H", "tflops", "ref_tflops", "ratio", "target", "met"]
+    order = {"forward": 0, "backward": 1}
+    r = r.assign(_p=r["pass"].map(order).fillna(2))
+    return r.sort_values(["_p", *lead, "D", "causal", "N"])[cols].reset_index(drop=True)
 
 
 def speedup_table(df: pd.DataFrame, suite: str, pass_: str, dtype: str, baseline: str) -> pd.DataFrame:

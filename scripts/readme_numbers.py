@@ -19,7 +19,7 @@ from nsightlab.store import cases, find_file, load_bench, load_manifest, short_c
 
 ROOT = Path(__file__).resolve().parent.parent
 #: this project's targets for flash_mma against SDPA's flash backend (N >= 2048)
-TARGETS = {"forward": 0.80, "backward": 0.60}
+TARGETS = {"forward": 0.95, "backward": 0.85}  # the kernel issue's: FlashAttention-2's speed with mma.sync
 
 
 def _md(df: pd.DataFrame) -> str:
@@ -47,13 +47,47 @@ def capture_table(gpu: Path) -> str:
 
 
 def target_table(gpu: Path) -> str:
+    """flash_mma / SDPA flash per convention row, N across: one line per pass, dtype, D and causal."""
     df, _ = load_bench(gpu / "bench")
     t = perf.target_table(df, "flash_mma", "sdpa_flash", TARGETS, suite="convention")
-    t = t.assign(causal=t["causal"].map({True: "yes", False: "no"}), tflops=t["tflops"].round(1),
-                 ref_tflops=t["ref_tflops"].round(1), ratio=(100 * t["ratio"]).round(0).astype(int).astype(str) + "%",
-                 target=(100 * t["target"]).astype(int).astype(str) + "%", met=t["met"].map({True: "yes", False: "**no**"}))
-    t = t.drop(columns=["B", "H"]).rename(columns={"tflops": "flash_mma TFLOP/s", "ref_tflops": "SDPA flash TFLOP/s"})
-    return _md(t)
+    rows = []
+    for (p, dt, D, causal), g in t.groupby(["pass", "dtype", "D", "causal"], sort=False):
+        row = {"pass": p, "dtype": dt, "D": D, "causal": "yes" if causal else "no"}
+        row.update({f"N={n}": f"{r:.2f}" for n, r in zip(g["N"], g["ratio"], strict=True)})
+        row["flash_mma TFLOP/s"] = f"{g['tflops'].min():.0f}–{g['tflops'].max():.0f}"
+        row["target"] = f"{g['target'].iloc[0]:.2f}"
+        row["met"] = f"{int(g['met'].sum())} of {len(g)}"
+        rows.append(row)
+    return _md(pd.DataFrame(rows))
+
+
+def gqa_table(gpu: Path) -> str:
+    """The gqa suite: flash_mma and cuDNN over SDPA flash, per Hkv, N and causal, both passes."""
+    df, _ = load_bench(gpu / "bench")
+    r = perf.ratio_to(df[df["suite"] == "gqa"], "sdpa_flash")
+    rows = []
+    for (hkv, causal, n), g in r.groupby(["Hkv", "causal", "N"], sort=True):
+        row = {"Hkv": hkv, "causal": "yes" if causal else "no", "N": n}
+        for p in ("forward", "backward"):
+            for impl in ("flash_mma", "sdpa_cudnn"):
+                x = g[(g["pass"] == p) & (g["impl"] == impl)]
+                row[f"{p} {impl}"] = f"{x['ratio'].iloc[0]:.2f}" if len(x) else "—"
+        rows.append(row)
+    return _md(pd.DataFrame(rows).sort_values(["Hkv", "causal", "N"], ascending=[False, True, True]))
+
+
+def decode_table(gpu: Path) -> str:
+    """The decode suite's forward pass: microseconds per call (memory-bound: GB/s of compulsory traffic)."""
+    df, _ = load_bench(gpu / "bench")
+    d = df[(df["suite"] == "decode") & (df["pass"] == "forward") & (df["status"] == "ok")]
+    rows = []
+    for cfg, g in d.groupby("config", sort=False):
+        row = {"config": cfg}
+        for impl in ("flash_mma", "sdpa_flash", "sdpa_cudnn"):
+            x = g[g["impl"] == impl]
+            row[f"{impl} µs (GB/s)"] = f"{1e3 * x['ms'].iloc[0]:.0f} ({x['gbps'].iloc[0]:.0f})" if len(x) else "—"
+        rows.append(row)
+    return _md(pd.DataFrame(rows))
 
 
 def one_config_table(gpu: Path, config: str = "B4-H16-N4096-D128") -> str:
@@ -140,8 +174,13 @@ def main(argv: list[str]) -> int:
               f"{m.get('gpu', {}).get('nvidia_smi', {}).get('driver_version')}, torch {env.get('torch')}\n")
         print("### captures\n\n" + capture_table(gpu) + "\n")
         if (gpu / "bench").exists():
-            print("### flash_mma vs SDPA flash (convention, N >= 2048)\n\n" + target_table(gpu) + "\n")
+            print("### flash_mma / SDPA flash throughput (convention, N >= 2048)\n\n" + target_table(gpu) + "\n")
             print("### every variant, d128 B4-H16-N4096-D128\n\n" + one_config_table(gpu) + "\n")
+            df, _ = load_bench(gpu / "bench")
+            if "gqa" in set(df["suite"]):
+                print("### grouped-query attention (gqa suite): throughput / SDPA flash's\n\n" + gqa_table(gpu) + "\n")
+            if "decode" in set(df["suite"]):
+                print("### KV-cache decode (decode suite), forward\n\n" + decode_table(gpu) + "\n")
         if (gpu / "triton-example").exists():
             print("### the Triton example (B=4, H=16, N=4096, D=128)\n\n" + example_table(gpu) + "\n")
         if (gpu / "seqlen").exists():

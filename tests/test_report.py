@@ -65,7 +65,8 @@ def test_committed_benchmarks_are_correct_to_the_tolerances():
 def test_target_table_ratios():
     df, _ = load_bench(BENCH)
     t = perf.target_table(df, "flash_mma", "sdpa_flash", {"forward": 0.8, "backward": 0.6}, suite="convention")
-    assert len(t) == 32
+    assert len(t) == 64 and set(t["dtype"]) == {"float16", "bfloat16"}
+    assert list(t["pass"].unique()) == ["forward", "backward"]
     assert ((t["ratio"] - t["tflops"] / t["ref_tflops"]).abs() < 1e-12).all()
 
 
