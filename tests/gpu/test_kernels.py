@@ -33,11 +33,9 @@ def _assert_close(what: str, out: torch.Tensor, ref: torch.Tensor, rel_l2: float
     assert m["rel_l2"] <= rel_l2 and m["max_rel"] <= max_rel, f"{what}: {m} exceeds rel_l2<={rel_l2}, max_rel<={max_rel}"
 
 
-@pytest.mark.parametrize("variant,dtype,D,causal,N", list(_cases()))
-def test_against_reference(variant: str, dtype: str, D: int, causal: bool, N: int) -> None:
-    B, H = _shape(N)
-    tol = TOLERANCES[dtype]
-    q, k, v, g = random_qkv(B, H, N, D, DTYPES[dtype], seed=N * 7 + D, n=4)
+def _forward_checked(variant: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                     tol: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The variant's forward on poisoned outputs, O and LSE checked against the fp64 reference."""
     ref_o, ref_lse = reference_forward(q, k, v, causal=causal)
     with poisoned_outputs():
         o, lse = fk.forward(q, k, v, variant=variant, causal=causal)
@@ -45,6 +43,15 @@ def test_against_reference(variant: str, dtype: str, D: int, causal: bool, N: in
     _assert_close("O", o, ref_o, tol["out_rel_l2"], tol["out_max_rel"])
     lse_err = (lse.double() - ref_lse).abs().max().item()
     assert lse_err <= tol["lse_abs"], f"LSE max abs error {lse_err} > {tol['lse_abs']}"
+    return o, lse
+
+
+@pytest.mark.parametrize("variant,dtype,D,causal,N", list(_cases()))
+def test_against_reference(variant: str, dtype: str, D: int, causal: bool, N: int) -> None:
+    B, H = _shape(N)
+    tol = TOLERANCES[dtype]
+    q, k, v, g = random_qkv(B, H, N, D, DTYPES[dtype], seed=N * 7 + D, n=4)
+    o, lse = _forward_checked(variant, q, k, v, causal, tol)
     if "backward" not in fk.VARIANTS[variant].passes:
         return
     ref_grads = reference_backward(q, k, v, g, causal=causal)
@@ -156,13 +163,7 @@ def test_grouped_query_and_cross_against_reference(variant: str, dtype: str, D: 
     B, H, Hkv, Nq, Nk = shape
     tol = TOLERANCES[dtype]
     q, k, v, g = random_attention_inputs(B, H, Nq, D, DTYPES[dtype], Hkv=Hkv, Nk=Nk, seed=Nq * 31 + Nk + D)
-    ref_o, ref_lse = reference_forward(q, k, v, causal=causal)
-    with poisoned_outputs():
-        o, lse = fk.forward(q, k, v, variant=variant, causal=causal)
-    torch.cuda.synchronize()
-    _assert_close("O", o, ref_o, tol["out_rel_l2"], tol["out_max_rel"])
-    lse_err = (lse.double() - ref_lse).abs().max().item()
-    assert lse_err <= tol["lse_abs"], f"LSE max abs error {lse_err} > {tol['lse_abs']}"
+    o, lse = _forward_checked(variant, q, k, v, causal, tol)
     if "backward" not in fk.VARIANTS[variant].passes:
         return
     with poisoned_outputs():
