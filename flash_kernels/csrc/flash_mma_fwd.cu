@@ -3,8 +3,17 @@
 // accumulate); tiles travel global->shared with cp.async (Q once, K and V double-buffered so the
 // next tile loads while this one is used); shared tiles are XOR-swizzled so ldmatrix is
 // conflict-free; P = exp(S - m) stays in registers as the A operand of P V.
-// Block: BR query rows, one warp per 16 rows; BC keys per K/V tile. Causal launches visit the
-// heaviest query blocks first.
+// Block: BR query rows in 4 warps, each warp MT m16 tiles (16 MT = 32 rows for BR = 128, 16 for
+// BR = 64); BC keys per K/V tile. Causal launches visit the heaviest query blocks first.
+// Grouped-query attention: query head h reads key/value head h / (H / Hkv) (Dims::kv_head).
+//
+// This version (af477a1) changes the softmax, and what it bought on the H200 (bench-before -> bench,
+// convention sweep, fp16/bf16, flash_mma / SDPA flash): the running max is kept in raw score units,
+// so a score costs one FFMA and one MUFU.EX2 (it was FMUL, FADD, EX2), and O is rescaled only when a
+// row max of the warp grew in this tile (a warp vote; at D = 128 the rescale is 128 FMULs per thread
+// against 32 exponentials). D = 64: 0.80-0.83 -> 0.93-0.98; D = 128: 0.74-0.79 -> 0.80-0.85.
+// Next bottleneck (ncu, D = 128, before this change): 12.5 % occupancy (255 registers, 2 blocks of 4
+// warps per SM) with 32-key tiles; the 64-key tile spills at D = 128.
 #include "mma.cuh"
 
 namespace fk {
