@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -65,19 +66,13 @@ def _check_tensors(variant: Variant, names: tuple[str, ...], tensors: tuple[Any,
                          f"k/v head serves H / Hkv query heads)")
     if Hkv != H and not variant.grouped_query:
         raise ValueError(f"{variant.name} takes k/v with as many heads as q (got H={H}, Hkv={Hkv}); variants "
-                         f"with grouped-query attention: {', '.join(n for n, v in _variants_with_flag('grouped_query'))}")
+                         f"with grouped-query attention: {', '.join(_variants_where(lambda v: v.grouped_query))}")
     if Nk != Nq and not variant.cross:
         raise ValueError(f"{variant.name} takes k/v with as many keys as q has queries (got Nq={Nq}, Nk={Nk}); "
-                         f"variants with cross attention: {', '.join(n for n, v in _variants_with_flag('cross'))}")
+                         f"variants with cross attention: {', '.join(_variants_where(lambda v: v.cross))}")
     if B * H > _MAX_BH:
         raise ValueError(f"B*H = {B * H} exceeds {_MAX_BH}, the kernels' grid limit; split the batch")
     return B, H, Nq, D, Hkv, Nk
-
-
-def _variants_with_flag(flag: str) -> list[tuple[str, Variant]]:
-    from .registry import VARIANTS
-
-    return [(n, v) for n, v in VARIANTS.items() if getattr(v, flag)]
 
 
 def _check_devices(names: tuple[str, ...], tensors: tuple[torch.Tensor, ...]) -> None:
@@ -110,7 +105,7 @@ def _prepare(variant_name: str, names: tuple[str, ...], tensors: tuple[Any, ...]
              options: dict[str, Any], pass_: str) -> tuple[Variant, tuple[torch.Tensor, ...], float, dict[str, Any]]:
     variant = get_variant(variant_name)
     if pass_ not in variant.passes:
-        have = [n for n, v in _variants_with(pass_)]
+        have = _variants_where(lambda v: pass_ in v.passes)
         raise ValueError(f"{variant.name} implements the {', '.join(variant.passes)} pass only; "
                          f"variants with a {pass_} pass: {', '.join(have)}")
     if not isinstance(causal, bool):
@@ -125,10 +120,11 @@ def _prepare(variant_name: str, names: tuple[str, ...], tensors: tuple[Any, ...]
     return variant, tensors, _scale(scale, D), opts
 
 
-def _variants_with(pass_: str) -> list[tuple[str, Variant]]:
+def _variants_where(pred: Callable[[Variant], bool]) -> list[str]:
+    """Names of the registry's variants for which ``pred`` holds (for messages that list alternatives)."""
     from .registry import VARIANTS
 
-    return [(n, v) for n, v in VARIANTS.items() if pass_ in v.passes]
+    return [n for n, v in VARIANTS.items() if pred(v)]
 
 
 _NONE = torch.empty(0)
@@ -243,7 +239,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, variant: str
     var, (q, k, v), sc, opts = _prepare(variant, ("q", "k", "v"), (q, k, v), causal, scale, options, "forward")
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if needs_grad and "backward" not in var.passes:
-        have = ", ".join(n for n, _ in _variants_with("backward"))
+        have = ", ".join(_variants_where(lambda v: "backward" in v.passes))
         raise ValueError(f"{var.name} has no backward pass, but an input requires grad; use torch.no_grad() or "
                          f"one of: {have}")
     return _Attention.apply(q, k, v, var, causal, sc, opts)
