@@ -15,7 +15,7 @@ _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: 
 _MAX_BH = 65535  # grid dimension limit of the kernels' batch*head axis
 
 _FWD_TILES = {"128x64": 0, "128x32": 1, "64x64": 2}
-_BWD_TILES = {"64x64": 0, "32x64": 1, "64x128": 2}
+_BWD_TILES = {"64x128": 0, "128x128": 1}
 _MATERIALIZED_KIND = {"naive": 0, "tiled": 1, "tiled_uncoalesced": 2}
 
 #: When True (see flash_kernels.testing.poisoned_outputs), outputs are filled with NaN before the

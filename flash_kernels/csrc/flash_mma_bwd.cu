@@ -1,60 +1,79 @@
-// flash_mma backward: FlashAttention-2 backward on tensor cores.
-// One thread block owns BC keys (one warp per 16 keys) and keeps dK_j, dV_j in registers while it
-// sweeps the query blocks (BR rows each; Q_i, dO_i double-buffered with cp.async). Per query block,
-// all on mma.sync m16n8k16 with fp32 accumulators:
-//   S^T = K_j Q_i^T,  P^T = exp(scale S^T - LSE_i)         (recomputed, never stored)
-//   dV_j += P^T dO_i,  dP^T = V_j dO_i^T,  dS^T = P^T (dP^T - Dd_i)
-//   dK_j += dS^T Q_i,  dQ_i += dS K_j  (dS^T staged in shared memory; fp32 atomics into dQacc)
+// flash_mma backward: FlashAttention-2 backward on tensor cores (mma.sync m16n8k16, fp32 accumulators).
+//
+// One thread block (8 warps) owns BC = 128 keys and keeps dK_j, dV_j in registers while it sweeps
+// the query blocks (BR rows each; Q_i, dO_i, LSE_i, Dd_i double-buffered with cp.async). Per query
+// block, three phases, each with its own 2-D split of the 8 warps:
+//   1. S^T = K_j Q_i^T and dP^T = V_j dO_i^T, [BC x BR]: warps 4 (keys, 32 each) x 2 (queries);
+//      P^T = exp(scale S^T - LSE_i) (recomputed, never written to global memory),
+//      dS^T = P^T (dP^T - Dd_i); both stored to shared memory with stmatrix.
+//   2. dV_j += P^T dO_i and dK_j += dS^T Q_i, [BC x D]: warps 4 (keys) x 2 (head dim).
+//   3. dQ_i += scale dS K_j, [BR x D]: warps WQ (queries) x 8/WQ (head dim); fp32 atomics into
+//      dQacc, two adjacent columns per red.global.add.v2.f32.
 // Dd_i = rowsum(dO_i * O_i) comes from a small preprocessing kernel; dQacc is cast at the end.
 // Grouped-query attention: a block owns the keys of one key/value head and sweeps the query blocks
 // of every query head that shares it, so dK_j, dV_j come out already summed over the group.
+//
+// What this version changes (relative to the previous one, one warp per 16 keys and every warp
+// sweeping all BR queries of every product, 4 warps per block at BC = 64):
+//   - 8 warps per block and 32-key x 32/64-query warp tiles in phase 1: each Q / dO fragment read
+//     from shared memory feeds 4 MMAs instead of 2, each K / V fragment 4-8 instead of 8 (was 16
+//     keys x all queries);
+//   - P^T and dS^T both staged in shared memory (stmatrix), so phase 2 and 3 can split the head
+//     dim across warps: dK, dV accumulators of 32 keys x D/2 per warp, which makes BC = 128 fit at
+//     D = 128 (was 64: twice the Q/dO reloads and dQ atomics per key);
+//   - LSE_i, Dd_i arrive by cp.async with the tiles (they were synchronous loads each step), and
+//     dQ atomics are 2-wide.
+// What it bought and the next bottleneck: README, "Kernels" (measured on the H200 in the bench
+// capture beside SDPA; profiles/nvidia-h200/bench/ against bench-before/).
 #include "mma.cuh"
 
 namespace fk {
 
-template <typename T, int D, int BR, int BC>
-__global__ void __launch_bounds__(BC / 16 * 32)
+constexpr int kBwdWarps = 8;
+constexpr int kBwdKeys = 128;  // BC: keys per block, 32 per warp in phases 1 and 2
+
+template <typename T, int D, int BR, int WQ3>
+__global__ void __launch_bounds__(kBwdWarps * 32, 1)
 flash_mma_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                           const float* __restrict__ LSE, const float* __restrict__ Dd, const T* __restrict__ dO,
                           float* __restrict__ dQacc, T* __restrict__ dK, T* __restrict__ dV, Dims dm, float scale,
                           int causal) {
-  constexpr int NW = BC / 16, NT = NW * 32;
-  constexpr int KD = D / 16;   // k16 steps over the head dim
-  constexpr int NQ = BR / 8;   // n8 tiles over the queries of a block
-  constexpr int ND = D / 8;    // n8 tiles over the head dim
-  constexpr int RG = BR / 16;  // dQ: 16-row groups ...
-  static_assert(NW % RG == 0, "warps must tile the dQ block");
-  constexpr int DS = NW / RG;  // ... times head-dim splits, one per warp
-  constexpr int DW = D / DS;
-  static_assert(DW % 16 == 0, "head-dim split must be a multiple of 16");
+  constexpr int BC = kBwdKeys, NT = kBwdWarps * 32;
+  constexpr int MK = 32, MI = MK / 16;      // keys per warp (phases 1, 2), m16 tiles of them
+  constexpr int WQ1 = kBwdWarps / (BC / MK);  // phase 1: warps along queries
+  constexpr int NQ1 = BR / WQ1;               // ... queries per warp
+  constexpr int ND2 = D / (kBwdWarps / (BC / MK));  // phase 2: head-dim columns per warp
+  constexpr int MQ3 = BR / WQ3, ND3 = D / (kBwdWarps / WQ3);  // phase 3: rows, columns per warp
+  static_assert(NQ1 % 16 == 0 && ND2 % 16 == 0 && MQ3 % 16 == 0 && ND3 % 16 == 0, "warp tiles of whole k16/n16 steps");
   extern __shared__ __align__(128) uint8_t smem[];
-  const uint32_t sK = smem_u32(smem);           // [BC][D]
-  const uint32_t sV = sK + BC * D * 2;          // [BC][D]
-  const uint32_t sQ = sV + BC * D * 2;          // [2][BR][D]
-  const uint32_t sdO = sQ + 2 * BR * D * 2;     // [2][BR][D]
-  const uint32_t sdS = sdO + 2 * BR * D * 2;    // [BC][BR]  dS^T
-  float* lse_s = reinterpret_cast<float*>(smem + (2 * BC * D + 4 * BR * D + BC * BR) * 2);  // [2][BR] LSE*log2e
-  float* dd_s = lse_s + 2 * BR;                                                              // [2][BR]
-  uint8_t* const dS_ptr = smem + (2 * BC * D + 4 * BR * D) * 2;
+  const uint32_t sK = smem_u32(smem);        // [BC][D]
+  const uint32_t sV = sK + BC * D * 2;       // [BC][D]
+  const uint32_t sQ = sV + BC * D * 2;       // [2][BR][D]
+  const uint32_t sdO = sQ + 2 * BR * D * 2;  // [2][BR][D]
+  const uint32_t sP = sdO + 2 * BR * D * 2;  // [BC][BR]  P^T
+  const uint32_t sdS = sP + BC * BR * 2;     // [BC][BR]  dS^T
+  float* const lse_s = reinterpret_cast<float*>(smem + (2 * BC * D + 4 * BR * D + 2 * BC * BR) * 2);  // [2][BR]
+  float* const dd_s = lse_s + 2 * BR;                                                                  // [2][BR]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
   const int Nq = dm.Nq, Nk = dm.Nk, G = dm.H / dm.Hkv;
-  const int kvh = blockIdx.y;                         // b * Hkv + key/value head
+  const int kvh = blockIdx.y;                                   // b * Hkv + key/value head
   const long kv_off = long(kvh) * Nk * D;
   const int qh0 = (kvh / dm.Hkv) * dm.H + (kvh % dm.Hkv) * G;  // first query head of the group
   const int k0 = blockIdx.x * BC;
   const int q_start = causal ? (k0 / BR) * BR : 0;  // no earlier query sees these keys
   const int n_qb = q_start < Nq ? (Nq - q_start + BR - 1) / BR : 0;
-  const int n_it = G * n_qb;                         // (query head, query block) steps
+  const int n_it = G * n_qb;  // (query head, query block) steps
   const float scale_log2 = scale * kLog2e;
   // start loading the Q, dO, LSE, Dd rows qb.. of query head qh ([B*H] index) into stage st
   auto stage = [&](int qh, int qb, int st) {
     load_tile_async<BR, D, NT>(sQ + st * (BR * D * 2), Q + long(qh) * Nq * D, qb, Nq, tid);
     load_tile_async<BR, D, NT>(sdO + st * (BR * D * 2), dO + long(qh) * Nq * D, qb, Nq, tid);
-    for (int r = tid; r < BR; r += NT) {
-      const int q = qb + r;
-      lse_s[st * BR + r] = q < Nq ? LSE[long(qh) * Nq + q] * kLog2e : 0.f;
-      dd_s[st * BR + r] = q < Nq ? Dd[long(qh) * Nq + q] : 0.f;
+    for (int r = tid; r < 2 * BR; r += NT) {
+      const int q = qb + (r % BR);
+      const float* src = (r < BR ? LSE : Dd) + long(qh) * Nq + (q < Nq ? q : 0);
+      cp_async_4(smem_u32(r < BR ? lse_s + st * BR + r : dd_s + st * BR + r - BR), src, q < Nq ? 4 : 0);
     }
   };
 
@@ -63,126 +82,158 @@ flash_mma_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, cons
   if (n_it > 0) stage(qh0, q_start, 0);
   cp_async_commit();
 
-  float dk[ND][4], dv[ND][4];
+  // phase 1: warp (w1k, w1q) = keys w1k*32.., queries w1q*NQ1..;  phase 2: keys w1k*32.., columns w2d*ND2..
+  const int wk = warp % (BC / MK), wq1 = warp / (BC / MK);
+  const int wd2 = wq1;
+  const int wq3 = warp % WQ3, wd3 = warp / WQ3;  // phase 3: rows wq3*MQ3.., columns wd3*ND3..
+  float dk[MI][ND2 / 8][4], dv[MI][ND2 / 8][4];
 #pragma unroll
-  for (int i = 0; i < ND; ++i)
+  for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
-  const int key0 = k0 + warp * 16 + (lane >> 2);  // this thread's keys: key0 and key0 + 8
+    for (int i = 0; i < ND2 / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dk[mi][i][e] = dv[mi][i][e] = 0.f;
 
   int qh = qh0, qb = q_start;  // this step's query head and first row; steps run head by head
   for (int it = 0; it < n_it; ++it) {
     const int st = it & 1;
     const int qh_next = qb + BR < Nq ? qh : qh + 1, qb_next = qb + BR < Nq ? qb + BR : q_start;
     const uint32_t cQ = sQ + st * (BR * D * 2), cdO = sdO + st * (BR * D * 2);
-    const float* lse_c = lse_s + st * BR;
-    const float* dd_c = dd_s + st * BR;
     cp_async_wait<0>();
-    __syncthreads();  // this stage has landed; everyone is done with the other stage and with dS
+    __syncthreads();  // this stage has landed; everyone is done with the other stage, P^T and dS^T
     if (it + 1 < n_it) stage(qh_next, qb_next, st ^ 1);
     cp_async_commit();
 
-    // S^T = K_w Q_i^T and dP^T = V_w dO_i^T   [16 keys x BR queries] per warp
-    float s[NQ][4], dp[NQ][4];
+    // ---- phase 1: S^T and dP^T, [32 keys x NQ1 queries] per warp
+    {
+      float s[MI][NQ1 / 8][4], dp[MI][NQ1 / 8][4];
 #pragma unroll
-    for (int i = 0; i < NQ; ++i)
+      for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.f;
+        for (int i = 0; i < NQ1 / 8; ++i)
 #pragma unroll
-    for (int kd = 0; kd < KD; ++kd) {
-      uint32_t ak[4], av[4];
-      ldsm_a<D>(ak, sK, warp * 16, kd);
-      ldsm_a<D>(av, sV, warp * 16, kd);
+          for (int e = 0; e < 4; ++e) s[mi][i][e] = dp[mi][i][e] = 0.f;
+#pragma unroll 1  // rolled: the unrolled swizzled addresses cost registers (D = 128 spilled)
+      for (int kd = 0; kd < D / 16; ++kd) {
 #pragma unroll
-      for (int n2 = 0; n2 < NQ / 2; ++n2) {
-        uint32_t b[4];
-        ldsm_b<D>(b, cQ, n2 * 16, kd);
-        mma16816<T>(s[2 * n2], ak, b[0], b[1]);
-        mma16816<T>(s[2 * n2 + 1], ak, b[2], b[3]);
-        ldsm_b<D>(b, cdO, n2 * 16, kd);
-        mma16816<T>(dp[2 * n2], av, b[0], b[1]);
-        mma16816<T>(dp[2 * n2 + 1], av, b[2], b[3]);
-      }
-    }
-    // P^T and dS^T (masked: keys past Nk, queries past Nq, causal keys after the query)
-    const bool need_mask = (k0 + BC > Nk) || (qb + BR > Nq) || (causal && qb < k0 + BC);
+        for (int w = 0; w < 2; ++w) {  // S^T = K Q^T, then dP^T = V dO^T: one A fragment set live at a time
+          uint32_t a[MI][4];
 #pragma unroll
-    for (int nq = 0; nq < NQ; ++nq) {
+          for (int mi = 0; mi < MI; ++mi) ldsm_a<D>(a[mi], w ? sV : sK, wk * MK + mi * 16, kd);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int qi = nq * 8 + (lane & 3) * 2 + (e & 1);
-        float p = fast_exp2(s[nq][e] * scale_log2 - lse_c[qi]);
-        if (need_mask) {
-          const int key = key0 + (e >> 1) * 8, q = qb + qi;
-          if (key >= Nk || q >= Nq || (causal && key > q)) p = 0.f;
+          for (int n2 = 0; n2 < NQ1 / 16; ++n2) {
+            uint32_t b[4];
+            ldsm_b<D>(b, w ? cdO : cQ, wq1 * NQ1 + n2 * 16, kd);
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi) {
+              mma16816<T>(w ? dp[mi][2 * n2] : s[mi][2 * n2], a[mi], b[0], b[1]);
+              mma16816<T>(w ? dp[mi][2 * n2 + 1] : s[mi][2 * n2 + 1], a[mi], b[2], b[3]);
+            }
+          }
         }
-        s[nq][e] = p;
-        dp[nq][e] = p * (dp[nq][e] - dd_c[qi]);
+      }
+      // P^T = exp2(S^T scale log2e - LSE log2e), masked (keys past Nk, queries past Nq, causal
+      // keys after the query); dS^T = P^T (dP^T - Dd)
+      const float* lse_c = lse_s + st * BR;
+      const float* dd_c = dd_s + st * BR;
+      const bool need_mask = (k0 + BC > Nk) || (qb + BR > Nq) || (causal && qb < k0 + BC);
+#pragma unroll
+      for (int ni = 0; ni < NQ1 / 8; ++ni) {
+        const int qi = wq1 * NQ1 + ni * 8 + 2 * t4;  // this thread's two query columns: qi, qi + 1
+        const float l0 = lse_c[qi] * kLog2e, l1 = lse_c[qi + 1] * kLog2e;
+        const float d0 = dd_c[qi], d1 = dd_c[qi + 1];
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float p = fast_exp2(s[mi][ni][e] * scale_log2 - ((e & 1) ? l1 : l0));
+            if (need_mask) {
+              const int key = k0 + wk * MK + mi * 16 + g + (e >> 1) * 8, q = qb + qi + (e & 1);
+              if (key >= Nk || q >= Nq || (causal && key > q)) p = 0.f;
+            }
+            s[mi][ni][e] = p;
+            dp[mi][ni][e] = p * (dp[mi][ni][e] - ((e & 1) ? d1 : d0));
+          }
+        }
+      }
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+        for (int n2 = 0; n2 < NQ1 / 16; ++n2) {
+          const uint32_t pf[4] = {pack2<T>(s[mi][2 * n2][0], s[mi][2 * n2][1]),
+                                  pack2<T>(s[mi][2 * n2][2], s[mi][2 * n2][3]),
+                                  pack2<T>(s[mi][2 * n2 + 1][0], s[mi][2 * n2 + 1][1]),
+                                  pack2<T>(s[mi][2 * n2 + 1][2], s[mi][2 * n2 + 1][3])};
+          const uint32_t df[4] = {pack2<T>(dp[mi][2 * n2][0], dp[mi][2 * n2][1]),
+                                  pack2<T>(dp[mi][2 * n2][2], dp[mi][2 * n2][3]),
+                                  pack2<T>(dp[mi][2 * n2 + 1][0], dp[mi][2 * n2 + 1][1]),
+                                  pack2<T>(dp[mi][2 * n2 + 1][2], dp[mi][2 * n2 + 1][3])};
+          stsm_a<BR>(sP, wk * MK + mi * 16, wq1 * (NQ1 / 16) + n2, pf);
+          stsm_a<BR>(sdS, wk * MK + mi * 16, wq1 * (NQ1 / 16) + n2, df);
+        }
       }
     }
-    uint32_t pf[BR / 16][4], dsf[BR / 16][4];
+    __syncthreads();  // P^T and dS^T complete
+
+    // ---- phase 2: dV += P^T dO_i, dK += dS^T Q_i, [32 keys x ND2 columns] per warp
 #pragma unroll
-    for (int kk = 0; kk < BR / 16; ++kk) {
-      pf[kk][0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-      pf[kk][1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-      pf[kk][2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      pf[kk][3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-      dsf[kk][0] = pack2<T>(dp[2 * kk][0], dp[2 * kk][1]);
-      dsf[kk][1] = pack2<T>(dp[2 * kk][2], dp[2 * kk][3]);
-      dsf[kk][2] = pack2<T>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
-      dsf[kk][3] = pack2<T>(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+    for (int kq = 0; kq < BR / 16; ++kq) {
+      uint32_t ap[MI][4], ads[MI][4];
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) {
+        ldsm_a<BR>(ap[mi], sP, wk * MK + mi * 16, kq);
+        ldsm_a<BR>(ads[mi], sdS, wk * MK + mi * 16, kq);
+      }
+#pragma unroll
+      for (int d2 = 0; d2 < ND2 / 16; ++d2) {
+        uint32_t b[4], c[4];
+        ldsm_bt<D>(b, cdO, kq * 16, wd2 * (ND2 / 16) + d2);
+        ldsm_bt<D>(c, cQ, kq * 16, wd2 * (ND2 / 16) + d2);
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) {
+          mma16816<T>(dv[mi][2 * d2], ap[mi], b[0], b[1]);
+          mma16816<T>(dv[mi][2 * d2 + 1], ap[mi], b[2], b[3]);
+          mma16816<T>(dk[mi][2 * d2], ads[mi], c[0], c[1]);
+          mma16816<T>(dk[mi][2 * d2 + 1], ads[mi], c[2], c[3]);
+        }
+      }
     }
-    // dS^T -> shared memory for dQ (row = key, col = query)
+
+    // ---- phase 3: dQ_i += scale dS K_j, [MQ3 rows x ND3 columns] per warp
     {
-      const int r = warp * 16 + (lane >> 2), b = (lane & 3) * 4;
+      float acc[MQ3 / 16][ND3 / 8][4];
 #pragma unroll
-      for (int kk = 0; kk < BR / 16; ++kk) {
-        *reinterpret_cast<uint32_t*>(dS_ptr + swz<BR>(r, 2 * kk) + b) = dsf[kk][0];
-        *reinterpret_cast<uint32_t*>(dS_ptr + swz<BR>(r + 8, 2 * kk) + b) = dsf[kk][1];
-        *reinterpret_cast<uint32_t*>(dS_ptr + swz<BR>(r, 2 * kk + 1) + b) = dsf[kk][2];
-        *reinterpret_cast<uint32_t*>(dS_ptr + swz<BR>(r + 8, 2 * kk + 1) + b) = dsf[kk][3];
-      }
-    }
-    // dV += P^T dO_i,  dK += dS^T Q_i   (B operands: dO_i, Q_i transposed out of shared memory)
+      for (int mi = 0; mi < MQ3 / 16; ++mi)
 #pragma unroll
-    for (int kk = 0; kk < BR / 16; ++kk) {
-#pragma unroll
-      for (int d2 = 0; d2 < D / 16; ++d2) {
-        uint32_t b[4];
-        ldsm_bt<D>(b, cdO, kk * 16, d2);
-        mma16816<T>(dv[2 * d2], pf[kk], b[0], b[1]);
-        mma16816<T>(dv[2 * d2 + 1], pf[kk], b[2], b[3]);
-        ldsm_bt<D>(b, cQ, kk * 16, d2);
-        mma16816<T>(dk[2 * d2], dsf[kk], b[0], b[1]);
-        mma16816<T>(dk[2 * d2 + 1], dsf[kk], b[2], b[3]);
-      }
-    }
-    __syncthreads();  // dS^T complete
-    // dQ_i += scale * dS K_j : warp (rg, ds) computes rows rg*16.. and head-dim columns ds*DW..
-    {
-      const int rg = warp % RG, dsp = warp / RG;
-      float acc[DW / 8][4];
-#pragma unroll
-      for (int i = 0; i < DW / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-#pragma unroll
+        for (int i = 0; i < ND3 / 8; ++i) acc[mi][i][0] = acc[mi][i][1] = acc[mi][i][2] = acc[mi][i][3] = 0.f;
+#pragma unroll 1  // rolled, as phase 1
       for (int kk = 0; kk < BC / 16; ++kk) {
-        uint32_t a[4];
-        ldsm_at<BR>(a, sdS, kk * 16, rg);
+        uint32_t a[MQ3 / 16][4];
 #pragma unroll
-        for (int d2 = 0; d2 < DW / 16; ++d2) {
+        for (int mi = 0; mi < MQ3 / 16; ++mi) ldsm_at<BR>(a[mi], sdS, kk * 16, wq3 * (MQ3 / 16) + mi);
+#pragma unroll
+        for (int d2 = 0; d2 < ND3 / 16; ++d2) {
           uint32_t b[4];
-          ldsm_bt<D>(b, sK, kk * 16, dsp * (DW / 16) + d2);
-          mma16816<T>(acc[2 * d2], a, b[0], b[1]);
-          mma16816<T>(acc[2 * d2 + 1], a, b[2], b[3]);
+          ldsm_bt<D>(b, sK, kk * 16, wd3 * (ND3 / 16) + d2);
+#pragma unroll
+          for (int mi = 0; mi < MQ3 / 16; ++mi) {
+            mma16816<T>(acc[mi][2 * d2], a[mi], b[0], b[1]);
+            mma16816<T>(acc[mi][2 * d2 + 1], a[mi], b[2], b[3]);
+          }
         }
       }
+      float* const dq = dQacc + long(qh) * Nq * D;
 #pragma unroll
-      for (int dn = 0; dn < DW / 8; ++dn) {
+      for (int mi = 0; mi < MQ3 / 16; ++mi) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int q = qb + rg * 16 + (lane >> 2) + (e >> 1) * 8;
-          const int d = dsp * DW + dn * 8 + (lane & 3) * 2 + (e & 1);
-          if (q < Nq) atomicAdd(&dQacc[(long(qh) * Nq + q) * D + d], acc[dn][e] * scale);
+        for (int h = 0; h < 2; ++h) {
+          const int q = qb + wq3 * MQ3 + mi * 16 + g + h * 8;
+          if (q < Nq) {
+#pragma unroll
+            for (int dn = 0; dn < ND3 / 8; ++dn)
+              red_add_f32x2(dq + long(q) * D + wd3 * ND3 + dn * 8 + 2 * t4, acc[mi][dn][2 * h] * scale,
+                            acc[mi][dn][2 * h + 1] * scale);
+          }
         }
       }
     }
@@ -191,39 +242,43 @@ flash_mma_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, cons
   }
   cp_async_wait<0>();
   __syncthreads();  // K/V tiles are free: stage dK, dV there for 16-byte stores
+  uint8_t* const sdK = smem;
+  uint8_t* const sdV = smem + BC * D * 2;
 #pragma unroll
-  for (int nd = 0; nd < ND; ++nd) {
-    stsm_c<D, T>(smem, dk[nd], warp * 16, nd, scale, scale);
-    stsm_c<D, T>(smem + BC * D * 2, dv[nd], warp * 16, nd);
+  for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+    for (int nd = 0; nd < ND2 / 8; ++nd) {
+      stsm_c<D, T>(sdK, dk[mi][nd], wk * MK + mi * 16, wd2 * (ND2 / 8) + nd, scale, scale);
+      stsm_c<D, T>(sdV, dv[mi][nd], wk * MK + mi * 16, wd2 * (ND2 / 8) + nd);
+    }
   }
-  __syncwarp();
-  store_tile<16, D, 32>(reinterpret_cast<const T*>(smem + warp * 16 * D * 2), dK + kv_off, k0 + warp * 16, Nk, lane);
-  store_tile<16, D, 32>(reinterpret_cast<const T*>(smem + BC * D * 2 + warp * 16 * D * 2), dV + kv_off,
-                        k0 + warp * 16, Nk, lane);
+  __syncthreads();
+  store_tile<BC, D, NT>(reinterpret_cast<const T*>(sdK), dK + kv_off, k0, Nk, tid);
+  store_tile<BC, D, NT>(reinterpret_cast<const T*>(sdV), dV + kv_off, k0, Nk, tid);
 }
 
-template <typename T, int D, int BR, int BC>
+template <typename T, int D, int BR, int WQ3>
 cudaError_t mma_backward_launch(const AttnArgs& a, cudaStream_t stream) {
-  auto kernel = flash_mma_backward_kernel<T, D, BR, BC>;
-  constexpr int smem = (2 * BC * D + 4 * BR * D + BC * BR) * 2 + 4 * BR * 4;
+  auto kernel = flash_mma_backward_kernel<T, D, BR, WQ3>;
+  constexpr int smem = (2 * kBwdKeys * D + 4 * BR * D + 2 * kBwdKeys * BR) * 2 + 4 * BR * 4;
   cudaError_t err = allow_smem(kernel, smem);
   if (err != cudaSuccess) return err;
-  kernel<<<dim3(cdiv(a.Nk, BC), a.B * a.Hkv), BC / 16 * 32, smem, stream>>>(
+  kernel<<<dim3(cdiv(a.Nk, kBwdKeys), a.B * a.Hkv), kBwdWarps * 32, smem, stream>>>(
       static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), a.lse, a.Dd,
       static_cast<const T*>(a.dO), a.dq_acc, static_cast<T*>(a.dk), static_cast<T*>(a.dv), dims_of(a), a.scale,
       a.causal);
   return cudaGetLastError();
 }
 
-// The tile table: option code -> (query rows per step BR, keys per block BC; one warp per 16 keys).
-// Codes as flash_kernels/_ops.py names them: 0 = 64x64, 1 = 32x64, 2 = 64x128.
+// The tile table: option code -> query rows per step BR (keys per block: 128, 8 warps).
+// Codes as flash_kernels/_ops.py names them: 0 = 64x128, 1 = 128x128 (D = 64 only: at D = 128 the
+// 32 x 64 score tiles of phase 1 and the dK, dV accumulators do not fit in 255 registers together).
 template <typename T, int D>
 cudaError_t mma_backward_tiles(const AttnArgs& a, cudaStream_t stream) {
   switch (a.option) {
-    case 0: return mma_backward_launch<T, D, 64, 64>(a, stream);
-    case 1: return mma_backward_launch<T, D, 32, 64>(a, stream);
-    case 2:  // at D = 128 the dK, dV accumulators of 128 keys spill
-      if constexpr (D == 64) return mma_backward_launch<T, D, 64, 128>(a, stream);
+    case 0: return mma_backward_launch<T, D, 64, 2>(a, stream);
+    case 1:
+      if constexpr (D == 64) return mma_backward_launch<T, D, 128, 4>(a, stream);
       return cudaErrorInvalidValue;
     default: return cudaErrorInvalidValue;
   }

@@ -60,9 +60,29 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "r"(addr));
 }
 
+// stmatrix (sm_90): the inverse of ldmatrix_x4; lane l gives the row address of matrix l / 8.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3]));
+}
+
+// Two adjacent fp32 atomic adds in global memory (one red.global.add.v2.f32 on sm_90; p 8-byte aligned).
+__device__ __forceinline__ void red_add_f32x2(float* p, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+#else
+  atomicAdd(p, a);
+  atomicAdd(p + 1, b);
+#endif
+}
+
 // 16-byte global->shared copy; src_bytes = 0 fills the destination with zeros (rows past N).
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+// 4-byte global->shared copy (per-row scalars); src_bytes = 0 writes a zero.
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -105,6 +125,21 @@ template <int W>
 __device__ __forceinline__ void ldsm_at(uint32_t (&r)[4], uint32_t tile, int k0, int m16) {
   const int lane = threadIdx.x & 31;
   ldmatrix_x4_trans(r, tile + swz<W>(k0 + (lane & 7) + ((lane >> 4) << 3), 2 * m16 + ((lane >> 3) & 1)));
+}
+
+// Store an A-fragment-shaped 16 x 16 block (the packed C fragments of two adjacent n8 tiles, as
+// ldsm_a would read them back) into a swizzled [rows][W] tile at rows m0.., columns 16 n16..
+template <int W>
+__device__ __forceinline__ void stsm_a(uint32_t tile, int m0, int n16, const uint32_t (&r)[4]) {
+  const int lane = threadIdx.x & 31;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  stmatrix_x4(tile + swz<W>(m0 + (lane & 15), 2 * n16 + (lane >> 4)), r);
+#else  // sm_80/86/89: the same bytes with four 4-byte stores (matrix i: rows +8(i&1), chunk +(i>>1))
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + swz<W>(m0 + (i & 1) * 8 + (lane >> 2), 2 * n16 + (i >> 1)) +
+                                                  (lane & 3) * 4), "r"(r[i]));
+#endif
 }
 
 // Write a warp's m16 x n8 accumulator tile (C layout), converted to T, into a swizzled [rows][W]
