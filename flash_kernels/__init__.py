@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import VARIANTS, Option, Variant, describe, get_variant
+from .registry import VARIANTS, Option, Variant, describe, get_variant, unavailable_reason
 
 __all__ = ["VARIANTS", "Option", "Variant", "attention", "backward", "build", "describe", "forward", "get_variant",
-           "resource_usage"]
+           "resource_usage", "unavailable_reason"]
 
 
 def attention(*args: Any, **kwargs: Any) -> Any:
@@ -46,10 +46,11 @@ def build(verbose: bool = False) -> dict[str, float]:
 
 def resource_usage(arch: str | None = None) -> list[dict[str, Any]]:
     """ptxas's report per kernel (registers, shared memory, stack, spills), from compiling each .cu
-    for ``arch`` (default: the current GPU's, else sm_90)."""
+    for ``arch`` (default: the current GPU's, else sm_90); a file of an architecture-specific module
+    (sources.ModuleSpec.arch, e.g. sm_90a) for its own target."""
     from dataclasses import asdict
 
-    from .sources import cu_files, ptxas_report
+    from .sources import cu_arch, cu_files, ptxas_report
 
     if arch is None:
         arch = "sm_90"
@@ -61,4 +62,4 @@ def resource_usage(arch: str | None = None) -> list[dict[str, Any]]:
                 arch = f"sm_{major}{minor}"
         except ImportError:
             pass
-    return [asdict(r) for f in cu_files() for r in ptxas_report(f, arch)]
+    return [asdict(r) for f in cu_files() for r in ptxas_report(f, cu_arch(f, arch))]

@@ -2,7 +2,9 @@
 
 Each source file is its own module, built on first use; :func:`build_all` builds them all in
 parallel threads (each load_inline runs its own ninja/nvcc subprocesses). Warm loads hit
-load_inline's cache and take milliseconds.
+load_inline's cache and take milliseconds. A module with an architecture-specific target
+(``ModuleSpec.arch``, e.g. sm_90a for wgmma) is built for that target only, and only on a GPU of
+its compute capability; :func:`build_all` leaves it out elsewhere.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 
-from .sources import CSRC, MODULES, NVCC_FLAGS, module_source
+from .sources import ARCH_CAPABILITY, CSRC, MODULES, NVCC_FLAGS, arch_flags, module_source
 
 _LOCK = threading.Lock()
 _LOADED: dict[str, ModuleType] = {}
@@ -36,6 +38,21 @@ def _arch_flags() -> list[str]:
     return []
 
 
+def unavailable(name: str) -> str | None:
+    """Why module ``name`` cannot be built for this process's GPU, or None when it can."""
+    spec = MODULES[name]
+    if spec.arch is None:
+        return None
+    import torch
+
+    need = ARCH_CAPABILITY[spec.arch]
+    have = tuple(torch.cuda.get_device_capability())
+    if have != need:
+        return (f"module {name} is built for {spec.arch}, whose instructions run on GPUs of compute capability "
+                f"{need[0]}.{need[1]} only; this GPU ({torch.cuda.get_device_name()}) is {have[0]}.{have[1]}")
+    return None
+
+
 def load(name: str, verbose: bool = False) -> ModuleType:
     """The compiled module ``name`` (see sources.MODULES), building it if needed."""
     if name in _LOADED:
@@ -46,8 +63,13 @@ def load(name: str, verbose: bool = False) -> ModuleType:
         from torch.utils.cpp_extension import load_inline
 
         spec = MODULES[name]
+        why = unavailable(name)
+        if why is not None:
+            raise RuntimeError(f"flash_kernels: not building {why}")
         cpp, cu = module_source(name)
         _arch_flags()
+        # a -gencode among the flags also stops torch from adding its own (TORCH_CUDA_ARCH_LIST) ones
+        target = arch_flags(spec.arch) if spec.arch else []
         build_dir = None
         root = build_root()
         if root is not None:
@@ -60,7 +82,7 @@ def load(name: str, verbose: bool = False) -> ModuleType:
             cuda_sources=[cu],
             functions=list(spec.functions),
             extra_cflags=["-O2", "-std=c++17"],
-            extra_cuda_cflags=list(NVCC_FLAGS),
+            extra_cuda_cflags=[*NVCC_FLAGS, *target],
             extra_include_paths=[str(CSRC)],
             build_directory=str(build_dir) if build_dir else None,
             verbose=verbose,
@@ -72,7 +94,9 @@ def load(name: str, verbose: bool = False) -> ModuleType:
 
 
 def build_all(verbose: bool = False) -> dict[str, float]:
-    """Build every module in parallel; returns seconds per module (cache hits are fast)."""
-    with ThreadPoolExecutor(max_workers=len(MODULES)) as pool:
-        list(pool.map(lambda n: load(n, verbose), MODULES))
+    """Build every module this GPU can run, in parallel; returns seconds per module (cache hits are
+    fast). Modules for another GPU architecture (see :func:`unavailable`) are left out."""
+    names = [n for n in MODULES if unavailable(n) is None]
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        list(pool.map(lambda n: load(n, verbose), names))
     return dict(BUILD_SECONDS)

@@ -9,12 +9,13 @@ from typing import Any
 import torch
 
 from . import _build
-from .registry import Variant, get_variant
+from .registry import Variant, get_variant, unavailable_reason
 
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 _MAX_BH = 65535  # grid dimension limit of the kernels' batch*head axis
 
 _FWD_TILES = {"128x64": 0, "128x32": 1, "64x64": 2}
+_WG_TILES = {"128x128": 0, "128x64": 1, "192x128": 2, "192x64": 3}
 _BWD_TILES = {"64x128": 0, "128x128": 1}
 _MATERIALIZED_KIND = {"naive": 0, "tiled": 1, "tiled_uncoalesced": 2}
 
@@ -115,6 +116,10 @@ def _prepare(variant_name: str, names: tuple[str, ...], tensors: tuple[Any, ...]
     D = _check_tensors(variant, names, tensors)[3]
     opts = variant.resolve_options(options, D)
     _check_devices(names, tensors)
+    if variant.arch is not None:  # an sm_90a variant runs on compute capability 9.0 only
+        why = unavailable_reason(variant, torch.cuda.get_device_capability(tensors[0].device))
+        if why is not None:
+            raise ValueError(why)
     # Non-contiguous inputs are copied to contiguous [B, H, N, D] (documented); the kernels index densely.
     tensors = tuple(t.contiguous() for t in tensors)
     return variant, tensors, _scale(scale, D), opts
@@ -154,6 +159,10 @@ def _forward(variant: Variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
         if scale < 0:
             q, scale = -q, -scale
         _build.load("flash_mma_fwd").fwd(_FWD_TILES[opts["tile"]], q, k, v, o, lse, [], scale, causal)
+    elif name == "flash_wgmma":
+        if scale < 0:  # the same softmax convention as flash_mma's (running max of raw scores)
+            q, scale = -q, -scale
+        _build.load("flash_wgmma_fwd").fwd(_WG_TILES[opts["wg_tile"]], q, k, v, o, lse, [], scale, causal)
     else:  # pragma: no cover - registry and dispatch disagree
         raise AssertionError(f"no forward dispatch for {name}")
     return o, lse

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .sources import ARCH_CAPABILITY
+
 DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32")
 PASSES: tuple[str, ...] = ("forward", "backward")
 
@@ -60,6 +62,9 @@ class Variant:
     grouped_query: bool = False
     #: takes k/v with another sequence length than q (cross attention, KV-cache decode)
     cross: bool = False
+    #: built for an architecture-specific target (e.g. "sm_90a"): runs only on GPUs of that compute
+    #: capability (sources.ARCH_CAPABILITY); see :func:`unavailable_reason`
+    arch: str | None = None
 
     def resolve_options(self, options: Mapping[str, Any], head_dim: int) -> dict[str, Any]:
         unknown = sorted(set(options) - set(self.options))
@@ -133,8 +138,36 @@ VARIANTS: dict[str, Variant] = {
                 ),
             },
         ),
+        Variant(
+            "flash_wgmma",
+            "FlashAttention-2 loop on Hopper warpgroup tensor cores (sm_90a): wgmma with Q and K from "
+            "128B-swizzled shared memory, P from registers, V read transposed; one warpgroup per 64 query "
+            "rows, cp.async double buffering; forward only",
+            ("float16", "bfloat16"), _HD, ("forward",), True, grouped_query=True, cross=True, arch="sm_90a",
+            options={
+                "wg_tile": Option(
+                    "wg_tile", ("128x128", "128x64", "192x128", "192x64"),
+                    "query rows x keys per K/V tile (one consumer warpgroup per 64 rows: 2 or 3)",
+                    default={64: "192x128", 128: "128x128"},
+                ),
+            },
+        ),
     ]
 }
+
+
+def unavailable_reason(variant: Variant | str, capability: tuple[int, int] | None) -> str | None:
+    """Why ``variant`` cannot run on a GPU of compute ``capability`` (major, minor), or None when it
+    can. ``capability`` None (no GPU known) makes no claim: None."""
+    var = get_variant(variant) if isinstance(variant, str) else variant
+    if var.arch is None or capability is None:
+        return None
+    need = ARCH_CAPABILITY[var.arch]
+    if tuple(capability) == need:
+        return None
+    return (f"{var.name} needs a GPU of compute capability {need[0]}.{need[1]} (Hopper: H100, H200; its kernels "
+            f"are built for {var.arch}, whose instructions run on no other GPU); this GPU is "
+            f"{capability[0]}.{capability[1]}")
 
 
 def get_variant(name: str) -> Variant:
@@ -156,6 +189,7 @@ def describe() -> list[dict[str, Any]]:
             "causal": v.causal,
             "grouped_query": v.grouped_query,
             "cross": v.cross,
+            "arch": v.arch or "",
             "options": "; ".join(f"{o.name} in {list(o.choices)}" for o in v.options.values()),
         }
         for v in VARIANTS.values()

@@ -28,6 +28,9 @@ class ModuleSpec:
     cu: str
     cpp: str
     functions: tuple[str, ...]
+    #: an architecture-specific target (e.g. "sm_90a": wgmma, setmaxnreg) the module is built for
+    #: instead of the GPU's own; such a module runs only on GPUs of that exact compute capability
+    arch: str | None = None
 
 
 #: One module per source file, so that they compile in parallel and rebuild independently.
@@ -39,6 +42,7 @@ MODULES: dict[str, ModuleSpec] = {
         ModuleSpec("flash_simt", "flash_simt.cu", "bind_flash_simt.cpp", ("fwd", "bwd")),
         ModuleSpec("flash_mma_fwd", "flash_mma_fwd.cu", "bind_flash_mma_fwd.cpp", ("fwd",)),
         ModuleSpec("flash_mma_bwd", "flash_mma_bwd.cu", "bind_flash_mma_bwd.cpp", ("bwd",)),
+        ModuleSpec("flash_wgmma_fwd", "flash_wgmma_fwd.cu", "bind_flash_wgmma_fwd.cpp", ("fwd",), arch="sm_90a"),
     ]
 }
 
@@ -73,6 +77,27 @@ def module_source(name: str) -> tuple[str, str]:
 
 def cu_files() -> list[Path]:
     return sorted(CSRC.glob("*.cu"))
+
+
+#: compute capability (major, minor) of each architecture-specific target: the only GPUs it runs on
+ARCH_CAPABILITY: dict[str, tuple[int, int]] = {"sm_90a": (9, 0)}
+
+
+def arch_flags(arch: str) -> list[str]:
+    """nvcc flags that compile for ``arch``: ``-arch=sm_90`` for a plain target; the explicit
+    ``-gencode=arch=compute_90a,code=sm_90a`` for an architecture-specific one (nvcc 13.0's
+    ``-arch=sm_90a`` shorthand also ran a plain sm_90 pass, which rejects wgmma)."""
+    if arch.endswith("a"):
+        return [f"-gencode=arch=compute_{arch[3:]},code={arch}"]
+    return [f"-arch={arch}"]
+
+
+def cu_arch(path: Path, default: str = "sm_90") -> str:
+    """The target a .cu file is compiled for: its module's own ``arch`` where it has one, else ``default``."""
+    for spec in MODULES.values():
+        if spec.cu == Path(path).name and spec.arch:
+            return spec.arch
+    return default
 
 
 # ------------------------------------------------------------------------------ ptxas report
@@ -185,7 +210,7 @@ def ptxas_report(path: Path, arch: str = "sm_90", nvcc: str | None = None) -> li
     if nvcc is None:
         raise FileNotFoundError("nvcc not found: set NVCC=/path/to/nvcc or put the CUDA toolkit's bin on PATH")
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [nvcc, f"-arch={arch}", *NVCC_FLAGS, "-Xptxas", "-v", "-c", str(path), "-o", str(Path(tmp) / "k.o")]
+        cmd = [nvcc, *arch_flags(arch), *NVCC_FLAGS, "-Xptxas", "-v", "-c", str(path), "-o", str(Path(tmp) / "k.o")]
         proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")

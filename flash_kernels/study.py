@@ -20,7 +20,7 @@ from nsightlab.ranges import register as register_schema
 from nsightlab.sweep import register_sweeps
 
 from . import model
-from .registry import VARIANTS, Variant
+from .registry import VARIANTS, Variant, unavailable_reason
 
 SWEEPS = Path(__file__).resolve().parent / "sweeps"
 #: the ``fk:`` range names of this project's captures: fk:<variant>:<pass>:B=..,H=..,N=..,D=..,dtype=..,causal=..[,options]
@@ -37,8 +37,21 @@ def _runner(name: str) -> Callable[..., Any]:
     return run
 
 
+def _gpu_capability() -> tuple[int, int] | None:
+    """This machine's GPU's compute capability, or None (no torch, no GPU: no claim either way)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return tuple(torch.cuda.get_device_capability()) if torch.cuda.is_available() else None  # type: ignore[return-value]
+
+
 def _supports(var: Variant) -> Callable[[Mapping[str, Any], str], str | None]:
     def why_not(p: Mapping[str, Any], pass_: str) -> str | None:
+        if var.arch is not None:
+            why = unavailable_reason(var, _gpu_capability())
+            if why is not None:
+                return why
         if pass_ == "forward" and var.forward_of:
             return f"{var.name}'s forward is {var.forward_of}'s"
         if p["dtype"] not in var.dtypes:
@@ -75,7 +88,7 @@ def implementation(var: Variant) -> Implementation:
     return Implementation(
         var.name, _runner(var.name), attention.NAME, var.passes, work, _supports(var),
         lambda p, opts: var.resolve_options(opts, p["D"]),
-        {"materializes": var.materializes, "engine": "tensor cores" if var.name == "flash_mma" else "CUDA cores",
+        {"materializes": var.materializes, "engine": "tensor cores" if var.name in ("flash_mma", "flash_wgmma") else "CUDA cores",
          # under Nsight Compute's application replay the warm-ups would run patched: our kernels need none
          "needs_warmup": False},
         var.description, setup=build)

@@ -1,11 +1,12 @@
 import pytest
 
 import flash_kernels as fk
-from flash_kernels.registry import VARIANTS, get_variant
+from flash_kernels.registry import VARIANTS, get_variant, unavailable_reason
 
 
 def test_table_of_the_issue_is_in_the_registry():
-    assert list(VARIANTS) == ["naive", "tiled", "tiled_uncoalesced", "flash_fa1", "flash_simt", "flash_mma"]
+    assert list(VARIANTS) == ["naive", "tiled", "tiled_uncoalesced", "flash_fa1", "flash_simt", "flash_mma",
+                              "flash_wgmma"]
     for v in VARIANTS.values():
         assert {64, 128} <= set(v.head_dims) and "float16" in v.dtypes and v.description
     assert VARIANTS["flash_fa1"].passes == ("forward",)
@@ -45,3 +46,38 @@ def test_every_default_is_a_valid_choice():
 def test_describe_is_plain_data():
     rows = fk.describe()
     assert [r["variant"] for r in rows] == list(VARIANTS)
+
+
+def test_flash_wgmma_is_a_hopper_forward_variant():
+    v = get_variant("flash_wgmma")
+    assert v.passes == ("forward",) and v.arch == "sm_90a" and v.dtypes == ("float16", "bfloat16")
+    assert v.grouped_query and v.cross and v.causal and v.head_dims == (64, 128)
+    assert v.resolve_options({}, 128)["wg_tile"] == "128x128"
+    with pytest.raises(ValueError, match="wg_tile='64x64' is not supported; accepted: '128x128'"):
+        v.resolve_options({"wg_tile": "64x64"}, 64)
+    with pytest.raises(ValueError, match="unknown option.*tile; accepted: wg_tile"):
+        v.resolve_options({"tile": "128x64"}, 64)
+    assert {r["variant"]: r["arch"] for r in fk.describe()}["flash_wgmma"] == "sm_90a"
+
+
+def test_unavailable_reason_names_the_needed_gpu():
+    assert unavailable_reason("flash_wgmma", (9, 0)) is None
+    assert unavailable_reason("flash_wgmma", None) is None  # no GPU known: no claim
+    for cap in ((8, 0), (8, 9), (10, 0), (12, 0)):
+        why = unavailable_reason("flash_wgmma", cap)
+        assert why is not None and "compute capability 9.0" in why and f"this GPU is {cap[0]}.{cap[1]}" in why
+    for name in VARIANTS:
+        if name != "flash_wgmma":
+            assert unavailable_reason(name, (8, 0)) is None and unavailable_reason(name, (9, 0)) is None
+    with pytest.raises(ValueError, match="unknown variant"):
+        unavailable_reason("flash4", (9, 0))
+
+
+def test_arch_modules_build_for_their_own_target():
+    from flash_kernels.sources import ARCH_CAPABILITY, MODULES, arch_flags, cu_arch
+
+    assert MODULES["flash_wgmma_fwd"].arch == "sm_90a" and ARCH_CAPABILITY["sm_90a"] == (9, 0)
+    assert arch_flags("sm_90a") == ["-gencode=arch=compute_90a,code=sm_90a"] and arch_flags("sm_90") == ["-arch=sm_90"]
+    assert cu_arch(MODULES["flash_wgmma_fwd"].cu, "sm_80") == "sm_90a" and cu_arch("flash_mma_fwd.cu", "sm_80") == "sm_80"
+    for v in VARIANTS.values():  # a variant's arch is one the build knows
+        assert v.arch is None or v.arch in ARCH_CAPABILITY

@@ -1,5 +1,6 @@
-"""Every .cu file compiles for sm_90 with this machine's nvcc (no GPU, no torch headers), and
-ptxas's report shows no local-memory spills in the tensor-core kernels."""
+"""Every .cu file compiles for sm_90 (an architecture-specific module's for its own target, e.g.
+sm_90a) with this machine's nvcc (no GPU, no torch headers), and ptxas's report shows no
+local-memory spills in the tensor-core kernels."""
 
 import os
 
@@ -7,6 +8,7 @@ import pytest
 
 from flash_kernels.sources import (
     MODULES,
+    cu_arch,
     cu_files,
     expand_includes,
     find_nvcc,
@@ -23,11 +25,25 @@ need_nvcc = pytest.mark.skipif(NVCC is None and not os.environ.get("CI"), reason
 @pytest.mark.parametrize("path", cu_files(), ids=lambda p: p.name)
 def test_compiles_for_sm90(path):
     assert NVCC is not None, "CI must have nvcc (the CUDA toolkit) to compile the kernels"
-    rows = ptxas_report(path, "sm_90")
+    arch = cu_arch(path, "sm_90")
+    rows = ptxas_report(path, arch)
     assert rows, f"{path.name}: ptxas reported no kernels"
-    if path.name.startswith("flash_mma"):
+    assert all(r.arch == arch for r in rows)
+    if path.name.startswith(("flash_mma", "flash_wgmma")):
         spilled = [r.kernel for r in rows if r.spill_store_bytes or r.spill_load_bytes or r.stack_bytes]
         assert not spilled, f"local-memory spills in {spilled}"
+
+
+@need_nvcc
+def test_flash_wgmma_compiles_for_sm90a_only():
+    """wgmma needs the architecture-specific target: every tile of the forward kernel is there for
+    sm_90a (2 dtypes x 2 head dims x 4 tiles), at most 168 registers at 384 threads (3 warpgroups)."""
+    rows = ptxas_report(next(p for p in cu_files() if p.name == "flash_wgmma_fwd.cu"), "sm_90a")
+    kernels = [r for r in rows if r.kernel.startswith("flash_wgmma_forward_kernel<")]
+    assert len(kernels) == 16, [r.kernel for r in rows]
+    assert all(r.registers <= (168 if ",192," in r.kernel else 255) for r in kernels), [(r.kernel, r.registers) for r in kernels]
+    with pytest.raises(RuntimeError, match="wgmma"):
+        ptxas_report(next(p for p in cu_files() if p.name == "flash_wgmma_fwd.cu"), "sm_90")
 
 
 def test_every_module_source_exists_and_inlines_headers():

@@ -97,3 +97,48 @@ def test_backward_of_forward_only_variant():
     q, k, v = qkv()
     with pytest.raises(ValueError, match="flash_fa1 implements the forward pass only; variants with a backward"):
         fk.backward(q, k, v, q, torch.zeros(1, 2, 16), q, variant="flash_fa1")
+
+
+def _pretend_gpu(monkeypatch, capability):
+    """CPU tensors through the checks as if they sat on a GPU of compute ``capability``."""
+    from flash_kernels import _ops
+
+    monkeypatch.setattr(_ops, "_check_devices", lambda names, tensors: None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Pretend GPU")
+
+
+def test_hopper_variant_refused_elsewhere(monkeypatch):
+    _pretend_gpu(monkeypatch, (8, 0))
+    with pytest.raises(ValueError, match=r"flash_wgmma needs a GPU of compute capability 9\.0 .*this GPU is 8\.0"):
+        fk.forward(*qkv(), variant="flash_wgmma")
+
+
+def test_flash_wgmma_is_forward_only(monkeypatch):
+    _pretend_gpu(monkeypatch, (9, 0))
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="flash_wgmma implements the forward pass only; variants with a backward"):
+        fk.backward(q, k, v, q, torch.zeros(1, 2, 16), q, variant="flash_wgmma")
+    with pytest.raises(ValueError, match="flash_wgmma has no backward pass, but an input requires grad"):
+        fk.attention(q.requires_grad_(True), k, v, variant="flash_wgmma")
+    with pytest.raises(TypeError, match="flash_wgmma does not support dtype torch.float32"):
+        fk.forward(*qkv(dtype=torch.float32), variant="flash_wgmma")
+    with pytest.raises(ValueError, match="wg_tile='96x64' is not supported"):
+        fk.forward(*qkv(), variant="flash_wgmma", wg_tile="96x64")
+
+
+def test_sm90a_module_is_not_built_for_another_gpu(monkeypatch):
+    from flash_kernels import _build
+
+    _pretend_gpu(monkeypatch, (8, 9))
+    with pytest.raises(RuntimeError, match=r"not building module flash_wgmma_fwd is built for sm_90a.*9\.0 only; "
+                                           r"this GPU \(Pretend GPU\) is 8\.9"):
+        _build.load("flash_wgmma_fwd")
+    built: list[str] = []
+    monkeypatch.setattr(_build, "load", lambda name, verbose=False: built.append(name))
+    _build.build_all()
+    assert "flash_wgmma_fwd" not in built and "flash_mma_fwd" in built
+    _pretend_gpu(monkeypatch, (9, 0))
+    built.clear()
+    _build.build_all()
+    assert "flash_wgmma_fwd" in built

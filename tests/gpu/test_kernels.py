@@ -11,6 +11,18 @@ from flash_kernels.testing import TOLERANCES, error_metrics, poisoned_outputs, r
 
 SEQ_LENS = (1, 17, 100, 128, 1000, 4096)
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+CAPABILITY = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+
+
+@pytest.fixture(autouse=True)
+def _skip_variants_this_gpu_cannot_run(request: pytest.FixtureRequest) -> None:
+    """A test of a variant built for another GPU architecture (flash_wgmma: sm_90a, compute
+    capability 9.0 only) is skipped with the registry's reason."""
+    callspec = getattr(request.node, "callspec", None)
+    name = callspec.params.get("variant") if callspec is not None else None
+    why = fk.unavailable_reason(name, CAPABILITY) if name is not None else None
+    if why is not None:
+        pytest.skip(why)
 
 
 def _shape(N: int) -> tuple[int, int]:
@@ -81,8 +93,11 @@ def test_every_option(variant: str, option: str, choice: object, D: int, causal:
     ref_o, _ = reference_forward(q, k, v, causal=causal)
     with poisoned_outputs():
         o, lse = fk.forward(q, k, v, variant=variant, causal=causal, **{option: choice})
-        grads = fk.backward(q, k, v, o, lse, g, variant=variant, causal=causal, **{option: choice})
     _assert_close("O", o, ref_o, tol["out_rel_l2"], tol["out_max_rel"])
+    if "backward" not in fk.VARIANTS[variant].passes:
+        return
+    with poisoned_outputs():
+        grads = fk.backward(q, k, v, o, lse, g, variant=variant, causal=causal, **{option: choice})
     for name, got, ref in zip(("dQ", "dK", "dV"), grads, reference_backward(q, k, v, g, causal=causal), strict=False):
         _assert_close(name, got, ref, tol["grad_rel_l2"], tol["grad_max_rel"])
 
@@ -124,10 +139,11 @@ def test_fa1_rejects_grad() -> None:
 
 
 def test_flash_mma_has_no_spills() -> None:
-    rows = [r for r in fk.resource_usage() if r["file"].startswith("flash_mma")]
-    assert rows, "no flash_mma kernels in the ptxas report"
+    """flash_mma (for this GPU's target) and flash_wgmma (for sm_90a, whatever the GPU)."""
+    rows = [r for r in fk.resource_usage() if r["file"].startswith(("flash_mma", "flash_wgmma"))]
+    assert {r["file"] for r in rows} >= {"flash_mma_fwd.cu", "flash_wgmma_fwd.cu"}, "kernels missing from the report"
     spills = [r["kernel"] for r in rows if r["spill_store_bytes"] or r["spill_load_bytes"] or r["stack_bytes"]]
-    assert not spills, f"flash_mma kernels with local-memory spills: {spills}"
+    assert not spills, f"tensor-core kernels with local-memory spills: {spills}"
 
 
 # --------------------------------------------------------------------------- grouped-query and cross attention
@@ -216,3 +232,47 @@ def test_flash_mma_tiles_with_grouped_query_and_cross(tile: str, bwd_tile: str) 
         for name, got, ref in zip(("dQ", "dK", "dV"), grads, reference_backward(q, k, v, g, causal=causal),
                                   strict=True):
             _assert_close(name, got, ref, tol["grad_rel_l2"], tol["grad_max_rel"])
+
+
+#: (B, H, Hkv, Nq, Nk): one query and key, ragged sizes that match no tile, Nq != Nk both ways,
+#: grouped-query and multi-query heads
+WGMMA_SHAPES = [
+    (1, 2, 2, 1, 1),
+    (1, 2, 2, 77, 77),
+    (2, 3, 3, 300, 300),
+    (1, 2, 2, 1000, 1000),
+    (1, 4, 2, 77, 300),
+    (1, 4, 1, 300, 77),
+    (1, 8, 2, 1000, 129),
+    (2, 4, 4, 1, 1000),
+]
+
+
+@pytest.mark.parametrize("variant", ["flash_wgmma"])
+@pytest.mark.parametrize("wg_tile", fk.VARIANTS["flash_wgmma"].options["wg_tile"].choices)
+@pytest.mark.parametrize("dtype", fk.VARIANTS["flash_wgmma"].dtypes)
+@pytest.mark.parametrize("D", fk.VARIANTS["flash_wgmma"].head_dims)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_flash_wgmma_tiles_on_ragged_gqa_and_cross_shapes(variant: str, wg_tile: str, dtype: str, D: int,
+                                                          causal: bool) -> None:
+    tol = TOLERANCES[dtype]
+    for B, H, Hkv, Nq, Nk in WGMMA_SHAPES:
+        q, k, v, _ = random_attention_inputs(B, H, Nq, D, DTYPES[dtype], Hkv=Hkv, Nk=Nk, seed=Nq * 5 + Nk + D)
+        ref_o, ref_lse = reference_forward(q, k, v, causal=causal)
+        with poisoned_outputs():
+            o, lse = fk.forward(q, k, v, variant=variant, causal=causal, wg_tile=wg_tile)
+        torch.cuda.synchronize()
+        _assert_close(f"O {B, H, Hkv, Nq, Nk}", o, ref_o, tol["out_rel_l2"], tol["out_max_rel"])
+        lse_err = (lse.double() - ref_lse).abs().max().item()
+        assert lse_err <= tol["lse_abs"], f"{B, H, Hkv, Nq, Nk}: LSE max abs error {lse_err} > {tol['lse_abs']}"
+
+
+@pytest.mark.parametrize("variant", ["flash_wgmma"])
+def test_flash_wgmma_custom_scale_and_no_grad(variant: str) -> None:
+    q, k, v = random_qkv(1, 2, 200, 128, torch.bfloat16, seed=9)
+    for scale in (0.05, -0.3):
+        o, _ = fk.forward(q, k, v, variant=variant, scale=scale)
+        ref, _ = reference_forward(q, k, v, scale=scale)
+        _assert_close("O", o, ref, TOLERANCES["bfloat16"]["out_rel_l2"], TOLERANCES["bfloat16"]["out_max_rel"])
+    with pytest.raises(ValueError, match="flash_wgmma has no backward pass"):
+        fk.attention(q.clone().requires_grad_(True), k, v, variant=variant)

@@ -1,0 +1,186 @@
+// Warpgroup-level tensor-core helpers for sm_90a (Hopper; built with
+// -gencode=arch=compute_90a,code=sm_90a, they run on compute capability 9.0 only):
+// wgmma.mma_async m64nNk16 with fp32 accumulators (A from shared memory or from registers, B from
+// shared memory), its fence / commit_group / wait_group, the shared-memory matrix descriptor of the
+// 128-byte-swizzled layout, fence.proxy.async, and a cp.async tile load that writes that layout.
+//
+// A warpgroup is 4 consecutive warps starting at a warp index divisible by 4; every wgmma here is
+// issued by all 128 of its threads (the .aligned qualifier), under warpgroup-uniform conditions.
+//
+// Register fragments of m64nNk16 (warp w = 0..3 of the warpgroup, lane = threadIdx.x % 32,
+// g = lane / 4, t = lane % 4): each warp owns rows 16 w .. 16 w + 15 of the 64.
+//   accumulator D (float d[N / 2]): d[4 j + 2 h + e] = D(16 w + g + 8 h, 8 j + 2 t + e), j < N / 8
+//   A from registers (uint32_t a[4], two 16-bit values each, low half first):
+//     a0 (16 w + g, 2t..2t+1)  a1 (16 w + g + 8, 2t..)  a2 (16 w + g, 2t+8..)  a3 (16 w + g + 8, 2t+8..)
+// i.e. per warp exactly the mma.sync m16n8k16 C and A layouts (mma.cuh), so the accumulators of
+// two adjacent 8-column blocks of S = Q K^T are the A fragment of one k16 step of O += P V.
+//
+// Shared-memory layout ("SW128", the canonical 128-byte swizzle): a [ROWS][W] tile of 16-bit
+// elements is stored as W / 64 column blocks, each [ROWS][64] with 128-byte rows; 16-byte chunk c
+// (0..7) of row r sits at r * 128 + ((c ^ (r % 8)) * 16) of its block (the hardware XORs address
+// bits 4-6 with bits 7-9, so blocks must start on 1024-byte boundaries). One 8-row x 128-byte
+// "swizzle atom" is 1024 bytes. Two ways the wgmma reads such a block:
+//   K-major   (A or B with the reduction dim contiguous: Q and K rows): rows are M/N, the 64
+//             columns are K. SBO = 1024 (next 8 rows), LBO unused (1). A k16 step inside the block
+//             advances the start address by 32 bytes; the next 64 columns are the next block.
+//   MN-major  (B = V [keys][D], the N dim = D contiguous; transpose bit set): rows are K (keys),
+//             the 64 columns are N. SBO = 1024 (next 8 keys), LBO = the stride between 64-wide
+//             N blocks (the column-block stride, ROWS * 128). A k16 step = 16 rows = 2048 bytes.
+#pragma once
+#include "mma.cuh"
+
+namespace fk {
+
+// ------------------------------------------------------------------------------ SW128 layout
+
+// Byte offset of 16-byte chunk `chunk` (8 16-bit elements, 0 .. W/8 - 1) of row `row` in a
+// [ROWS][W] SW128 tile (W / 64 column blocks of [ROWS][64]).
+template <int ROWS>
+__device__ __forceinline__ uint32_t sw128(int row, int chunk) {
+  return uint32_t((chunk >> 3) * (ROWS * 128) + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
+}
+
+// Copy rows [r0, r0 + ROWS) of a [N][W] matrix into an SW128 [ROWS][W] tile with cp.async,
+// zero-filling rows >= N. NT threads cooperate; consecutive threads copy consecutive 16 bytes of
+// a row (coalesced). The tile must start on a 1024-byte boundary.
+template <int ROWS, int W, int NT, typename T>
+__device__ __forceinline__ void load_tile_sw128(uint32_t tile, const T* __restrict__ src, int r0, int N, int tid) {
+  constexpr int U = W / 8, CHUNKS = ROWS * U;
+  static_assert(W % 64 == 0, "SW128 tiles are made of 64-element column blocks");
+#pragma unroll
+  for (int c = tid; c < CHUNKS; c += NT) {
+    const int row = c / U, chunk = c % U;
+    const int g = r0 + row;
+    const bool ok = g < N;
+    cp_async_16(tile + sw128<ROWS>(row, chunk), src + long(ok ? g : 0) * W + chunk * 8, ok ? 16 : 0);
+  }
+}
+
+// ------------------------------------------------------------------------------ descriptors
+
+// The 64-bit shared-memory matrix descriptor of wgmma (PTX ISA "Matrix Descriptor Format"):
+//   bits  0-13 start address >> 4     bits 16-29 leading-dimension byte offset >> 4
+//   bits 32-45 stride-dimension byte offset >> 4     bits 49-51 base offset (0: atoms 1024-aligned)
+//   bits 62-63 swizzle mode (1 = 128-byte swizzle)
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo & 0x3FFFF) >> 4) << 16) |
+         (uint64_t((sbo & 0x3FFFF) >> 4) << 32) | (uint64_t(1) << 62);
+}
+// K-major operand (Q as A, K as B of S = Q K^T): 8-row groups 1024 bytes apart, LBO unused.
+__device__ __forceinline__ uint64_t desc_kmajor(uint32_t addr) { return sw128_desc(addr, 16, 1024); }
+// MN-major B operand (V of O += P V, with trans-b = 1): 8-key groups 1024 bytes apart, 64-wide N
+// blocks `nblock_stride` bytes apart.
+__device__ __forceinline__ uint64_t desc_mnmajor(uint32_t addr, uint32_t nblock_stride) {
+  return sw128_desc(addr, nblock_stride, 1024);
+}
+// A descriptor moved by `bytes` (a multiple of 16; stays within the 14-bit address field).
+__device__ __forceinline__ uint64_t desc_add(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
+// ------------------------------------------------------------------------------ ordering
+
+// Before a batch of wgmma: orders this warpgroup's earlier register writes (accumulators, A
+// fragments) before the asynchronous reads.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Wait until at most N committed groups of this warpgroup are still in flight.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Shared memory written through the generic proxy (ordinary stores, cp.async) and read next by the
+// async proxy (wgmma operands, TMA stores): each writing thread fences before the barrier.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// Pin registers at a point of the program: the compiler may not move their reads or writes across
+// it (accumulators of an asynchronous wgmma are not final until wgmma_wait).
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// ------------------------------------------------------------------------------ wgmma.mma_async
+
+// Operand lists (generated; the accumulators come first, %0 .. %(N/2 - 1)).
+#define FK_WG_ACC64                                                                      \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "               \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FK_WG_OUT64(d)                                                                                        \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),             \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),       \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),     \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define FK_WG_ACC128                                                                     \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "               \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "      \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "       \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define FK_WG_OUT128(d)                                                                                       \
+  FK_WG_OUT64(d),                                                                                             \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),     \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),     \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),     \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+
+// SS: d (+)= A(desc) * B(desc); scale_d = 0 overwrites d. Operands after the accumulators:
+// a-desc, b-desc, scale-d, trans-a, trans-b (numbered from R = N / 2).
+#define FK_WGMMA_SS(N, AB, R0, R1, R2, R3, R4)                                                       \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" R2 ", 0;\n"                                      \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." AB "." AB " " FK_WG_ACC##N          \
+               ", %" R0 ", %" R1 ", p, 1, 1, %" R3 ", %" R4 ";\n}\n"                                  \
+               : FK_WG_OUT##N(d)                                                                     \
+               : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB))
+// RS: d (+)= A(registers a[4]) * B(desc). Operands after the accumulators: a0..a3, b-desc,
+// scale-d, trans-b.
+#define FK_WGMMA_RS(N, AB, R0, R1, R2, R3, R4, R5, R6)                                               \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" R5 ", 0;\n"                                      \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." AB "." AB " " FK_WG_ACC##N          \
+               ", {%" R0 ", %" R1 ", %" R2 ", %" R3 "}, %" R4 ", p, 1, 1, %" R6 ";\n}\n"              \
+               : FK_WG_OUT##N(d)                                                                     \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(TB))
+
+// D[64 x N] (+)= A[64 x 16] B[16 x N], A and B in shared memory. TA / TB = 1: the operand is
+// MN-major (transposed; 16-bit types only).
+template <typename T, int N, int TA = 0, int TB = 0>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t da, uint64_t db, int scale_d);
+// D[64 x N] (+)= A[64 x 16] B[16 x N], A in registers (the fragment above), B in shared memory.
+template <typename T, int N, int TB = 0>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, int scale_d);
+
+#define FK_DEFINE_WGMMA(CT, AB)                                                                                   \
+  template <int N, int TA, int TB>                                                                                \
+  __device__ __forceinline__ void wgmma_ss_impl(CT*, float (&d)[N / 2], uint64_t da, uint64_t db, int scale_d) {  \
+    static_assert(N == 64 || N == 128, "wgmma_ss: N = 64 or 128");                                                \
+    if constexpr (N == 64) FK_WGMMA_SS(64, AB, "32", "33", "34", "35", "36");                                     \
+    else FK_WGMMA_SS(128, AB, "64", "65", "66", "67", "68");                                                      \
+  }                                                                                                               \
+  template <int N, int TB>                                                                                        \
+  __device__ __forceinline__ void wgmma_rs_impl(CT*, float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db,      \
+                                                int scale_d) {                                                    \
+    static_assert(N == 64 || N == 128, "wgmma_rs: N = 64 or 128");                                                \
+    if constexpr (N == 64) FK_WGMMA_RS(64, AB, "32", "33", "34", "35", "36", "37", "38");                         \
+    else FK_WGMMA_RS(128, AB, "64", "65", "66", "67", "68", "69", "70");                                          \
+  }
+
+FK_DEFINE_WGMMA(__half, "f16")
+FK_DEFINE_WGMMA(__nv_bfloat16, "bf16")
+
+template <typename T, int N, int TA, int TB>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t da, uint64_t db, int scale_d) {
+  wgmma_ss_impl<N, TA, TB>(static_cast<T*>(nullptr), d, da, db, scale_d);
+}
+template <typename T, int N, int TB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+  wgmma_rs_impl<N, TB>(static_cast<T*>(nullptr), d, a, db, scale_d);
+}
+
+#undef FK_DEFINE_WGMMA
+#undef FK_WGMMA_SS
+#undef FK_WGMMA_RS
+
+}  // namespace fk
