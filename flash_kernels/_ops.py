@@ -113,8 +113,13 @@ def _prepare(variant_name: str, names: tuple[str, ...], tensors: tuple[Any, ...]
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     if causal and not variant.causal:
         raise ValueError(f"{variant.name} does not support causal=True")
-    D = _check_tensors(variant, names, tensors)[3]
+    B, H, _, D, Hkv, _ = _check_tensors(variant, names, tensors)
     opts = variant.resolve_options(options, D)
+    split = opts.get("group_split", "auto")
+    if split != "auto" and (H // Hkv) % split:
+        raise ValueError(f"{variant.name}: group_split={split} must divide H/Hkv = {H // Hkv} (query heads per k/v "
+                         f"head); accepted here: {[s for s in range(1, H // Hkv + 1) if (H // Hkv) % s == 0]} or 'auto'")
+
     _check_devices(names, tensors)
     if variant.arch is not None:  # an sm_90a variant runs on compute capability 9.0 only
         why = unavailable_reason(variant, torch.cuda.get_device_capability(tensors[0].device))
@@ -188,11 +193,28 @@ def _backward(variant: Variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         _build.load("flash_simt").bwd(opts["block_size"], q, k, v, o, lse, g, Dd, dq_acc, dq, dk, dv, [], scale,
                                       causal)
     elif variant.name == "flash_mma":
-        _build.load("flash_mma_bwd").bwd(_BWD_TILES[opts["bwd_tile"]], q, k, v, o, lse, g, Dd, dq_acc, dq, dk, dv,
-                                         [], scale, causal)
+        split = _group_split(opts["group_split"], B, H, k.shape[1], k.shape[2], causal, dev)
+        ws = [torch.empty(k.shape, dtype=torch.float32, device=dev) for _ in range(2)] if split > 1 else []
+        _build.load("flash_mma_bwd").bwd(_BWD_TILES[opts["bwd_tile"]] | split << 8, q, k, v, o, lse, g, Dd, dq_acc,
+                                         dq, dk, dv, ws, scale, causal)
     else:  # pragma: no cover
         raise AssertionError(f"no backward dispatch for {variant.name}")
     return dq, dk, dv
+
+
+_BWD_KEYS = 128  # keys per flash_mma backward block (flash_mma_bwd.cu: kBwdKeys)
+
+
+def _group_split(choice: Any, B: int, H: int, Hkv: int, Nk: int, causal: bool, dev: torch.device) -> int:
+    """Thread blocks per grouped-query group in flash_mma's backward: ``choice`` if an int (it must divide
+    H / Hkv), else the fewest divisors' worth that give 2 blocks per SM (4 when causal: key blocks near the
+    end see few queries)."""
+    G = H // Hkv
+    if choice != "auto":  # validated in _prepare
+        return choice
+    blocks = -(-Nk // _BWD_KEYS) * B * Hkv
+    target = (4 if causal else 2) * torch.cuda.get_device_properties(dev).multi_processor_count
+    return next((s for s in range(1, G + 1) if G % s == 0 and blocks * s >= target), G)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, variant: str = "flash_mma", causal: bool = False,

@@ -136,6 +136,13 @@ VARIANTS: dict[str, Variant] = {
                     default={64: "128x128", 128: "64x128"},
                     head_dims={"128x128": (64,)},
                 ),
+                "group_split": Option(
+                    "group_split", ("auto", 1, 2, 4, 8, 16, 32),
+                    "backward, grouped-query attention: the H/Hkv query heads that share a key block are split "
+                    "over this many thread blocks (dK, dV summed by fp32 atomics; must divide H/Hkv); auto: the "
+                    "fewest that give 2 blocks per SM (4 when causal)",
+                    default={64: "auto", 128: "auto"},
+                ),
             },
         ),
         Variant(

@@ -71,6 +71,14 @@ def test_grouped_query_and_cross_shapes_are_checked():
         fk.backward(q, k, v, q, None, q[:, :, :3], variant="flash_mma")
 
 
+def test_group_split_must_divide_the_group():
+    q, k, v = qkv((1, 6, 16, 64))
+    with pytest.raises(ValueError, match=r"group_split=4 must divide H/Hkv = 3 .*accepted here: \[1, 3\] or 'auto'"):
+        fk.backward(q, k[:, :2], v[:, :2], q, None, q, variant="flash_mma", group_split=4)
+    with pytest.raises(ValueError, match="group_split=5 is not supported; accepted: 'auto', 1, 2, 4, 8, 16, 32"):
+        fk.backward(q, k[:, :2], v[:, :2], q, None, q, variant="flash_mma", group_split=5)
+
+
 def test_wrong_rank():
     q, k, v = qkv()
     with pytest.raises(ValueError, match="4-D"):

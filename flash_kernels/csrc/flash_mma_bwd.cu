@@ -11,20 +11,28 @@
 //      dQacc, two adjacent columns per red.global.add.v2.f32.
 // Dd_i = rowsum(dO_i * O_i) comes from a small preprocessing kernel; dQacc is cast at the end.
 // Grouped-query attention: a block owns the keys of one key/value head and sweeps the query blocks
-// of every query head that shares it, so dK_j, dV_j come out already summed over the group.
+// of the query heads that share it, so dK_j, dV_j come out summed over them; when that leaves too
+// few blocks for the GPU (multi-query, causal), the group is split over gridDim.z blocks whose
+// partial dK, dV are added into fp32 workspaces (option group_split; _ops.py picks it by default).
 //
 // What this version changes (relative to the previous one, one warp per 16 keys and every warp
 // sweeping all BR queries of every product, 4 warps per block at BC = 64):
 //   - 8 warps per block and 32-key x 32/64-query warp tiles in phase 1: each Q / dO fragment read
-//     from shared memory feeds 4 MMAs instead of 2, each K / V fragment 4-8 instead of 8 (was 16
-//     keys x all queries);
-//   - P^T and dS^T both staged in shared memory (stmatrix), so phase 2 and 3 can split the head
-//     dim across warps: dK, dV accumulators of 32 keys x D/2 per warp, which makes BC = 128 fit at
+//     from shared memory feeds 4 MMAs instead of 2;
+//   - P^T and dS^T both staged in shared memory (stmatrix), so phases 2 and 3 split the head dim
+//     across warps: dK, dV accumulators of 32 keys x D/2 per warp, which makes BC = 128 fit at
 //     D = 128 (was 64: twice the Q/dO reloads and dQ atomics per key);
-//   - LSE_i, Dd_i arrive by cp.async with the tiles (they were synchronous loads each step), and
-//     dQ atomics are 2-wide.
-// What it bought and the next bottleneck: README, "Kernels" (measured on the H200 in the bench
-// capture beside SDPA; profiles/nvidia-h200/bench/ against bench-before/).
+//   - LSE_i, Dd_i arrive by cp.async with the tiles (they were synchronous loads each step), dQ
+//     atomics are 2-wide, and the head-dim loops of phases 1 and 3 stay rolled (unrolled, their
+//     swizzled addresses took the registers that made D = 128 spill).
+// What it bought (H200, fp16, convention sweep, flash_mma / SDPA flash in the same run; commit
+// 1131290, `python -m flash_kernels.bench --suite convention --variants flash_mma --refs sdpa_flash
+// --passes backward --dtypes float16`, profiles/_logs/nvidia-h200/bwd_1131290/): N >= 2048,
+//   D = 128: 0.85-0.91 non-causal, 0.86-0.94 causal (was 0.49-0.63 over both);
+//   D = 64 (128x128 tile): 0.83-0.88 non-causal, 0.87-0.94 causal (was 0.66-0.77); the 64x128 tile
+//   reaches only 0.73-0.78 / 0.77-0.85 there.
+// Next bottleneck: one 8-warp block per SM (252 registers a thread), two block barriers per query
+// block with nothing to overlap them; the D = 64 long-sequence cells (0.83) are where it shows.
 #include "mma.cuh"
 
 namespace fk {
@@ -36,8 +44,8 @@ template <typename T, int D, int BR, int WQ3>
 __global__ void __launch_bounds__(kBwdWarps * 32, 1)
 flash_mma_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                           const float* __restrict__ LSE, const float* __restrict__ Dd, const T* __restrict__ dO,
-                          float* __restrict__ dQacc, T* __restrict__ dK, T* __restrict__ dV, Dims dm, float scale,
-                          int causal) {
+                          float* __restrict__ dQacc, T* __restrict__ dK, T* __restrict__ dV, float* __restrict__ dKacc,
+                          float* __restrict__ dVacc, Dims dm, float scale, int causal) {
   constexpr int BC = kBwdKeys, NT = kBwdWarps * 32;
   constexpr int MK = 32, MI = MK / 16;      // keys per warp (phases 1, 2), m16 tiles of them
   constexpr int WQ1 = kBwdWarps / (BC / MK);  // phase 1: warps along queries
@@ -57,10 +65,11 @@ flash_mma_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, cons
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
-  const int Nq = dm.Nq, Nk = dm.Nk, G = dm.H / dm.Hkv;
+  const int Nq = dm.Nq, Nk = dm.Nk;
+  const int G = dm.H / dm.Hkv / gridDim.z;  // query heads this block sweeps (a group split over gridDim.z blocks)
   const int kvh = blockIdx.y;                                   // b * Hkv + key/value head
   const long kv_off = long(kvh) * Nk * D;
-  const int qh0 = (kvh / dm.Hkv) * dm.H + (kvh % dm.Hkv) * G;  // first query head of the group
+  const int qh0 = (kvh / dm.Hkv) * dm.H + (kvh % dm.Hkv) * (G * gridDim.z) + blockIdx.z * G;  // its first one
   const int k0 = blockIdx.x * BC;
   const int q_start = causal ? (k0 / BR) * BR : 0;  // no earlier query sees these keys
   const int n_qb = q_start < Nq ? (Nq - q_start + BR - 1) / BR : 0;
@@ -97,11 +106,10 @@ flash_mma_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, cons
   int qh = qh0, qb = q_start;  // this step's query head and first row; steps run head by head
   for (int it = 0; it < n_it; ++it) {
     const int st = it & 1;
-    const int qh_next = qb + BR < Nq ? qh : qh + 1, qb_next = qb + BR < Nq ? qb + BR : q_start;
     const uint32_t cQ = sQ + st * (BR * D * 2), cdO = sdO + st * (BR * D * 2);
     cp_async_wait<0>();
     __syncthreads();  // this stage has landed; everyone is done with the other stage, P^T and dS^T
-    if (it + 1 < n_it) stage(qh_next, qb_next, st ^ 1);
+    if (it + 1 < n_it) stage(qb + BR < Nq ? qh : qh + 1, qb + BR < Nq ? qb + BR : q_start, st ^ 1);
     cp_async_commit();
 
     // ---- phase 1: S^T and dP^T, [32 keys x NQ1 queries] per warp
@@ -237,8 +245,30 @@ flash_mma_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, cons
         }
       }
     }
-    qh = qh_next;
-    qb = qb_next;
+    if (qb + BR < Nq) {  // the next step (recomputed here rather than held in registers through the step)
+      qb += BR;
+    } else {
+      qb = q_start;
+      ++qh;
+    }
+  }
+  if (gridDim.z > 1) {  // a split group: the blocks of one key block add their partial dK, dV (fp32)
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int key = k0 + wk * MK + mi * 16 + g + h * 8;
+        if (key < Nk) {
+          const long row = (kv_off + long(key) * D) + wd2 * ND2 + 2 * t4;
+#pragma unroll
+          for (int nd = 0; nd < ND2 / 8; ++nd) {
+            red_add_f32x2(dKacc + row + nd * 8, dk[mi][nd][2 * h] * scale, dk[mi][nd][2 * h + 1] * scale);
+            red_add_f32x2(dVacc + row + nd * 8, dv[mi][nd][2 * h], dv[mi][nd][2 * h + 1]);
+          }
+        }
+      }
+    }
+    return;
   }
   cp_async_wait<0>();
   __syncthreads();  // K/V tiles are free: stage dK, dV there for 16-byte stores
@@ -257,28 +287,41 @@ flash_mma_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, cons
   store_tile<BC, D, NT>(reinterpret_cast<const T*>(sdV), dV + kv_off, k0, Nk, tid);
 }
 
+// split: the blocks each group of H / Hkv query heads is split over (1: one block sweeps them all
+// and writes dK, dV; > 1: partial sums added into the fp32 workspaces ws[0], ws[1], then cast).
 template <typename T, int D, int BR, int WQ3>
-cudaError_t mma_backward_launch(const AttnArgs& a, cudaStream_t stream) {
+cudaError_t mma_backward_launch(const AttnArgs& a, int split, cudaStream_t stream) {
   auto kernel = flash_mma_backward_kernel<T, D, BR, WQ3>;
   constexpr int smem = (2 * kBwdKeys * D + 4 * BR * D + 2 * kBwdKeys * BR) * 2 + 4 * BR * 4;
+  const int G = a.H / a.Hkv;
+  if (split < 1 || G % split != 0 || (split > 1 && (a.ws[0] == nullptr || a.ws[1] == nullptr)))
+    return cudaErrorInvalidValue;
+  const long kv_elems = long(a.B) * a.Hkv * a.Nk * D;
   cudaError_t err = allow_smem(kernel, smem);
+  if (err == cudaSuccess && split > 1) err = cudaMemsetAsync(a.ws[0], 0, sizeof(float) * kv_elems, stream);
+  if (err == cudaSuccess && split > 1) err = cudaMemsetAsync(a.ws[1], 0, sizeof(float) * kv_elems, stream);
   if (err != cudaSuccess) return err;
-  kernel<<<dim3(cdiv(a.Nk, kBwdKeys), a.B * a.Hkv), kBwdWarps * 32, smem, stream>>>(
+  kernel<<<dim3(cdiv(a.Nk, kBwdKeys), a.B * a.Hkv, split), kBwdWarps * 32, smem, stream>>>(
       static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), a.lse, a.Dd,
-      static_cast<const T*>(a.dO), a.dq_acc, static_cast<T*>(a.dk), static_cast<T*>(a.dv), dims_of(a), a.scale,
-      a.causal);
-  return cudaGetLastError();
+      static_cast<const T*>(a.dO), a.dq_acc, static_cast<T*>(a.dk), static_cast<T*>(a.dv), a.ws[0], a.ws[1],
+      dims_of(a), a.scale, a.causal);
+  err = cudaGetLastError();
+  if (err == cudaSuccess && split > 1) err = launch_cast<T>(a.ws[0], a.dk, kv_elems, stream);
+  if (err == cudaSuccess && split > 1) err = launch_cast<T>(a.ws[1], a.dv, kv_elems, stream);
+  return err;
 }
 
-// The tile table: option code -> query rows per step BR (keys per block: 128, 8 warps).
-// Codes as flash_kernels/_ops.py names them: 0 = 64x128, 1 = 128x128 (D = 64 only: at D = 128 the
-// 32 x 64 score tiles of phase 1 and the dK, dV accumulators do not fit in 255 registers together).
+// The tile table: option code & 0xff -> query rows per step BR (keys per block: 128, 8 warps);
+// option code >> 8 = the group split (see mma_backward_launch). Codes as flash_kernels/_ops.py
+// names them: 0 = 64x128, 1 = 128x128 (D = 64 only: at D = 128 the 32 x 64 score tiles of phase 1
+// and the dK, dV accumulators do not fit in 255 registers together).
 template <typename T, int D>
 cudaError_t mma_backward_tiles(const AttnArgs& a, cudaStream_t stream) {
-  switch (a.option) {
-    case 0: return mma_backward_launch<T, D, 64, 2>(a, stream);
+  const int split = a.option >> 8 > 0 ? a.option >> 8 : 1;
+  switch (a.option & 0xff) {
+    case 0: return mma_backward_launch<T, D, 64, 2>(a, split, stream);
     case 1:
-      if constexpr (D == 64) return mma_backward_launch<T, D, 128, 4>(a, stream);
+      if constexpr (D == 64) return mma_backward_launch<T, D, 128, 4>(a, split, stream);
       return cudaErrorInvalidValue;
     default: return cudaErrorInvalidValue;
   }

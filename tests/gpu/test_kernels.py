@@ -77,6 +77,8 @@ def test_against_reference(variant: str, dtype: str, D: int, causal: bool, N: in
 def _option_cases():
     for name, var in fk.VARIANTS.items():
         for opt in var.options.values():
+            if opt.name == "group_split":  # needs grouped-query heads: test_flash_mma_group_split
+                continue
             for choice in opt.choices:
                 for D in opt.head_dims.get(choice, var.head_dims):
                     yield pytest.param(name, opt.name, choice, D, id=f"{name}-{opt.name}={choice}-D{D}")
@@ -232,6 +234,23 @@ def test_flash_mma_tiles_with_grouped_query_and_cross(tile: str, bwd_tile: str) 
         for name, got, ref in zip(("dQ", "dK", "dV"), grads, reference_backward(q, k, v, g, causal=causal),
                                   strict=True):
             _assert_close(name, got, ref, tol["grad_rel_l2"], tol["grad_max_rel"])
+
+
+@pytest.mark.parametrize("split", fk.VARIANTS["flash_mma"].options["group_split"].choices)
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_flash_mma_group_split(split: object, D: int, causal: bool) -> None:
+    """Multi-query backward with the 32 query heads of the one k/v head swept by 1..32 blocks per key
+    block (dK, dV added by fp32 atomics when more than one), ragged sizes, Nq != Nk."""
+    dtype = "bfloat16" if D == 64 else "float16"
+    tol = TOLERANCES[dtype]
+    q, k, v, g = random_attention_inputs(1, 32, 150, D, DTYPES[dtype], Hkv=1, Nk=290, seed=D + 3)
+    o, lse = _forward_checked("flash_mma", q, k, v, causal, tol)
+    with poisoned_outputs():
+        grads = fk.backward(q, k, v, o, lse, g, variant="flash_mma", causal=causal, group_split=split)
+    torch.cuda.synchronize()
+    for name, got, ref in zip(("dQ", "dK", "dV"), grads, reference_backward(q, k, v, g, causal=causal), strict=True):
+        _assert_close(name, got, ref, tol["grad_rel_l2"], tol["grad_max_rel"])
 
 
 #: (B, H, Hkv, Nq, Nk): one query and key, ragged sizes that match no tile, Nq != Nk both ways,
