@@ -303,7 +303,7 @@ def test_capture_list_of_a_command_line_sweep(capsys, monkeypatch):
     assert sum(":flash_mma:" in n for n in lines) == 8 and sum("causal=1" in n for n in lines) == 12
     assert _main(["--suite", "blocksize,seqlen", "--list"], monkeypatch) == 0
     out = capsys.readouterr().out
-    assert "# blocksize: 80 case(s) to run, 4 skipped" in out and "# seqlen: 208 case(s) to run, 0 skipped" in out
+    assert "# blocksize: 80 case(s) to run, 4 skipped" in out and "# seqlen: 224 case(s) to run, 0 skipped" in out
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -35,7 +35,7 @@ CASES = list(_all_cases())
 
 def test_the_registered_sweeps_are_there():
     assert {"seqlen", "blocksize", "bench"} <= set(named_sweeps())
-    assert sum(name == "seqlen" for name, _, _ in CASES) == 208
+    assert sum(name == "seqlen" for name, _, _ in CASES) == 224
     assert any(c.options for _, _, c in CASES) and any("Hkv" in c.params for _, _, c in CASES)
     assert any("Nk" in c.params for _, _, c in CASES) and any("Nk" not in c.params for _, _, c in CASES)
 

@@ -140,7 +140,7 @@ def test_work_model_on_cases():
 def test_the_built_in_sweeps():
     assert {"seqlen", "blocksize", "bench"} <= set(named_sweeps())
     seqlen = find("seqlen").cases()
-    assert sum(c.runnable for c in seqlen) == 208 and all(c.runnable for c in seqlen)
+    assert sum(c.runnable for c in seqlen) == 224 and all(c.runnable for c in seqlen)
     assert all(c.range.startswith("fk:") for c in seqlen)
     # the materializing variants' one-head sweeps run well past the L2 (50 MiB on an H100, 60 on an
     # H200): at least three points beyond it, the last four times it, so the onset shows as a curve
