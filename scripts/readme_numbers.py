@@ -20,6 +20,8 @@ from nsightlab.store import cases, find_file, load_bench, load_manifest, short_c
 ROOT = Path(__file__).resolve().parent.parent
 #: this project's targets for flash_mma against SDPA's flash backend (N >= 2048)
 TARGETS = {"forward": 0.95, "backward": 0.85}  # the kernel issue's: FlashAttention-2's speed with mma.sync
+#: flash_wgmma's forward target against cuDNN (N >= 4096; the Hopper issue's)
+HOPPER_TARGETS = {"forward": 0.85}
 
 
 def _md(df: pd.DataFrame) -> str:
@@ -49,14 +51,35 @@ def capture_table(gpu: Path) -> str:
 def target_table(gpu: Path) -> str:
     """flash_mma / SDPA flash per convention row, N across: one line per pass, dtype, D and causal."""
     df, _ = load_bench(gpu / "bench")
-    t = perf.target_table(df, "flash_mma", "sdpa_flash", TARGETS, suite="convention")
+    return _pivot_targets(perf.target_table(df, "flash_mma", "sdpa_flash", TARGETS, suite="convention"), "flash_mma")
+
+
+def hopper_table(gpu: Path) -> str:
+    """flash_wgmma against cuDNN (its target) and SDPA flash, convention rows with N >= 4096."""
+    df, _ = load_bench(gpu / "bench")
+    t = perf.target_table(df, "flash_wgmma", "sdpa_cudnn", HOPPER_TARGETS, min_n=4096, suite="convention")
+    if t.empty:
+        return "(no flash_wgmma rows in this GPU's bench capture)"
+    flash = perf.ratio_to(df[df["suite"] == "convention"], "sdpa_flash")
+    flash = flash[flash["impl"] == "flash_wgmma"].set_index(["pass", "dtype", "D", "causal", "N"])["ratio"]
+    out = _pivot_targets(t, "flash_wgmma", "× cuDNN")
+    sdpa = _pivot_targets(t.assign(ratio=[flash.get((r.pass_, r.dtype, r.D, r.causal, r.N), float("nan"))
+                                          for r in t.rename(columns={"pass": "pass_"}).itertuples()]),
+                          "flash_wgmma", "× SDPA flash")
+    lines = out.splitlines()
+    extra = [line for line in sdpa.splitlines()[2:]]
+    return "\n".join(lines + extra)
+
+
+def _pivot_targets(t: pd.DataFrame, impl: str, what: str = "") -> str:
     rows = []
     for (p, dt, D, causal), g in t.groupby(["pass", "dtype", "D", "causal"], sort=False):
-        row = {"pass": p, "dtype": dt, "D": D, "causal": "yes" if causal else "no"}
+        row = {"pass": p + (f" {what}" if what else ""), "dtype": dt, "D": D, "causal": "yes" if causal else "no"}
         row.update({f"N={n}": f"{r:.2f}" for n, r in zip(g["N"], g["ratio"], strict=True)})
-        row["flash_mma TFLOP/s"] = f"{g['tflops'].min():.0f}–{g['tflops'].max():.0f}"
-        row["target"] = f"{g['target'].iloc[0]:.2f}"
-        row["met"] = f"{int(g['met'].sum())} of {len(g)}"
+        row[f"{impl} TFLOP/s"] = f"{g['tflops'].min():.0f}–{g['tflops'].max():.0f}"
+        met = g["ratio"] >= g["target"]
+        row["target"] = f"{g['target'].iloc[0]:.2f}" if what in ("", "× cuDNN") else "—"
+        row["met"] = f"{int(met.sum())} of {len(g)}" if what in ("", "× cuDNN") else "—"
         rows.append(row)
     return _md(pd.DataFrame(rows))
 
@@ -175,6 +198,7 @@ def main(argv: list[str]) -> int:
         print("### captures\n\n" + capture_table(gpu) + "\n")
         if (gpu / "bench").exists():
             print("### flash_mma / SDPA flash throughput (convention, N >= 2048)\n\n" + target_table(gpu) + "\n")
+            print("### flash_wgmma / cuDNN and / SDPA flash (convention, N >= 4096)\n\n" + hopper_table(gpu) + "\n")
             print("### every variant, d128 B4-H16-N4096-D128\n\n" + one_config_table(gpu) + "\n")
             df, _ = load_bench(gpu / "bench")
             if "gqa" in set(df["suite"]):
