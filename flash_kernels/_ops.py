@@ -16,6 +16,7 @@ _MAX_BH = 65535  # grid dimension limit of the kernels' batch*head axis
 
 _FWD_TILES = {"128x64": 0, "128x32": 1, "64x64": 2}
 _WG_TILES = {"128x128": 0, "128x64": 1, "192x128": 2, "192x64": 3}
+_WG_PIPELINES = {"cp.async": 0, "tma": 1}  # option code bits 4.. (flash_wgmma_fwd.cu)
 _BWD_TILES = {"64x128": 0, "128x128": 1}
 _MATERIALIZED_KIND = {"naive": 0, "tiled": 1, "tiled_uncoalesced": 2}
 
@@ -167,7 +168,8 @@ def _forward(variant: Variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     elif name == "flash_wgmma":
         if scale < 0:  # the same softmax convention as flash_mma's (running max of raw scores)
             q, scale = -q, -scale
-        _build.load("flash_wgmma_fwd").fwd(_WG_TILES[opts["wg_tile"]], q, k, v, o, lse, [], scale, causal)
+        code = _WG_TILES[opts["wg_tile"]] | _WG_PIPELINES[opts["pipeline"]] << 4
+        _build.load("flash_wgmma_fwd").fwd(code, q, k, v, o, lse, [], scale, causal)
     else:  # pragma: no cover - registry and dispatch disagree
         raise AssertionError(f"no forward dispatch for {name}")
     return o, lse

@@ -149,13 +149,20 @@ VARIANTS: dict[str, Variant] = {
             "flash_wgmma",
             "FlashAttention-2 loop on Hopper warpgroup tensor cores (sm_90a): wgmma with Q and K from "
             "128B-swizzled shared memory, P from registers, V read transposed; one warpgroup per 64 query "
-            "rows, cp.async double buffering; forward only",
+            "rows; K/V by cp.async double buffering or by TMA (option pipeline); forward only",
             ("float16", "bfloat16"), _HD, ("forward",), True, grouped_query=True, cross=True, arch="sm_90a",
             options={
                 "wg_tile": Option(
                     "wg_tile", ("128x128", "128x64", "192x128", "192x64"),
                     "query rows x keys per K/V tile (one consumer warpgroup per 64 rows: 2 or 3)",
-                    default={64: "192x128", 128: "128x128"},
+                    default={64: "128x64", 128: "192x128"},
+                ),
+                "pipeline": Option(
+                    "pipeline", ("cp.async", "tma"),
+                    "how K/V reach shared memory: cp.async = every thread copies, double-buffered, block "
+                    "barriers (step 1); tma = the copy engine (cp.async.bulk.tensor) completing on mbarriers, "
+                    "issued by one thread (step 2)",
+                    default={64: "cp.async", 128: "cp.async"},
                 ),
             },
         ),

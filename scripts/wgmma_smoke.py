@@ -1,9 +1,10 @@
 """flash_wgmma smoke test: correctness against a float64 reference, then timings beside flash_mma and
 SDPA flash. Builds only the modules it runs (flash_wgmma_fwd, and flash_mma_fwd for the timings).
 
-    python scripts/wgmma_smoke.py                 # every tile on ragged / GQA / cross shapes, then timings
-    python scripts/wgmma_smoke.py --no-time       # correctness only
-    python scripts/wgmma_smoke.py --tiles 128x128 # one tile
+    python scripts/wgmma_smoke.py                   # every (tile, pipeline) on ragged / GQA / cross shapes, then timings
+    python scripts/wgmma_smoke.py --no-time         # correctness only
+    python scripts/wgmma_smoke.py --tiles 128x128   # one tile, every pipeline
+    python scripts/wgmma_smoke.py --pipelines tma   # one pipeline (cp.async, tma), every tile
 
 Correctness: inputs random normal + 0.5 (relative errors mean something), outputs poisoned with NaN
 before each call; O against torch SDPA run in float64 on the upcast inputs, LSE against a float64
@@ -53,14 +54,15 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
     return o, torch.logsumexp(s, dim=-1)
 
 
-def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, tile: str) -> tuple[bool, dict[str, float], str]:
+def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, tile: str,
+          pipeline: str) -> tuple[bool, dict[str, float], str]:
     """One flash_wgmma forward against the reference: (passed, error metrics, diagnosis when it failed)."""
     dtype = str(q.dtype).removeprefix("torch.")
     tol = TOLERANCES[dtype]
     scale = q.shape[-1] ** -0.5
     ref_o, ref_lse = reference(q, k, v, causal, scale)
     with poisoned_outputs():
-        o, lse = fk.forward(q, k, v, variant="flash_wgmma", causal=causal, wg_tile=tile)
+        o, lse = fk.forward(q, k, v, variant="flash_wgmma", causal=causal, wg_tile=tile, pipeline=pipeline)
     torch.cuda.synchronize()
     nonfinite = int((~torch.isfinite(o)).sum()) + int((~torch.isfinite(lse)).sum())
     diff = torch.nan_to_num(o.double() - ref_o, nan=1e30)
@@ -123,6 +125,7 @@ def sdpa_flash_fn(q, k, v, causal: bool):
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tiles", default="all", help="comma-separated wg_tile values, or all")
+    p.add_argument("--pipelines", default="all", help="comma-separated pipeline values, or all")
     p.add_argument("--no-time", action="store_true", help="correctness only")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -133,8 +136,15 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         print(f"FAIL: {why}")
         return 1
-    choices = fk.VARIANTS["flash_wgmma"].options["wg_tile"].choices
-    tiles = list(choices) if a.tiles == "all" else a.tiles.split(",")
+    options = fk.VARIANTS["flash_wgmma"].options
+    tiles = list(options["wg_tile"].choices) if a.tiles == "all" else a.tiles.split(",")
+    pipelines = list(options["pipeline"].choices) if a.pipelines == "all" else a.pipelines.split(",")
+    for name, got in (("wg_tile", tiles), ("pipeline", pipelines)):
+        bad = [x for x in got if x not in options[name].choices]
+        if bad:
+            p.error(f"unknown {name} {bad}; accepted: {', '.join(options[name].choices)}")
+    #: (tile, pipeline) pairs, each a column of the tables
+    configs = [(t, pl) for pl in pipelines for t in tiles]
     t0 = time.perf_counter()
     _build.load("flash_wgmma_fwd", verbose=False)
     print(f"built flash_wgmma_fwd in {time.perf_counter() - t0:.1f} s")
@@ -143,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     shown = 0
     print("\n== correctness (fp64 reference; outputs NaN-poisoned); worst over the shapes per line ==")
     print("   shapes (B, H, Hkv, Nq, Nk): " + ", ".join(map(str, CHECK_SHAPES)))
-    for tile in tiles:
+    for tile, pipe in configs:
         for dtype in DT:
             for D in (64, 128):
                 for causal in (False, True):
@@ -152,16 +162,16 @@ def main(argv: list[str] | None = None) -> int:
                     for B, H, Hkv, Nq, Nk in CHECK_SHAPES:
                         q, k, v, _ = random_attention_inputs(B, H, Nq, D, DT[dtype], Hkv=Hkv, Nk=Nk,
                                                              seed=Nq * 7 + Nk + D)
-                        ok, m, diag = check(q, k, v, causal, tile)
+                        ok, m, diag = check(q, k, v, causal, tile, pipe)
                         worst = {key: max(worst.get(key, 0.0), val) for key, val in m.items()}
                         if not ok:
                             n_bad += 1
                             if shown < 12:  # the first failures in full
                                 shown += 1
-                                print(f"  FAIL {tile} {dtype} D={D} causal={causal} B={B} H={H} Hkv={Hkv} Nq={Nq} "
+                                print(f"  FAIL {tile} {pipe} {dtype} D={D} causal={causal} B={B} H={H} Hkv={Hkv} Nq={Nq} "
                                       f"Nk={Nk}: {fmt(m)}\n       {diag}")
                     failures += n_bad
-                    print(f"  {'PASS' if n_bad == 0 else 'FAIL'} {tile:8s} {dtype:8s} D={D:<3d} "
+                    print(f"  {'PASS' if n_bad == 0 else 'FAIL'} {tile:8s} {pipe:8s} {dtype:8s} D={D:<3d} "
                           f"{'causal' if causal else 'full  '} {fmt(worst)}"
                           + (f"  ({n_bad}/{len(CHECK_SHAPES)} shapes failed)" if n_bad else ""))
 
@@ -173,15 +183,17 @@ def main(argv: list[str] | None = None) -> int:
                 for B, H, N in TIME_SHAPES:
                     q, k, v, _ = random_attention_inputs(B, H, N, D, torch.float16, seed=N + D)
                     flop = 4 * B * H * N * N * D / (2 if causal else 1)
-                    # correctness at this size on a slice (first batch, 2 heads), every tile
-                    for tile in tiles:
-                        ok, m, diag = check(q[:1, :2], k[:1, :2], v[:1, :2], causal, tile)
+                    # correctness at this size on a slice (first batch, 2 heads), every (tile, pipeline)
+                    for tile, pipe in configs:
+                        ok, m, diag = check(q[:1, :2], k[:1, :2], v[:1, :2], causal, tile, pipe)
                         failures += not ok
                         if not ok:
-                            print(f"  FAIL {tile} D={D} causal={causal} N={N} (B=1, H=2 slice): {fmt(m)}\n       {diag}")
+                            print(f"  FAIL {tile} {pipe} D={D} causal={causal} N={N} (B=1, H=2 slice): {fmt(m)}\n"
+                                  f"       {diag}")
                     res = {}
-                    for tile in tiles:
-                        res[f"wgmma {tile}"] = median_ms(kernel_fn("flash_wgmma", q, k, v, causal, wg_tile=tile))
+                    for tile, pipe in configs:
+                        res[f"{pipe} {tile}"] = median_ms(kernel_fn("flash_wgmma", q, k, v, causal, wg_tile=tile,
+                                                                    pipeline=pipe))
                     res["flash_mma"] = median_ms(kernel_fn("flash_mma", q, k, v, causal))
                     with torch.no_grad():
                         res["sdpa_flash"] = median_ms(sdpa_flash_fn(q, k, v, causal))

@@ -36,11 +36,12 @@ def test_compiles_for_sm90(path):
 
 @need_nvcc
 def test_flash_wgmma_compiles_for_sm90a_only():
-    """wgmma needs the architecture-specific target: every tile of the forward kernel is there for
-    sm_90a (2 dtypes x 2 head dims x 4 tiles), at most 168 registers at 384 threads (3 warpgroups)."""
+    """wgmma needs the architecture-specific target: every tile of each pipeline's forward kernel is
+    there for sm_90a (2 dtypes x 2 head dims x 4 tiles: cp.async, tma), at most 168 registers at 384
+    threads (3 warpgroups)."""
     rows = ptxas_report(next(p for p in cu_files() if p.name == "flash_wgmma_fwd.cu"), "sm_90a")
-    kernels = [r for r in rows if r.kernel.startswith("flash_wgmma_forward_kernel<")]
-    assert len(kernels) == 16, [r.kernel for r in rows]
+    kernels = [r for r in rows if r.kernel.startswith(("flash_wgmma_forward_kernel<", "flash_wgmma_tma_forward_kernel<"))]
+    assert len(kernels) == 32, [r.kernel for r in rows]
     assert all(r.registers <= (168 if ",192," in r.kernel else 255) for r in kernels), [(r.kernel, r.registers) for r in kernels]
     with pytest.raises(RuntimeError, match="wgmma"):
         ptxas_report(next(p for p in cu_files() if p.name == "flash_wgmma_fwd.cu"), "sm_90")

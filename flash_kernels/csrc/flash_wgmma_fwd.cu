@@ -1,25 +1,183 @@
-// flash_wgmma forward: FlashAttention-2's loop on Hopper's warpgroup tensor-core instructions (sm_90a).
-// Relative to flash_mma: each matrix product is one asynchronous wgmma per k16 step for a whole
-// warpgroup (64 query rows) instead of many warp-level mma.sync, with its operands read by the
-// tensor cores straight from shared memory (no ldmatrix): S = Q K^T is wgmma m64nBNk16 with Q and
-// K both from shared memory (K-major, 128-byte swizzle), O += P V is wgmma m64nDk16 with P from
-// registers (the S accumulators repacked to 16 bits, as in FA3) and V from shared memory read
-// MN-major (the transpose bit: V stays [keys][D] as it is in memory, no transposing copy).
+// flash_wgmma forward: FlashAttention-2's loop on Hopper's warpgroup tensor-core instructions (sm_90a),
+// three rungs of the Hopper ladder selected by the `pipeline` option (how K/V reach shared memory and
+// how the warpgroups share the work); the arithmetic of a tile is the same code in all three.
 //
-// Block: BM = 64 * NWG query rows, one consumer warpgroup per 64 rows (NWG = 2 or 3), no producer:
-// every thread copies tiles with cp.async (Q once; K and V double-buffered, the next tile in flight
-// while this one is used), fences them into the async proxy and meets at __syncthreads. Each
-// warpgroup then runs: S = Q_i K_j^T (wgmma SS, D / 16 k-steps), mask, online softmax on the
-// accumulator fragment (running max in raw score units, exp2 with the scale folded in, the row's
-// 4 lanes reduce with two shuffles), O rescaled when a row max grew, O += P V_j (wgmma RS, BN / 16
-// k-steps), each product waited for at once (no overlap of softmax and wgmma inside a warpgroup:
-// that and TMA are the next steps). Causal launches visit the heaviest query blocks first and a
-// warpgroup skips key tiles wholly after its rows. Grouped-query attention: query head h reads
-// key/value head h / (H / Hkv) (Dims::kv_head); causal alignment top-left (query i sees keys j <= i).
-// Outputs as flash_mma's: O normalised, LSE = natural log of sum_j exp(scale q_i . k_j), fp32.
+// Common to every pipeline. Relative to flash_mma: each matrix product is one asynchronous wgmma per
+// k16 step for a whole warpgroup (64 query rows) instead of many warp-level mma.sync, with its
+// operands read by the tensor cores straight from shared memory (no ldmatrix): S = Q K^T is wgmma
+// m64nBNk16 with Q and K both from shared memory (K-major, 128-byte swizzle), O += P V is wgmma
+// m64nDk16 with P from registers (the S accumulators repacked to 16 bits, as in FA3) and V from
+// shared memory read MN-major (the transpose bit: V stays [keys][D] as it is in memory, no
+// transposing copy). One consumer warpgroup per 64 query rows (BM = 64 * NWG, NWG = 2 or 3). Each
+// warpgroup runs per K/V tile: S = Q_i K_j^T (D / 16 k-steps), mask, online softmax on the
+// accumulator fragment (running max in raw score units, exp2 with the scale folded in, the row's 4
+// lanes reduce with two shuffles), O rescaled when a row max grew, O += P V_j (BN / 16 k-steps).
+// Causal launches visit the heaviest query blocks first and a warpgroup skips key tiles wholly after
+// its rows. Grouped-query attention: query head h reads key/value head h / (H / Hkv)
+// (Dims::kv_head); causal alignment top-left (query i sees keys j <= i). Outputs as flash_mma's: O
+// normalised (staged through the warpgroup's own rows of the Q tile, written 16 bytes per thread),
+// LSE = natural log of sum_j exp(scale q_i . k_j), fp32.
+//
+// pipeline "cp.async" (step 1): no producer: every thread copies tiles with cp.async (Q once; K and V
+// double-buffered, the next tile in flight while this one is used), fences them into the async
+// proxy and meets at __syncthreads (twice per K/V tile); each wgmma batch is waited for at once (no
+// overlap of softmax and wgmma inside a warpgroup).
+//   Measured (H200, torch 2.11.0+cu130, scripts/wgmma_smoke.py at c4f0115; fp16, B*N = 16k, H = 16,
+//   N = 8192, median of 20, no L2 flush; TFLOP/s, 4 B H N^2 D, halved when causal), by tile
+//   128x128 / 128x64 / 192x128 / 192x64, beside flash_mma and SDPA flash (FA2):
+//     D=128 full   361 / 308 / 401 / 344   flash_mma 293   SDPA 345
+//     D=128 causal 340 / 289 / 360 / 309   flash_mma 255   SDPA 301
+//     D=64  full   257 / 293 / 288 / 239   flash_mma 290   SDPA 291
+//     D=64  causal 245 / 267 / 268 / 225                   SDPA 269
+//   so the defaults are 192x128 for D=128 (1.16x SDPA flash) and 128x64 for D=64 (SDPA's level);
+//   cuDNN reaches ~600 at D=128 on this GPU: the per-tile waits leave the tensor cores idle during
+//   loads and softmax.
+//
+// pipeline "tma" (step 2): K, V and Q arrive by the copy engine: one thread issues
+// cp.async.bulk.tensor (3-D tensor maps [B*heads][N][D], boxes of {64 columns, rows, 1}, the
+// 128-byte swizzle the wgmma descriptors read; rows past N of the head are zero-filled by the
+// engine, never the next head's) completing on one mbarrier per K and per V stage (arrive.expect_tx,
+// try_wait.parity), a STAGES-deep ring (2). A warpgroup waits for K_j alone before S = Q K_j^T and for
+// V_j before O += P V_j; one __syncthreads per tile (every warpgroup done with the stage) lets the
+// issuing thread refill the stage with tile j + STAGES. No address arithmetic, predicates or
+// proxy fences in the threads for loads; the waits per wgmma batch stay.
+//   Measured: pending
 #include "wgmma.cuh"
 
 namespace fk {
+
+// ------------------------------------------------------------------------------ one warpgroup's tile
+
+// Issue S = Q_i K_j^T for one warpgroup's 64 rows (no wait): dQ the descriptor of its rows of the
+// [BM][D] Q tile, dK of the [BN][D] K tile. k-step kd reads columns 16 kd .. of column block kd / 4
+// (32 bytes per k-step inside a 128-byte row).
+template <typename T, int D, int BM, int BN>
+__device__ __forceinline__ void issue_scores(float (&s)[BN / 2], uint64_t dQ, uint64_t dK) {
+  fence_regs(s);
+  wgmma_fence();
+#pragma unroll
+  for (int kd = 0; kd < D / 16; ++kd) {
+    const uint32_t off = (kd & 3) * 32;
+    wgmma_ss<T, BN>(s, desc_add(dQ, (kd >> 2) * (BM * 128) + off), desc_add(dK, (kd >> 2) * (BN * 128) + off),
+                    kd > 0);
+  }
+  wgmma_commit();
+}
+
+// Issue O += P V_j (no wait): k-step kk reads keys 16 kk .. 16 kk + 15 = two 1024-byte swizzle atoms.
+template <typename T, int D, int BN>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 2], uint32_t (&pf)[BN / 16][4], uint64_t dV) {
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) fence_regs(pf[kk]);
+  fence_regs(o);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs<T, D, /*TB=*/1>(o, pf[kk], desc_add(dV, kk * 2048), 1);
+  wgmma_commit();
+}
+
+// The online softmax of one score tile in place: mask keys past Nk and (causal) keys after the
+// query, on the raw scores (scale > 0: the launcher asks for it, so the largest raw score is the
+// largest scaled one); update the running max m and sum l (a per-thread partial; the quad is
+// reduced at the end); P as A fragments in pf (the accumulators of 8-column blocks 2 kk and 2 kk + 1
+// are the A fragment of k-step kk); alpha = the factor O must be scaled by, `grew` whether any row
+// max of this warp grew (each warp owns its rows' registers, so the test is warp-uniform).
+// row0: this thread's first row (the second is row0 + 8); wg_row0: the warpgroup's first row.
+template <typename T, int BN>
+__device__ __forceinline__ bool softmax_tile(float (&s)[BN / 2], uint32_t (&pf)[BN / 16][4], float (&m)[2],
+                                             float (&l)[2], float (&alpha)[2], int j0, int Nk, int causal,
+                                             int wg_row0, int row0, int lane, float scale_log2) {
+  constexpr int NS = BN / 2;
+  if (j0 + BN > Nk || (causal && j0 + BN - 1 > wg_row0)) {
+#pragma unroll
+    for (int i = 0; i < NS; ++i) {
+      const int key = j0 + (i >> 2) * 8 + (lane & 3) * 2 + (i & 1);
+      const int row = row0 + ((i >> 1) & 1) * 8;
+      if (key >= Nk || (causal && key > row)) s[i] = -INFINITY;
+    }
+  }
+  // row h of this thread is s[4 j + 2 h + e]; its other 12 values sit in the 3 other lanes of the quad
+  bool grew = false;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m[h], mx);
+    const float ms = (m_new == -INFINITY) ? 0.f : m_new * scale_log2;
+    alpha[h] = fast_exp2(m[h] * scale_log2 - ms);
+    grew |= m_new != m[h];
+    m[h] = m_new;
+    float rs = 0.f;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      s[4 * j + 2 * h] = fast_exp2(fmaf(s[4 * j + 2 * h], scale_log2, -ms));
+      s[4 * j + 2 * h + 1] = fast_exp2(fmaf(s[4 * j + 2 * h + 1], scale_log2, -ms));
+      rs += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+    }
+    l[h] = l[h] * alpha[h] + rs;
+  }
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) {
+    pf[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+    pf[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+    pf[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+    pf[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+  return __any_sync(0xffffffffu, grew);
+}
+
+template <int NO>
+__device__ __forceinline__ void rescale_o(float (&o)[NO], const float (&alpha)[2]) {
+#pragma unroll
+  for (int i = 0; i < NO; ++i) o[i] *= alpha[(i >> 1) & 1];
+}
+
+// Normalise one warpgroup's O, write its LSE, stage its rows in its own (no longer read) rows
+// r0 .. r0 + 63 of the [BM][D] SW128 Q tile at `tile` (conflict-free 4-byte writes), meet the other
+// threads of the warpgroup at named barrier `bar_id`, and write the rows out 16 bytes per thread.
+template <typename T, int D, int BM>
+__device__ __forceinline__ void store_rows(float (&o)[D / 2], const float (&m)[2], float (&l)[2], uint8_t* tile,
+                                           int r0, int bar_id, int wg_row0, int Nq, long bh, T* __restrict__ O,
+                                           float* __restrict__ LSE, float scale_log2) {
+  const int t128 = threadIdx.x & 127, warp = t128 >> 5, lane = t128 & 31;
+  const int row0 = wg_row0 + warp * 16 + (lane >> 2);
+  float inv[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    inv[h] = 1.f / l[h];
+  }
+  const int srow = r0 + warp * 16 + (lane >> 2);  // staging row of h = 0
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      *reinterpret_cast<uint32_t*>(tile + sw128<BM>(srow + 8 * h, j) + (lane & 3) * 4) =
+          pack2<T>(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
+  if ((lane & 3) == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + 8 * h;
+      if (row < Nq) LSE[bh * Nq + row] = (m[h] * scale_log2 + __log2f(l[h])) * kLn2;
+    }
+  }
+  bar_sync(bar_id, 128);
+  T* Ob = O + bh * Nq * D;
+  constexpr int U = D / 8;
+#pragma unroll
+  for (int c = t128; c < 64 * U; c += 128) {
+    const int r = c / U, chunk = c % U;
+    if (wg_row0 + r < Nq)
+      *reinterpret_cast<uint4*>(Ob + long(wg_row0 + r) * D + chunk * 8) =
+          *reinterpret_cast<const uint4*>(tile + sw128<BM>(r0 + r, chunk));
+  }
+}
+
+// ------------------------------------------------------------------------------ step 1: cp.async
 
 template <typename T, int D, int BM, int BN>
 __global__ void __launch_bounds__(BM / 64 * 128, 1)
@@ -27,7 +185,6 @@ flash_wgmma_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, con
                            T* __restrict__ O, float* __restrict__ LSE, Dims dm, float scale_log2, int causal) {
   static_assert(BM % 64 == 0 && (BN == 64 || BN == 128) && (D == 64 || D == 128), "tile shape");
   constexpr int NWG = BM / 64, NT = NWG * 128;
-  constexpr int KD = D / 16;           // k16 steps of S = Q K^T (over the head dim)
   constexpr int KB = BN / 16;          // k16 steps of O += P V (over the keys of a tile)
   constexpr int NS = BN / 2, NO = D / 2;  // accumulator registers per thread: S, O
   constexpr uint32_t TQ = BM * D * 2, TKV = BN * D * 2;  // tile bytes
@@ -80,84 +237,19 @@ flash_wgmma_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, con
     const bool active = !causal || j0 <= wg_row0 + 63;
     uint32_t pf[KB][4];
     if (active) {
-      // S = Q_i K_j^T   [64 rows x BN keys] per warpgroup; k-step kd reads columns 16 kd.. of
-      // column block kd / 4 (32 bytes per k-step inside a 128-byte row)
       float s[NS];
-      fence_regs(s);
-      wgmma_fence();
-#pragma unroll
-      for (int kd = 0; kd < KD; ++kd) {
-        const uint32_t off = (kd & 3) * 32;
-        wgmma_ss<T, BN>(s, desc_add(dQ, (kd >> 2) * (BM * 128) + off),
-                        desc_add(dK, st * TKV + (kd >> 2) * (BN * 128) + off), kd > 0);
-      }
-      wgmma_commit();
+      issue_scores<T, D, BM, BN>(s, dQ, desc_add(dK, st * TKV));
       wgmma_wait<0>();
       fence_regs(s);
-
-      // mask keys past Nk and (causal) keys after the query, on the raw scores (scale > 0: the
-      // launcher asks for it, so the largest raw score is the largest scaled one)
-      if (j0 + BN > Nk || (causal && j0 + BN - 1 > wg_row0)) {
-#pragma unroll
-        for (int i = 0; i < NS; ++i) {
-          const int key = j0 + (i >> 2) * 8 + (lane & 3) * 2 + (i & 1);
-          const int row = row0 + ((i >> 1) & 1) * 8;
-          if (key >= Nk || (causal && key > row)) s[i] = -INFINITY;
-        }
-      }
-      // online softmax: row h of this thread is s[4 j + 2 h + e]; its other 12 values sit in the
-      // 3 other lanes of the quad
       float alpha[2];
-      bool grew = false;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[h], mx);
-        const float ms = (m_new == -INFINITY) ? 0.f : m_new * scale_log2;
-        alpha[h] = fast_exp2(m[h] * scale_log2 - ms);
-        grew |= m_new != m[h];
-        m[h] = m_new;
-        float rs = 0.f;
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-          s[4 * j + 2 * h] = fast_exp2(fmaf(s[4 * j + 2 * h], scale_log2, -ms));
-          s[4 * j + 2 * h + 1] = fast_exp2(fmaf(s[4 * j + 2 * h + 1], scale_log2, -ms));
-          rs += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
-        }
-        l[h] = l[h] * alpha[h] + rs;  // per-thread partial; the quad is reduced at the end
-      }
-      // P as A fragments: the accumulators of 8-column blocks 2 kk and 2 kk + 1 are the A
-      // fragment of k-step kk
-#pragma unroll
-      for (int kk = 0; kk < KB; ++kk) {
-        pf[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
-        pf[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
-        pf[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
-        pf[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
-      }
-      // O *= alpha only when a row max of this warp grew (each warp owns its rows' registers)
-      if (__any_sync(0xffffffffu, grew)) {
-#pragma unroll
-        for (int i = 0; i < NO; ++i) o[i] *= alpha[(i >> 1) & 1];
-      }
+      if (softmax_tile<T, BN>(s, pf, m, l, alpha, j0, Nk, causal, wg_row0, row0, lane, scale_log2))
+        rescale_o(o, alpha);
     }
     cp_async_wait<1>();  // V_t has landed (K_{t+1} may still be in flight)
     fence_proxy_async();
     __syncthreads();
     if (active) {
-      // O += P V_j: k-step kk reads keys 16 kk .. 16 kk + 15 = two 1024-byte swizzle atoms
-#pragma unroll
-      for (int kk = 0; kk < KB; ++kk) fence_regs(pf[kk]);
-      fence_regs(o);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < KB; ++kk)
-        wgmma_rs<T, D, /*TB=*/1>(o, pf[kk], desc_add(dV, st * TKV + kk * 2048), 1);
-      wgmma_commit();
+      issue_pv<T, D, BN>(o, pf, desc_add(dV, st * TKV));
       wgmma_wait<0>();
       fence_regs(o);
     }
@@ -165,41 +257,113 @@ flash_wgmma_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, con
     cp_async_commit();
   }
   cp_async_wait<0>();
+  store_rows<T, D, BM>(o, m, l, smem, wg * 64, 1 + wg, wg_row0, Nq, bh, O, LSE, scale_log2);
+}
 
-  // normalise, stage this warpgroup's rows in its own (no longer read) rows of the Q tile, in the
-  // same SW128 layout (conflict-free 4-byte writes), then write them out 16 bytes per thread
-  float inv[2];
+// ------------------------------------------------------------------------------ step 2: TMA
+
+template <typename T, int D, int BM, int BN, int STAGES>
+__global__ void __launch_bounds__(BM / 64 * 128, 1)
+flash_wgmma_tma_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+                               const __grid_constant__ CUtensorMap tmV, T* __restrict__ O, float* __restrict__ LSE,
+                               Dims dm, float scale_log2, int causal) {
+  static_assert(BM % 64 == 0 && (BN == 64 || BN == 128) && (D == 64 || D == 128), "tile shape");
+  constexpr int KB = BN / 16, NS = BN / 2, NO = D / 2;
+  constexpr uint32_t TQ = BM * D * 2, TKV = BN * D * 2;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t sQ = (raw + 1023u) & ~1023u;  // [BM][D]
+  const uint32_t sK = sQ + TQ;                 // [STAGES][BN][D]
+  const uint32_t sV = sK + STAGES * TKV;       // [STAGES][BN][D]
+  const uint32_t bar_q = sV + STAGES * TKV;    // mbarriers: Q, K[STAGES], V[STAGES]
+  const uint32_t bar_k = bar_q + 8, bar_v = bar_k + 8 * STAGES;
+  uint8_t* const smem = smem_raw + (sQ - raw);
+
+  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int Nq = dm.Nq, Nk = dm.Nk;
+  const int bh = blockIdx.y;
+  const int kvh = int(dm.kv_head(bh));
+  const int q0 = (causal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x)) * BM;
+  const int kv_len = causal ? min(Nk, q0 + BM) : Nk;
+  const int n_kv = (kv_len + BN - 1) / BN;
+  const int wg_row0 = q0 + wg * 64;
+  const int row0 = wg_row0 + warp * 16 + (lane >> 2);
+
+  if (tid == 0) {
+    tma_prefetch_map(&tmQ);
+    tma_prefetch_map(&tmK);
+    tma_prefetch_map(&tmV);
+    mbar_init(bar_q, 1);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    inv[h] = 1.f / l[h];
-  }
-  const int srow = wg * 64 + warp * 16 + (lane >> 2);  // staging row of h = 0
-#pragma unroll
-  for (int j = 0; j < D / 8; ++j)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      *reinterpret_cast<uint32_t*>(smem + sw128<BM>(srow + 8 * h, j) + (lane & 3) * 4) =
-          pack2<T>(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
-  if ((lane & 3) == 0) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = row0 + 8 * h;
-      if (row < Nq) LSE[bh * Nq + row] = (m[h] * scale_log2 + __log2f(l[h])) * kLn2;
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(bar_k + 8 * s, 1);
+      mbar_init(bar_v + 8 * s, 1);
     }
+    mbar_init_fence();
   }
   __syncthreads();
-  T* Ob = O + bh * Nq * D;
-  constexpr int U = D / 8;
-#pragma unroll
-  for (int c = tid & 127; c < 64 * U; c += 128) {
-    const int r = c / U, chunk = c % U;
-    if (wg_row0 + r < Nq)
-      *reinterpret_cast<uint4*>(Ob + long(wg_row0 + r) * D + chunk * 8) =
-          *reinterpret_cast<const uint4*>(smem + sw128<BM>(wg * 64 + r, chunk));
+  if (tid == 0) {
+    mbar_arrive_expect_tx(bar_q, TQ);
+    tma_load_tile<D, BM>(sQ, &tmQ, bar_q, q0, bh);
+    for (int s = 0; s < STAGES && s < n_kv; ++s) {
+      mbar_arrive_expect_tx(bar_k + 8 * s, TKV);
+      tma_load_tile<D, BN>(sK + s * TKV, &tmK, bar_k + 8 * s, s * BN, kvh);
+      mbar_arrive_expect_tx(bar_v + 8 * s, TKV);
+      tma_load_tile<D, BN>(sV + s * TKV, &tmV, bar_v + 8 * s, s * BN, kvh);
+    }
   }
+
+  const uint64_t dQ = desc_kmajor(sQ + wg * 64 * 128);
+  const uint64_t dK = desc_kmajor(sK);
+  const uint64_t dV = desc_mnmajor(sV, BN * 128);
+
+  float o[NO];
+#pragma unroll
+  for (int i = 0; i < NO; ++i) o[i] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+  mbar_wait(bar_q, 0);
+  int st = 0;        // stage of tile t
+  uint32_t ph = 0;   // parity of the stage's barriers' phase for tile t: (t / STAGES) & 1
+  for (int t = 0; t < n_kv; ++t) {
+    const int j0 = t * BN;
+    const bool active = !causal || j0 <= wg_row0 + 63;
+    if (active) {
+      uint32_t pf[KB][4];
+      {
+        float s[NS];
+        mbar_wait(bar_k + 8 * st, ph);
+        issue_scores<T, D, BM, BN>(s, dQ, desc_add(dK, st * TKV));
+        wgmma_wait<0>();
+        fence_regs(s);
+        float alpha[2];
+        if (softmax_tile<T, BN>(s, pf, m, l, alpha, j0, Nk, causal, wg_row0, row0, lane, scale_log2))
+          rescale_o(o, alpha);
+      }
+      mbar_wait(bar_v + 8 * st, ph);
+      issue_pv<T, D, BN>(o, pf, desc_add(dV, st * TKV));
+      wgmma_wait<0>();
+      fence_regs(o);
+    }
+    if (t + STAGES < n_kv) {  // block-uniform
+      __syncthreads();        // every warpgroup is done with stage st
+      if (tid == 0) {
+        const int jn = (t + STAGES) * BN;
+        mbar_arrive_expect_tx(bar_k + 8 * st, TKV);
+        tma_load_tile<D, BN>(sK + st * TKV, &tmK, bar_k + 8 * st, jn, kvh);
+        mbar_arrive_expect_tx(bar_v + 8 * st, TKV);
+        tma_load_tile<D, BN>(sV + st * TKV, &tmV, bar_v + 8 * st, jn, kvh);
+      }
+    }
+    if (++st == STAGES) {
+      st = 0;
+      ph ^= 1;
+    }
+  }
+  store_rows<T, D, BM>(o, m, l, smem, wg * 64, 1 + wg, wg_row0, Nq, bh, O, LSE, scale_log2);
 }
+
+// ------------------------------------------------------------------------------ launchers
 
 template <typename T, int D, int BM, int BN>
 cudaError_t wgmma_forward_launch(const AttnArgs& a, cudaStream_t stream) {
@@ -213,15 +377,50 @@ cudaError_t wgmma_forward_launch(const AttnArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// The tile table: option code -> (query rows BM = 64 per warpgroup, keys per K/V tile BN).
+// The tensor maps of one call: Q [B*H][Nq][D] in boxes of BM rows, K and V [B*Hkv][Nk][D] in boxes
+// of BN rows.
+template <typename T, int D, int BM, int BN>
+cudaError_t make_qkv_maps(const AttnArgs& a, CUtensorMap (&maps)[3]) {
+  cudaError_t err = make_tile_map<T>(&maps[0], a.q, a.B * a.H, a.Nq, D, BM);
+  if (err == cudaSuccess) err = make_tile_map<T>(&maps[1], a.k, a.B * a.Hkv, a.Nk, D, BN);
+  if (err == cudaSuccess) err = make_tile_map<T>(&maps[2], a.v, a.B * a.Hkv, a.Nk, D, BN);
+  return err;
+}
+
+template <typename T, int D, int BM, int BN>
+cudaError_t wgmma_tma_forward_launch(const AttnArgs& a, cudaStream_t stream) {
+  constexpr int STAGES = 2;
+  auto kernel = flash_wgmma_tma_forward_kernel<T, D, BM, BN, STAGES>;
+  // tiles + slack for 1024-byte alignment + the mbarriers
+  constexpr int smem = (BM * D + 2 * STAGES * BN * D) * 2 + 1024 + 8 * (1 + 2 * STAGES);
+  CUtensorMap maps[3];
+  cudaError_t err = make_qkv_maps<T, D, BM, BN>(a, maps);
+  if (err == cudaSuccess) err = allow_smem(kernel, smem);
+  if (err != cudaSuccess) return err;
+  kernel<<<dim3(cdiv(a.Nq, BM), a.B * a.H), BM / 64 * 128, smem, stream>>>(
+      maps[0], maps[1], maps[2], static_cast<T*>(a.o), a.lse, dims_of(a), a.scale * kLog2e, a.causal);
+  return cudaGetLastError();
+}
+
+// Pipeline codes (option >> 4) as flash_kernels/_ops.py names them: 0 = cp.async, 1 = tma.
+template <typename T, int D, int BM, int BN>
+cudaError_t wgmma_forward_pipeline(const AttnArgs& a, cudaStream_t stream) {
+  switch (a.option >> 4) {
+    case 0: return wgmma_forward_launch<T, D, BM, BN>(a, stream);
+    case 1: return wgmma_tma_forward_launch<T, D, BM, BN>(a, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+// The tile table: tile code (option & 15) -> (query rows BM = 64 per warpgroup, keys per K/V tile BN).
 // Codes as flash_kernels/_ops.py names them: 0 = 128x128, 1 = 128x64, 2 = 192x128, 3 = 192x64.
 template <typename T, int D>
 cudaError_t wgmma_forward_tiles(const AttnArgs& a, cudaStream_t stream) {
-  switch (a.option) {
-    case 0: return wgmma_forward_launch<T, D, 128, 128>(a, stream);
-    case 1: return wgmma_forward_launch<T, D, 128, 64>(a, stream);
-    case 2: return wgmma_forward_launch<T, D, 192, 128>(a, stream);
-    case 3: return wgmma_forward_launch<T, D, 192, 64>(a, stream);
+  switch (a.option & 15) {
+    case 0: return wgmma_forward_pipeline<T, D, 128, 128>(a, stream);
+    case 1: return wgmma_forward_pipeline<T, D, 128, 64>(a, stream);
+    case 2: return wgmma_forward_pipeline<T, D, 192, 128>(a, stream);
+    case 3: return wgmma_forward_pipeline<T, D, 192, 64>(a, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -2,7 +2,9 @@
 // -gencode=arch=compute_90a,code=sm_90a, they run on compute capability 9.0 only):
 // wgmma.mma_async m64nNk16 with fp32 accumulators (A from shared memory or from registers, B from
 // shared memory), its fence / commit_group / wait_group, the shared-memory matrix descriptor of the
-// 128-byte-swizzled layout, fence.proxy.async, and a cp.async tile load that writes that layout.
+// 128-byte-swizzled layout, fence.proxy.async, and a cp.async tile load that writes that layout;
+// the copy engine (TMA: cp.async.bulk.tensor with a CUtensorMap built on the host, writing the same
+// layout) with the mbarriers it completes on; setmaxnreg and named barriers for warp specialization.
 //
 // A warpgroup is 4 consecutive warps starting at a warp index divisible by 4; every wgmma here is
 // issued by all 128 of its threads (the .aligned qualifier), under warpgroup-uniform conditions.
@@ -27,6 +29,8 @@
 //             the 64 columns are N. SBO = 1024 (next 8 keys), LBO = the stride between 64-wide
 //             N blocks (the column-block stride, ROWS * 128). A k16 step = 16 rows = 2048 bytes.
 #pragma once
+#include <cuda.h>  // CUtensorMap and its enums (types only: the driver is reached through cudart)
+#include <type_traits>
 #include "mma.cuh"
 
 namespace fk {
@@ -182,5 +186,127 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
 #undef FK_DEFINE_WGMMA
 #undef FK_WGMMA_SS
 #undef FK_WGMMA_RS
+
+// ------------------------------------------------------------------------------ mbarrier
+
+// A shared-memory mbarrier (8 bytes, 8-byte aligned) completes a phase when its expected arrivals
+// have arrived and the bytes announced by arrive.expect_tx have landed (the copy engine's
+// complete_tx). Waiters name the phase by its parity: the k-th completion (k = 0, 1, ...) of a
+// barrier is phase k, waited for with parity k & 1.
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+}
+// After the initialising thread's mbar_init calls, before the barrier that publishes them: makes
+// the initialised barriers visible to the async proxy (the copy engine completes on them).
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival that also announces `bytes` more bytes to come from the copy engine this phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// One plain arrival (release: this thread's earlier shared-memory reads are done).
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Block until the phase of parity `parity` has completed (try_wait suspends the thread for a
+// hardware-chosen time between polls; the loop covers its time-outs).
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// ------------------------------------------------------------------------------ TMA (copy engine)
+
+// Global -> shared copy of one box of a 3-D tensor map (coordinates innermost first), completing
+// on `bar` (complete_tx of the box's bytes, out-of-bounds elements included: the engine writes
+// zeros there). The destination of a 128-byte-swizzled box starts on a 1024-byte boundary; the
+// engine swizzles by address bits as the wgmma descriptors expect (the SW128 layout above).
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+// Fetch a tensor map (a __grid_constant__ kernel parameter) into the descriptor cache ahead of use.
+__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+// A [rows][W] SW128 tile (W / 64 column blocks of [rows][64], block stride rows * 128 bytes) of a
+// [planes][N][W] tensor whose map has the box {64, rows, 1}: rows r0 .. r0 + rows - 1 of plane
+// `plane`, one copy per column block; rows >= N arrive as zeros.
+template <int W, int ROWS>
+__device__ __forceinline__ void tma_load_tile(uint32_t tile, const CUtensorMap* map, uint32_t bar, int r0, int plane) {
+#pragma unroll
+  for (int c = 0; c < W / 64; ++c) tma_load_3d(tile + c * (ROWS * 128), map, bar, c * 64, r0, plane);
+}
+
+// ------------------------------------------------------------------------------ warp specialization
+
+// Resize this warpgroup's register file share (all 128 threads, warpgroup-uniform; the kernel must
+// have a register cap at entry: __launch_bounds__(threads, 1)).
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+// Named barriers (ids 1..15; 0 is __syncthreads): `threads` (a multiple of 32) meet at bar_sync;
+// bar_arrive counts towards the barrier without waiting.
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+}  // namespace fk
+
+// ------------------------------------------------------------------------------ host: tensor maps
+
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+
+namespace fk {
+
+// cuTensorMapEncodeTiled from the driver through the runtime (no -lcuda at link time), looked up
+// once per process.
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      p = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+// The tensor map of a contiguous [planes][N][W] tensor of 16-bit elements (planes = B * heads),
+// read in boxes {64 columns, `rows` rows, 1 plane} into the SW128 layout; rows past N in a box are
+// zero-filled (per plane: a box never reads the next plane's rows). cudaErrorInvalidValue when the
+// driver refuses it (e.g. a base address not 16-byte aligned).
+template <typename T>
+inline cudaError_t make_tile_map(CUtensorMap* map, const void* base, int planes, int N, int W, int rows) {
+  const auto encode = tensor_map_encoder();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  static_assert(sizeof(T) == 2, "16-bit elements");
+  const CUtensorMapDataType dt =
+      std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const cuuint64_t dims[3] = {cuuint64_t(W), cuuint64_t(N), cuuint64_t(planes)};
+  const cuuint64_t strides[2] = {cuuint64_t(W) * 2, cuuint64_t(N) * W * 2};  // bytes, of dims 1 and 2
+  const cuuint32_t box[3] = {64, cuuint32_t(rows), 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = encode(map, dt, 3, const_cast<void*>(base), dims, strides, box, elem_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
 
 }  // namespace fk
