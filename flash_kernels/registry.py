@@ -155,14 +155,14 @@ VARIANTS: dict[str, Variant] = {
                 "wg_tile": Option(
                     "wg_tile", ("128x128", "128x64", "192x128", "192x64"),
                     "query rows x keys per K/V tile (one consumer warpgroup per 64 rows: 2 or 3)",
-                    default={64: "128x64", 128: "192x128"},
+                    default={64: "128x64", 128: "128x64"},
                 ),
                 "pipeline": Option(
                     "pipeline", ("cp.async", "tma"),
                     "how K/V reach shared memory: cp.async = every thread copies, double-buffered, block "
                     "barriers (step 1); tma = the copy engine (cp.async.bulk.tensor) completing on mbarriers, "
                     "issued by one thread (step 2)",
-                    default={64: "cp.async", 128: "cp.async"},
+                    default={64: "tma", 128: "tma"},
                 ),
             },
         ),

@@ -52,8 +52,8 @@ def test_flash_wgmma_is_a_hopper_forward_variant():
     v = get_variant("flash_wgmma")
     assert v.passes == ("forward",) and v.arch == "sm_90a" and v.dtypes == ("float16", "bfloat16")
     assert v.grouped_query and v.cross and v.causal and v.head_dims == (64, 128)
-    assert v.resolve_options({}, 128) == {"wg_tile": "192x128", "pipeline": "cp.async"}
-    assert v.resolve_options({}, 64) == {"wg_tile": "128x64", "pipeline": "cp.async"}
+    assert v.resolve_options({}, 128) == {"wg_tile": "128x64", "pipeline": "tma"}
+    assert v.resolve_options({}, 64) == {"wg_tile": "128x64", "pipeline": "tma"}
     with pytest.raises(ValueError, match="wg_tile='64x64' is not supported; accepted: '128x128'"):
         v.resolve_options({"wg_tile": "64x64"}, 64)
     with pytest.raises(ValueError, match="pipeline='tcgen05' is not supported; accepted: 'cp.async', 'tma'"):

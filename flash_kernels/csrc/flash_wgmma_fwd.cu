@@ -29,7 +29,7 @@
 //     D=128 causal 340 / 289 / 360 / 309   flash_mma 255   SDPA 301
 //     D=64  full   257 / 293 / 288 / 239   flash_mma 290   SDPA 291
 //     D=64  causal 245 / 267 / 268 / 225                   SDPA 269
-//   so the defaults are 192x128 for D=128 (1.16x SDPA flash) and 128x64 for D=64 (SDPA's level);
+//   so step 1's defaults were 192x128 for D=128 (1.16x SDPA flash) and 128x64 for D=64 (SDPA's level);
 //   cuDNN reaches ~600 at D=128 on this GPU: the per-tile waits leave the tensor cores idle during
 //   loads and softmax.
 //
@@ -41,7 +41,17 @@
 // V_j before O += P V_j; one __syncthreads per tile (every warpgroup done with the stage) lets the
 // issuing thread refill the stage with tile j + STAGES. No address arithmetic, predicates or
 // proxy fences in the threads for loads; the waits per wgmma batch stay.
-//   Measured: pending
+//   Measured (H200, torch 2.11.0+cu130, scripts/wgmma_smoke.py at b353fa5, log
+//   profiles/_logs/nvidia-h200/wgmma_b353fa5/wgmma_smoke.log; same conditions as step 1), N = 8192,
+//   by tile 128x128 / 128x64 / 192x128 / 192x64, beside the best cp.async tile:
+//     D=128 full   520 / 563 / 483 / 451   cp.async 402 (192x128)   flash_mma 289   SDPA 349
+//     D=128 causal 499 / 524 / 466 / 396   cp.async 367 (192x128)                   SDPA 309
+//     D=64  full   354 / 414 / 362 / 319   cp.async 305 (128x64)                    SDPA 297
+//     D=64  causal 329 / 370 / 333 / 292   cp.async 273 (128x64)                    SDPA 266
+//   so 1.40x step 1 at D=128 (0.94 of cuDNN's ~600), 1.36x at D=64 (cuDNN ~448); the defaults become
+//   tma, 128x64 for both head dims. 128x64 is probably best because two blocks fit on an SM (ptxas:
+//   127 registers x 256 threads, 97 KB of shared memory), so one block's softmax and waits overlap
+//   the other's wgmma; this is an inference from the resources, not profiled.
 #include "wgmma.cuh"
 
 namespace fk {
