@@ -18,6 +18,7 @@ _FWD_TILES = {"128x64": 0, "128x32": 1, "64x64": 2}
 _WG_TILES = {"128x128": 0, "128x64": 1, "192x128": 2, "192x64": 3}
 _WG_PIPELINES = {"cp.async": 0, "tma": 1}  # option code bits 4.. (flash_wgmma_fwd.cu)
 _BWD_TILES = {"64x128": 0, "128x128": 1}
+_WG_BWD_TILES = {"64x128": 0, "128x128": 1}  # flash_wgmma_bwd.cu: option code bits 0..3 (bits 4..7: pipeline)
 _MATERIALIZED_KIND = {"naive": 0, "tiled": 1, "tiled_uncoalesced": 2}
 
 #: When True (see flash_kernels.testing.poisoned_outputs), outputs are filled with NaN before the
@@ -199,16 +200,21 @@ def _backward(variant: Variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         ws = [torch.empty(k.shape, dtype=torch.float32, device=dev) for _ in range(2)] if split > 1 else []
         _build.load("flash_mma_bwd").bwd(_BWD_TILES[opts["bwd_tile"]] | split << 8, q, k, v, o, lse, g, Dd, dq_acc,
                                          dq, dk, dv, ws, scale, causal)
+    elif variant.name == "flash_wgmma":
+        split = _group_split(opts["group_split"], B, H, k.shape[1], k.shape[2], causal, dev)
+        ws = [torch.empty(k.shape, dtype=torch.float32, device=dev) for _ in range(2)] if split > 1 else []
+        _build.load("flash_wgmma_bwd").bwd(_WG_BWD_TILES[opts["wg_bwd_tile"]] | split << 8, q, k, v, o, lse, g, Dd,
+                                           dq_acc, dq, dk, dv, ws, scale, causal)
     else:  # pragma: no cover
         raise AssertionError(f"no backward dispatch for {variant.name}")
     return dq, dk, dv
 
 
-_BWD_KEYS = 128  # keys per flash_mma backward block (flash_mma_bwd.cu: kBwdKeys)
+_BWD_KEYS = 128  # keys per backward block of flash_mma and flash_wgmma (kBwdKeys, kWgBwdKeys in their .cu)
 
 
 def _group_split(choice: Any, B: int, H: int, Hkv: int, Nk: int, causal: bool, dev: torch.device) -> int:
-    """Thread blocks per grouped-query group in flash_mma's backward: ``choice`` if an int (it must divide
+    """Thread blocks per grouped-query group in flash_mma's and flash_wgmma's backward: ``choice`` if an int (it must divide
     H / Hkv), else the fewest divisors' worth that give 2 blocks per SM (4 when causal: key blocks near the
     end see few queries)."""
     G = H // Hkv

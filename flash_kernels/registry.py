@@ -149,8 +149,10 @@ VARIANTS: dict[str, Variant] = {
             "flash_wgmma",
             "FlashAttention-2 loop on Hopper warpgroup tensor cores (sm_90a): wgmma with Q and K from "
             "128B-swizzled shared memory, P from registers, V read transposed; one warpgroup per 64 query "
-            "rows; K/V by cp.async double buffering or by TMA (option pipeline); forward only",
-            ("float16", "bfloat16"), _HD, ("forward",), True, grouped_query=True, cross=True, arch="sm_90a",
+            "rows; K/V by cp.async double buffering or by TMA (option pipeline); backward: two warpgroups "
+            "own 128 keys with dK, dV in registers, every product a wgmma (P^T, dS^T as register A "
+            "operands), dQ = dS K from dS^T in shared memory, added by fp32 atomics",
+            ("float16", "bfloat16"), _HD, PASSES, True, grouped_query=True, cross=True, arch="sm_90a",
             options={
                 "wg_tile": Option(
                     "wg_tile", ("128x128", "128x64", "192x128", "192x64"),
@@ -163,6 +165,19 @@ VARIANTS: dict[str, Variant] = {
                     "barriers (step 1); tma = the copy engine (cp.async.bulk.tensor) completing on mbarriers, "
                     "issued by one thread (step 2)",
                     default={64: "tma", 128: "tma"},
+                ),
+                "wg_bwd_tile": Option(
+                    "wg_bwd_tile", ("64x128", "128x128"),
+                    "backward tile: query rows per step x keys per block (two warpgroups of 64 keys)",
+                    default={64: "128x128", 128: "64x128"},
+                    head_dims={"128x128": (64,)},
+                ),
+                "group_split": Option(
+                    "group_split", ("auto", 1, 2, 4, 8, 16, 32),
+                    "backward, grouped-query attention: the H/Hkv query heads that share a key block are split "
+                    "over this many thread blocks (dK, dV summed by fp32 atomics; must divide H/Hkv); auto: the "
+                    "fewest that give 2 blocks per SM (4 when causal)",
+                    default={64: "auto", 128: "auto"},
                 ),
             },
         ),

@@ -291,11 +291,44 @@ def test_flash_wgmma_tiles_on_ragged_gqa_and_cross_shapes(variant: str, pipeline
 
 
 @pytest.mark.parametrize("variant", ["flash_wgmma"])
-def test_flash_wgmma_custom_scale_and_no_grad(variant: str) -> None:
-    q, k, v = random_qkv(1, 2, 200, 128, torch.bfloat16, seed=9)
+def test_flash_wgmma_custom_scale(variant: str) -> None:
+    q, k, v, g = random_qkv(1, 2, 200, 128, torch.bfloat16, seed=9, n=4)
+    tol = TOLERANCES["bfloat16"]
     for scale in (0.05, -0.3):
-        o, _ = fk.forward(q, k, v, variant=variant, scale=scale)
+        o, lse = fk.forward(q, k, v, variant=variant, scale=scale)
         ref, _ = reference_forward(q, k, v, scale=scale)
-        _assert_close("O", o, ref, TOLERANCES["bfloat16"]["out_rel_l2"], TOLERANCES["bfloat16"]["out_max_rel"])
-    with pytest.raises(ValueError, match="flash_wgmma has no backward pass"):
-        fk.attention(q.clone().requires_grad_(True), k, v, variant=variant)
+        _assert_close("O", o, ref, tol["out_rel_l2"], tol["out_max_rel"])
+        grads = fk.backward(q, k, v, o, lse, g, variant=variant, scale=scale)
+        for name, got, r in zip(("dQ", "dK", "dV"), grads, reference_backward(q, k, v, g, scale=scale), strict=True):
+            _assert_close(f"{name} scale={scale}", got, r, tol["grad_rel_l2"], tol["grad_max_rel"])
+
+
+@pytest.mark.parametrize("variant", ["flash_wgmma"])
+@pytest.mark.parametrize("wg_bwd_tile", fk.VARIANTS["flash_wgmma"].options["wg_bwd_tile"].choices)
+@pytest.mark.parametrize("dtype", fk.VARIANTS["flash_wgmma"].dtypes)
+@pytest.mark.parametrize("D", fk.VARIANTS["flash_wgmma"].head_dims)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_flash_wgmma_backward_on_ragged_gqa_and_cross_shapes(variant: str, wg_bwd_tile: str, dtype: str, D: int,
+                                                             causal: bool) -> None:
+    """Every backward tile against the fp64 reference, with O and LSE from the reference too (so a wrong
+    gradient is the backward's), the grouped-query group swept by one block and split over H/Hkv blocks."""
+    if D not in fk.VARIANTS["flash_wgmma"].options["wg_bwd_tile"].head_dims.get(wg_bwd_tile, (D,)):
+        pytest.skip(f"wg_bwd_tile={wg_bwd_tile} does not support D={D}")
+    tol = TOLERANCES[dtype]
+    for B, H, Hkv, Nq, Nk in WGMMA_SHAPES:
+        q, k, v, g = random_attention_inputs(B, H, Nq, D, DTYPES[dtype], Hkv=Hkv, Nk=Nk, seed=Nq * 3 + Nk + D)
+        ref_o, ref_lse = reference_forward(q, k, v, causal=causal)
+        o, lse = ref_o.to(q.dtype), ref_lse.float()
+        refs = reference_backward(q, k, v, g, causal=causal)
+        for split in sorted({1, H // Hkv}):
+            with poisoned_outputs():
+                grads = fk.backward(q, k, v, o, lse, g, variant=variant, causal=causal, wg_bwd_tile=wg_bwd_tile,
+                                    group_split=split)
+            torch.cuda.synchronize()
+            for name, got, ref in zip(("dQ", "dK", "dV"), grads, refs, strict=True):
+                where = f"{name} {B, H, Hkv, Nq, Nk} split={split}"
+                if Nk == 1 and name != "dV":  # exactly zero up to rounding (see the GQA matrix test)
+                    err = (got.double() - ref).abs().max().item()
+                    assert err <= tol["grad_max_rel"], f"{where}: max abs error {err}"
+                else:
+                    _assert_close(where, got, ref, tol["grad_rel_l2"], tol["grad_max_rel"])
