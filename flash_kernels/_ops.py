@@ -19,7 +19,8 @@ _WG_TILES = {"128x128": 0, "128x64": 1, "192x128": 2, "192x64": 3}
 _WG_PIPELINES = {"cp.async": 0, "tma": 1}  # option code bits 4.. (flash_wgmma_fwd.cu)
 _BWD_TILES = {"64x128": 0, "128x128": 1}
 _WG_BWD_TILES = {"64x128": 0, "128x128": 1}  # flash_wgmma_bwd.cu: option code bits 0..3 (bits 4..7: pipeline)
-_MATERIALIZED_KIND = {"naive": 0, "tiled": 1, "tiled_uncoalesced": 2}
+#: the materializing variants' (module, option code): tiled_uncoalesced is tiled.cu's option 1
+_MATERIALIZED = {"naive": ("naive", 0), "tiled": ("tiled", 0), "tiled_uncoalesced": ("tiled", 1)}
 
 #: When True (see flash_kernels.testing.poisoned_outputs), outputs are filled with NaN before the
 #: kernels run, so an element a kernel fails to write shows up as NaN.
@@ -152,7 +153,8 @@ def _forward(variant: Variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     if variant.materializes:
         _check_workspace(variant, B, H, N, dev, 1)
         S = torch.empty((B * H, N, N), dtype=torch.float32, device=dev)
-        _build.load("materialized").fwd(_MATERIALIZED_KIND[name], q, k, v, o, lse, [S], scale, causal)
+        module, kind = _MATERIALIZED[name]
+        _build.load(module).fwd(kind, q, k, v, o, lse, [S], scale, causal)
     elif name == "flash_fa1":
         ws = [torch.empty(q.shape, dtype=torch.float32, device=dev),  # O, m, l between K/V blocks
               torch.empty((B, H, N), dtype=torch.float32, device=dev),
@@ -187,8 +189,8 @@ def _backward(variant: Variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         _check_workspace(variant, B, H, N, dev, 2)
         P = torch.empty((B * H, N, N), dtype=torch.float32, device=dev)
         dP = torch.empty_like(P)
-        _build.load("materialized").bwd(_MATERIALIZED_KIND[variant.name], q, k, v, o, lse, g, _NONE, _NONE, dq, dk,
-                                        dv, [P, dP], scale, causal)
+        module, kind = _MATERIALIZED[variant.name]
+        _build.load(module).bwd(kind, q, k, v, o, lse, g, _NONE, _NONE, dq, dk, dv, [P, dP], scale, causal)
         return dq, dk, dv
     Dd = torch.empty((B, H, N), dtype=torch.float32, device=dev)
     dq_acc = torch.empty(q.shape, dtype=torch.float32, device=dev)

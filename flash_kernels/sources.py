@@ -33,11 +33,13 @@ class ModuleSpec:
     arch: str | None = None
 
 
-#: One module per source file, so that they compile in parallel and rebuild independently.
+#: One module per source file (one file per step of the ladder, in the story's order), so that they
+#: compile in parallel and rebuild independently.
 MODULES: dict[str, ModuleSpec] = {
     m.name: m
     for m in [
-        ModuleSpec("materialized", "materialized.cu", "bind_materialized.cpp", ("fwd", "bwd")),
+        ModuleSpec("naive", "naive.cu", "bind_naive.cpp", ("fwd", "bwd")),
+        ModuleSpec("tiled", "tiled.cu", "bind_tiled.cpp", ("fwd", "bwd")),
         ModuleSpec("flash_fa1", "flash_fa1.cu", "bind_flash_fa1.cpp", ("fwd",)),
         ModuleSpec("flash_simt", "flash_simt.cu", "bind_flash_simt.cpp", ("fwd", "bwd")),
         ModuleSpec("flash_mma_fwd", "flash_mma_fwd.cu", "bind_flash_mma_fwd.cpp", ("fwd",)),

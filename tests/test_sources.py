@@ -55,6 +55,15 @@ def test_every_module_source_exists_and_inlines_headers():
         assert "PYBIND11" not in cpp and "#include \"common.cuh\"" not in cu and "namespace fk" in cu
 
 
+def test_one_module_per_step_of_the_ladder():
+    """naive -> tiled -> FA1 -> FA2 on CUDA cores -> FA2 on tensor cores: one .cu file (one module) each,
+    in the story's order."""
+    ladder = ["naive", "tiled", "flash_fa1", "flash_simt", "flash_mma_fwd"]
+    assert [m for m in MODULES if m in ladder] == ladder
+    assert [MODULES[m].cu for m in ladder] == [f"{m}.cu" for m in ladder]
+    assert "materialized" not in MODULES
+
+
 def test_expand_includes_inlines_once(tmp_path):
     (tmp_path / "a.cuh").write_text('#pragma once\nint a;\n')
     (tmp_path / "b.cuh").write_text('#pragma once\n#include "a.cuh"\nint b;\n')
