@@ -159,7 +159,7 @@ def _forward(variant: Variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
         ws = [torch.empty(q.shape, dtype=torch.float32, device=dev),  # O, m, l between K/V blocks
               torch.empty((B, H, N), dtype=torch.float32, device=dev),
               torch.empty((B, H, N), dtype=torch.float32, device=dev)]
-        _build.load("flash_fa1").fwd(0, q, k, v, o, lse, ws, scale, causal)
+        _build.load("flash_fa1").fwd(opts["block_size"], q, k, v, o, lse, ws, scale, causal)
     elif name == "flash_simt":
         _build.load("flash_simt").fwd(opts["block_size"], q, k, v, o, lse, [], scale, causal)
     elif name == "flash_mma":

@@ -76,6 +76,12 @@ class Variant:
 
 _ALL = ("float16", "bfloat16", "float32")
 _HD = (64, 128)
+#: the CUDA-core flash tile (csrc/simt.cuh), shared by flash_fa1 and flash_simt
+_SIMT_BLOCK_SIZE = Option(
+    "block_size", (4, 8, 16, 32),
+    "Br = Bc = rows per Q block = keys per K/V tile (one warp per row)",
+    default={64: 16, 128: 16},
+)
 
 VARIANTS: dict[str, Variant] = {
     v.name: v
@@ -100,22 +106,17 @@ VARIANTS: dict[str, Variant] = {
         ),
         Variant(
             "flash_fa1",
-            "FlashAttention-1 loop order: outer loop over K/V blocks, O/m/l rescaled in global memory; "
-            "CUDA cores",
+            "FlashAttention-1 loop order on flash_simt's tile: outer loop over K/V tiles, inner over Q "
+            "blocks, O/m/l rescaled in global memory; CUDA cores",
             _ALL, _HD, ("forward",), True, grouped_query=True, cross=True,
+            options={"block_size": _SIMT_BLOCK_SIZE},
         ),
         Variant(
             "flash_simt",
             "FlashAttention-2 on CUDA cores: online softmax in registers, fp32 accumulation, LSE saved; "
             "backward recomputes P from LSE",
             _ALL, _HD, PASSES, True, grouped_query=True, cross=True,
-            options={
-                "block_size": Option(
-                    "block_size", (4, 8, 16, 32),
-                    "Br = Bc = rows per Q block = keys per K/V tile (one warp per row)",
-                    default={64: 16, 128: 16},
-                )
-            },
+            options={"block_size": _SIMT_BLOCK_SIZE},
         ),
         Variant(
             "flash_mma",

@@ -16,6 +16,7 @@ def test_table_of_the_issue_is_in_the_registry():
     for name in ("naive", "flash_simt", "flash_mma"):
         assert VARIANTS[name].causal
     assert VARIANTS["flash_simt"].options["block_size"].choices == (4, 8, 16, 32)
+    assert VARIANTS["flash_fa1"].options == VARIANTS["flash_simt"].options  # one tile, two loop orders
     assert len(VARIANTS["flash_mma"].options["tile"].choices) >= 2
 
 

@@ -1,6 +1,6 @@
 """Every .cu file compiles for sm_90 (an architecture-specific module's for its own target, e.g.
 sm_90a) with this machine's nvcc (no GPU, no torch headers), and ptxas's report shows no
-local-memory spills in the tensor-core kernels."""
+local-memory spills in any kernel."""
 
 import os
 
@@ -29,9 +29,8 @@ def test_compiles_for_sm90(path):
     rows = ptxas_report(path, arch)
     assert rows, f"{path.name}: ptxas reported no kernels"
     assert all(r.arch == arch for r in rows)
-    if path.name.startswith(("flash_mma", "flash_wgmma")):
-        spilled = [r.kernel for r in rows if r.spill_store_bytes or r.spill_load_bytes or r.stack_bytes]
-        assert not spilled, f"local-memory spills in {spilled}"
+    spilled = [r.kernel for r in rows if r.spill_store_bytes or r.spill_load_bytes or r.stack_bytes]
+    assert not spilled, f"local-memory spills in {spilled}"
 
 
 @need_nvcc
@@ -62,6 +61,22 @@ def test_one_module_per_step_of_the_ladder():
     assert [m for m in MODULES if m in ladder] == ladder
     assert [MODULES[m].cu for m in ladder] == [f"{m}.cu" for m in ladder]
     assert "materialized" not in MODULES
+
+
+def test_fa1_and_fa2_on_cuda_cores_share_the_tile():
+    """flash_fa1.cu and flash_simt.cu differ in their loops, not in the tile: both forward kernels load,
+    score, mask, exponentiate and accumulate through simt.cuh's helpers."""
+    from flash_kernels.sources import CSRC
+
+    helpers = ("SimtTile<BS, D>::carve", "load_q_block<BS, D>", "load_kv_tile<BS, D>", "tile_score<BS, D>",
+               "online_softmax_step(", "accumulate_pv<BS, D>", "write_row<D>", "by_block_size(")
+    for name in ("flash_fa1.cu", "flash_simt.cu"):
+        text = (CSRC / name).read_text()
+        assert '#include "simt.cuh"' in text, name
+        assert [h for h in helpers if h not in text] == [], name
+        start = text.index("_forward_kernel(")
+        kernel = text[start : text.index("\n}\n", start)]
+        assert "fast_exp2(" not in kernel and "warp_max(" not in kernel, f"{name}: softmax math outside simt.cuh"
 
 
 def test_expand_includes_inlines_once(tmp_path):

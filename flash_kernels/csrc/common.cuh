@@ -1,5 +1,6 @@
 // Shared helpers for every kernel family: dtype conversion and dispatch, warp reductions,
-// and the two small FlashAttention-2 backward helper kernels (D_i = rowsum(dO * O), dQ cast).
+// and the FlashAttention-2 backward's wrapper (fa2_backward) with its two small helper kernels
+// (D_i = rowsum(dO * O), dQ cast).
 // Layout convention everywhere: Q, O, dO, dQ are [B, H, Nq, D] contiguous; K, V, dK, dV are
 // [B, Hkv, Nk, D] (grouped-query attention when Hkv < H: query head h reads key/value head
 // h / (H / Hkv)); LSE and D_i are [B, H, Nq] fp32, LSE the natural log of sum_j exp(scale q_i . k_j).
@@ -132,6 +133,20 @@ inline cudaError_t launch_cast(const float* src, void* dst, long n, cudaStream_t
   if (blocks > 65535L * 8) blocks = 65535L * 8;
   cast_from_f32_kernel<T><<<(unsigned)blocks, 256, 0, stream>>>(src, static_cast<T*>(dst), n);
   return cudaGetLastError();
+}
+
+// The FlashAttention-2 backward pass around a family's kernel, in order on `stream`: zero the fp32
+// dQ accumulator a.dq_acc, Dd = rowsum(dO * O) into a.Dd (launch_rowdot), launch() (which runs the
+// family's kernel: it adds dQ into a.dq_acc with atomics and writes dK, dV, and returns a
+// cudaError_t), then cast a.dq_acc to dQ in the input dtype (launch_cast). Stops at the first error.
+template <typename T, int D, typename Launch>
+cudaError_t fa2_backward(const AttnArgs& a, cudaStream_t stream, Launch&& launch) {
+  const long rows = long(a.B) * a.H * a.Nq;
+  cudaError_t err = cudaMemsetAsync(a.dq_acc, 0, sizeof(float) * rows * D, stream);
+  if (err == cudaSuccess) err = launch_rowdot<T>(a.dO, a.o, a.Dd, rows, D, stream);
+  if (err == cudaSuccess) err = launch();
+  if (err == cudaSuccess) err = launch_cast<T>(a.dq_acc, a.dq, rows * D, stream);
+  return err;
 }
 
 }  // namespace fk

@@ -1,101 +1,124 @@
-// flash_fa1: FlashAttention-1 on CUDA cores (Dao et al. 2022, Algorithm 1), fp32 accumulation.
-// The OUTER loop runs over K/V blocks, the inner loop over Q blocks, so the running output O_i and
-// the softmax statistics (m_i, l_i) are read, rescaled and written back to global memory once per
-// K/V block. Compared with FlashAttention-2's order (flash_simt.cu) this adds O(N^2 D / Bc) global
-// traffic.
-#include "common.cuh"
+// flash_fa1: FlashAttention-1's loop order (Dao et al. 2022, Algorithm 1) on CUDA cores, fp32 accumulation.
+// What changes relative to the previous step (tiled.cu): S and P are never written to global memory.
+// Scores, softmax and P V are fused into one kernel that walks K/V in tiles and keeps a running
+// (online) softmax per query row: m_i (row max), l_i (row sum) and the unnormalised O_i, each
+// rescaled by 2^(m_old - m_new) whenever a tile raises the row max. Expected: the B*H*N*N*4-byte
+// score matrices and their DRAM round trips disappear (memory O(N D) instead of O(N^2)), at the price
+// of the rescaling work; K/V tiles are staged in shared memory and reused by every Q block of the
+// thread block.
+//
+// The tile and the thread mapping are flash_simt.cu's, through the same helpers (simt.cuh): BS query
+// rows per Q block, one warp per row, BS keys per K/V tile, lane j scoring key j, the same loads,
+// scores, masking and exp. The two forward kernels differ only in
+//   - the loops: here the OUTER loop runs over K/V tiles and the inner loop over the Q blocks a thread
+//     block owns (FA1_Q_BLOCKS of them); flash_simt's outer loop is over Q blocks (one per thread
+//     block, the grid) and its inner loop over K/V tiles;
+//   - where O_i, m_i, l_i live between K/V tiles: here in global memory (fp32 workspaces), read,
+//     rescaled and written back at every K/V step, with Q_i re-read too; flash_simt keeps them in
+//     registers and reads Q_i once.
+// Algorithm 1 also divides O_i by l_i at every step; here O_i stays unnormalised and is divided once,
+// in the final pass that writes O and LSE, as flash_simt does, so that the loop order and the place of
+// O_i are the only differences. Per Q block and K/V tile this costs 2 * BS * D * 4 bytes of O_i traffic
+// plus Q_i's BS * D elements, against one K/V tile load shared by FA1_Q_BLOCKS Q blocks; the next step
+// (flash_simt.cu) removes that traffic.
+// Before this change flash_fa1 had its own mapping (16-row Q blocks, 32-key tiles, 4 Q blocks per thread
+// block) and ran faster than flash_simt at its default block_size=16, the reverse of the lesson:
+// profiles/nvidia-h200/bench/convention.csv, rows D64-N512-full float16 forward: flash_fa1 7.723 ms,
+// flash_simt (block_size=16) 11.262 ms. Its 32-key tiles kept all 32 lanes of a warp scoring, where
+// block_size=16 leaves half of them idle: a difference of mapping, not of loop order. With one mapping
+// the two are compared like for like.
+// Measured: (pending re-measure after this change)
+#include "simt.cuh"
 
 namespace fk {
 
-// ------------------------------------------------------------------ FA1 forward, CUDA cores
-// One warp per query row, FA1_BR rows per Q block, FA1_BC keys per K/V block. A thread block
-// owns FA1_GROUP consecutive Q blocks and sweeps K/V in the outer loop; O (fp32), m, l are
-// kept in global memory between K/V blocks, as in FA1's Algorithm 1.
-constexpr int FA1_BR = 16, FA1_BC = 32, FA1_GROUP = 4;
+// Q blocks per thread block: each K/V tile loaded into shared memory serves this many Q blocks.
+constexpr int FA1_Q_BLOCKS = 4;
 
-template <typename T, int D>
-__global__ void __launch_bounds__(FA1_BR * 32)
-fa1_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
-                   float* __restrict__ LSE, float* __restrict__ Oacc, float* __restrict__ Mg,
-                   float* __restrict__ Lg, Dims dm, float scale_log2, int causal) {
-  constexpr int DPL = D / 32, KST = D + 1;
-  __shared__ float Ks[FA1_BC * KST];
-  __shared__ float Vs[FA1_BC * D];
-  __shared__ float Qs[FA1_BR * D];
-  const int tid = threadIdx.x, lane = tid % 32, w = tid / 32;
-  const int N = dm.Nq, Nk = dm.Nk;
-  const long bh = blockIdx.y;
-  const long base = bh * N * D;                         // Q, O and the fp32 O/m/l of this query head
-  const long kv_base = dm.kv_head(bh) * Nk * D;
-  const int row_begin = blockIdx.x * FA1_BR * FA1_GROUP;
-  const int row_end = min(N, row_begin + FA1_BR * FA1_GROUP);
-  // initialise O = 0, m = -inf, l = 0 in global memory (Algorithm 1, line 2)
-  for (int i = row_begin + w; i < row_end; i += FA1_BR) {
-    for (int c = lane; c < D; c += 32) Oacc[base + long(i) * D + c] = 0.f;
-    if (lane == 0) { Mg[bh * N + i] = -INFINITY; Lg[bh * N + i] = 0.f; }
+// ------------------------------------------------------------------ FA1 forward, CUDA cores
+// Grid: one thread block per FA1_Q_BLOCKS Q blocks of BS rows (blockIdx.x) of one query head
+// (blockIdx.y). Oacc [B, H, Nq, D], Mg and Lg [B, H, Nq]: fp32 workspaces holding O_i, m_i, l_i
+// between K/V tiles.
+template <typename T, int BS, int D>
+__global__ void __launch_bounds__(BS * 32)
+flash_fa1_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+                         T* __restrict__ O, float* __restrict__ LSE, float* __restrict__ Oacc, float* __restrict__ Mg,
+                         float* __restrict__ Lg, Dims dm, float scale_log2, int causal) {
+  constexpr int DPL = SimtTile<BS, D>::DPL;
+  extern __shared__ float smem[];
+  float *Qs, *Ks, *Vs;
+  SimtTile<BS, D>::carve(smem, Qs, Ks, Vs);
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  const int Nq = dm.Nq, Nk = dm.Nk;
+  const long base = long(blockIdx.y) * Nq * D;            // this query head's Q, O and O_i workspace
+  const long kv_base = dm.kv_head(blockIdx.y) * Nk * D;  // its key/value head's K and V
+  const long row_base = long(blockIdx.y) * Nq;            // its m_i, l_i and LSE
+  const int q_begin = blockIdx.x * BS * FA1_Q_BLOCKS;
+  const int q_end = min(Nq, q_begin + BS * FA1_Q_BLOCKS);
+
+  // O_i = 0, m_i = -inf, l_i = 0 in global memory (Algorithm 1, line 2); row q0 + w is always warp w's
+  for (int q0 = q_begin; q0 < q_end; q0 += BS) {
+    const int i = q0 + w;
+    if (i >= Nq) break;
+#pragma unroll
+    for (int c = 0; c < DPL; ++c) Oacc[base + long(i) * D + lane + 32 * c] = 0.f;
+    if (lane == 0) { Mg[row_base + i] = -INFINITY; Lg[row_base + i] = 0.f; }
   }
-  const int kv_end = causal ? min(Nk, row_end) : Nk;
-  for (int j0 = 0; j0 < kv_end; j0 += FA1_BC) {  // outer loop: K/V blocks
-    __syncthreads();
-    for (int idx = tid; idx < FA1_BC * D; idx += FA1_BR * 32) {
-      int r = idx / D, c = idx % D;
-      bool ok = j0 + r < Nk;
-      Ks[r * KST + c] = ok ? to_f(K[kv_base + long(j0 + r) * D + c]) : 0.f;
-      Vs[r * D + c] = ok ? to_f(V[kv_base + long(j0 + r) * D + c]) : 0.f;
-    }
-    __syncthreads();
-    for (int qb = row_begin; qb < row_end; qb += FA1_BR) {  // inner loop: Q blocks
-      const int i = qb + w;
-      if (i >= N) continue;            // warp-uniform
-      if (causal && j0 > i) continue;  // the whole K/V block is in this row's future
-      for (int c = lane; c < D; c += 32) Qs[w * D + c] = to_f(Q[base + long(i) * D + c]);
-      __syncwarp();
-      float s = -INFINITY;
-      const int j = j0 + lane;
-      if (lane < FA1_BC && j < Nk && !(causal && j > i)) {
-        float acc = 0.f;
-#pragma unroll 16
-        for (int d = 0; d < D; ++d) acc += Qs[w * D + d] * Ks[lane * KST + d];
-        s = acc * scale_log2;
-      }
-      const float m_t = warp_max(s);  // finite: key j0 <= i is unmasked
-      const float p = (s == -INFINITY) ? 0.f : fast_exp2(s - m_t);
-      const float l_t = warp_sum(p);
-      const float m_old = Mg[bh * N + i], l_old = Lg[bh * N + i];
-      const float m_new = fmaxf(m_old, m_t);
-      const float a_old = (m_old == -INFINITY) ? 0.f : fast_exp2(m_old - m_new);
-      const float a_t = fast_exp2(m_t - m_new);
-      const float l_new = a_old * l_old + a_t * l_t;
-      float pv[DPL] = {};
-      for (int jj = 0; jj < FA1_BC; ++jj) {
-        float pj = __shfl_sync(0xffffffffu, p, jj);
+  const int kv_end = causal ? min(Nk, q_end) : Nk;
+  for (int j0 = 0; j0 < kv_end; j0 += BS) {  // outer loop: K/V tiles
+    __syncthreads();  // previous tile fully consumed
+    load_kv_tile<BS, D>(Ks, Vs, K, V, kv_base, j0, Nk);
+    for (int q0 = q_begin; q0 < q_end; q0 += BS) {  // inner loop: Q blocks
+      if (causal && j0 >= q0 + BS) continue;  // (block-uniform) the tile is in the future of every row
+      const int i = q0 + w;                   // this warp's query row
+      __syncthreads();  // previous Q block consumed (and the K/V tile visible)
+      load_q_block<BS, D>(Qs, Q, base, q0, Nq);  // Q_i: re-read at every K/V tile
+      __syncthreads();
+      if (i >= Nq) continue;  // (warp-uniform) no row: nothing to score, read or write
+      const float s = tile_score<BS, D>(Qs + w * D, Ks, lane, i, j0, Nq, Nk, causal, scale_log2);
+      float o[DPL];  // O_i, m_i, l_i: read from global memory ...
 #pragma unroll
-        for (int c = 0; c < DPL; ++c) pv[c] += pj * Vs[jj * D + lane + 32 * c];
-      }
-      // O_i <- (l_i e^{m_i - m_new} O_i + e^{m~ - m_new} P~ V_j) / l_new, through global memory
+      for (int c = 0; c < DPL; ++c) o[c] = Oacc[base + long(i) * D + lane + 32 * c];
+      float m_i = Mg[row_base + i], l_i = Lg[row_base + i];
+      float p;
+      const float alpha = online_softmax_step(s, m_i, l_i, p);
 #pragma unroll
-      for (int c = 0; c < DPL; ++c) {
-        float* op = &Oacc[base + long(i) * D + lane + 32 * c];
-        *op = (l_old * a_old * (*op) + a_t * pv[c]) / l_new;
-      }
-      __syncwarp();
-      if (lane == 0) { Mg[bh * N + i] = m_new; Lg[bh * N + i] = l_new; }
+      for (int c = 0; c < DPL; ++c) o[c] *= alpha;  // ... rescaled ...
+      accumulate_pv<BS, D>(o, p, Vs, lane);
+#pragma unroll
+      for (int c = 0; c < DPL; ++c) Oacc[base + long(i) * D + lane + 32 * c] = o[c];  // ... and written back
+      __syncwarp();  // every lane has read m_i, l_i before lane 0 overwrites them
+      if (lane == 0) { Mg[row_base + i] = m_i; Lg[row_base + i] = l_i; }
     }
   }
-  __syncthreads();
-  for (int i = row_begin + w; i < row_end; i += FA1_BR) {
-    for (int c = lane; c < D; c += 32) O[base + long(i) * D + c] = from_f<T>(Oacc[base + long(i) * D + c]);
-    if (lane == 0) LSE[bh * N + i] = (Mg[bh * N + i] + __log2f(Lg[bh * N + i])) * kLn2;
+  // final pass: O = O_i / l_i in the output dtype, LSE = m_i + log l_i (row q0 + w is warp w's, as above)
+  __syncwarp();
+  for (int q0 = q_begin; q0 < q_end; q0 += BS) {
+    const int i = q0 + w;
+    if (i >= Nq) break;
+    float o[DPL];
+#pragma unroll
+    for (int c = 0; c < DPL; ++c) o[c] = Oacc[base + long(i) * D + lane + 32 * c];
+    write_row<D>(O, LSE, base + long(i) * D, row_base + i, o, Mg[row_base + i], Lg[row_base + i], lane);
   }
 }
 
-// FA1 keeps O (fp32), m and l in global memory: workspaces ws[0], ws[1], ws[2].
-template <typename T, int D>
-cudaError_t fa1_forward(const AttnArgs& a, cudaStream_t stream) {
-  fa1_forward_kernel<T, D><<<dim3(cdiv(a.Nq, FA1_BR * FA1_GROUP), a.B * a.H), FA1_BR * 32, 0, stream>>>(
+template <typename T, int BS, int D>
+cudaError_t fa1_forward_launch(const AttnArgs& a, cudaStream_t stream) {
+  auto kernel = flash_fa1_forward_kernel<T, BS, D>;
+  constexpr int smem = SimtTile<BS, D>::kSmemBytes;
+  cudaError_t err = allow_smem(kernel, smem);
+  if (err != cudaSuccess) return err;
+  kernel<<<dim3(cdiv(a.Nq, BS * FA1_Q_BLOCKS), a.B * a.H), BS * 32, smem, stream>>>(
       static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
       a.lse, a.ws[0], a.ws[1], a.ws[2], dims_of(a), a.scale * kLog2e, a.causal);
   return cudaGetLastError();
+}
+
+// FA1 keeps O_i (fp32), m_i and l_i in global memory: workspaces ws[0], ws[1], ws[2].
+template <typename T, int D>
+cudaError_t fa1_forward(const AttnArgs& a, cudaStream_t stream) {
+  return by_block_size(a, [&](auto bs) { return fa1_forward_launch<T, decltype(bs)::value, D>(a, stream); });
 }
 
 }  // namespace fk

@@ -1,77 +1,55 @@
-// flash_simt: FlashAttention on CUDA cores (no tensor cores), fp32 accumulation, in
-//             FlashAttention-2's loop order (Dao 2023): one thread block owns a Q block for the whole
-//             sweep over K/V, so O_i, m_i, l_i live in registers and are written once; LSE is saved
-//             for the backward pass. BS (the study's "block size", Br = Bc = BS) sets both the rows
-//             per block (one warp per query row) and the keys per K/V tile.
-//             Backward: one block per K/V block (one warp per key), looping over Q blocks,
-//             P recomputed from LSE, Dd_i = rowsum(dO_i * O_i), dQ accumulated with fp32 atomics.
-#include "common.cuh"
+// flash_simt: FlashAttention-2's loop order (Dao 2023) on CUDA cores, fp32 accumulation; forward and backward.
+// What changes relative to the previous step (flash_fa1.cu): the two loops swap, and nothing else. The OUTER
+// loop runs over Q blocks (one per thread block: the grid) and the inner loop over K/V tiles, so O_i, m_i, l_i
+// stay in registers for the whole sweep over K/V, Q_i is read once, and O_i is normalised and written once,
+// with the LSE the backward pass needs. The tile, the thread mapping and the per-tile arithmetic are
+// flash_fa1's, through the same helpers (simt.cuh; block_size BS = Br = Bc: BS query rows per thread block, one
+// warp per row, BS keys per K/V tile).
+// Expected: FA1's traffic for O_i disappears (per Q block and K/V tile: O_i, m_i, l_i read and written back in
+// fp32, Q_i re-read), and so do its two block-wide barriers per Q block and K/V tile; in exchange K/V tiles
+// are read once per Q block instead of once per FA1_Q_BLOCKS Q blocks (re-reads that L2 can absorb: a head's K
+// and V are Nk * D * 2 elements). The grid has FA1_Q_BLOCKS times more thread blocks, which helps at small B * H.
+// Measured: (pending re-measure after this change)
+// Backward: one block per K/V block (one warp per key), looping over the Q blocks of every query head that
+// shares the K/V head, P recomputed from LSE, Dd_i = rowsum(dO_i * O_i), dQ accumulated with fp32 atomics
+// (fa2_backward in common.cuh wraps the kernel).
+#include "simt.cuh"
 
 namespace fk {
 
 // ------------------------------------------------------------------ FA2 forward, CUDA cores
+// Grid: one thread block per Q block of BS rows (blockIdx.x) of one query head (blockIdx.y).
 template <typename T, int BS, int D>
 __global__ void __launch_bounds__(BS * 32)
 flash_simt_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                           T* __restrict__ O, float* __restrict__ LSE, Dims dm, float scale_log2, int causal) {
-  constexpr int DPL = D / 32;   // output columns per lane
-  constexpr int KST = D + 1;    // padded K row: lane j reads K_j[d] conflict-free
+  constexpr int DPL = SimtTile<BS, D>::DPL;
   extern __shared__ float smem[];
-  float* Qs = smem;             // [BS][D]   Q_i, one row per warp
-  float* Ks = Qs + BS * D;      // [BS][D+1]
-  float* Vs = Ks + BS * KST;    // [BS][D]
-  const int tid = threadIdx.x, lane = tid % 32, w = tid / 32;
+  float *Qs, *Ks, *Vs;
+  SimtTile<BS, D>::carve(smem, Qs, Ks, Vs);
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
   const int Nq = dm.Nq, Nk = dm.Nk;
   const long base = long(blockIdx.y) * Nq * D;            // this query head's Q and O
   const long kv_base = dm.kv_head(blockIdx.y) * Nk * D;  // its key/value head's K and V
-  const int q0 = blockIdx.x * BS;
-  const int i = q0 + w;  // this warp's query row
+  const int q0 = blockIdx.x * BS;                         // outer loop (over Q blocks): the grid
+  const int i = q0 + w;                                   // this warp's query row
 
-  for (int idx = tid; idx < BS * D; idx += BS * 32) {
-    int r = idx / D, c = idx % D;
-    Qs[idx] = (q0 + r < Nq) ? to_f(Q[base + long(q0 + r) * D + c]) : 0.f;
-  }
-  float o[DPL] = {};
+  load_q_block<BS, D>(Qs, Q, base, q0, Nq);  // Q_i: read once
+  float o[DPL] = {};                         // O_i, m_i, l_i: in registers for the whole sweep
   float m_i = -INFINITY, l_i = 0.f;
   const int kv_end = causal ? min(Nk, q0 + BS) : Nk;
-  for (int j0 = 0; j0 < kv_end; j0 += BS) {
+  for (int j0 = 0; j0 < kv_end; j0 += BS) {  // inner loop: K/V tiles
     __syncthreads();  // previous tile fully consumed (and Q_i visible on the first pass)
-    for (int idx = tid; idx < BS * D; idx += BS * 32) {
-      int r = idx / D, c = idx % D;
-      bool ok = j0 + r < Nk;
-      Ks[r * KST + c] = ok ? to_f(K[kv_base + long(j0 + r) * D + c]) : 0.f;
-      Vs[r * D + c] = ok ? to_f(V[kv_base + long(j0 + r) * D + c]) : 0.f;
-    }
+    load_kv_tile<BS, D>(Ks, Vs, K, V, kv_base, j0, Nk);
     __syncthreads();
-    // lane j < BS scores key j0 + j against this warp's row
-    float s = -INFINITY;
-    const int j = j0 + lane;
-    if (lane < BS && i < Nq && j < Nk && !(causal && j > i)) {
-      float acc = 0.f;
-#pragma unroll 16
-      for (int d = 0; d < D; ++d) acc += Qs[w * D + d] * Ks[lane * KST + d];
-      s = acc * scale_log2;
-    }
-    const float m_new = fmaxf(m_i, warp_max(s));
-    const float p = (s == -INFINITY) ? 0.f : fast_exp2(s - m_new);
-    const float alpha = (m_i == -INFINITY) ? 0.f : fast_exp2(m_i - m_new);
-    l_i = l_i * alpha + warp_sum(p);
+    const float s = tile_score<BS, D>(Qs + w * D, Ks, lane, i, j0, Nq, Nk, causal, scale_log2);
+    float p;
+    const float alpha = online_softmax_step(s, m_i, l_i, p);
 #pragma unroll
-    for (int c = 0; c < DPL; ++c) o[c] *= alpha;
-#pragma unroll 4
-    for (int jj = 0; jj < BS; ++jj) {
-      float pj = __shfl_sync(0xffffffffu, p, jj);
-#pragma unroll
-      for (int c = 0; c < DPL; ++c) o[c] += pj * Vs[jj * D + lane + 32 * c];
-    }
-    m_i = m_new;
+    for (int c = 0; c < DPL; ++c) o[c] *= alpha;  // rescale O_i in registers
+    accumulate_pv<BS, D>(o, p, Vs, lane);
   }
-  if (i < Nq) {
-    const float inv = 1.f / l_i;
-#pragma unroll
-    for (int c = 0; c < DPL; ++c) O[base + long(i) * D + lane + 32 * c] = from_f<T>(o[c] * inv);
-    if (lane == 0) LSE[long(blockIdx.y) * Nq + i] = (m_i + __log2f(l_i)) * kLn2;
-  }
+  if (i < Nq) write_row<D>(O, LSE, base + long(i) * D, long(blockIdx.y) * Nq + i, o, m_i, l_i, lane);
 }
 
 // ------------------------------------------------------------------ FA2 backward, CUDA cores
@@ -170,7 +148,7 @@ flash_simt_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, con
 template <typename T, int BS, int D>
 cudaError_t simt_forward_launch(const AttnArgs& a, cudaStream_t stream) {
   auto kernel = flash_simt_forward_kernel<T, BS, D>;
-  const int smem = (BS * D * 2 + BS * (D + 1)) * sizeof(float);
+  constexpr int smem = SimtTile<BS, D>::kSmemBytes;
   cudaError_t err = allow_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   kernel<<<dim3(cdiv(a.Nq, BS), a.B * a.H), BS * 32, smem, stream>>>(
@@ -192,32 +170,16 @@ cudaError_t simt_backward_launch(const AttnArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// The block-size table: option = Br = Bc (one warp per row), as flash_kernels/_ops.py passes it.
-template <typename T, int D, typename F>
-cudaError_t by_block_size(const AttnArgs& a, F&& f) {
-  switch (a.option) {
-    case 4: return f(IntTag<4>{});
-    case 8: return f(IntTag<8>{});
-    case 16: return f(IntTag<16>{});
-    case 32: return f(IntTag<32>{});
-    default: return cudaErrorInvalidValue;
-  }
-}
-
 template <typename T, int D>
 cudaError_t simt_forward(const AttnArgs& a, cudaStream_t stream) {
-  return by_block_size<T, D>(a, [&](auto bs) { return simt_forward_launch<T, decltype(bs)::value, D>(a, stream); });
+  return by_block_size(a, [&](auto bs) { return simt_forward_launch<T, decltype(bs)::value, D>(a, stream); });
 }
 
 template <typename T, int D>
 cudaError_t simt_backward(const AttnArgs& a, cudaStream_t stream) {
-  const long rows = long(a.B) * a.H * a.Nq;
-  cudaError_t err = cudaMemsetAsync(a.dq_acc, 0, sizeof(float) * rows * D, stream);
-  if (err == cudaSuccess) err = launch_rowdot<T>(a.dO, a.o, a.Dd, rows, D, stream);
-  if (err == cudaSuccess)
-    err = by_block_size<T, D>(a, [&](auto bs) { return simt_backward_launch<T, decltype(bs)::value, D>(a, stream); });
-  if (err == cudaSuccess) err = launch_cast<T>(a.dq_acc, a.dq, rows * D, stream);
-  return err;
+  return fa2_backward<T, D>(a, stream, [&] {
+    return by_block_size(a, [&](auto bs) { return simt_backward_launch<T, decltype(bs)::value, D>(a, stream); });
+  });
 }
 
 }  // namespace fk

@@ -236,6 +236,20 @@ def test_flash_mma_tiles_with_grouped_query_and_cross(tile: str, bwd_tile: str) 
             _assert_close(name, got, ref, tol["grad_rel_l2"], tol["grad_max_rel"])
 
 
+@pytest.mark.parametrize("block_size", fk.VARIANTS["flash_fa1"].options["block_size"].choices)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_fa1_and_flash_simt_agree_at_every_block_size(block_size: int, causal: bool) -> None:
+    """flash_fa1 and flash_simt share the tile and its arithmetic (csrc/simt.cuh) and differ only in loop order
+    and in where O_i, m_i, l_i live between K/V tiles (global memory or registers): at the same block size
+    they do the same fp32 operations per row, so they agree to fp32 rounding (grouped-query, Nq > Nk)."""
+    q, k, v, _ = random_attention_inputs(2, 4, 203, 64, torch.float32, Hkv=2, Nk=150, seed=13)
+    with poisoned_outputs():
+        o1, lse1 = fk.forward(q, k, v, variant="flash_fa1", causal=causal, block_size=block_size)
+        o2, lse2 = fk.forward(q, k, v, variant="flash_simt", causal=causal, block_size=block_size)
+    torch.testing.assert_close(o1, o2, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(lse1, lse2, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("split", fk.VARIANTS["flash_mma"].options["group_split"].choices)
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
