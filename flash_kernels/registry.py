@@ -161,10 +161,12 @@ VARIANTS: dict[str, Variant] = {
                     default={64: "128x64", 128: "128x64"},
                 ),
                 "pipeline": Option(
-                    "pipeline", ("cp.async", "tma"),
+                    "pipeline", ("cp.async", "tma", "tma-ws", "tma-ws-overlap"),
                     "how K/V reach shared memory: cp.async = every thread copies, double-buffered, block "
                     "barriers (step 1); tma = the copy engine (cp.async.bulk.tensor) completing on mbarriers, "
-                    "issued by one thread (step 2)",
+                    "issued by one thread (step 2); tma-ws = a producer warpgroup issuing the copies and "
+                    "consumer warpgroups computing, full/empty mbarriers per stage, setmaxnreg (step 3); "
+                    "tma-ws-overlap = tma-ws with the softmax overlapping O += P V in each warpgroup",
                     default={64: "tma", 128: "tma"},
                 ),
                 "wg_bwd_tile": Option(

@@ -4,7 +4,8 @@ SDPA flash. Builds only the modules it runs (flash_wgmma_fwd, and flash_mma_fwd 
     python scripts/wgmma_smoke.py                   # every (tile, pipeline) on ragged / GQA / cross shapes, then timings
     python scripts/wgmma_smoke.py --no-time         # correctness only
     python scripts/wgmma_smoke.py --tiles 128x128   # one tile, every pipeline
-    python scripts/wgmma_smoke.py --pipelines tma   # one pipeline (cp.async, tma), every tile
+    python scripts/wgmma_smoke.py --pipelines tma   # one pipeline (cp.async, tma, tma-ws, tma-ws-overlap), every tile
+    python scripts/wgmma_smoke.py --pipelines tma,tma-ws,tma-ws-overlap   # several
 
 Correctness: inputs random normal + 0.5 (relative errors mean something), outputs poisoned with NaN
 before each call; O against torch SDPA run in float64 on the upcast inputs, LSE against a float64

@@ -42,6 +42,12 @@ def test_flash_wgmma_compiles_for_sm90a_only():
     kernels = [r for r in rows if r.kernel.startswith(("flash_wgmma_forward_kernel<", "flash_wgmma_tma_forward_kernel<"))]
     assert len(kernels) == 32, [r.kernel for r in rows]
     assert all(r.registers <= (168 if ",192," in r.kernel else 255) for r in kernels), [(r.kernel, r.registers) for r in kernels]
+    # tma-ws and tma-ws-overlap: one more warpgroup (the producer), the cap at entry 65536 / threads
+    # (setmaxnreg then moves registers from the producer to the consumers); 192x128 at D=128 runs
+    # tma-ws-overlap without the overlap: one kernel for both
+    ws = [r for r in rows if r.kernel.startswith("flash_wgmma_ws_forward_kernel<")]
+    assert len(ws) == 30, [r.kernel for r in ws]
+    assert all(r.registers <= (128 if ",192," in r.kernel else 168) for r in ws), [(r.kernel, r.registers) for r in ws]
     with pytest.raises(RuntimeError, match="wgmma"):
         ptxas_report(next(p for p in cu_files() if p.name == "flash_wgmma_fwd.cu"), "sm_90")
 

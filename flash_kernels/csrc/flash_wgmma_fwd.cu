@@ -1,5 +1,5 @@
 // flash_wgmma forward: FlashAttention-2's loop on Hopper's warpgroup tensor-core instructions (sm_90a),
-// three rungs of the Hopper ladder selected by the `pipeline` option (how K/V reach shared memory and
+// rungs of the Hopper ladder selected by the `pipeline` option (how K/V reach shared memory and
 // how the warpgroups share the work); the arithmetic of a tile is the same code in all three.
 //
 // Common to every pipeline. Relative to flash_mma: each matrix product is one asynchronous wgmma per
@@ -52,6 +52,27 @@
 //   tma, 128x64 for both head dims. 128x64 is probably best because two blocks fit on an SM (ptxas:
 //   127 registers x 256 threads, 97 KB of shared memory), so one block's softmax and waits overlap
 //   the other's wgmma; this is an inference from the resources, not profiled.
+//
+// pipeline "tma-ws" (step 3): warp specialization as in FlashAttention-3. One more warpgroup, the
+// producer (warpgroup 0; one thread issues every copy, Q once, then K_t and V_t into a ring of 3
+// stages where 227 KB hold them, else 2), and the consumers (warpgroups 1 .. BM / 64) that only
+// compute. No block barrier after setup: per stage, full_k / full_v mbarriers (the copy engine's
+// bytes) and empty_k / empty_v mbarriers, on which each consumer warpgroup arrives once (one thread,
+// a predicated arrive) when its wgmma reading the stage has completed; the producer refills a stage as
+// soon as K (or V) of it is released, without waiting for the slowest warpgroup's whole tile.
+// setmaxnreg moves registers to the consumers: producer 24 / consumers 240 with 2 consumer
+// warpgroups (128-row tiles, 384 threads), 32 / 160 with 3 (192-row tiles, 512 threads); so one block
+// per SM, where step 2's 128x64 fitted two. Causal tiles wholly after a warpgroup's rows are waited
+// for and released without compute (the ring's phases stay in step).
+// pipeline "tma-ws-overlap": tma-ws plus FlashAttention-3's intra-warpgroup overlap: a consumer
+// issues S_t = Q K_t^T and O += P_{t-1} V_{t-1} back to back, waits for S_t alone
+// (wgmma.wait_group 1), runs the softmax of S_t while O += P V runs, then waits for it, rescales O
+// and packs P_t. Costs: every tile is masked by selects (no branch may sit between the two waits),
+// and S, P and O of two tiles live at once, so 192x128 at D = 128 (160 registers) runs without the
+// overlap. SASS (ptxas 13.0): the wait for O += P V lands part-way through the softmax, not after
+// it as written: of a thread's exponentials per tile, 42 of 64 come before it with 128x128 at
+// D = 128 (52 of 64 at D = 64), 6 to 25 of 32 with the BN = 64 tiles, 17 of 64 with 192x128 at D = 64.
+//   Measured: pending
 #include "wgmma.cuh"
 
 namespace fk {
@@ -89,16 +110,18 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 2], uint32_t (&pf)[BN / 
 // The online softmax of one score tile in place: mask keys past Nk and (causal) keys after the
 // query, on the raw scores (scale > 0: the launcher asks for it, so the largest raw score is the
 // largest scaled one); update the running max m and sum l (a per-thread partial; the quad is
-// reduced at the end); P as A fragments in pf (the accumulators of 8-column blocks 2 kk and 2 kk + 1
-// are the A fragment of k-step kk); alpha = the factor O must be scaled by, `grew` whether any row
-// max of this warp grew (each warp owns its rows' registers, so the test is warp-uniform).
+// reduced at the end); s becomes P (fp32); alpha = the factor O must be scaled by, the result whether
+// any row max of this warp grew (each warp owns its rows' registers, so the test is warp-uniform).
 // row0: this thread's first row (the second is row0 + 8); wg_row0: the warpgroup's first row.
-template <typename T, int BN>
-__device__ __forceinline__ bool softmax_tile(float (&s)[BN / 2], uint32_t (&pf)[BN / 16][4], float (&m)[2],
-                                             float (&l)[2], float (&alpha)[2], int j0, int Nk, int causal,
-                                             int wg_row0, int row0, int lane, float scale_log2) {
+// MASK: kMaskIfNeeded tests whether the tile reaches past Nk or the diagonal (a branch); kMaskAlways
+// masks every tile with compares and selects (no branch), which tma-ws-overlap needs (below).
+enum MaskMode { kMaskIfNeeded, kMaskAlways };
+template <int BN, MaskMode MASK = kMaskIfNeeded>
+__device__ __forceinline__ bool softmax_scores(float (&s)[BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                               int j0, int Nk, int causal, int wg_row0, int row0, int lane,
+                                               float scale_log2) {
   constexpr int NS = BN / 2;
-  if (j0 + BN > Nk || (causal && j0 + BN - 1 > wg_row0)) {
+  if (MASK == kMaskAlways || j0 + BN > Nk || (causal && j0 + BN - 1 > wg_row0)) {
 #pragma unroll
     for (int i = 0; i < NS; ++i) {
       const int key = j0 + (i >> 2) * 8 + (lane & 3) * 2 + (i & 1);
@@ -129,6 +152,13 @@ __device__ __forceinline__ bool softmax_tile(float (&s)[BN / 2], uint32_t (&pf)[
     }
     l[h] = l[h] * alpha[h] + rs;
   }
+  return __any_sync(0xffffffffu, grew);
+}
+
+// P (fp32 in s) as the A fragments of O += P V: the accumulators of 8-column blocks 2 kk and
+// 2 kk + 1 are the A fragment of k-step kk.
+template <typename T, int BN>
+__device__ __forceinline__ void pack_p(const float (&s)[BN / 2], uint32_t (&pf)[BN / 16][4]) {
 #pragma unroll
   for (int kk = 0; kk < BN / 16; ++kk) {
     pf[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
@@ -136,7 +166,16 @@ __device__ __forceinline__ bool softmax_tile(float (&s)[BN / 2], uint32_t (&pf)[
     pf[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
     pf[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
   }
-  return __any_sync(0xffffffffu, grew);
+}
+
+// softmax_scores, then P packed into pf.
+template <typename T, int BN>
+__device__ __forceinline__ bool softmax_tile(float (&s)[BN / 2], uint32_t (&pf)[BN / 16][4], float (&m)[2],
+                                             float (&l)[2], float (&alpha)[2], int j0, int Nk, int causal,
+                                             int wg_row0, int row0, int lane, float scale_log2) {
+  const bool grew = softmax_scores<BN>(s, m, l, alpha, j0, Nk, causal, wg_row0, row0, lane, scale_log2);
+  pack_p<T, BN>(s, pf);
+  return grew;
 }
 
 template <int NO>
@@ -373,6 +412,219 @@ flash_wgmma_tma_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
   store_rows<T, D, BM>(o, m, l, smem, wg * 64, 1 + wg, wg_row0, Nq, bh, O, LSE, scale_log2);
 }
 
+// ------------------------------------------------------------------------------ step 3: warp specialization
+
+// K/V stages of the warp-specialized kernel: 3 where the shared memory of a block (227 KB) holds
+// them, else 2.
+template <int D, int BM, int BN>
+constexpr int ws_stages() {
+  return (BM * D + 2 * 3 * BN * D) * 2 + 1024 + 8 * (1 + 4 * 3) <= 227 * 1024 ? 3 : 2;
+}
+
+// mbar_arrive by the threads where `pred` holds, as a predicated instruction (no branch).
+__device__ __forceinline__ void mbar_arrive_if(uint32_t bar, bool pred) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, %1, 0;\n@p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(bar),
+               "r"(uint32_t(pred))
+               : "memory");
+}
+
+// Warpgroup 0 is the producer (one thread issues every copy), warpgroups 1 .. NWG the consumers
+// (64 query rows each). Barriers per stage: full_k / full_v (the copy engine's bytes landed; one
+// arrival, the producer's expect_tx) and empty_k / empty_v (NWG arrivals, one per consumer
+// warpgroup once its wgmma reading the stage has completed). OVERLAP: a consumer issues S_t =
+// Q K_t^T and O += P_{t-1} V_{t-1} back to back and runs the softmax of S_t while the second is in
+// flight (FlashAttention-3's intra-warpgroup pipelining).
+template <typename T, int D, int BM, int BN, int STAGES, bool OVERLAP>
+__global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
+flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+                              const __grid_constant__ CUtensorMap tmV, T* __restrict__ O, float* __restrict__ LSE,
+                              Dims dm, float scale_log2, int causal) {
+  static_assert(BM % 64 == 0 && (BN == 64 || BN == 128) && (D == 64 || D == 128), "tile shape");
+  static_assert(STAGES >= 2, "K/V ring");
+  constexpr int NWG = BM / 64;  // consumer warpgroups
+  constexpr int KB = BN / 16, NS = BN / 2, NO = D / 2;
+  constexpr uint32_t TQ = BM * D * 2, TKV = BN * D * 2;
+  // the register file (64 K) split: 128 producer threads x PRODUCER_REGS + NWG x 128 x CONSUMER_REGS
+  constexpr int PRODUCER_REGS = NWG == 2 ? 24 : 32, CONSUMER_REGS = NWG == 2 ? 240 : 160;
+  static_assert(128 * PRODUCER_REGS + NWG * 128 * CONSUMER_REGS <= 65536, "register split");
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t sQ = (raw + 1023u) & ~1023u;    // [BM][D]
+  const uint32_t sK = sQ + TQ;                   // [STAGES][BN][D]
+  const uint32_t sV = sK + STAGES * TKV;         // [STAGES][BN][D]
+  const uint32_t bar_q = sV + STAGES * TKV;      // mbarriers: Q, full_k, full_v, empty_k, empty_v [STAGES]
+  const uint32_t full_k = bar_q + 8, full_v = full_k + 8 * STAGES;
+  const uint32_t empty_k = full_v + 8 * STAGES, empty_v = empty_k + 8 * STAGES;
+  uint8_t* const smem = smem_raw + (sQ - raw);
+
+  const int tid = threadIdx.x, wg = tid >> 7;
+  const int Nq = dm.Nq, Nk = dm.Nk;
+  const int bh = blockIdx.y;
+  const int q0 = (causal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x)) * BM;
+  const int kv_len = causal ? min(Nk, q0 + BM) : Nk;
+  const int n_kv = (kv_len + BN - 1) / BN;
+
+  if (tid == 0) {
+    mbar_init(bar_q, 1);
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full_k + 8 * s, 1);
+      mbar_init(full_v + 8 * s, 1);
+      mbar_init(empty_k + 8 * s, NWG);
+      mbar_init(empty_v + 8 * s, NWG);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();  // the last block-wide barrier: from here on the roles meet only on mbarriers
+
+  if (wg == 0) {
+    // ---------------------------------------------------------------- producer
+    setmaxnreg_dec<PRODUCER_REGS>();
+    if (tid == 0) {
+      const int kvh = int(dm.kv_head(bh));
+      tma_prefetch_map(&tmQ);
+      tma_prefetch_map(&tmK);
+      tma_prefetch_map(&tmV);
+      mbar_arrive_expect_tx(bar_q, TQ);
+      tma_load_tile<D, BM>(sQ, &tmQ, bar_q, q0, bh);
+      int st = 0;
+      uint32_t ph = 0;  // parity of tile t's phase of its stage's barriers: (t / STAGES) & 1
+      for (int t = 0; t < n_kv; ++t) {
+        // refilling stage st waits for its release of tile t - STAGES (the previous phase)
+        if (t >= STAGES) mbar_wait(empty_k + 8 * st, ph ^ 1);
+        mbar_arrive_expect_tx(full_k + 8 * st, TKV);
+        tma_load_tile<D, BN>(sK + st * TKV, &tmK, full_k + 8 * st, t * BN, kvh);
+        if (t >= STAGES) mbar_wait(empty_v + 8 * st, ph ^ 1);
+        mbar_arrive_expect_tx(full_v + 8 * st, TKV);
+        tma_load_tile<D, BN>(sV + st * TKV, &tmV, full_v + 8 * st, t * BN, kvh);
+        if (++st == STAGES) {
+          st = 0;
+          ph ^= 1;
+        }
+      }
+    }
+  } else {
+    // ---------------------------------------------------------------- consumers
+    setmaxnreg_inc<CONSUMER_REGS>();
+    const int c = wg - 1, t128 = tid & 127, warp = t128 >> 5, lane = tid & 31;
+    const int wg_row0 = q0 + c * 64;
+    const int row0 = wg_row0 + warp * 16 + (lane >> 2);
+    // causal: tiles from n_wg on start after this warpgroup's last row and contribute nothing
+    const int n_wg = causal ? min(n_kv, (wg_row0 + 64 + BN - 1) / BN) : n_kv;
+    const uint64_t dQ = desc_kmajor(sQ + c * 64 * 128);
+    const uint64_t dK = desc_kmajor(sK);
+    const uint64_t dV = desc_mnmajor(sV, BN * 128);
+    // one arrival per warpgroup: its wgmma reading the stage have completed (wgmma_wait)
+    auto release = [&](uint32_t bar) { mbar_arrive_if(bar, t128 == 0); };
+
+    float o[NO];
+#pragma unroll
+    for (int i = 0; i < NO; ++i) o[i] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+    mbar_wait(bar_q, 0);
+    int st = 0;
+    uint32_t ph = 0;
+    if constexpr (!OVERLAP) {
+      for (int t = 0; t < n_wg; ++t) {
+        uint32_t pf[KB][4];
+        {
+          float s[NS];
+          mbar_wait(full_k + 8 * st, ph);
+          issue_scores<T, D, BM, BN>(s, dQ, desc_add(dK, st * TKV));
+          wgmma_wait<0>();
+          fence_regs(s);
+          release(empty_k + 8 * st);
+          float alpha[2];
+          if (softmax_tile<T, BN>(s, pf, m, l, alpha, t * BN, Nk, causal, wg_row0, row0, lane, scale_log2))
+            rescale_o(o, alpha);
+        }
+        mbar_wait(full_v + 8 * st, ph);
+        issue_pv<T, D, BN>(o, pf, desc_add(dV, st * TKV));
+        wgmma_wait<0>();
+        fence_regs(o);
+        release(empty_v + 8 * st);
+        if (++st == STAGES) {
+          st = 0;
+          ph ^= 1;
+        }
+      }
+    } else {
+      // P_{t-1} (in pf) waits for V_{t-1} in stage vst while S_t is computed; n_wg >= 1
+      uint32_t pf[KB][4];
+      {
+        float s[NS];
+        mbar_wait(full_k, 0);
+        issue_scores<T, D, BM, BN>(s, dQ, dK);
+        wgmma_wait<0>();
+        fence_regs(s);
+        release(empty_k);
+        float alpha[2];
+        softmax_scores<BN>(s, m, l, alpha, 0, Nk, causal, wg_row0, row0, lane, scale_log2);  // O = 0: no rescale
+        pack_p<T, BN>(s, pf);
+      }
+      int vst = 0;
+      uint32_t vph = 0;
+      st = 1;  // st, ph: the stage and parity of tile t (STAGES >= 2)
+      // One tile t >= 1. Between wgmma_wait<1> and wgmma_wait<0> the code must not branch: ptxas
+      // then waits for every wgmma before the branch (seen in the SASS: WARPGROUP.DEPBAR.LE gsb0, 0x0
+      // right after 0x1), and the softmax no longer overlaps O += P V. Hence the predicated arrival
+      // and the masking mode fixed at compile time. S is a fresh array per tile (not loop-carried).
+      auto step = [&](int t, auto mask) {
+        float s[NS];
+        mbar_wait(full_k + 8 * st, ph);
+        issue_scores<T, D, BM, BN>(s, dQ, desc_add(dK, st * TKV));  // S_t
+        mbar_wait(full_v + 8 * vst, vph);
+        issue_pv<T, D, BN>(o, pf, desc_add(dV, vst * TKV));         // O += P_{t-1} V_{t-1}
+        wgmma_wait<1>();                                            // S_t done, O += P V in flight
+        fence_regs(s);
+        release(empty_k + 8 * st);
+        float alpha[2];
+        const bool grew = softmax_scores<BN, decltype(mask)::value>(s, m, l, alpha, t * BN, Nk, causal, wg_row0,
+                                                                     row0, lane, scale_log2);
+        fence_regs(s);  // the softmax is computed here, while O += P V runs, not sunk past the wait
+        fence_regs(l);
+        fence_regs(alpha);
+        wgmma_wait<0>();
+        fence_regs(o);
+#pragma unroll
+        for (int kk = 0; kk < KB; ++kk) fence_regs(pf[kk]);  // P_{t-1} is read until here
+        release(empty_v + 8 * vst);
+        if (grew) rescale_o(o, alpha);
+        pack_p<T, BN>(s, pf);
+        vst = st;
+        vph = ph;
+        if (++st == STAGES) {
+          st = 0;
+          ph ^= 1;
+        }
+      };
+      // Every tile is masked, branch-free (compares and selects, whether or not it reaches past Nk
+      // or the diagonal): with a separate loop of unmasked tiles, ptxas 13.0 put
+      // WARPGROUP.DEPBAR.LE gsb0, 0x0 before that loop's exponentials, for reasons not understood.
+      for (int t = 1; t < n_wg; ++t) step(t, std::integral_constant<MaskMode, kMaskAlways>{});
+      mbar_wait(full_v + 8 * vst, vph);
+      issue_pv<T, D, BN>(o, pf, desc_add(dV, vst * TKV));
+      wgmma_wait<0>();
+      fence_regs(o);
+      release(empty_v + 8 * vst);
+    }
+    // the tiles after this warpgroup's rows (causal): nothing to compute, but each stage is released
+    // in its turn, after it has been filled (so no warpgroup arrives twice on one phase)
+    for (int t = n_wg; t < n_kv; ++t) {
+      mbar_wait(full_k + 8 * st, ph);
+      release(empty_k + 8 * st);
+      mbar_wait(full_v + 8 * st, ph);
+      release(empty_v + 8 * st);
+      if (++st == STAGES) {
+        st = 0;
+        ph ^= 1;
+      }
+    }
+    store_rows<T, D, BM>(o, m, l, smem, c * 64, 1 + c, wg_row0, Nq, bh, O, LSE, scale_log2);
+  }
+}
+
 // ------------------------------------------------------------------------------ launchers
 
 template <typename T, int D, int BM, int BN>
@@ -412,12 +664,34 @@ cudaError_t wgmma_tma_forward_launch(const AttnArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// Pipeline codes (option >> 4) as flash_kernels/_ops.py names them: 0 = cp.async, 1 = tma.
+// OVERLAP_REQUESTED: tma-ws-overlap. The 192x128 tile at D = 128 runs without the overlap: its 3
+// consumer warpgroups get 160 registers each, and S, P and O of two tiles in flight need 160 alone
+// (ptxas: 272 bytes of spills, wgmma serialized).
+template <typename T, int D, int BM, int BN, bool OVERLAP_REQUESTED>
+cudaError_t wgmma_ws_forward_launch(const AttnArgs& a, cudaStream_t stream) {
+  constexpr int STAGES = ws_stages<D, BM, BN>();
+  constexpr bool OVERLAP = OVERLAP_REQUESTED && !(D == 128 && BM == 192 && BN == 128);
+  auto kernel = flash_wgmma_ws_forward_kernel<T, D, BM, BN, STAGES, OVERLAP>;
+  // tiles + slack for 1024-byte alignment + the mbarriers
+  constexpr int smem = (BM * D + 2 * STAGES * BN * D) * 2 + 1024 + 8 * (1 + 4 * STAGES);
+  CUtensorMap maps[3];
+  cudaError_t err = make_qkv_maps<T, D, BM, BN>(a, maps);
+  if (err == cudaSuccess) err = allow_smem(kernel, smem);
+  if (err != cudaSuccess) return err;
+  kernel<<<dim3(cdiv(a.Nq, BM), a.B * a.H), (BM / 64 + 1) * 128, smem, stream>>>(
+      maps[0], maps[1], maps[2], static_cast<T*>(a.o), a.lse, dims_of(a), a.scale * kLog2e, a.causal);
+  return cudaGetLastError();
+}
+
+// Pipeline codes (option >> 4) as flash_kernels/_ops.py names them: 0 = cp.async, 1 = tma,
+// 2 = tma-ws, 3 = tma-ws-overlap.
 template <typename T, int D, int BM, int BN>
 cudaError_t wgmma_forward_pipeline(const AttnArgs& a, cudaStream_t stream) {
   switch (a.option >> 4) {
     case 0: return wgmma_forward_launch<T, D, BM, BN>(a, stream);
     case 1: return wgmma_tma_forward_launch<T, D, BM, BN>(a, stream);
+    case 2: return wgmma_ws_forward_launch<T, D, BM, BN, false>(a, stream);
+    case 3: return wgmma_ws_forward_launch<T, D, BM, BN, true>(a, stream);
     default: return cudaErrorInvalidValue;
   }
 }
