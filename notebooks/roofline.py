@@ -19,7 +19,9 @@
 # Every measured range (one implementation × case × pass, all its kernels summed) placed at three levels of
 # the memory hierarchy, as Nsight Compute's roofline places a kernel: its FLOPs over the bytes moved at DRAM,
 # L2 (L2→SM) and L1, against its FLOP/s. FLOPs are *counted* by the hardware, never assumed; the ceilings
-# are Nsight Compute's own peaks at the recorded clocks, plus the capture's measured GEMM and copy (dashed).
+# are Nsight Compute's own peaks at the recorded clocks (the tensor peak the dense one, derived below the
+# figure) and what the capture measured on this GPU: cuBLAS GEMMs and a device copy, and in captures that have
+# them, the `mma.sync` and `wgmma` tensor instructions and the MUFU exp2 rate that bounds softmax.
 
 # %% tags=["parameters"]
 capture: str = "profiles/nvidia-h200/seqlen"  # capture folder (python -m nsightlab.store list); relative paths: cwd, then the repo
@@ -46,9 +48,11 @@ style = nb.style(manifest, ranges, order=style_order)
 sweep = nb.sweep_field(ranges)
 fields = [c for c in counters.identity_columns(ranges) if c not in ("variant",)]
 pts = nb.attempt(roofline.roofline_points, ranges)
-ceil = nb.attempt(roofline.ceilings, work, manifest)
+ceil = nb.attempt(roofline.ceilings, work, manifest, pts)
 fc = nb.attempt(roofline.flop_check, ranges)
-nb.summary(roofline.findings(pts, ceil, fc, fields=fields) if pts is not None and ceil is not None else [])
+not_measured, not_measured_note = roofline.instruction_status(manifest)
+nb.summary([*(roofline.findings(pts, ceil, fc, fields=fields) if pts is not None and ceil is not None else []),
+            *not_measured[:1]])
 nb.note(nb.header(manifest, path))
 nb.note(f"**FLOP source:** {counters.flop_counter_summary(work)} (Nsight Compute, this capture). "
         f"{len(ranges)} ranges grouped by {ranges.attrs.get('grouped_by')}; "
@@ -59,16 +63,21 @@ nb.note(f"**FLOP source:** {counters.flop_counter_summary(work)} (Nsight Compute
 #
 # Marker shape is the memory level, colour the implementation, size the swept field; a range's three
 # markers share its FLOP/s and are joined. The menu at the top right shows one level at a time; click a
-# legend entry to hide an implementation. Read the tensor ceiling with care: Nsight Compute's
-# `sm__ops_path_tensor_src_fp16.sum.peak_sustained` is the whole FP16 tensor path's peak, on Hopper twice what
-# a dense FP16 GEMM reaches (the 2:4-sparse rate); the measured GEMM (dashed) is the practical dense ceiling.
+# legend entry to hide an implementation. The horizontal roofs: dotted, the hardware's peaks (Nsight
+# Compute's, at the recorded clocks); long-dashed, what the warp-level `mma.sync` and the warpgroup `wgmma`
+# tensor instructions reach on this GPU in microbenchmarks (a kernel built on `mma.sync` stays under its roof;
+# only `wgmma` comes closer to the dense peak); dashed, cuBLAS GEMMs; dash-dotted, the MUFU exp2 rate in
+# attention FLOP/s at that pass and head dimension (the softmax bound, drawn where it is under the peaks).
 
 # %%
 with nb.section():
     nb.need(pts, ceil)
     for title, sel, row in roofline.views(pts, sweep):
         figures.show(figures.roofline(sel, ceil, "Hierarchical roofline" + (f", {title}" if title else ""), style,
-                                      fields=fields, size_by=sweep, facet_row=row))
+                                      fields=fields, size_by=sweep, facet_row=row, note=not_measured_note))
+    nb.note(roofline.tensor_peak_derivation(work, manifest, ranges))
+    for line in not_measured:
+        nb.note(line)
     nb.table(roofline.ceiling_table(ceil), {"FLOP per SM-clock cycle (all SMs)": "{:,.0f}"}, "ceilings",
              title="The ceilings and where they come from", collapse=True)
 

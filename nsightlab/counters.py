@@ -88,6 +88,14 @@ _TENSOR = {"tensor_fp16": "sm__ops_path_tensor_src_fp16.sum", "tensor_bf16": "sm
            "tensor_tf32": "sm__ops_path_tensor_src_tf32_dst_fp32.sum", "tensor_fp64": "sm__ops_path_tensor_src_fp64.sum"}
 
 
+#: Nsight Compute's ``sm__ops_path_tensor_src_fp16`` counts the tensor path's operations, 2 per multiply-add
+#: (dense products count exactly their 2·M·N·K), and its ``.peak_sustained`` is the path's rate with 2:4
+#: structured sparsity (8,192 per SM per cycle on Hopper): the dense FP16 rate is half of it (4,096 FLOP per
+#: SM per cycle, NVIDIA's published dense rate: H100 SXM 989.4 TFLOP/s = 4,096 × 132 SMs × 1.83 GHz).
+TENSOR_DENSE_FACTOR = 0.5
+#: the dense peak itself, where a report holds it (no halving needed)
+TENSOR_DENSE_PEAK = "sm__ops_path_tensor_src_fp16_dst_fp32_sparsity_off.sum.peak_sustained"
+
 #: launch statistics under names no range field is likely to take (``block_size`` is a common option)
 LAUNCH_NAMES = {"block_size": "threads_per_block", "grid_size": "blocks_per_grid"}
 
@@ -125,8 +133,14 @@ def _recipes() -> dict[str, list[Recipe]]:
     q["peak_fp16"] = [Recipe((p["hfma"], "@hz_sm"), 4), Recipe(("derived__sm__sass_thread_inst_executed_op_hfma_pred_on_x4", "@hz_sm"))]
     q["peak_fp64"] = [Recipe(("sm__sass_thread_inst_executed_op_dfma_pred_on.sum.peak_sustained", "@hz_sm"), 2),
                       Recipe(("derived__sm__sass_thread_inst_executed_op_dfma_pred_on_x2", "@hz_sm"))]
-    q["peak_tensor"] = [Recipe((p["tensor_fp16"], "@hz_sm")),
-                        Recipe(("sm__ops_path_tensor_src_fp16.sum.peak_sustained_elapsed.per_second",))]
+    # the tensor path's peak as Nsight Compute states it: its rate with 2:4 structured sparsity, twice the
+    # dense rate (see TENSOR_DENSE_FACTOR); the _sparsity_off sub-counter, where a report has it, is dense already
+    q["peak_tensor_path"] = [Recipe((p["tensor_fp16"], "@hz_sm")),
+                             Recipe(("sm__ops_path_tensor_src_fp16.sum.peak_sustained_elapsed.per_second",))]
+    q["peak_tensor"] = [Recipe((TENSOR_DENSE_PEAK, "@hz_sm")),
+                        Recipe((p["tensor_fp16"], "@hz_sm"), TENSOR_DENSE_FACTOR),
+                        Recipe(("sm__ops_path_tensor_src_fp16.sum.peak_sustained_elapsed.per_second",), TENSOR_DENSE_FACTOR)]
+    q["sm_count"] = [Recipe(("launch__sm_count",)), Recipe(("device__attribute_multiprocessor_count",))]
     q["peak_DRAM"] = [Recipe((p["dram_bytes"], "@hz_dram"))]
     q["peak_L2"] = [Recipe((p["lts2xbar"], "@hz_lts"), M.LTS2XBAR_BYTES),
                     Recipe(("derived__lts__lts2xbar_bytes.sum.peak_sustained", "@hz_lts"))]
@@ -141,7 +155,9 @@ MEANING = {
     "seconds": "kernel duration [s]", "inst_ffma": "FFMA thread instructions", "bytes_DRAM": "DRAM bytes",
     "bytes_L2": "L2 → SM bytes (lts2xbar)", "bytes_L1": "L1 LSU writeback bytes", "bytes_shared": "shared-memory bytes",
     "lts_sectors": "L2 sectors", "l2_hit_rate": "L2 sector hit rate [%]", "peak_fp32": "FP32 peak [FLOP/s]",
-    "peak_fp16": "FP16 peak [FLOP/s]", "peak_tensor": "FP16 tensor peak [FLOP/s]", "peak_DRAM": "DRAM peak [B/s]",
+    "peak_fp16": "FP16 peak [FLOP/s]", "peak_tensor": "FP16 tensor peak, dense [FLOP/s]",
+    "peak_tensor_path": "FP16 tensor path peak as Nsight states it (2:4 sparse rate) [FLOP/s]",
+    "sm_count": "SMs", "peak_DRAM": "DRAM peak [B/s]",
     "peak_L2": "L2 → SM peak [B/s]", "peak_L1": "L1 peak [B/s]",
 }
 

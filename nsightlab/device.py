@@ -63,11 +63,16 @@ def measured_ceilings_table(manifest: dict) -> pd.DataFrame:
         if not isinstance(v, dict):
             continue
         rate = (f"{v['flop_per_s'] / 1e12:,.1f} TFLOP/s" if "flop_per_s" in v else
-                f"{v['bytes_per_s'] / 1e12:.2f} TB/s" if "bytes_per_s" in v else "—")
+                f"{v['bytes_per_s'] / 1e12:.2f} TB/s" if "bytes_per_s" in v else
+                f"{v['exp2_per_s'] / 1e12:.2f} T exp2/s" if "exp2_per_s" in v else "—")
         what = (f"matrix multiply {v['n']:,} × {v['n']:,} × {v['n']:,}" if "n" in v else
-                f"copy of {v['bytes'] / 2**30:.2f} GiB" if "bytes" in v else "")
-        rows.append({"ceiling": k, "what ran": what, "time [ms]": v.get("ms"), "rate": rate,
-                     "note": v.get("note", "")})
+                f"copy of {v['bytes'] / 2**30:.2f} GiB" if "bytes" in v else v.get("what", ""))
+        note = v.get("note", "")
+        if "reason" in v:
+            note = f"{v.get('status', 'not measured')}: {v['reason']}"
+        elif "check" in v:
+            note = f"checked: {v['check']}"
+        rows.append({"ceiling": k, "what ran": what, "time [ms]": v.get("ms"), "rate": rate, "note": note})
     if not rows:
         raise NotApplicable("this capture measured no ceilings (no GEMM or copy run beside the profilers)")
     out = pd.DataFrame(rows)

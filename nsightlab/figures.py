@@ -25,6 +25,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .perf import ok_rows, ratio_to
+from .roofline import applies
 
 _EMBEDDED = {"done": False, "src": "inline"}
 TEMPLATE = "plotly_white"
@@ -406,9 +407,12 @@ def _label(r: pd.Series, fields: Iterable[str]) -> str:
 
 
 def _ceiling_labels(ceil: pd.DataFrame, close: float = 1.02) -> pd.DataFrame:
-    """Ceilings with (nearly) equal values merged (``measured FP16/BF16 GEMM``), each with its label."""
+    """Ceilings with (nearly) equal values merged (``measured cuBLAS FP16/BF16 GEMM``), each with its
+    label; ceilings that hold only for some cases (``where``) merge only with their like."""
     rows = []
-    for kind, g in ceil.groupby("kind", sort=False):
+    where = ceil["where"] if "where" in ceil else pd.Series(None, index=ceil.index, dtype=object)
+    key = where.map(lambda w: repr(sorted(w.items())) if isinstance(w, dict) and w else "")
+    for (kind, _), g in ceil.groupby([ceil["kind"], key], sort=False):
         g = g.sort_values("value", ascending=False)
         groups: list[list[pd.Series]] = []
         for _, r in g.iterrows():
@@ -424,13 +428,81 @@ def _ceiling_labels(ceil: pd.DataFrame, close: float = 1.02) -> pd.DataFrame:
             v = float(grp[0]["value"])
             if len(names) == 1 or grp[0]["value"] / grp[-1]["value"] <= 1.02:
                 name = names[0] if len(names) == 1 else _merge_names(names)
-                label = f"{name}: {unit(v)}"
+                label = f"{_short(name)} {fmt_num(v / 1e12)}" if kind == "compute" else f"{name}: {unit(v)}"
             else:
-                name, label = " / ".join(names), " / ".join(f"{n} {unit(float(r['value']))}" for n, r in
-                                                            zip(names, grp, strict=True))
+                name = " / ".join(names)
+                label = " / ".join(f"{_short(n) if kind == 'compute' else n} "
+                                   f"{fmt_num(float(r['value']) / 1e12) if kind == 'compute' else unit(float(r['value']))}"
+                                   for n, r in zip(names, grp, strict=True))
+            w = where.get(grp[0].name) if grp[0].name in where.index else None
             rows.append({"kind": kind, "name": name, "value": v, "label": label,
-                         "measured": all(n.startswith("measured") for n in names)})
-    return pd.DataFrame(rows)
+                         "measured": all(n.startswith("measured") for n in names),
+                         "where": w if isinstance(w, dict) and w else None, "dash": _ceiling_dash(names[0])})
+    return pd.DataFrame(rows, columns=["kind", "name", "value", "label", "measured", "where", "dash"])
+
+
+#: the compute roofs' line labels (the figure's axis is TFLOP/s; the table under it has the full names)
+_SHORT = (("Tensor FP16 dense", "tensor dense"), ("FP16 (HFMA2)", "HFMA2"), ("FP32 (FFMA)", "FFMA"),
+          ("FP64 (DFMA)", "DFMA"), ("cuBLAS FP16/BF16 GEMM", "cuBLAS"), ("cuBLAS BF16/FP16 GEMM", "cuBLAS"),
+          ("cuBLAS FP16 GEMM", "cuBLAS FP16"), ("cuBLAS BF16 GEMM", "cuBLAS BF16"), ("cuBLAS FP32 GEMM", "cuBLAS FP32"),
+          ("mma.sync FP16/BF16", "mma.sync"), ("mma.sync BF16/FP16", "mma.sync"),
+          ("wgmma FP16/BF16", "wgmma"), ("wgmma BF16/FP16", "wgmma"))
+
+
+def _short(name: str) -> str:
+    """A ceiling's name as its line's label: the line style already says it was measured, and a
+    conditional bound's facet already says which pass and head dimension it holds for."""
+    if "MUFU" in name:
+        return "MUFU exp2"
+    name = name.removeprefix("measured ")
+    return dict(_SHORT).get(name, name)
+
+
+def _ceiling_dash(name: str) -> str:
+    """Line style by where a ceiling comes from: Nsight's peaks dotted, library GEMMs and the copy
+    dashed, instruction microbenchmarks long-dashed, the MUFU softmax bound dash-dotted."""
+    if not name.startswith("measured"):
+        return "dot"
+    if "mma.sync" in name or "wgmma" in name:
+        return "longdash"
+    if "MUFU" in name:
+        return "dashdot"
+    return "dash"
+
+
+def _label_spots(values: Sequence[float], widths: Sequence[float], height: float, px_per_decade: float,
+                 plot_px: float) -> list[tuple[float, bool]]:
+    """Where to write the labels of horizontal lines so that no two overlap: for each line (``values``
+    in log10 units; ``widths`` and ``height`` of its label in pixels), the label's right end as a
+    fraction of the plot's width and whether it sits above its line. Greedy from the highest line:
+    above, else below, at the right end or further left; a spot whose label would cross another
+    line is taken only if no other is free."""
+    order = sorted(range(len(values)), key=lambda i: -values[i])
+    ys = [v * px_per_decade for v in values]
+    boxes: list[tuple[float, float, float, float]] = []  # x0, x1, y0, y1 in pixels
+    out: dict[int, tuple[float, bool]] = {}
+    steps = [1.0 - 0.05 * k for k in range(15)]
+    for i in order:
+        for strict in (True, False):
+            for right in steps:
+                x1 = right * plot_px
+                x0 = x1 - widths[i]
+                if x0 < 0:
+                    continue
+                for above in (True, False):
+                    y0, y1 = (ys[i], ys[i] + height) if above else (ys[i] - height, ys[i])
+                    if any(x0 < bx1 and x1 > bx0 and y0 < by1 and y1 > by0 for bx0, bx1, by0, by1 in boxes):
+                        continue
+                    if strict and any(y0 + 1 < w < y1 - 1 for j, w in enumerate(ys) if j != i):
+                        continue
+                    boxes.append((x0, x1, y0, y1))
+                    out[i] = (right, above)
+                    break
+                if i in out:
+                    break
+            if i in out:
+                break
+    return [out.get(i, (1.0, True)) for i in range(len(values))]
 
 
 def _merge_names(names: list[str]) -> str:
@@ -443,12 +515,15 @@ def _merge_names(names: list[str]) -> str:
 
 def roofline(points: pd.DataFrame, ceil: pd.DataFrame, title: str, style: Style | None = None,
              label: str = "variant", fields: Iterable[str] = (), size_by: str | None = None,
-             facet_row: str | None = None) -> go.Figure:
+             facet_row: str | None = None, note: str = "") -> go.Figure:
     """Hierarchical roofline as Nsight Compute draws it: the memory ceilings (DRAM, L2, L1 and any
-    measured copy) rising to the compute ceilings, every ceiling labelled on its line; one marker per
-    range and level (marker: level, colour: ``label``, size: ``size_by``), a range's levels joined by
-    a line (they share its FLOP/s). Facets: pass in columns, ``facet_row`` in rows; a menu shows one
-    level at a time."""
+    measured copy) rising to the compute ceilings, every ceiling labelled on its line (Nsight's peaks
+    dotted, library GEMMs dashed, instruction microbenchmarks long-dashed, the MUFU softmax bound
+    dash-dotted); one marker per range and level (marker: level, colour: ``label``, size:
+    ``size_by``), a range's levels joined by a line (they share its FLOP/s). A ceiling with
+    ``where`` is drawn only in the facets whose points it holds for, and only up to the highest
+    unconditional one. Facets: pass in columns, ``facet_row`` in rows; a menu shows one level at a
+    time. ``note`` goes under the title (e.g. the ceilings this capture did not measure)."""
     if points.empty or not len(ceil):
         return message("no range to place on the roofline" if points.empty else "no ceiling", title)
     pts = points.copy()
@@ -468,7 +543,9 @@ def roofline(points: pd.DataFrame, ceil: pd.DataFrame, title: str, style: Style 
     labels = _ceiling_labels(ceil)
     comp, mem = labels[labels["kind"] == "compute"], labels[labels["kind"] == "memory"]
     mem_labels = _ceiling_labels(ceil[ceil["kind"] == "memory"], close=1.35)  # one label for lines this close
-    top = comp["value"].max() / 1e12 if len(comp) else pts["tflops"].max() * 2
+    everywhere = comp[comp["where"].isna()]
+    top = (everywhere if len(everywhere) else comp)["value"].max() / 1e12 if len(comp) else pts["tflops"].max() * 2
+    comp = comp[comp["where"].isna() | (comp["value"] <= top * 1e12 * 1.05)]  # a bound above every roof binds nothing
     ridge = top * 1e12 / mem["value"].max() if len(mem) else pts["intensity"].min()  # where the steepest roof bends
     x_lo, x_hi = min(pts["intensity"].min() / 4, ridge / 3), pts["intensity"].max() * 4
     y_hi = top * 2.5
@@ -477,7 +554,8 @@ def roofline(points: pd.DataFrame, ceil: pd.DataFrame, title: str, style: Style 
     # label angles: one decade on each axis in pixels (the figure's width is the page's)
     w_px = (PAGE_WIDTH - 260) / len(cols)
     h_px = (height - 110) / len(rows) - 40
-    slope_px = (h_px / math.log10(y_hi / y_lo)) / (w_px / math.log10(x_hi / x_lo))
+    px_per_decade = h_px / math.log10(y_hi / y_lo)
+    slope_px = px_per_decade / (w_px / math.log10(x_hi / x_lo))
     angle = -math.degrees(math.atan(slope_px))
     xs = np.logspace(math.log10(x_lo), math.log10(x_hi), 120)
     st = _style(style, pts[label].unique())
@@ -519,20 +597,20 @@ def roofline(points: pd.DataFrame, ceil: pd.DataFrame, title: str, style: Style 
                     fig.add_annotation(x=math.log10(max(top / bw, x_lo)), y=math.log10(top), text=m["label"],
                                        showarrow=False, xanchor="left", yanchor="top", yshift=-14,
                                        font={"size": 10, "color": "#555"}, row=i, col=j)
-            placed: list[float] = []
-            for _, c in comp.sort_values("value", ascending=False).iterrows():
+            here = comp[[applies(w, sub) for w in comp["where"]]].sort_values("value", ascending=False)
+            spots = _label_spots([math.log10(v / 1e12) for v in here["value"]], [6.0 * len(t) + 4 for t in here["label"]],
+                                 14, px_per_decade, (PAGE_WIDTH - 440) / len(cols))
+            for (_, c), (frac, above) in zip(here.iterrows(), spots, strict=True):
                 v = c["value"] / 1e12
-                fig.add_trace(go.Scatter(x=[x_lo, x_hi], y=[v] * 2, mode="lines", showlegend=False,
-                                         hoverinfo="skip", line={"dash": "dash" if c["measured"] else "dot",
-                                                                 "width": 1.2, "color": "#555"}), i, j)
+                xl = np.logspace(math.log10(x_lo), math.log10(x_hi), 24)
+                fig.add_trace(go.Scatter(x=xl, y=[v] * len(xl), mode="lines", showlegend=False, hoverinfo="text",
+                                         hovertext=f"{c['name']}: {fmt_num(v)} TFLOP/s",
+                                         line={"dash": c["dash"], "width": 1.2, "color": "#555"}), i, j)
                 level_of.append(None)
-                # a label too close to the one above it moves left, then below its line
-                crowded = [p for p in placed if abs(math.log10(p / v)) < 0.16 * len(rows) ** 0.5]
-                xa = x_hi if len(crowded) % 2 == 0 else x_lo * (x_hi / x_lo) ** 0.62
-                fig.add_annotation(x=math.log10(xa), y=math.log10(v), text=c["label"], showarrow=False,
-                                   xanchor="right", yanchor="top" if len(crowded) >= 2 else "bottom",
-                                   font={"size": 10, "color": "#444"}, row=i, col=j)
-                placed.append(v)
+                fig.add_annotation(x=math.log10(x_lo) + frac * math.log10(x_hi / x_lo), y=math.log10(v), text=c["label"],
+                                   showarrow=False, xanchor="right", yanchor="bottom" if above else "top",
+                                   font={"size": 10, "color": "#333"}, bgcolor="rgba(255,255,255,0.6)",
+                                   borderpad=0, row=i, col=j)
             for name in series:
                 g = sub[sub[label] == name]
                 if g.empty:
@@ -568,7 +646,7 @@ def roofline(points: pd.DataFrame, ceil: pd.DataFrame, title: str, style: Style 
     fig.update_xaxes(title_text="arithmetic intensity [FLOP/byte]", row=len(rows))
     fig.update_yaxes(title_text="performance [TFLOP/s]", col=1)
     glyphs = " ".join(f"{LEVEL_GLYPH[lv]} {lv}" for lv in levels)
-    fig.update_layout(title=title, template=TEMPLATE, height=height,
+    fig.update_layout(title=title + (f"<br><sup>{note}</sup>" if note else ""), template=TEMPLATE, height=height,
                       legend={"title": {"text": f"marker: {glyphs}{size_note}"}, "itemsizing": "constant"},
                       updatemenus=[{"buttons": buttons, "direction": "down", "x": 1.0, "xanchor": "right", "y": 1.0,
                                     "yanchor": "bottom", "pad": {"b": 22}, "showactive": True}])

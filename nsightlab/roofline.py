@@ -1,8 +1,10 @@
 """The hierarchical roofline: ceilings, one point per range and memory level, and the FLOP check.
 
 Peaks come from the capture itself: Nsight Compute's ``.peak_sustained`` rates times the clock each
-launch ran at (see :mod:`nsightlab.counters` for every recipe), and the manifest's measured ceilings
-(a GEMM, a device copy) where the capture made them; never from a table of GPU specifications.
+launch ran at (see :mod:`nsightlab.counters` for every recipe; the tensor peak is the dense one,
+:func:`tensor_peak_derivation` says how it follows from the report), and the manifest's measured
+ceilings where the capture made them: cuBLAS GEMMs and a copy, and the instruction-class ceilings of
+:mod:`nsightlab.ceilings` (mma.sync, wgmma, MUFU exp2); never from a table of GPU specifications.
 """
 
 from __future__ import annotations
@@ -12,21 +14,54 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .counters import FLOP_TERMS, NotApplicable, has_model, identity_columns, missing_message, require
+from .ceilings import FLOP_PER_EXP_PER_D, INSTRUCTION_KEYS, softmax_bound
+from .counters import (
+    FLOP_TERMS,
+    TENSOR_DENSE_FACTOR,
+    TENSOR_DENSE_PEAK,
+    NotApplicable,
+    has_model,
+    identity_columns,
+    missing_message,
+    require,
+)
+from .metrics import PEAKS
 
 LEVELS = ("DRAM", "L2", "L1")
 #: the compute and memory peaks kernel_work derives, with their labels
 PEAK_LABELS = (("compute", "peak_fp32", "FP32 (FFMA)"), ("compute", "peak_fp16", "FP16 (HFMA2)"),
-               ("compute", "peak_fp64", "FP64 (DFMA)"), ("compute", "peak_tensor", "Tensor FP16"),
+               ("compute", "peak_fp64", "FP64 (DFMA)"), ("compute", "peak_tensor", "Tensor FP16 dense"),
                ("memory", "peak_DRAM", "DRAM"), ("memory", "peak_L2", "L2"), ("memory", "peak_L1", "L1"))
+#: the manifest's measured compute ceilings: key, label (a name starting "measured" is drawn dashed and is
+#: never a range's "nearest roof": it is what some code reached, not what the hardware allows)
+MEASURED_COMPUTE = (("gemm_fp16", "measured cuBLAS FP16 GEMM"), ("gemm_bf16", "measured cuBLAS BF16 GEMM"),
+                    ("gemm_fp32", "measured cuBLAS FP32 GEMM"), ("mma_sync_fp16", "measured mma.sync FP16"),
+                    ("mma_sync_bf16", "measured mma.sync BF16"), ("wgmma_fp16", "measured wgmma FP16"),
+                    ("wgmma_bf16", "measured wgmma BF16"))
+#: the instruction-class ceilings for people
+INSTRUCTION_LABELS = {"mma_sync_fp16": "mma.sync FP16", "mma_sync_bf16": "mma.sync BF16",
+                      "wgmma_fp16": "wgmma FP16", "wgmma_bf16": "wgmma BF16", "mufu_ex2": "MUFU exp2"}
 
 
-def ceilings(work: pd.DataFrame, manifest: dict | None = None) -> pd.DataFrame:
+def _source(entry: dict) -> str:
+    c = entry.get("config") or {}
+    what = entry.get("what") or ""
+    if "n" in entry:
+        return f"torch.matmul (cuBLAS) {entry['n']}^3, this capture"
+    launch = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in c.items() if k in ("blocks", "threads_per_block",
+                                                                                     "warpgroups_per_block"))
+    return f"{what}; {launch}; median of timed launches, checked against torch; this capture"
+
+
+def ceilings(work: pd.DataFrame, manifest: dict | None = None, points: pd.DataFrame | None = None) -> pd.DataFrame:
     """The roofline's ceilings: compute in FLOP/s and bandwidth in B/s, each the median over the
     report's launches of Nsight's peak at the clock it recorded (``per_cycle``: the compute peak per
-    SM-clock cycle, all SMs), plus the manifest's measured ceilings (``measured ...``). Compute
-    peaks of pipes no launch used (an FP64 peak in an FP16 study) are left out. NotApplicable if
-    there is no ceiling at all."""
+    SM-clock cycle, all SMs; the tensor peak is the dense one), plus the manifest's measured ceilings
+    (``measured ...``: cuBLAS GEMMs, mma.sync, wgmma, the copy). With ``points`` whose cases have a
+    head dimension ``D`` and a ``pass``, the MUFU exp2 rate becomes the softmax bound of each (pass, D)
+    in attention FLOP/s (:func:`nsightlab.ceilings.softmax_bound`), a ceiling that holds only for those
+    cases (``where``). Compute peaks of pipes no launch used (an FP64 peak in an FP16 study) are left
+    out. NotApplicable if there is no ceiling at all."""
     rows = []
     used_pipes = {t for t in FLOP_TERMS if f"flop_{t}" in work and (work[f"flop_{t}"].fillna(0) > 0).any()}
     for kind, col, label in PEAK_LABELS:
@@ -36,21 +71,120 @@ def ceilings(work: pd.DataFrame, manifest: dict | None = None) -> pd.DataFrame:
         if col == "peak_fp64" and "fp64" not in used_pipes:
             continue
         per_cycle = float((work[col] / work["hz_sm"]).median()) if kind == "compute" else float("nan")
+        source = "Nsight Compute peak × recorded clock"
+        if col == "peak_tensor":
+            source = ("Nsight Compute dense (sparsity off) tensor peak × recorded clock" if _dense_in_report(work) else
+                      f"Nsight Compute tensor-path peak × {TENSOR_DENSE_FACTOR:g} (dense) × recorded clock")
         rows.append({"kind": kind, "name": label, "value": float(v.median()), "per_cycle": per_cycle,
-                     "source": "Nsight Compute peak × recorded clock"})
+                     "source": source, "where": None})
     meas = (manifest or {}).get("ceilings") or {}
-    for key, label in (("gemm_fp16", "measured FP16 GEMM"), ("gemm_bf16", "measured BF16 GEMM"),
-                       ("gemm_fp32", "measured FP32 GEMM")):
+    for key, label in MEASURED_COMPUTE:
         if isinstance(meas.get(key), dict) and "flop_per_s" in meas[key]:
             rows.append({"kind": "compute", "name": label, "value": float(meas[key]["flop_per_s"]), "per_cycle": np.nan,
-                         "source": f"torch.matmul {meas[key].get('n', '?')}^3, this capture"})
+                         "source": _source(meas[key]), "where": None})
+    mufu = meas.get("mufu_ex2")
+    if isinstance(mufu, dict) and "exp2_per_s" in mufu and points is not None and {"D", "pass"} <= set(points):
+        for (d, p), _ in points.groupby(["D", "pass"], sort=True):
+            if p not in FLOP_PER_EXP_PER_D or not (isinstance(d, (int, float, np.integer, np.floating)) and d > 0):
+                continue
+            rows.append({"kind": "compute", "name": f"measured MUFU exp2 bound ({p}, D={int(d)})",
+                         "value": softmax_bound(float(mufu["exp2_per_s"]), int(d), str(p)), "per_cycle": np.nan,
+                         "source": f"{mufu['exp2_per_s'] / 1e12:.2f} T ex2.approx/s (this capture) × "
+                                   f"{FLOP_PER_EXP_PER_D[p]:g}·D FLOP per exp (attention work model)",
+                         "where": {"pass": str(p), "D": int(d)}})
     if isinstance(meas.get("copy_d2d"), dict) and "bytes_per_s" in meas["copy_d2d"]:
         rows.append({"kind": "memory", "name": "measured D2D copy", "value": float(meas["copy_d2d"]["bytes_per_s"]),
-                     "per_cycle": np.nan, "source": "device-to-device copy, read + write, this capture"})
+                     "per_cycle": np.nan, "source": "device-to-device copy, read + write, this capture", "where": None})
     if not rows:
         msg = missing_message(work, ["peak_fp32", "peak_tensor", "peak_DRAM"]) or "no peak metric"
         raise NotApplicable(f"no roofline ceiling: {msg}, and the manifest records no measured ceilings")
     return pd.DataFrame(rows)
+
+
+def instruction_status(manifest: dict | None) -> tuple[list[str], str]:
+    """What the capture says about the instruction-class ceilings: (one line per ceiling not measured,
+    with its reason; a short note for a figure, "" when all were measured)."""
+    meas = (manifest or {}).get("ceilings") or {}
+    if not any(k in meas for k in INSTRUCTION_KEYS):
+        return (["The mma.sync, wgmma and MUFU exp2 ceilings were not measured in this capture (it predates them; "
+                 "`python -m nsightlab.ceilings` measures them in every capture's ceilings step)."],
+                "not measured in this capture: the mma.sync, wgmma and MUFU exp2 ceilings")
+    lines, missing = [], []
+    for key in INSTRUCTION_KEYS:
+        e = meas.get(key)
+        if isinstance(e, dict) and ("flop_per_s" in e or "exp2_per_s" in e):
+            continue
+        reason = e.get("reason", "no result") if isinstance(e, dict) else "not in this capture's ceilings"
+        lines.append(f"{INSTRUCTION_LABELS[key]}: not measured ({reason}).")
+        missing.append(INSTRUCTION_LABELS[key])
+    return lines, ("not measured in this capture: " + ", ".join(missing)) if missing else ""
+
+
+def tensor_peak_derivation(work: pd.DataFrame, manifest: dict | None = None, ranges: pd.DataFrame | None = None) -> str:
+    """How the dense tensor peak follows from this report's own counters and clocks, as text (markdown)."""
+    if "peak_tensor" not in work or work["peak_tensor"].isna().all():
+        return ("**Tensor peak:** not in this report (" + (missing_message(work, ["peak_tensor"]) or "") + ").")
+    hz = work["hz_sm"].dropna()
+    sms = work["sm_count"].dropna() if "sm_count" in work else pd.Series(dtype=float)
+    n_sm = int(sms.median()) if len(sms) else (manifest or {}).get("gpu", {}).get("sm_count")
+    value = float(work["peak_tensor"].median())
+    clock = (f"the SM clock Nsight Compute recorded for each launch (`sm__cycles_elapsed.avg.per_second`, median "
+             f"{hz.median() / 1e9:.3f} GHz; {hz.min() / 1e9:.3f}–{hz.max() / 1e9:.3f} GHz over {len(hz)} launches)")
+    if _dense_in_report(work):
+        per_cycle = float((work["peak_tensor"] / work["hz_sm"]).median())
+        return (f"**Dense tensor peak, from this report:** `{TENSOR_DENSE_PEAK}` = {per_cycle:,.0f} FLOP per cycle "
+                f"(all SMs) × {clock} = **{value / 1e12:,.0f} TFLOP/s**.")
+    path = work["peak_tensor_path"] / work["hz_sm"] if "peak_tensor_path" in work else pd.Series(dtype=float)
+    path_cycle = float(path.median()) if path.notna().any() else float("nan")
+    unit, per = ("SM per cycle", path_cycle / n_sm) if n_sm else ("cycle (all SMs)", path_cycle)
+    ratio = _tensor_count_ratio(ranges)
+    txt = (f"**Dense tensor peak, derived from this report.** Nsight Compute's `{PEAKS['tensor_fp16']}` is "
+           f"{path_cycle:,.0f} operations per cycle" + (f" on {n_sm} SMs (`launch__sm_count`): {per:,.0f} per SM per "
+                                                        "cycle" if n_sm else "") + ". "
+           "The counter counts 2 operations per multiply-add"
+           + (f" (here the ranges whose counted FLOPs are all tensor-core ones count {ratio:.3f}× their work "
+              "model's 2·M·N·K, median)" if ratio is not None else "")
+           + ", and its peak is the tensor path's rate with 2:4 structured sparsity, twice the dense rate. Dense: "
+           f"{per:,.0f} × {TENSOR_DENSE_FACTOR:g} = {per * TENSOR_DENSE_FACTOR:,.0f} FLOP per {unit}"
+           + (f" × {n_sm} SMs" if n_sm else "") + f" × {clock} = **{value / 1e12:,.0f} TFLOP/s**, drawn as "
+           f"*Tensor FP16 dense*. Nsight Compute's own tensor roof, unhalved, would be "
+           f"{float(work['peak_tensor_path'].median()) / 1e12:,.0f} TFLOP/s.")
+    cc = str((manifest or {}).get("gpu", {}).get("compute_capability", ""))
+    if cc == "9.0" and n_sm and abs(per * TENSOR_DENSE_FACTOR - 4096) < 1:
+        txt += (" Cross-check (not an input): 4,096 FLOP per SM per cycle is NVIDIA's published dense FP16 rate for "
+                "Hopper, e.g. the H100 SXM's 989.4 TFLOP/s = 4,096 × 132 SMs × 1.83 GHz.")
+    return txt
+
+
+def _dense_in_report(work: pd.DataFrame) -> bool:
+    """Whether some launch's tensor peak came from the report's dense (sparsity off) peak metric."""
+    used = work.attrs.get("used", {}).get("peak_tensor", {})
+    return any(text.startswith(TENSOR_DENSE_PEAK) and n for text, n in used.items())
+
+
+def applies(where: Any, points: pd.DataFrame) -> bool:
+    """Whether a ceiling that holds only for some cases (``where``: field -> value) holds for every
+    point of ``points`` (a ceiling without ``where`` holds everywhere)."""
+    if not isinstance(where, dict) or not where:
+        return True
+    if points.empty:
+        return False
+    for field, value in where.items():
+        if field not in points or set(points[field].dropna().unique()) != {value}:
+            return False
+    return True
+
+
+def _tensor_count_ratio(ranges: pd.DataFrame | None) -> float | None:
+    """Median counted / modeled FLOPs over ranges whose counted FLOPs are ≥ 99% tensor-core ones
+    (None without such ranges or a work model)."""
+    if ranges is None or not has_model(ranges) or "flop_tensor" not in ranges:
+        return None
+    r = ranges[(ranges["flop_tensor"].fillna(0) >= 0.99 * ranges["flop"].fillna(np.inf))]
+    r = r[pd.to_numeric(r["model_flop"], errors="coerce") > 0]
+    if r.empty:
+        return None
+    return float((r["flop_tensor"] / r["model_flop"].astype(float)).median())
 
 
 def roofline_points(rng: pd.DataFrame) -> pd.DataFrame:
@@ -208,6 +342,8 @@ def findings(points: pd.DataFrame, ceil: pd.DataFrame, fc: pd.DataFrame | None =
     out = []
     best = points.loc[points["flop_per_s"].idxmax()]
     comp = ceil[(ceil["kind"] == "compute") & (ceil["value"] >= best["flop_per_s"])]
+    if "where" in comp:  # the shares of the roofs that hold everywhere (the MUFU bounds have their own section)
+        comp = comp[comp["where"].isna()]
     shares = [f"{best['flop_per_s'] / c['value']:.0%} of {c['name']}"
               for _, c in comp.sort_values("value", ascending=False).iterrows()]
     out.append(f"Fastest range: **{best[label]}** ({_fields_text(best, fields)}) at "
@@ -219,12 +355,39 @@ def findings(points: pd.DataFrame, ceil: pd.DataFrame, fc: pd.DataFrame | None =
         txt = ", ".join(f"{r[label]} {r['fraction']:.0%} of {r['nearest']}" for _, r in top.head(8).iterrows())
         out.append(f"Nearest roof at each one's fastest range: {txt}"
                    + (f" (and {len(top) - 8} more)" if len(top) > 8 else "") + ".")
+    line = instruction_finding(points, ceil, label)
+    if line:
+        out.append(line)
     if fc is not None and len(fc):
         n_ok = int((~fc["flag"]).sum())
         more = int((fc["counted_over_model"] > 1.1).sum())
         out.append(f"Counted FLOPs agree with the work model within 10% for {n_ok} of {len(fc)} ranges"
                    + (f"; {more} count more than the model (see the last section)" if more else "") + ".")
     return out
+
+
+def instruction_finding(points: pd.DataFrame, ceil: pd.DataFrame, label: str = "variant") -> str | None:
+    """Each tensor-core implementation's fastest range against the measured mma.sync ceiling, and
+    which go above it (only wgmma lets a kernel pass it); None when mma.sync was not measured."""
+    named = dict(zip(ceil["name"], ceil["value"], strict=True))
+    mma = max((named.get(f"measured mma.sync {t}", 0.0) for t in ("FP16", "BF16")), default=0.0)
+    if not mma or points.empty:
+        return None
+    wg = max((named.get(f"measured wgmma {t}", 0.0) for t in ("FP16", "BF16")), default=0.0)
+    per = points.loc[points.groupby(points[label].astype(str), sort=False)["flop_per_s"].idxmax()]
+    if {"flop_tensor", "flop"} <= set(per):  # kernels whose counted FLOPs are mostly tensor-core ones
+        per = per[per["flop_tensor"].fillna(0) >= 0.5 * per["flop"]]
+    tensor = per
+    tensor = tensor.sort_values("flop_per_s", ascending=False)
+    if tensor.empty:
+        return None
+    txt = ", ".join(f"{r[label]} {r['flop_per_s'] / mma:.0%}" for _, r in tensor.head(6).iterrows())
+    above = [str(r[label]) for _, r in tensor.iterrows() if r["flop_per_s"] > mma]
+    wg_txt = (f"wgmma reaches {wg / 1e12:,.0f} TFLOP/s, {wg / mma:.2f}× mma.sync" if wg else
+              "wgmma: not measured in this capture")
+    return (f"Against the measured mma.sync ceiling ({mma / 1e12:,.0f} TFLOP/s), at each tensor-core implementation's "
+            f"fastest range: {txt}" + (f"; above it: {', '.join(above)}" if above else "")
+            + f" ({wg_txt}).")
 
 
 def views(points: pd.DataFrame, size_by: str | None = None, label: str = "variant",
@@ -257,4 +420,8 @@ def ceiling_table(ceil: pd.DataFrame) -> pd.DataFrame:
         "FLOP per SM-clock cycle (all SMs)": ceil["per_cycle"],
         "source": ceil["source"],
     })
+    if "where" in ceil and ceil["where"].notna().any():
+        out.insert(2, "holds for", [", ".join(f"{k}={v}" for k, v in w.items()) if isinstance(w, dict) else "all"
+                                    for w in ceil["where"]])
     return out
+

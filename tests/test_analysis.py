@@ -46,7 +46,8 @@ def work_of(*rows):
 
 def test_peaks_are_nsight_peaks_times_recorded_clocks():
     w = work_of(launch())
-    assert w["peak_tensor"].iloc[0] == pytest.approx(500_000 * 2e9)
+    assert w["peak_tensor"].iloc[0] == pytest.approx(500_000 * 2e9 / 2)  # dense: half the tensor path's (2:4 sparse) peak
+    assert w["peak_tensor_path"].iloc[0] == pytest.approx(500_000 * 2e9)
     assert w["peak_fp32"].iloc[0] == pytest.approx(16896 * 2 * 2e9)
     assert w["peak_DRAM"].iloc[0] == pytest.approx(1500 * 3e9)
     assert w["peak_L2"].iloc[0] == pytest.approx(160 * 32 * 2e9)
@@ -198,7 +199,7 @@ def test_a_kernel_at_the_ridge_lands_on_both_ceilings():
     assert d["intensity"] == pytest.approx(ridge)
     assert d["flop_per_s"] == pytest.approx(float(roofline.attainable(d["intensity"], peak_flops, peak_bw)))
     ceil = roofline.ceilings(work_of(launch()), {"ceilings": {"copy_d2d": {"bytes_per_s": 4e12}}})
-    assert "measured D2D copy" in set(ceil["name"]) and "Tensor FP16" in set(ceil["name"])
+    assert "measured D2D copy" in set(ceil["name"]) and "Tensor FP16 dense" in set(ceil["name"])
 
 
 # --------------------------------------------------------------------------- L2
