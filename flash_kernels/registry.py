@@ -158,7 +158,7 @@ VARIANTS: dict[str, Variant] = {
                 "wg_tile": Option(
                     "wg_tile", ("128x128", "128x64", "192x128", "192x64"),
                     "query rows x keys per K/V tile (one consumer warpgroup per 64 rows: 2 or 3)",
-                    default={64: "128x64", 128: "128x64"},
+                    default={64: "128x128", 128: "192x128"},
                 ),
                 "pipeline": Option(
                     "pipeline", ("cp.async", "tma", "tma-ws", "tma-ws-overlap"),
@@ -167,7 +167,7 @@ VARIANTS: dict[str, Variant] = {
                     "issued by one thread (step 2); tma-ws = a producer warpgroup issuing the copies and "
                     "consumer warpgroups computing, full/empty mbarriers per stage, setmaxnreg (step 3); "
                     "tma-ws-overlap = tma-ws with the softmax overlapping O += P V in each warpgroup",
-                    default={64: "tma", 128: "tma"},
+                    default={64: "tma", 128: "tma-ws-overlap"},
                 ),
                 "wg_bwd_tile": Option(
                     "wg_bwd_tile", ("64x128", "128x128"),

@@ -122,13 +122,12 @@ def test_hopper_variant_refused_elsewhere(monkeypatch):
         fk.forward(*qkv(), variant="flash_wgmma")
 
 
-def test_flash_wgmma_is_forward_only(monkeypatch):
+def test_flash_wgmma_options_and_dtypes(monkeypatch):
     _pretend_gpu(monkeypatch, (9, 0))
     q, k, v = qkv()
-    with pytest.raises(ValueError, match="flash_wgmma implements the forward pass only; variants with a backward"):
-        fk.backward(q, k, v, q, torch.zeros(1, 2, 16), q, variant="flash_wgmma")
-    with pytest.raises(ValueError, match="flash_wgmma has no backward pass, but an input requires grad"):
-        fk.attention(q.requires_grad_(True), k, v, variant="flash_wgmma")
+    with pytest.raises(ValueError, match="wg_bwd_tile='128x128' supports head dim \\(64,\\), not 128"):
+        q128, k128, v128 = qkv((1, 2, 16, 128))
+        fk.backward(q128, k128, v128, q128, torch.zeros(1, 2, 16), q128, variant="flash_wgmma", wg_bwd_tile="128x128")
     with pytest.raises(TypeError, match="flash_wgmma does not support dtype torch.float32"):
         fk.forward(*qkv(dtype=torch.float32), variant="flash_wgmma")
     with pytest.raises(ValueError, match="wg_tile='96x64' is not supported"):

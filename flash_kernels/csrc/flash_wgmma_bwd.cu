@@ -347,15 +347,10 @@ cudaError_t wgmma_backward_tiles(const AttnArgs& a, cudaStream_t stream) {
   }
 }
 
-// Dd = rowsum(dO * O); dQ accumulated in fp32, then cast.
+// Dd = rowsum(dO * O), dQ accumulated in fp32 then cast: common.cuh's fa2_backward around the kernel.
 template <typename T, int D>
 cudaError_t wgmma_backward(const AttnArgs& a, cudaStream_t stream) {
-  const long rows = long(a.B) * a.H * a.Nq;
-  cudaError_t err = cudaMemsetAsync(a.dq_acc, 0, sizeof(float) * rows * D, stream);
-  if (err == cudaSuccess) err = launch_rowdot<T>(a.dO, a.o, a.Dd, rows, D, stream);
-  if (err == cudaSuccess) err = wgmma_backward_tiles<T, D>(a, stream);
-  if (err == cudaSuccess) err = launch_cast<T>(a.dq_acc, a.dq, rows * D, stream);
-  return err;
+  return fa2_backward<T, D>(a, stream, [&] { return wgmma_backward_tiles<T, D>(a, stream); });
 }
 
 }  // namespace fk

@@ -317,17 +317,18 @@ def test_flash_wgmma_custom_scale(variant: str) -> None:
             _assert_close(f"{name} scale={scale}", got, r, tol["grad_rel_l2"], tol["grad_max_rel"])
 
 
+_WG_BWD = fk.VARIANTS["flash_wgmma"].options["wg_bwd_tile"]
+
+
 @pytest.mark.parametrize("variant", ["flash_wgmma"])
-@pytest.mark.parametrize("wg_bwd_tile", fk.VARIANTS["flash_wgmma"].options["wg_bwd_tile"].choices)
+@pytest.mark.parametrize("wg_bwd_tile,D", [(t, D) for t in _WG_BWD.choices
+                                           for D in _WG_BWD.head_dims.get(t, fk.VARIANTS["flash_wgmma"].head_dims)])
 @pytest.mark.parametrize("dtype", fk.VARIANTS["flash_wgmma"].dtypes)
-@pytest.mark.parametrize("D", fk.VARIANTS["flash_wgmma"].head_dims)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_flash_wgmma_backward_on_ragged_gqa_and_cross_shapes(variant: str, wg_bwd_tile: str, dtype: str, D: int,
                                                              causal: bool) -> None:
     """Every backward tile against the fp64 reference, with O and LSE from the reference too (so a wrong
     gradient is the backward's), the grouped-query group swept by one block and split over H/Hkv blocks."""
-    if D not in fk.VARIANTS["flash_wgmma"].options["wg_bwd_tile"].head_dims.get(wg_bwd_tile, (D,)):
-        pytest.skip(f"wg_bwd_tile={wg_bwd_tile} does not support D={D}")
     tol = TOLERANCES[dtype]
     for B, H, Hkv, Nq, Nk in WGMMA_SHAPES:
         q, k, v, g = random_attention_inputs(B, H, Nq, D, DTYPES[dtype], Hkv=Hkv, Nk=Nk, seed=Nq * 3 + Nk + D)
