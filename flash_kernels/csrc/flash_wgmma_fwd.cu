@@ -72,7 +72,14 @@
 // overlap. SASS (ptxas 13.0): the wait for O += P V lands part-way through the softmax, not after
 // it as written: of a thread's exponentials per tile, 42 of 64 come before it with 128x128 at
 // D = 128 (52 of 64 at D = 64), 6 to 25 of 32 with the BN = 64 tiles, 17 of 64 with 192x128 at D = 64.
-//   Measured: pending
+//   Measured (H200, torch 2.11.0+cu130, scripts/wgmma_smoke.py --pipelines tma,tma-ws,tma-ws-overlap at
+//   3d44002, profiles/_logs/nvidia-h200/wgmma_3d44002/; fp16, B*N = 16k, H = 16, TFLOP/s at N = 4096 / 8192):
+//   D = 128 full: tma best 508 / 531 (128x128); tma-ws 600 / 583 (192x128); tma-ws-overlap 596 / 609
+//   (192x128); causal at N = 8192: 472 (tma) -> 545 (tma-ws) -> 568 (tma-ws-overlap). D = 64: tma 128x128
+//   stays best (460 / 477 full, 379 / 419 causal); tma-ws 192x128 446 / 470, tma-ws-overlap <= 359: with
+//   one 384-thread block per SM the D = 64 tile has too little work per barrier round trip. In the same
+//   run the tma 128x64 tile measured 413 / 414 at D = 128 (562 at b353fa5, before step 3's edits to the
+//   shared code): not explained yet; the defaults follow this run.
 #include "wgmma.cuh"
 
 namespace fk {
