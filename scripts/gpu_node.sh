@@ -116,15 +116,19 @@ PY
       ;;
     full)
       # one kernel with Nsight Compute's full section set and the CUDA source, for the GUI
+      # (FULL_VARIANT, FULL_PASS: flash_mma backward by default; the seqlen case N=4096, D=128; FULL_KERNEL: a regex)
       step full
       python3 - <<'PY' 2>&1 | tee "$OUT/full.log"
 import os, subprocess, sys, time
 from nsightlab.capture import ncu_command, workload_command
 from nsightlab.tools import find_ncu
-wl = workload_command(python=sys.executable, extra=["--variant", "flash_mma", "--pass", "backward", "-B", "4", "-H", "16",
-                                                    "-N", "4096", "-D", "128"])
-cmd = ncu_command(find_ncu(), wl, os.environ["OUT"] + "/flash_mma_bwd_d128_full", section_set="full",
-                  kernel_regex="flash_mma_backward", extra=["--import-source", "yes"])
+variant, pass_ = os.environ.get("FULL_VARIANT", "flash_mma"), os.environ.get("FULL_PASS", "backward")
+# the seqlen sweep's case at N=4096, D=128, not causal (B=1, H=8), its default options
+wl = workload_command("seqlen", python=sys.executable, warmup=1,
+                      only=f"^fk:{variant}:{pass_}:B=1,H=8,N=4096,D=128,dtype=float16,causal=0,")
+cmd = ncu_command(find_ncu(), wl, os.environ["OUT"] + f"/{variant}_{pass_[:3]}_d128_full", section_set="full",
+                  kernel_regex=os.environ.get("FULL_KERNEL", f"{variant}.*{pass_}|{pass_}.*{variant}"),
+                  extra=["--import-source", "yes"])
 print(" ".join(cmd), flush=True)
 t = time.perf_counter()
 rc = subprocess.run(cmd).returncode
