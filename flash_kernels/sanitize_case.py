@@ -1,8 +1,11 @@
 """One small forward + backward of every variant, option and dtype: the program that the GPU
 tests run under compute-sanitizer (memcheck, racecheck). Sizes are not multiples of any tile; the
-variants with grouped-query and cross attention also run k/v with fewer heads and another length."""
+variants with grouped-query and cross attention also run k/v with fewer heads and another length.
+FK_SANITIZE_VARIANTS=a,b limits it to those variants (the default is every variant)."""
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -16,7 +19,14 @@ def main() -> None:
     fk.build()
     launches = 0
     capability = torch.cuda.get_device_capability()
+    only = [v for v in os.environ.get("FK_SANITIZE_VARIANTS", "").split(",") if v]  # default: every variant
+    unknown = sorted(set(only) - set(fk.VARIANTS))
+    if unknown:
+        raise SystemExit(f"FK_SANITIZE_VARIANTS names unknown variants {unknown}; known: {', '.join(fk.VARIANTS)}")
     for name, var in fk.VARIANTS.items():
+        if only and name not in only:
+            print(f"sanitize_case: skipped {name}: not in FK_SANITIZE_VARIANTS")
+            continue
         why = fk.unavailable_reason(var, capability)
         if why is not None:
             print(f"sanitize_case: skipped {name}: {why}")
@@ -29,6 +39,8 @@ def main() -> None:
                 if any(D not in var.options[k].head_dims.get(v, var.head_dims) for k, v in opts.items()):
                     continue
                 shapes = [(2, 2, 75, 75)]  # H, Hkv, Nq, Nk
+                if "group_split" in opts:  # a split must divide H / Hkv: one k/v head for 32 query heads
+                    shapes = [(32, 1, 75, 130)]
                 if var.grouped_query and var.cross and not opts and dtype == var.dtypes[0]:
                     shapes += [(4, 2, 75, 130), (4, 1, 130, 75)]  # the head/key indexing is the same for every option
                 for H, Hkv, Nq, Nk in shapes:

@@ -127,6 +127,7 @@ variant, pass_ = os.environ.get("FULL_VARIANT", "flash_mma"), os.environ.get("FU
 wl = workload_command("seqlen", python=sys.executable, warmup=1,
                       only=f"^fk:{variant}:{pass_}:B=1,H=8,N=4096,D=128,dtype=float16,causal=0,")
 cmd = ncu_command(find_ncu(), wl, os.environ["OUT"] + f"/{variant}_{pass_[:3]}_d128_full", section_set="full",
+                  nvtx_include=f"regex:^fk:{variant}:{pass_}:.*/",
                   kernel_regex=os.environ.get("FULL_KERNEL", f"{variant}.*{pass_}|{pass_}.*{variant}"),
                   extra=["--import-source", "yes"])
 print(" ".join(cmd), flush=True)
