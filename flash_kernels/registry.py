@@ -76,6 +76,15 @@ class Variant:
 
 _ALL = ("float16", "bfloat16", "float32")
 _HD = (64, 128)
+#: the backward's grouped-query split, shared by flash_mma and flash_wgmma (both read it from option code >> 8)
+_GROUP_SPLIT = Option(
+    "group_split", ("auto", 1, 2, 4, 8, 16, 32),
+    "backward, grouped-query attention: the H/Hkv query heads that share a key block are split over this many "
+    "thread blocks (dK, dV summed by fp32 atomics; must divide H/Hkv); auto: the fewest that give 2 blocks per SM "
+    "(4 when causal)",
+    default={64: "auto", 128: "auto"},
+)
+
 #: the CUDA-core flash tile (csrc/simt.cuh), shared by flash_fa1 and flash_simt
 _SIMT_BLOCK_SIZE = Option(
     "block_size", (4, 8, 16, 32),
@@ -137,13 +146,7 @@ VARIANTS: dict[str, Variant] = {
                     default={64: "128x128", 128: "64x128"},
                     head_dims={"128x128": (64,)},
                 ),
-                "group_split": Option(
-                    "group_split", ("auto", 1, 2, 4, 8, 16, 32),
-                    "backward, grouped-query attention: the H/Hkv query heads that share a key block are split "
-                    "over this many thread blocks (dK, dV summed by fp32 atomics; must divide H/Hkv); auto: the "
-                    "fewest that give 2 blocks per SM (4 when causal)",
-                    default={64: "auto", 128: "auto"},
-                ),
+                "group_split": _GROUP_SPLIT,
             },
         ),
         Variant(
@@ -175,13 +178,7 @@ VARIANTS: dict[str, Variant] = {
                     default={64: "128x128", 128: "64x128"},
                     head_dims={"128x128": (64,)},
                 ),
-                "group_split": Option(
-                    "group_split", ("auto", 1, 2, 4, 8, 16, 32),
-                    "backward, grouped-query attention: the H/Hkv query heads that share a key block are split "
-                    "over this many thread blocks (dK, dV summed by fp32 atomics; must divide H/Hkv); auto: the "
-                    "fewest that give 2 blocks per SM (4 when causal)",
-                    default={64: "auto", 128: "auto"},
-                ),
+                "group_split": _GROUP_SPLIT,
             },
         ),
     ]
