@@ -40,7 +40,14 @@ def capture(request):
 
 @pytest.fixture(scope="module")
 def h200():
+    """The H200's seqlen capture: taken (1ebba72) with the instruction-class ceilings measured."""
     return _load(ROOT / "profiles" / "nvidia-h200" / "seqlen")
+
+
+@pytest.fixture(scope="module")
+def h100():
+    """The H100's seqlen capture: taken (060d1a6) before the instruction-class ceilings existed."""
+    return _load(ROOT / "profiles" / "nvidia-h100-80gb-hbm3" / "seqlen")
 
 
 def test_the_committed_captures_are_there():
@@ -61,7 +68,9 @@ def test_dense_tensor_peak_is_hoppers_published_rate_at_the_recorded_clocks(capt
     lo, hi = H100_DENSE * hz.min() / H100_CLOCK, H100_DENSE * hz.max() / H100_CLOCK
     assert lo <= dense <= hi, (lo, dense, hi)
     assert dense == pytest.approx(H100_DENSE * hz.median() / H100_CLOCK, rel=1e-3)
-    assert not any(ceil["name"].str.contains("mma.sync|wgmma|MUFU"))  # these captures predate them
+    # the instruction-class roofs are drawn exactly when the capture measured them
+    measured = "mma_sync_fp16" in man["ceilings"] and "flop_per_s" in man["ceilings"]["mma_sync_fp16"]
+    assert any(ceil["name"].str.contains("mma.sync|wgmma|MUFU")) == measured
     text = roofline.tensor_peak_derivation(work, man)
     assert "8,192 per SM per cycle" in text and "4,096 FLOP per SM per cycle" in text
     assert f"**{dense / 1e12:,.0f} TFLOP/s**" in text and "2:4 structured sparsity" in text
@@ -112,21 +121,28 @@ def test_the_figure_draws_the_measured_instruction_ceilings_labelled(h200):
     assert set(roofline.ceiling_table(ceil)["holds for"]) >= {"all", "pass=forward, D=64"}
 
 
-def test_the_figure_of_an_older_capture_says_what_it_did_not_measure(h200):
-    work, man = h200
+def test_the_figure_of_an_older_capture_says_what_it_did_not_measure(h100):
+    work, man = h100
     fig, texts, _ = _figure(work, man)
     assert not any(t.startswith(("mma.sync", "wgmma", "MUFU")) for t in texts)
     assert any(t.startswith("tensor dense") for t in texts) and len(fig.data) > 10
     assert "not measured in this capture: the mma.sync, wgmma and MUFU exp2 ceilings" in fig.layout.title.text
 
 
-def test_findings_place_tensor_core_kernels_against_the_mma_sync_roof(h200):
+def test_findings_place_tensor_core_kernels_against_the_mma_sync_roof(h200, h100):
+    for work, man in (h200, h100):
+        rng = counters.per_range(work, by_kernel_if_no_ranges=True)
+        pts = roofline.roofline_points(rng)
+        line = roofline.instruction_finding(pts, roofline.ceilings(work, {**man, "ceilings": MEASURED}, pts))
+        assert line and line.startswith("Against the measured mma.sync ceiling (660 TFLOP/s)")
+        assert re.search(r"flash_mma \d+%", line) and "above it: sdpa_cudnn" in line and "1.44× mma.sync" in line
+    # each capture's own: the H200's measured them (flash_wgmma near the mma.sync roof, cuDNN past it), the H100's not
     work, man = h200
-    rng = counters.per_range(work, by_kernel_if_no_ranges=True)
-    pts = roofline.roofline_points(rng)
-    line = roofline.instruction_finding(pts, roofline.ceilings(work, {**man, "ceilings": MEASURED}, pts))
-    assert line and line.startswith("Against the measured mma.sync ceiling (660 TFLOP/s)")
-    assert re.search(r"flash_mma \d+%", line) and "above it: sdpa_cudnn" in line and "1.44× mma.sync" in line
+    pts = roofline.roofline_points(counters.per_range(work, by_kernel_if_no_ranges=True))
+    own = roofline.instruction_finding(pts, roofline.ceilings(work, man, pts))
+    assert own and re.search(r"flash_wgmma \d+%", own) and "above it: sdpa_cudnn" in own
+    work, man = h100
+    pts = roofline.roofline_points(counters.per_range(work, by_kernel_if_no_ranges=True))
     assert roofline.instruction_finding(pts, roofline.ceilings(work, man, pts)) is None
 
 
