@@ -374,8 +374,14 @@ def _load_cached(path: str, stamp: float, check: bool) -> Side:
         b = b[[*keep, *[c for c in b.columns if c not in keep]]]
         b.attrs = {}
         bk = b.copy()
-        # the configuration's name is a label of its shape, not part of it
-        bk["key"] = ["|".join(sorted(f"{c}={n}" for c in keep[3:] if c != "config" and (n := _norm(r[c])) is not None))
+        # the configuration's name is a label of its shape, not part of it; a benchmark runs each
+        # implementation at its default options, so they join the key only where one side ran the same
+        # row with several settings (then they tell the rows apart): a kernel whose defaults or option
+        # names changed between two runs is still compared with itself
+        fields = [c for c in keep[3:] if c != "config"]
+        shape = [c for c in fields if c != "options"]
+        study = bool(bk.duplicated(subset=[c for c in shape if c in bk]).any())
+        bk["key"] = ["|".join(sorted(f"{c}={n}" for c in (fields if study else shape) if (n := _norm(r[c])) is not None))
                      for _, r in b.iterrows()]
         side.samples["bench"] = bk
     # work per key: the model's FLOPs and compulsory bytes where the capture declares them, else counted FLOPs
