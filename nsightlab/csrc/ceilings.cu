@@ -1,8 +1,9 @@
 // Instruction-class ceilings of a GPU, written from the instructions up (inline PTX, no CUTLASS).
 //
 //   mma_sync_kernel<kBf16>  mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.f32, A and B fragments in
-//                           registers, kMmaChains independent accumulators per warp: the issue-rate ceiling
-//                           of the warp-level tensor instruction (what an mma.sync attention kernel uses).
+//                           registers, kMmaChains independent accumulators per warp: the ceiling set by
+//                           how fast the SM takes the warp-level tensor instruction (what an mma.sync
+//                           attention kernel uses).
 //   wgmma_kernel<kBf16>     wgmma.mma_async.sync.aligned.m64n256k16.f32.{f16,bf16}, A [64, 64] and B [256, 64]
 //                           K-major in shared memory with the 128-byte swizzle, one or more warpgroups per
 //                           CTA: the warpgroup instruction's ceiling (sm_90a only).
