@@ -9,7 +9,8 @@ OUT=${OUT:-/tmp/fk_out}
 STEPS=${STEPS:-"build test sanitize bench"}
 BENCH_SUITES=${BENCH_SUITES:-"convention,d128,mixed"}
 BENCH_ARGS=${BENCH_ARGS:-}
-PYTEST_ARGS=${PYTEST_ARGS:--x}
+PYTEST_ARGS=${PYTEST_ARGS:--x}  # shell-quoted: PYTEST_ARGS='-x -k "not wgmma"' keeps the expression whole
+eval "pytest_args=($PYTEST_ARGS)" || { echo "PYTEST_ARGS is not valid shell words: $PYTEST_ARGS"; exit 2; }
 mkdir -p "$OUT"
 export OUT
 export PYTHONUNBUFFERED=1
@@ -65,7 +66,7 @@ PY
       [ "${PIPESTATUS[0]}" = 0 ] || { status=1; echo "BUILD FAILED"; break; } ;;
     test)
       step test
-      python3 -m pytest ${TEST_PATHS:-tests/gpu examples} -q -p no:cacheprovider --ignore=tests/gpu/test_sanitizer.py $PYTEST_ARGS 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+      python3 -m pytest ${TEST_PATHS:-tests/gpu examples} -q -p no:cacheprovider --ignore=tests/gpu/test_sanitizer.py "${pytest_args[@]}" 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     sanitize)
       step sanitize
