@@ -22,7 +22,6 @@ backward kernels only). TFLOP/s = 2.5 x 4 B H N^2 D / time, halved when causal. 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from wgmma_smoke import median_ms  # noqa: E402  (CUDA-event median, shared with the forward smoke)
 
 import flash_kernels as fk  # noqa: E402
 from flash_kernels import _build, _ops  # noqa: E402
@@ -100,21 +100,6 @@ def check(q, k, v, g, causal: bool, tile: str, split: int) -> tuple[bool, dict[s
 
 def fmt(metrics: dict[str, dict[str, float]]) -> str:
     return "  ".join(f"{n} rel_l2 {m['rel_l2']:8.2e} max_rel {m['max_rel']:8.2e}" for n, m in metrics.items())
-
-
-def median_ms(fn, reps: int = 20, warmup: int = 5) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return statistics.median(times)
 
 
 def backward_fn(variant: str, q, k, v, g, causal: bool, **options):
