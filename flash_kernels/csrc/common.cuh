@@ -149,4 +149,22 @@ cudaError_t fa2_backward(const AttnArgs& a, cudaStream_t stream, Launch&& launch
   return err;
 }
 
+// The grouped-query split of an FA2 backward launch (flash_mma, flash_wgmma): `split` thread blocks
+// share each group of H / Hkv query heads (the grid's z). split > 1: the blocks add their partial dK,
+// dV into the fp32 workspaces a.ws[0], a.ws[1], zeroed here and cast to a.dk, a.dv after launch();
+// split = 1: the kernel writes dK, dV itself. launch() runs the kernel and returns a cudaError_t.
+template <typename T, int D, typename Launch>
+cudaError_t split_group_backward(const AttnArgs& a, int split, cudaStream_t stream, Launch&& launch) {
+  if (split < 1 || (a.H / a.Hkv) % split != 0 || (split > 1 && (a.ws[0] == nullptr || a.ws[1] == nullptr)))
+    return cudaErrorInvalidValue;
+  const long kv_elems = long(a.B) * a.Hkv * a.Nk * D;
+  cudaError_t err = cudaSuccess;
+  if (split > 1) err = cudaMemsetAsync(a.ws[0], 0, sizeof(float) * kv_elems, stream);
+  if (err == cudaSuccess && split > 1) err = cudaMemsetAsync(a.ws[1], 0, sizeof(float) * kv_elems, stream);
+  if (err == cudaSuccess) err = launch();
+  if (err == cudaSuccess && split > 1) err = launch_cast<T>(a.ws[0], a.dk, kv_elems, stream);
+  if (err == cudaSuccess && split > 1) err = launch_cast<T>(a.ws[1], a.dv, kv_elems, stream);
+  return err;
+}
+
 }  // namespace fk

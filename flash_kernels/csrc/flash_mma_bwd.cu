@@ -287,28 +287,20 @@ flash_mma_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, cons
   store_tile<BC, D, NT>(reinterpret_cast<const T*>(sdV), dV + kv_off, k0, Nk, tid);
 }
 
-// split: the blocks each group of H / Hkv query heads is split over (1: one block sweeps them all
-// and writes dK, dV; > 1: partial sums added into the fp32 workspaces ws[0], ws[1], then cast).
+// split: the blocks each group of H / Hkv query heads is split over (common.cuh: split_group_backward).
 template <typename T, int D, int BR, int WQ3>
 cudaError_t mma_backward_launch(const AttnArgs& a, int split, cudaStream_t stream) {
   auto kernel = flash_mma_backward_kernel<T, D, BR, WQ3>;
   constexpr int smem = (2 * kBwdKeys * D + 4 * BR * D + 2 * kBwdKeys * BR) * 2 + 4 * BR * 4;
-  const int G = a.H / a.Hkv;
-  if (split < 1 || G % split != 0 || (split > 1 && (a.ws[0] == nullptr || a.ws[1] == nullptr)))
-    return cudaErrorInvalidValue;
-  const long kv_elems = long(a.B) * a.Hkv * a.Nk * D;
-  cudaError_t err = allow_smem(kernel, smem);
-  if (err == cudaSuccess && split > 1) err = cudaMemsetAsync(a.ws[0], 0, sizeof(float) * kv_elems, stream);
-  if (err == cudaSuccess && split > 1) err = cudaMemsetAsync(a.ws[1], 0, sizeof(float) * kv_elems, stream);
-  if (err != cudaSuccess) return err;
-  kernel<<<dim3(cdiv(a.Nk, kBwdKeys), a.B * a.Hkv, split), kBwdWarps * 32, smem, stream>>>(
-      static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), a.lse, a.Dd,
-      static_cast<const T*>(a.dO), a.dq_acc, static_cast<T*>(a.dk), static_cast<T*>(a.dv), a.ws[0], a.ws[1],
-      dims_of(a), a.scale, a.causal);
-  err = cudaGetLastError();
-  if (err == cudaSuccess && split > 1) err = launch_cast<T>(a.ws[0], a.dk, kv_elems, stream);
-  if (err == cudaSuccess && split > 1) err = launch_cast<T>(a.ws[1], a.dv, kv_elems, stream);
-  return err;
+  return split_group_backward<T, D>(a, split, stream, [&] {
+    cudaError_t err = allow_smem(kernel, smem);
+    if (err != cudaSuccess) return err;
+    kernel<<<dim3(cdiv(a.Nk, kBwdKeys), a.B * a.Hkv, split), kBwdWarps * 32, smem, stream>>>(
+        static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), a.lse, a.Dd,
+        static_cast<const T*>(a.dO), a.dq_acc, static_cast<T*>(a.dk), static_cast<T*>(a.dv), a.ws[0], a.ws[1],
+        dims_of(a), a.scale, a.causal);
+    return cudaGetLastError();
+  });
 }
 
 // The tile table: option code & 0xff -> query rows per step BR (keys per block: 128, 8 warps);
