@@ -421,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
             get_suite(s)
     except ValueError as exc:
         p.error(str(exc))
-    from nsightlab.environment import environment
+    from nsightlab.core.environment import environment
 
     from . import _build
 

@@ -1,6 +1,6 @@
 """The analytic model: FLOPs, compulsory bytes and working sets of attention (torch-free).
 
-The FLOP and byte formulas are the attention problem's work model, :mod:`nsightlab.attention`
+The FLOP and byte formulas are the attention problem's work model, :mod:`nsightlab.problems.attention`
 (FlashAttention's convention: forward 4·B·H·N·Nk·D, causal halved when N = Nk and otherwise the
 pairs a top-left mask leaves visible; backward 2.5 x forward; compulsory bytes: every input read
 once, every output written once); this module gives them the positional signature the benchmark
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nsightlab import attention
+from nsightlab.problems import attention
 
 DTYPE_BYTES = attention.DTYPE_BYTES
 
@@ -36,7 +36,7 @@ def _params(B: int, H: int, N: int, D: int, dtype: str = "float16", causal: bool
 
 def flops(B: int, H: int, N: int, D: int, *, causal: bool = False, pass_: str = "forward", Hkv: int | None = None,
           Nk: int | None = None) -> float:
-    """Forward 4·B·H·N·Nk·D (causal: see :func:`nsightlab.attention.visible_pairs`), backward 2.5 x.
+    """Forward 4·B·H·N·Nk·D (causal: see :func:`nsightlab.problems.attention.visible_pairs`), backward 2.5 x.
     Hkv does not change the FLOPs (every query head computes its own scores)."""
     _check_pass(pass_)
     return attention.flops(_params(B, H, N, D, causal=causal, Hkv=Hkv, Nk=Nk), pass_)

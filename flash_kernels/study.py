@@ -1,6 +1,6 @@
 """flash_kernels as an nsightlab study: its variants as implementations, its range schema, its work
 model and its sweeps, plugged in through the same public doors a user's package has
-(``nsightlab.impls.register``, ``nsightlab.ranges.register``, ``nsightlab.sweep.register_sweeps``).
+(``nsightlab.problems.impls.register``, ``nsightlab.core.ranges.register``, ``nsightlab.run.sweep.register_sweeps``).
 
 nsightlab finds this module through the ``nsightlab.plugins`` entry point (pyproject.toml) or
 ``--plugin flash_kernels.study``; nsightlab itself imports nothing from flash_kernels. Imports
@@ -13,11 +13,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from nsightlab import attention
-from nsightlab.impls import Implementation, WorkModel
-from nsightlab.impls import register as register_impl
-from nsightlab.ranges import register as register_schema
-from nsightlab.sweep import register_sweeps
+from nsightlab.core.ranges import register as register_schema
+from nsightlab.problems import attention
+from nsightlab.problems.impls import Implementation, WorkModel
+from nsightlab.problems.impls import register as register_impl
+from nsightlab.run.sweep import register_sweeps
 
 from . import model
 from .registry import VARIANTS, Variant, unavailable_reason

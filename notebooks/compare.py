@@ -34,9 +34,9 @@ plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative
 # %%
 from IPython.display import HTML, display
 
-from nsightlab import compare as C
-from nsightlab import figures
-from nsightlab import notebook as nb
+from nsightlab.render import compare as C
+from nsightlab.render import figures
+from nsightlab.render import page as nb
 
 figures.set_plotlyjs(plotlyjs)
 cmp = C.compare_captures(base, new, threshold, only, C.profiles_dir(profiles),

@@ -30,9 +30,10 @@ style_order: str = ""  # implementations in the order they take colours (empty: 
 plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative path (make report ships one copy)
 
 # %%
-from nsightlab import figures, perf
-from nsightlab import notebook as nb
-from nsightlab.store import load_bench
+from nsightlab.render import figures
+from nsightlab.analysis import perf
+from nsightlab.render import page as nb
+from nsightlab.store.captures import load_bench
 
 nb.check_parameters(globals())
 

@@ -30,8 +30,9 @@ style_order: str = ""  # implementations in the order they take colours (empty: 
 plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative path (make report ships one copy)
 
 # %%
-from nsightlab import counters, figures, timeline
-from nsightlab import notebook as nb
+from nsightlab.analysis import counters, timeline
+from nsightlab.render import figures
+from nsightlab.render import page as nb
 
 nb.check_parameters(globals())
 path, manifest = nb.prepare(capture, plotlyjs)

@@ -1,5 +1,6 @@
-# `python -m nsightlab.import`: "import" is a keyword, so no import statement can load this module; runpy (-m) can.
-from nsightlab.importer import main
+"""`python -m nsightlab.import` is `nsightlab import` (see nsightlab.cli)."""
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from nsightlab.cli import run_as
+
+    run_as("import")

@@ -83,7 +83,7 @@ PY
       ncu --query-metrics --chip gh100 > "$OUT/probe_query_metrics.txt" 2>&1
       python3 - <<'PY' 2>&1 | tee "$OUT/probe_metrics.log"
 import re
-from nsightlab.metrics import metric_names
+from nsightlab.core.metrics import metric_names
 import os
 text = open(os.environ["OUT"] + "/probe_query_metrics.txt").read()
 bases = set(re.findall(r"^(\S+)", text, re.M))
@@ -97,9 +97,9 @@ PY
       step passes
       python3 - <<'PY' 2>&1 | tee "$OUT/passes.log"
 import subprocess, sys, time
-from nsightlab import metrics
-from nsightlab.capture import ncu_command, passes_per_kernel, workload_command
-from nsightlab.tools import find_ncu
+from nsightlab.core import metrics
+from nsightlab.run.capture import ncu_command, passes_per_kernel, workload_command
+from nsightlab.core.tools import find_ncu
 full = metrics.metric_names()
 drop = {"none": [], "clocks": list(metrics.CLOCKS.values()), "work": list(metrics.WORK.values()),
         **{m: [m] for m in (*metrics.WORK.values(), *metrics.TRAFFIC.values(), metrics.LAUNCH["duration"],
@@ -121,8 +121,8 @@ PY
       step full
       python3 - <<'PY' 2>&1 | tee "$OUT/full.log"
 import os, subprocess, sys, time
-from nsightlab.capture import ncu_command, workload_command
-from nsightlab.tools import find_ncu
+from nsightlab.run.capture import ncu_command, workload_command
+from nsightlab.core.tools import find_ncu
 variant, pass_ = os.environ.get("FULL_VARIANT", "flash_mma"), os.environ.get("FULL_PASS", "backward")
 # the seqlen sweep's case at N=4096, D=128, not causal (B=1, H=8), its default options
 wl = workload_command("seqlen", python=sys.executable, warmup=1,
@@ -171,7 +171,7 @@ PY
       mkdir -p "$OUT/foreign"
       python3 - <<'PY' 2>&1 | tee "$OUT/foreign.log"
 import os, subprocess, sys
-from nsightlab.tools import find_ncu, find_nsys
+from nsightlab.core.tools import find_ncu, find_nsys
 out = os.environ["OUT"] + "/foreign"
 ncu, nsys = str(find_ncu()), str(find_nsys())
 wl = [sys.executable, "scripts/foreign_workload.py"]
@@ -198,7 +198,7 @@ PY
       python3 - <<'PY' 2>&1 | tee "$OUT/live.log"
 import os, time
 from pathlib import Path
-from nsightlab.report import render_notebook
+from nsightlab.render.report import render_notebook
 t = time.perf_counter()
 out = Path(os.environ["OUT"]) / "live_roofline.html"
 render_notebook(Path("notebooks/roofline.ipynb"), {"mode": "live", "suite": "seqlen", "only": os.environ.get("LIVE_ONLY", "N=(1024|4096),D=64,"),

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from nsightlab import counters, l2, parse, perf, timeline
-from nsightlab.notebook import capture_schemas, tools_of
-from nsightlab.store import cases, find_file, load_bench, load_manifest, short_commit
+from nsightlab.analysis import counters, l2, perf, timeline
+from nsightlab.parse import frames as parse
+from nsightlab.render.page import capture_schemas, tools_of
+from nsightlab.store.captures import cases, find_file, load_bench, load_manifest, short_commit
 
 ROOT = Path(__file__).resolve().parent.parent
 #: this project's targets for flash_mma against SDPA's flash backend (N >= 2048)
@@ -184,7 +185,7 @@ def example_table(gpu: Path, N: int = 4096) -> str:
 
 
 def roofline_check(rng: pd.DataFrame) -> pd.DataFrame:
-    from nsightlab.roofline import flop_check
+    from nsightlab.analysis.roofline import flop_check
 
     return flop_check(rng)
 

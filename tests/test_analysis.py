@@ -10,11 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nsightlab import counters as C
-from nsightlab import device, figures, l2, options, roofline, timeline
-from nsightlab import metrics as M
-from nsightlab.notebook import infer_schema, sweep_field
-from nsightlab.ranges import RangeSchema, decode
+from nsightlab.analysis import counters as C
+from nsightlab.analysis import device, l2, options, roofline, timeline
+from nsightlab.core import metrics as M
+from nsightlab.core.ranges import RangeSchema, decode
+from nsightlab.render import figures
+from nsightlab.render.page import infer_schema, sweep_field
 
 SCHEMA = RangeSchema("t", ("variant", "pass"), fields={"B": "int", "N": "int", "D": "int"},
                      choices={"pass": ("forward", "backward")})
@@ -335,8 +336,8 @@ def test_schema_inferred_from_schema_1_case_names():
 
 
 def test_analysis_modules_import_neither_torch_nor_the_kernels():
-    code = ("import sys; import nsightlab.counters, nsightlab.roofline, nsightlab.l2, nsightlab.timeline, "
-            "nsightlab.options, nsightlab.device, nsightlab.figures, nsightlab.notebook, nsightlab.report; "
+    code = ("import sys; import nsightlab.analysis.counters, nsightlab.analysis.roofline, nsightlab.analysis.l2, nsightlab.analysis.timeline, "
+            "nsightlab.analysis.options, nsightlab.analysis.device, nsightlab.render.figures, nsightlab.render.page, nsightlab.render.report; "
             "bad = [m for m in ('torch', 'flash_kernels') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -353,7 +354,7 @@ FULL = ROOT / "profiles" / "nvidia-h200" / "flash-mma-bwd-full" / "ncu.ncu-rep.g
 def test_a_foreign_report_in_rate_form_counts_exact_flops():
     """A colleague's ncu report with Nsight's roofline sections (no .sum instruction totals): the GEMM's
     counted FLOPs are 2·M·N·K, the elementwise multiply's one FMUL per element."""
-    from nsightlab import parse
+    from nsightlab.parse import frames as parse
 
     w = C.kernel_work(parse.ncu_frame(FOREIGN))
     assert any("per_cycle_elapsed" in r for r in w.attrs["used"]["inst_fmul"])
@@ -366,7 +367,7 @@ def test_a_foreign_report_in_rate_form_counts_exact_flops():
 
 @pytest.mark.skipif(not FULL.exists(), reason="--set full report not present")
 def test_a_set_full_report_gives_the_roofline_quantities():
-    from nsightlab import parse
+    from nsightlab.parse import frames as parse
 
     w = C.kernel_work(parse.ncu_frame(FULL)).iloc[0]
     assert w["flop_tensor"] == pytest.approx(4 * 4 * 16 * 4096**2 * 128 * 2.5, rel=1e-6)  # B=4 H=16 N=4096 D=128 backward

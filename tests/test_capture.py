@@ -10,14 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from nsightlab.store.captures import ProfileError, list_captures, validate
 
-from nsightlab import attention
-from nsightlab import capture as C
-from nsightlab import metrics as M
-from nsightlab import tools as T
-from nsightlab.ranges import decode, schemas_of
-from nsightlab.store import ProfileError, list_captures, validate
-from nsightlab.sweep import Sweep
+from nsightlab.core import metrics as M
+from nsightlab.core import tools as T
+from nsightlab.core.ranges import decode, schemas_of
+from nsightlab.problems import attention
+from nsightlab.run import capture as C
+from nsightlab.run.sweep import Sweep
 
 
 def test_ncu_command_profiles_only_ranges_with_clocks_left_alone():
@@ -132,13 +132,13 @@ sys.path.insert(0, {root!r})
 args = sys.argv[1:]
 def arg(flag):
     return args[args.index(flag) + 1] if flag in args else None
-if args[:2] == ["-m", "nsightlab.ceilings"]:
+if args[:2] == ["-m", "nsightlab.run.ceilings"]:
     json.dump({{"ceilings": {{"copy_d2d": {{"bytes": 1, "ms": 1, "bytes_per_s": 1.0}}}},
                "environment": {{"gpu": {{"name": "Fake GPU X", "l2_bytes": 1 << 20}}, "git_commit": "abc"}}}},
               open(arg("--out"), "w"))
     print("ceilings measured")
-elif args[:2] == ["-m", "nsightlab.workload"]:
-    from nsightlab.sweep import Sweep
+elif args[:2] == ["-m", "nsightlab.run.workload"]:
+    from nsightlab.run.sweep import Sweep
     only = arg("--only")
     cases = [c for c in Sweep.load(arg("--sweep")).cases() if c.runnable and (not only or re.search(only, c.range))]
     with open(arg("--log"), "a") as log:
@@ -197,7 +197,7 @@ def test_capture_is_atomic_idempotent_and_keeps_the_previous_on_failure(tmp_path
     assert man["ncu"]["replay_mode"] == "kernel"  # the sweep's own: long kernels, kernel replay
     assert {"ncu.ncu-rep", "ncu_raw.csv", "ceilings.json", "ncu.log", "sweep.toml", "cases_ncu.jsonl"} <= set(man["files"])
     wl = _ncu_argv(man)[_ncu_argv(man).index("-m"):]
-    assert wl[:2] == ["-m", "nsightlab.workload"] and wl[wl.index("--warmup-only") + 1] == "all"  # kernel replay: keep warm-ups
+    assert wl[:2] == ["-m", "nsightlab.run.workload"] and wl[wl.index("--warmup-only") + 1] == "all"  # kernel replay: keep warm-ups
     assert _ncu_argv(man)[_ncu_argv(man).index("--nvtx-include") + 1] == "regex:^fk:.*/"
     statuses = [c["status"] for c in man["cases"]]
     assert statuses.count("ok") == 80 and sum(s.startswith("skipped:") for s in statuses) == 4
@@ -333,7 +333,7 @@ def test_bad_arguments_give_a_one_line_error(argv, message, capsys, monkeypatch)
     err = capsys.readouterr().err
     assert "Traceback" not in err
     (line,) = [x for x in err.splitlines() if "error:" in x]
-    assert line.startswith("python -m nsightlab.capture: error: ") and message in line
+    assert line.startswith("nsightlab capture: error: ") and message in line
 
 
 def test_store_validation_errors(tmp_path):
@@ -360,7 +360,7 @@ def test_store_validation_errors(tmp_path):
 
 
 def test_truncated_gzip_report_is_a_clear_error(tmp_path):
-    from nsightlab import parse
+    from nsightlab.parse import frames as parse
 
     src = Path(__file__).resolve().parent.parent / "profiles" / "nvidia-h200" / "blocksize" / "ncu.ncu-rep.gz"
     bad = tmp_path / "ncu.ncu-rep.gz"

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from nsightlab.parse import frames as parse
+from nsightlab.store.captures import load_manifest
 
-from nsightlab import ceilings as CE
-from nsightlab import counters, figures, parse, roofline
-from nsightlab.ranges import schemas_of
-from nsightlab.store import load_manifest
+from nsightlab.analysis import counters, roofline
+from nsightlab.core.ranges import schemas_of
+from nsightlab.render import figures
+from nsightlab.run import ceilings as CE
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURES = sorted(p.parent for p in (ROOT / "profiles").glob("*/seqlen/ncu_raw.csv.gz"))
@@ -206,7 +208,7 @@ def test_wgmma_is_not_measured_off_hopper_and_a_failing_kernel_is_not_a_ceiling(
 def test_main_prints_one_line_per_ceiling(monkeypatch, tmp_path, capsys):
     import torch
 
-    import nsightlab.environment
+    import nsightlab.core.environment
 
     fake = {"method": "m", "copy_d2d": {"bytes": 2**30, "ms": 0.5, "bytes_per_s": 4.1e12},
             "mma_sync_fp16": {"flop_per_s": 6.6e14, "ms": 20.0, "iters": 4096,
@@ -215,7 +217,7 @@ def test_main_prints_one_line_per_ceiling(monkeypatch, tmp_path, capsys):
                          "softmax_bound_flop_per_s": {"forward, D=64": 1.024e15}},
             "wgmma_fp16": CE.not_measured("needs sm_90a")}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(nsightlab.environment, "environment", lambda: {"gpu": {"name": "fake"}})
+    monkeypatch.setattr(nsightlab.core.environment, "environment", lambda: {"gpu": {"name": "fake"}})
     monkeypatch.setattr(CE, "measure", lambda: fake)
     assert CE.main(["--out", str(tmp_path / "c.json")]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -1,4 +1,4 @@
-"""nsightlab.compare: the verdict on synthetic frames with known deltas and noise, the committed captures
+"""nsightlab.render.compare: the verdict on synthetic frames with known deltas and noise, the committed captures
 against themselves and against the other GPU (what the data shows: memory-bound work runs slower on the
 H100, latency-bound work does not move), mismatched metric sets, tools and ranges reported rather than
 crashed on, refused captures, the command line's exit statuses, and the committed comparison pages."""
@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nsightlab import compare as C
-from nsightlab.counters import NotApplicable
+from nsightlab.analysis.counters import NotApplicable
+from nsightlab.render import compare as C
 
 ROOT = Path(__file__).resolve().parent.parent
 H200, H100 = "nvidia-h200", "nvidia-h100-80gb-hbm3"

@@ -8,15 +8,15 @@ CODE = """
 import importlib, pkgutil, sys
 import nsightlab
 
-names = sorted(m.name for m in pkgutil.walk_packages(nsightlab.__path__, "nsightlab."))
-expected = {"nsightlab.import", "nsightlab.workload", "nsightlab.attention", "nsightlab.ceilings",
-            "nsightlab.environment", "nsightlab.capture", "nsightlab.sweep", "nsightlab.impls", "nsightlab.ranges"}
+names = sorted(m.name for m in pkgutil.walk_packages(nsightlab.__path__, "nsightlab.") if not m.name.endswith("__main__"))
+expected = {"nsightlab.import", "nsightlab.run.workload", "nsightlab.problems.attention", "nsightlab.run.ceilings",
+            "nsightlab.core.environment", "nsightlab.run.capture", "nsightlab.run.sweep", "nsightlab.problems.impls", "nsightlab.core.ranges"}
 assert expected <= set(names), sorted(expected - set(names))
 for name in names:
     importlib.import_module(name)  # nsightlab.import too: a keyword, so only importlib can load it
 
 # what the capture command does before any subprocess: resolve a built-in, expand a sweep, name its ranges
-from nsightlab.sweep import from_args
+from nsightlab.run.sweep import from_args
 cases = from_args("d", ["sdpa_flash"], {"N": [64]}, ["forward", "backward"], {}, ["ncu"]).cases(load=False)
 assert len(cases) == 2 and cases[0].model["flop"] > 0
 

@@ -85,7 +85,7 @@ def test_cross_bytes_and_working_set():
 
 
 def test_model_is_the_work_model_of_nsightlab():
-    from nsightlab import attention
+    from nsightlab.problems import attention
 
     p = {"B": 2, "H": 8, "N": 33, "D": 64, "dtype": "float16", "causal": True, "Hkv": 2, "Nk": 70}
     for pass_ in ("forward", "backward"):

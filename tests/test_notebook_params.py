@@ -11,7 +11,7 @@ from pathlib import Path
 import papermill as pm
 import pytest
 
-from nsightlab import notebook as nb
+from nsightlab.render import page as nb
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"

@@ -2,7 +2,7 @@
 notebooks/<name>.ipynb (what papermill runs), with the same cells; exactly one parameters cell, whose
 every parameter is typed and commented (papermill --help-notebook documents it), and used: a
 parameter the notebook ignores is not offered. The capture notebooks check their parameters before
-anything else (nsightlab.notebook.check_parameters)."""
+anything else (nsightlab.render.page.check_parameters)."""
 
 from pathlib import Path
 
@@ -10,7 +10,7 @@ import jupytext
 import papermill as pm
 import pytest
 
-from nsightlab.report import NOTEBOOK_ORDER
+from nsightlab.render.report import NOTEBOOK_ORDER
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 NAMES = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))

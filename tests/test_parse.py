@@ -7,11 +7,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from nsightlab.parse import frames as parse
+from nsightlab.store.captures import ProfileError, find_file, load_manifest
 
-from nsightlab import attention, parse
-from nsightlab.notebook import tools_of
-from nsightlab.ranges import schemas_of
-from nsightlab.store import ProfileError, find_file, load_manifest
+from nsightlab.core.ranges import schemas_of
+from nsightlab.problems import attention
+from nsightlab.render.page import tools_of
 
 ROOT = Path(__file__).resolve().parent.parent
 FOREIGN_DATA = ROOT / "tests" / "data" / "foreign"

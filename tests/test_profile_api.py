@@ -1,11 +1,11 @@
-"""The notebook door: nsightlab.capture.profile builds a sweep from its arguments, captures it in a
+"""The notebook door: nsightlab.run.capture.profile builds a sweep from its arguments, captures it in a
 subprocess and hands back the parsed frames (the capture itself stood in for by a committed one)."""
 
 from pathlib import Path
 
 import pytest
 
-from nsightlab import capture as C
+from nsightlab.run import capture as C
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "profiles" / "nvidia-h200" / "triton-example"

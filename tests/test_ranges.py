@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from nsightlab import attention
-from nsightlab.ranges import LABEL, PASS, RangeSchema, decode, format_options, generic, schemas_of
-from nsightlab.sweep import Sweep, from_args, named_sweeps
+from nsightlab.core.ranges import LABEL, PASS, RangeSchema, decode, format_options, generic, schemas_of
+from nsightlab.problems import attention
+from nsightlab.run.sweep import Sweep, from_args, named_sweeps
 
 FK = attention.schema("fk")
 GOOD = "fk:flash_mma:forward:B=1,H=8,N=1024,D=64,dtype=float16,causal=0,tile=128x64"

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 from bs4 import BeautifulSoup
+from nsightlab.store.captures import ProfileError, list_captures, load_bench, load_manifest
 
-from nsightlab import metrics as M
-from nsightlab import perf
-from nsightlab.files import file_table
-from nsightlab.report import NOTEBOOK_ORDER, applicable, read_meta
-from nsightlab.report import main as report_main
-from nsightlab.store import ProfileError, list_captures, load_bench, load_manifest
+from nsightlab.analysis import perf
+from nsightlab.core import metrics as M
+from nsightlab.core.files import file_table
+from nsightlab.render.report import NOTEBOOK_ORDER, applicable, read_meta
+from nsightlab.render.report import main as report_main
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"
@@ -34,7 +34,7 @@ BENCH = PROFILES / "nvidia-h200" / "bench"
 
 
 def test_committed_captures_validate_and_open():
-    from nsightlab.store import validate
+    from nsightlab.store.captures import validate
 
     caps = list_captures(PROFILES)
     assert {c.suite for c in caps} >= {"seqlen", "blocksize", "bench", "triton-example", "foreign-example"}

@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
-from nsightlab import attention, impls
-from nsightlab.impls import Implementation, load_plugins, resolve
-from nsightlab.sweep import Sweep, find, from_args, named_sweeps
+from nsightlab.problems import attention, impls
+from nsightlab.problems.impls import Implementation, load_plugins, resolve
+from nsightlab.run.sweep import Sweep, find, from_args, named_sweeps
 
 
 def _sweep(*grids, **kw):
@@ -189,7 +189,7 @@ def test_resolve_module_callable_and_renamed(registry):
 
 def test_resolve_a_module_attribute_that_is_an_implementation(tmp_path, monkeypatch, registry):
     mod = _module(tmp_path, monkeypatch, "nsl_test_impl_mod", (
-        "from nsightlab.impls import Implementation\n"
+        "from nsightlab.problems.impls import Implementation\n"
         "def run(q, k, v, *, causal=False, scale=None):\n    return q\n"
         "IMPL = Implementation('mine_impl', run, traits={'materializes': True}, passes=('forward',))\n"
         "NOT_CALLABLE = 3\n"))
@@ -226,7 +226,7 @@ def test_implementation_checks():
 
 def test_load_plugins_from_the_environment(tmp_path, monkeypatch, registry):
     mod = _module(tmp_path, monkeypatch, "nsl_test_plugin_mod", (
-        "from nsightlab.impls import Implementation, register as reg\n"
+        "from nsightlab.problems.impls import Implementation, register as reg\n"
         "CALLS = []\n"
         "def register():\n"
         "    CALLS.append(1)\n"

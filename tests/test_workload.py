@@ -2,8 +2,8 @@
 
 import pytest
 
-from nsightlab import workload
-from nsightlab.sweep import find, from_args
+from nsightlab.run import workload
+from nsightlab.run.sweep import find, from_args
 
 
 def _lines(capsys):

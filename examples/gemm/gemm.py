@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from nsightlab.impls import Implementation, WorkModel
+from nsightlab.problems.impls import Implementation, WorkModel
 
 BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 

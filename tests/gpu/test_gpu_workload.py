@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from nsightlab.sweep import Sweep
-from nsightlab.workload import main
+from nsightlab.run.sweep import Sweep
+from nsightlab.run.workload import main
 
 
 def _user_attention(q, k, v, *, causal=False, scale=None):  # a user's kernel: plain PyTorch here
@@ -54,7 +54,7 @@ def test_gqa_and_cross_attention_cases_reach_sdpa(tmp_path, pass_):
 
 def test_a_custom_problem_runs_with_its_own_inputs(tmp_path):
     """A kernel that is not attention (examples/gemm) through the same door."""
-    from nsightlab.sweep import find
+    from nsightlab.run.sweep import find
 
     sweep = find("examples/gemm/sweep.toml")
     path = tmp_path / "gemm.toml"

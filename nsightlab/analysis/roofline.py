@@ -1,0 +1,427 @@
+"""The hierarchical roofline: ceilings, one point per range and memory level, and the FLOP check.
+
+Peaks come from the capture itself: Nsight Compute's ``.peak_sustained`` rates times the clock each
+launch ran at (see :mod:`nsightlab.analysis.counters` for every recipe; the tensor peak is the dense one,
+:func:`tensor_peak_derivation` says how it follows from the report), and the manifest's measured
+ceilings where the capture made them: cuBLAS GEMMs and a copy, and the instruction-class ceilings of
+:mod:`nsightlab.run.ceilings` (mma.sync, wgmma, MUFU exp2); never from a table of GPU specifications.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..core.metrics import PEAKS
+from ..run.ceilings import FLOP_PER_EXP_PER_D, INSTRUCTION_KEYS, softmax_bound
+from .counters import (
+    FLOP_TERMS,
+    TENSOR_DENSE_FACTOR,
+    TENSOR_DENSE_PEAK,
+    NotApplicable,
+    has_model,
+    identity_columns,
+    missing_message,
+    require,
+)
+
+LEVELS = ("DRAM", "L2", "L1")
+#: the compute and memory peaks kernel_work derives, with their labels
+PEAK_LABELS = (("compute", "peak_fp32", "FP32 (FFMA)"), ("compute", "peak_fp16", "FP16 (HFMA2)"),
+               ("compute", "peak_fp64", "FP64 (DFMA)"), ("compute", "peak_tensor", "Tensor FP16 dense"),
+               ("memory", "peak_DRAM", "DRAM"), ("memory", "peak_L2", "L2"), ("memory", "peak_L1", "L1"))
+#: the manifest's measured compute ceilings: key, label (a name starting "measured" is drawn dashed and is
+#: never a range's "nearest roof": it is what some code reached, not what the hardware allows)
+MEASURED_COMPUTE = (("gemm_fp16", "measured cuBLAS FP16 GEMM"), ("gemm_bf16", "measured cuBLAS BF16 GEMM"),
+                    ("gemm_fp32", "measured cuBLAS FP32 GEMM"), ("mma_sync_fp16", "measured mma.sync FP16"),
+                    ("mma_sync_bf16", "measured mma.sync BF16"), ("wgmma_fp16", "measured wgmma FP16"),
+                    ("wgmma_bf16", "measured wgmma BF16"))
+#: the instruction-class ceilings for people
+INSTRUCTION_LABELS = {"mma_sync_fp16": "mma.sync FP16", "mma_sync_bf16": "mma.sync BF16",
+                      "wgmma_fp16": "wgmma FP16", "wgmma_bf16": "wgmma BF16", "mufu_ex2": "MUFU exp2"}
+
+
+def _source(entry: dict) -> str:
+    c = entry.get("config") or {}
+    what = entry.get("what") or ""
+    if "n" in entry:
+        return f"torch.matmul (cuBLAS) {entry['n']}^3, this capture"
+    launch = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in c.items() if k in ("blocks", "threads_per_block",
+                                                                                     "warpgroups_per_block"))
+    return f"{what}; {launch}; median of timed launches, checked against torch; this capture"
+
+
+def ceilings(work: pd.DataFrame, manifest: dict | None = None, points: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The roofline's ceilings: compute in FLOP/s and bandwidth in B/s, each the median over the
+    report's launches of Nsight's peak at the clock it recorded (``per_cycle``: the compute peak per
+    SM-clock cycle, all SMs; the tensor peak is the dense one), plus the manifest's measured ceilings
+    (``measured ...``: cuBLAS GEMMs, mma.sync, wgmma, the copy). With ``points`` whose cases have a
+    head dimension ``D`` and a ``pass``, the MUFU exp2 rate becomes the softmax bound of each (pass, D)
+    in attention FLOP/s (:func:`nsightlab.run.ceilings.softmax_bound`), a ceiling that holds only for those
+    cases (``where``). Compute peaks of pipes no launch used (an FP64 peak in an FP16 study) are left
+    out. NotApplicable if there is no ceiling at all."""
+    rows = []
+    used_pipes = {t for t in FLOP_TERMS if f"flop_{t}" in work and (work[f"flop_{t}"].fillna(0) > 0).any()}
+    for kind, col, label in PEAK_LABELS:
+        v = work[col].dropna() if col in work else pd.Series(dtype=float)
+        if not len(v):
+            continue
+        if col == "peak_fp64" and "fp64" not in used_pipes:
+            continue
+        per_cycle = float((work[col] / work["hz_sm"]).median()) if kind == "compute" else float("nan")
+        source = "Nsight Compute peak × recorded clock"
+        if col == "peak_tensor":
+            source = ("Nsight Compute dense (sparsity off) tensor peak × recorded clock" if _dense_in_report(work) else
+                      f"Nsight Compute tensor-path peak × {TENSOR_DENSE_FACTOR:g} (dense) × recorded clock")
+        rows.append({"kind": kind, "name": label, "value": float(v.median()), "per_cycle": per_cycle,
+                     "source": source, "where": None})
+    meas = (manifest or {}).get("ceilings") or {}
+    for key, label in MEASURED_COMPUTE:
+        if isinstance(meas.get(key), dict) and "flop_per_s" in meas[key]:
+            rows.append({"kind": "compute", "name": label, "value": float(meas[key]["flop_per_s"]), "per_cycle": np.nan,
+                         "source": _source(meas[key]), "where": None})
+    mufu = meas.get("mufu_ex2")
+    if isinstance(mufu, dict) and "exp2_per_s" in mufu and points is not None and {"D", "pass"} <= set(points):
+        for (d, p), _ in points.groupby(["D", "pass"], sort=True):
+            if p not in FLOP_PER_EXP_PER_D or not (isinstance(d, (int, float, np.integer, np.floating)) and d > 0):
+                continue
+            rows.append({"kind": "compute", "name": f"measured MUFU exp2 bound ({p}, D={int(d)})",
+                         "value": softmax_bound(float(mufu["exp2_per_s"]), int(d), str(p)), "per_cycle": np.nan,
+                         "source": f"{mufu['exp2_per_s'] / 1e12:.2f} T ex2.approx/s (this capture) × "
+                                   f"{FLOP_PER_EXP_PER_D[p]:g}·D FLOP per exp (attention work model)",
+                         "where": {"pass": str(p), "D": int(d)}})
+    if isinstance(meas.get("copy_d2d"), dict) and "bytes_per_s" in meas["copy_d2d"]:
+        rows.append({"kind": "memory", "name": "measured D2D copy", "value": float(meas["copy_d2d"]["bytes_per_s"]),
+                     "per_cycle": np.nan, "source": "device-to-device copy, read + write, this capture", "where": None})
+    if not rows:
+        msg = missing_message(work, ["peak_fp32", "peak_tensor", "peak_DRAM"]) or "no peak metric"
+        raise NotApplicable(f"no roofline ceiling: {msg}, and the manifest records no measured ceilings")
+    return pd.DataFrame(rows)
+
+
+def instruction_status(manifest: dict | None) -> tuple[list[str], str]:
+    """What the capture says about the instruction-class ceilings: (one line per ceiling not measured,
+    with its reason; a short note for a figure, "" when all were measured)."""
+    meas = (manifest or {}).get("ceilings") or {}
+    if not any(k in meas for k in INSTRUCTION_KEYS):
+        return (["The mma.sync, wgmma and MUFU exp2 ceilings were not measured in this capture (it predates them; "
+                 "`python -m nsightlab.run.ceilings` measures them in every capture's ceilings step)."],
+                "not measured in this capture: the mma.sync, wgmma and MUFU exp2 ceilings")
+    lines, missing = [], []
+    for key in INSTRUCTION_KEYS:
+        e = meas.get(key)
+        if isinstance(e, dict) and ("flop_per_s" in e or "exp2_per_s" in e):
+            continue
+        reason = e.get("reason", "no result") if isinstance(e, dict) else "not in this capture's ceilings"
+        lines.append(f"{INSTRUCTION_LABELS[key]}: not measured ({reason}).")
+        missing.append(INSTRUCTION_LABELS[key])
+    return lines, ("not measured in this capture: " + ", ".join(missing)) if missing else ""
+
+
+def tensor_peak_derivation(work: pd.DataFrame, manifest: dict | None = None, ranges: pd.DataFrame | None = None) -> str:
+    """How the dense tensor peak follows from this report's own counters and clocks, as text (markdown)."""
+    if "peak_tensor" not in work or work["peak_tensor"].isna().all():
+        return ("**Tensor peak:** not in this report (" + (missing_message(work, ["peak_tensor"]) or "") + ").")
+    hz = work["hz_sm"].dropna()
+    sms = work["sm_count"].dropna() if "sm_count" in work else pd.Series(dtype=float)
+    n_sm = int(sms.median()) if len(sms) else (manifest or {}).get("gpu", {}).get("sm_count")
+    value = float(work["peak_tensor"].median())
+    clock = (f"the SM clock Nsight Compute recorded for each launch (`sm__cycles_elapsed.avg.per_second`, median "
+             f"{hz.median() / 1e9:.3f} GHz; {hz.min() / 1e9:.3f}–{hz.max() / 1e9:.3f} GHz over {len(hz)} launches)")
+    if _dense_in_report(work):
+        per_cycle = float((work["peak_tensor"] / work["hz_sm"]).median())
+        return (f"**Dense tensor peak, from this report:** `{TENSOR_DENSE_PEAK}` = {per_cycle:,.0f} FLOP per cycle "
+                f"(all SMs) × {clock} = **{value / 1e12:,.0f} TFLOP/s**.")
+    path = work["peak_tensor_path"] / work["hz_sm"] if "peak_tensor_path" in work else pd.Series(dtype=float)
+    path_cycle = float(path.median()) if path.notna().any() else float("nan")
+    unit, per = ("SM per cycle", path_cycle / n_sm) if n_sm else ("cycle (all SMs)", path_cycle)
+    ratio = _tensor_count_ratio(ranges)
+    txt = (f"**Dense tensor peak, derived from this report.** Nsight Compute's `{PEAKS['tensor_fp16']}` is "
+           f"{path_cycle:,.0f} operations per cycle" + (f" on {n_sm} SMs (`launch__sm_count`): {per:,.0f} per SM per "
+                                                        "cycle" if n_sm else "") + ". "
+           "The counter counts 2 operations per multiply-add"
+           + (f" (here the ranges whose counted FLOPs are all tensor-core ones count {ratio:.3f}× their work "
+              "model's 2·M·N·K, median)" if ratio is not None else "")
+           + ", and its peak is the tensor path's rate with 2:4 structured sparsity, twice the dense rate. Dense: "
+           f"{per:,.0f} × {TENSOR_DENSE_FACTOR:g} = {per * TENSOR_DENSE_FACTOR:,.0f} FLOP per {unit}"
+           + (f" × {n_sm} SMs" if n_sm else "") + f" × {clock} = **{value / 1e12:,.0f} TFLOP/s**, drawn as "
+           f"*Tensor FP16 dense*. Nsight Compute's own tensor roof, unhalved, would be "
+           f"{float(work['peak_tensor_path'].median()) / 1e12:,.0f} TFLOP/s.")
+    cc = str((manifest or {}).get("gpu", {}).get("compute_capability", ""))
+    if cc == "9.0" and n_sm and abs(per * TENSOR_DENSE_FACTOR - 4096) < 1:
+        txt += (" Cross-check (not an input): 4,096 FLOP per SM per cycle is NVIDIA's published dense FP16 rate for "
+                "Hopper, e.g. the H100 SXM's 989.4 TFLOP/s = 4,096 × 132 SMs × 1.83 GHz.")
+    return txt
+
+
+def _dense_in_report(work: pd.DataFrame) -> bool:
+    """Whether some launch's tensor peak came from the report's dense (sparsity off) peak metric."""
+    used = work.attrs.get("used", {}).get("peak_tensor", {})
+    return any(text.startswith(TENSOR_DENSE_PEAK) and n for text, n in used.items())
+
+
+def applies(where: Any, points: pd.DataFrame) -> bool:
+    """Whether a ceiling that holds only for some cases (``where``: field -> value) holds for every
+    point of ``points`` (a ceiling without ``where`` holds everywhere)."""
+    if not isinstance(where, dict) or not where:
+        return True
+    if points.empty:
+        return False
+    for field, value in where.items():
+        if field not in points or set(points[field].dropna().unique()) != {value}:
+            return False
+    return True
+
+
+def _tensor_count_ratio(ranges: pd.DataFrame | None) -> float | None:
+    """Median counted / modeled FLOPs over ranges whose counted FLOPs are ≥ 99% tensor-core ones
+    (None without such ranges or a work model)."""
+    if ranges is None or not has_model(ranges) or "flop_tensor" not in ranges:
+        return None
+    r = ranges[(ranges["flop_tensor"].fillna(0) >= 0.99 * ranges["flop"].fillna(np.inf))]
+    r = r[pd.to_numeric(r["model_flop"], errors="coerce") > 0]
+    if r.empty:
+        return None
+    return float((r["flop_tensor"] / r["model_flop"].astype(float)).median())
+
+
+def roofline_points(rng: pd.DataFrame) -> pd.DataFrame:
+    """One point per range and memory level: arithmetic intensity (counted FLOP / bytes moved at
+    that level) and FLOP/s (counted FLOP / the range's kernel time). NotApplicable, naming the
+    missing metrics, without counted FLOPs, durations or bytes at any level."""
+    require(rng, "flop", "seconds", what="the roofline")
+    levels = [lv for lv in LEVELS if f"bytes_{lv}" in rng and rng[f"bytes_{lv}"].notna().any()]
+    if not levels:
+        require(rng, "bytes_DRAM", "bytes_L2", "bytes_L1", what="the roofline")
+    keep = ["range", *identity_columns(rng), "flop_counters", *[f"flop_{t}" for t in FLOP_TERMS]]
+    rows = []
+    for _, r in rng.iterrows():
+        for level in levels:
+            b = r[f"bytes_{level}"]
+            if not (b > 0 and r["seconds"] > 0 and r["flop"] > 0):
+                continue
+            rows.append({**{k: r[k] for k in keep if k in r}, "level": level, "intensity": r["flop"] / b,
+                         "flop_per_s": r["flop"] / r["seconds"], "bytes": b, "flop": r["flop"], "ms": r["seconds"] * 1e3})
+    if not rows:
+        raise NotApplicable("no range has counted FLOPs, bytes and a duration above zero (nothing to place)")
+    return pd.DataFrame(rows)
+
+
+def attainable(intensity: float | np.ndarray, peak_flops: float, peak_bw: float) -> Any:
+    """The roofline: min(compute peak, bandwidth × intensity)."""
+    return np.minimum(peak_flops, peak_bw * np.asarray(intensity, dtype=float))
+
+
+# --------------------------------------------------------------------------- counted vs modeled FLOPs
+
+
+def flop_check(rng: pd.DataFrame, tolerance: float = 0.10) -> pd.DataFrame:
+    """The work model's FLOPs (``model_flop``, attached by :func:`nsightlab.analysis.counters.attach_model`)
+    against the FLOPs the counters saw, per range; ``flag`` marks disagreements beyond
+    ``tolerance``, ``explanation`` gives the likely reasons from the case's columns. NotApplicable
+    when no case has a work model or the capture counted no FLOPs."""
+    if not has_model(rng):
+        raise NotApplicable("the FLOP check is not applicable: no work model (the capture's manifest declares no "
+                            "model FLOPs for its cases, so there is nothing to compare the counters with)")
+    require(rng, "flop", what="the FLOP check")
+    cols = ["range", *identity_columns(rng), "flop", *[f"flop_{t}" for t in FLOP_TERMS], "flop_counters",
+            "model_flop", "model_source", *[c for c in rng.columns if c.startswith("trait_")]]
+    out = rng[[c for c in dict.fromkeys(cols) if c in rng]].copy()
+    out = out[pd.to_numeric(out["model_flop"], errors="coerce").notna()]
+    out["counted_over_model"] = out["flop"] / out["model_flop"]
+    out["flag"] = (out["counted_over_model"] - 1).abs() > tolerance
+    out["explanation"] = [explain(r, tolerance) for _, r in out.iterrows()]
+    return out.reset_index(drop=True)
+
+
+ALL_COUNTERS = tuple(k for parts in FLOP_TERMS.values() for k, _ in parts)
+
+
+def explain(r: pd.Series, tolerance: float = 0.10) -> str:
+    """Why counted and modeled FLOPs differ, from generic rules over the row's columns: the pass,
+    ``trait_materializes``, the tensor share of the counted FLOPs, N not a multiple of 64, and the
+    FLOP counters the capture lacks. Never from an implementation's name."""
+    ratio = r["counted_over_model"]
+    if not np.isfinite(ratio):
+        return "no counted FLOPs"
+    if abs(ratio - 1) <= tolerance:
+        return f"agrees within {tolerance:.0%}"
+    flop = r.get("flop", 0) or 0
+    tensor_share = (r.get("flop_tensor", 0) or 0) / flop if flop else 0.0
+    n = r.get("N")
+    parts = []
+    if ratio > 1:
+        if r.get("pass") == "backward":
+            parts.append("backward pass: work models count the gradient's matrix products only; recomputed forward "
+                         "products and the gradient's elementwise arithmetic are counted too")
+        if _true(r.get("trait_materializes")):
+            parts.append("materializes intermediates: elementwise arithmetic on every stored element (e.g. a softmax's "
+                         "max, exp, sum and scaling) counts as FP32 instructions")
+        elif tensor_share < 0.5:
+            parts.append(f"mostly CUDA-core arithmetic ({1 - tensor_share:.0%} of counted FLOPs off the tensor pipe): "
+                         "elementwise work beyond the model's products adds FP32 instructions")
+        if isinstance(n, (int, float, np.integer, np.floating)) and np.isfinite(n) and int(n) % 64:
+            parts.append(f"N={int(n)} is not a multiple of 64: padded tiles are computed and masked")
+        return "counted > model: " + "; ".join(parts or ["instructions beyond the model's operations"])
+    lacking = [k for k in ALL_COUNTERS if k not in str(r.get("flop_counters", "")).split()]
+    if lacking:
+        parts.append("the capture has no counter for " + ", ".join(k.upper().replace("TENSOR_", "tensor ")
+                                                                     for k in lacking))
+    parts.append("work on pipes the FLOP counters do not see (integer or other tensor paths, FP32 work folded "
+                 "into tensor-core instructions)")
+    return "counted < model: " + "; ".join(parts)
+
+
+def _true(v: object) -> bool:
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return False
+    if isinstance(v, str):
+        return v.lower() in ("1", "true", "yes")
+    return bool(v)
+
+
+# --------------------------------------------------------------------------- the page's findings
+
+
+def _fields_text(r: pd.Series, fields: list[str]) -> str:
+    out = []
+    for f in fields:
+        v = r.get(f)
+        if v is None or (isinstance(v, float) and np.isnan(v)) or v == "":
+            continue
+        if f == "causal":
+            out.append("causal" if bool(v) else "")
+        elif f == "pass":
+            out.append(str(v))
+        else:
+            out.append(f"{f}={int(v) if isinstance(v, float) and v.is_integer() else v}")
+    return ", ".join(x for x in out if x)
+
+
+def nearest_roof(points: pd.DataFrame, ceil: pd.DataFrame) -> pd.DataFrame:
+    """Per range: its achieved fraction of every roof (each level's bandwidth: bytes/s over the
+    level's peak; compute: FLOP/s over the Nsight peak of the pipe that did most of its counted
+    FLOPs, else the highest one) and the nearest one (``nearest``, ``fraction``)."""
+    peaks = {r["name"]: r["value"] for _, r in ceil.iterrows() if not str(r["name"]).startswith("measured")}
+    pipe_peak = {col.removeprefix("peak_"): label for kind, col, label in PEAK_LABELS if kind == "compute"}
+    comp = ceil[(ceil["kind"] == "compute") & ~ceil["name"].str.startswith("measured")]
+    top_name = comp.loc[comp["value"].idxmax(), "name"] if len(comp) else None
+    rows = []
+    for rng, g in points.groupby("range", sort=False):
+        first = g.iloc[0]
+        fr = {}
+        for _, r in g.iterrows():
+            bw = peaks.get(r["level"])
+            if bw:
+                fr[f"{r['level']} bandwidth"] = r["bytes"] / (r["ms"] * 1e-3) / bw
+        by_pipe = {t: first.get(f"flop_{t}") for t in FLOP_TERMS}
+        by_pipe = {t: v for t, v in by_pipe.items() if isinstance(v, (int, float)) and v == v and v > 0}
+        name = pipe_peak.get(max(by_pipe, key=by_pipe.get)) if by_pipe else top_name
+        if name in peaks:
+            fr[f"{name} peak"] = first["flop_per_s"] / peaks[name]
+        elif top_name:
+            fr[f"{top_name} peak"] = first["flop_per_s"] / peaks[top_name]
+        if not fr:
+            continue
+        name, val = max(fr.items(), key=lambda kv: kv[1])
+        rows.append({"range": rng, **{k: first[k] for k in first.index if k not in ("level", "intensity", "bytes")},
+                     "nearest": name, "fraction": val})
+    return pd.DataFrame(rows)
+
+
+def findings(points: pd.DataFrame, ceil: pd.DataFrame, fc: pd.DataFrame | None = None, label: str = "variant",
+             fields: list[str] | None = None) -> list[str]:
+    """The roofline page's findings: the fastest range and its distance to the peaks; each
+    implementation's nearest roof at its fastest range; the FLOP check's agreement."""
+    if points.empty:
+        return []
+    fields = [f for f in (fields or []) if f in points and f not in (label, "options")
+              and (points[f].nunique(dropna=True) > 1 or f == "pass")]
+    out = []
+    best = points.loc[points["flop_per_s"].idxmax()]
+    comp = ceil[(ceil["kind"] == "compute") & (ceil["value"] >= best["flop_per_s"])]
+    if "where" in comp:  # the shares of the roofs that hold everywhere (the MUFU bounds have their own section)
+        comp = comp[comp["where"].isna()]
+    shares = [f"{best['flop_per_s'] / c['value']:.0%} of {c['name']}"
+              for _, c in comp.sort_values("value", ascending=False).iterrows()]
+    out.append(f"Fastest range: **{best[label]}** ({_fields_text(best, fields)}) at "
+               f"{best['flop_per_s'] / 1e12:,.0f} TFLOP/s" + (f" — {', '.join(shares[:2])}" if shares else "") + ".")
+    near = nearest_roof(points, ceil)
+    if len(near):
+        top = near.loc[near.groupby(near[label].astype(str), sort=False)["flop_per_s"].idxmax()]
+        top = top.sort_values("flop_per_s", ascending=False)
+        txt = ", ".join(f"{r[label]} {r['fraction']:.0%} of {r['nearest']}" for _, r in top.head(8).iterrows())
+        out.append(f"Nearest roof at each one's fastest range: {txt}"
+                   + (f" (and {len(top) - 8} more)" if len(top) > 8 else "") + ".")
+    line = instruction_finding(points, ceil, label)
+    if line:
+        out.append(line)
+    if fc is not None and len(fc):
+        n_ok = int((~fc["flag"]).sum())
+        more = int((fc["counted_over_model"] > 1.1).sum())
+        out.append(f"Counted FLOPs agree with the work model within 10% for {n_ok} of {len(fc)} ranges"
+                   + (f"; {more} count more than the model (see the last section)" if more else "") + ".")
+    return out
+
+
+def instruction_finding(points: pd.DataFrame, ceil: pd.DataFrame, label: str = "variant") -> str | None:
+    """Each tensor-core implementation's fastest range against the measured mma.sync ceiling, and
+    which go above it (only wgmma lets a kernel pass it); None when mma.sync was not measured."""
+    named = dict(zip(ceil["name"], ceil["value"], strict=True))
+    mma = max((named.get(f"measured mma.sync {t}", 0.0) for t in ("FP16", "BF16")), default=0.0)
+    if not mma or points.empty:
+        return None
+    wg = max((named.get(f"measured wgmma {t}", 0.0) for t in ("FP16", "BF16")), default=0.0)
+    per = points.loc[points.groupby(points[label].astype(str), sort=False)["flop_per_s"].idxmax()]
+    if {"flop_tensor", "flop"} <= set(per):  # kernels whose counted FLOPs are mostly tensor-core ones
+        per = per[per["flop_tensor"].fillna(0) >= 0.5 * per["flop"]]
+    tensor = per
+    tensor = tensor.sort_values("flop_per_s", ascending=False)
+    if tensor.empty:
+        return None
+    txt = ", ".join(f"{r[label]} {r['flop_per_s'] / mma:.0%}" for _, r in tensor.head(6).iterrows())
+    above = [str(r[label]) for _, r in tensor.iterrows() if r["flop_per_s"] > mma]
+    wg_txt = (f"wgmma reaches {wg / 1e12:,.0f} TFLOP/s, {wg / mma:.2f}× mma.sync" if wg else
+              "wgmma: not measured in this capture")
+    return (f"Against the measured mma.sync ceiling ({mma / 1e12:,.0f} TFLOP/s), at each tensor-core implementation's "
+            f"fastest range: {txt}" + (f"; above it: {', '.join(above)}" if above else "")
+            + f" ({wg_txt}).")
+
+
+def views(points: pd.DataFrame, size_by: str | None = None, label: str = "variant",
+          max_rows: int = 4) -> list[tuple[str, pd.DataFrame, str | None]]:
+    """How to lay a capture's roofline out: (title, points, facet row field) per figure. Pass goes
+    in the columns; the first other field that varies (2..``max_rows`` values; not ``size_by``,
+    ``label`` or an option) in the rows; any further varying field splits the figures."""
+    from .counters import option_columns
+
+    skip = {label, "variant", "pass", size_by, "options", *option_columns(points)}
+    varying = [c for c in identity_columns(points) if c not in skip and points[c].nunique(dropna=True) > 1]
+    row = next((c for c in varying if points[c].nunique() <= max_rows), None)
+    rest = [c for c in varying if c != row]
+    if not rest:
+        return [("", points, row)]
+    out = []
+    for key, g in points.groupby(rest, dropna=False, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        out.append((", ".join(f"{c}={v}" for c, v in zip(rest, key, strict=True)), g, row))
+    return out
+
+
+def ceiling_table(ceil: pd.DataFrame) -> pd.DataFrame:
+    """The ceilings for people: value with its unit, the compute peak per SM-clock cycle."""
+    out = pd.DataFrame({
+        "ceiling": ceil["name"],
+        "kind": ceil["kind"],
+        "value": [f"{v / 1e12:,.1f} TFLOP/s" if k == "compute" else f"{v / 1e12:.2f} TB/s"
+                  for k, v in zip(ceil["kind"], ceil["value"], strict=True)],
+        "FLOP per SM-clock cycle (all SMs)": ceil["per_cycle"],
+        "source": ceil["source"],
+    })
+    if "where" in ceil and ceil["where"].notna().any():
+        out.insert(2, "holds for", [", ".join(f"{k}={v}" for k, v in w.items()) if isinstance(w, dict) else "all"
+                                    for w in ceil["where"]])
+    return out
+

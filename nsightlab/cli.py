@@ -1,0 +1,56 @@
+"""The ``nsightlab`` command, one subcommand per job, as the Nsight tools have:
+
+    nsightlab capture ...   run a sweep under ncu / nsys into a capture folder      (nsightlab.run.capture)
+    nsightlab import ...    bring reports captured anywhere into the same shape     (nsightlab.store.importer)
+    nsightlab report ...    render the HTML reports from the captures               (nsightlab.render.report)
+    nsightlab compare ...   compare two captures, range by range                    (nsightlab.render.compare)
+    nsightlab why ...       why one kernel is slower than another, from its counters (nsightlab.analysis.bottleneck)
+    nsightlab store ...     list and validate captures                              (nsightlab.store.captures)
+
+``nsightlab SUBCOMMAND --help`` documents each; ``python -m nsightlab.SUBCOMMAND`` is the same command.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# subcommand -> (module with main(argv) -> int, one line for --help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "capture": ("nsightlab.run.capture", "run a sweep under ncu / nsys into a capture folder"),
+    "import": ("nsightlab.store.importer", "bring .ncu-rep / .nsys-rep / .sqlite reports captured anywhere into a capture folder"),
+    "report": ("nsightlab.render.report", "render the HTML reports from the captures"),
+    "compare": ("nsightlab.render.compare", "compare two captures range by range, with verdicts"),
+    "why": ("nsightlab.analysis.why", "explain why one kernel is slower than another (ranked table from Nsight's sections)"),
+    "store": ("nsightlab.store.captures", "list and validate capture folders"),
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: nsightlab SUBCOMMAND [ARGS...]", "", "subcommands:"]
+    lines += [f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items()]
+    lines += ["", "nsightlab SUBCOMMAND --help for each one's arguments."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"nsightlab: unknown subcommand {name!r}; choose one of: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    return int(module.main(rest, prog=f"nsightlab {name}") or 0)
+
+
+def run_as(name: str) -> None:
+    """``python -m nsightlab.NAME ...`` is ``nsightlab NAME ...``."""
+    raise SystemExit(main([name, *sys.argv[1:]]))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,149 @@
+"""The attention problem: its range schema, parameters, work model, inputs, and PyTorch's SDPA
+backends as reference implementations.
+
+Parameters of one case: ``B, H, N, D, dtype, causal`` and optionally ``Hkv`` (key/value heads,
+grouped-query attention when < H) and ``Nk`` (keys, when not N). Tensors are ``[B, H, N, D]``
+like :func:`torch.nn.functional.scaled_dot_product_attention`; an implementation is called as
+``fn(q, k, v, causal=..., **options)`` and returns the output (or a tuple whose first item is it).
+
+Work model (FlashAttention's benchmark convention): forward 4·D FLOPs per (query, key) pair that
+is computed, for every batch and query head: 4·B·H·N·Nk·D without a mask. Causal masking is
+aligned top-left, as SDPA's ``is_causal``: query i sees keys j <= i. When N = Nk a causal case is
+credited exactly half, 4·B·H·N·Nk·D / 2 (FlashAttention's convention, not the N(N+1)/2 pairs of the
+diagonal); when N != Nk it is credited the pairs the top-left mask leaves visible,
+sum over i < N of min(i+1, Nk), so that a causal decode or cross-attention case is not credited
+with work it does not do (N = 1 query sees one key). Backward 2.5 × forward. Compulsory bytes:
+every input read once, every output written once (LSE in fp32); K and V count Hkv heads of Nk keys.
+Torch is imported only by the functions that build inputs and run SDPA.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..core.ranges import LABEL, PASS, RangeSchema
+from .impls import Implementation, WorkModel, register
+
+NAME = "attention"
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+#: every parameter of a case, with its type (the range schema's fields)
+FIELDS = {"B": "int", "H": "int", "N": "int", "D": "int", "dtype": "str", "causal": "bool"}
+OPTIONAL = {"Hkv": "int", "Nk": "int"}
+DEFAULTS: dict[str, Any] = {"B": 1, "H": 8, "D": 64, "dtype": "float16", "causal": False}
+
+
+def schema(prefix: str = "attn", description: str = "") -> RangeSchema:
+    """The range grammar of attention cases: ``prefix:impl:pass:B=..,H=..,N=..,D=..,dtype=..,causal=0|1[,Hkv=..][,Nk=..][,options]``."""
+    return RangeSchema(prefix, (LABEL, PASS), dict(FIELDS), dict(OPTIONAL), {PASS: ("forward", "backward")},
+                       description or "attention case: implementation, pass, shape [B, H, N, D], dtype, causal")
+
+
+def normalize(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Validated parameters with defaults; ``Hkv``/``Nk`` kept only where they differ from H/N.
+    ValueError says what is wrong and what is accepted."""
+    p = {**DEFAULTS, **{k: v for k, v in params.items() if v is not None}}
+    unknown = sorted(set(p) - set(FIELDS) - set(OPTIONAL))
+    if unknown:
+        raise ValueError(f"unknown attention parameter(s) {unknown}; accepted: {', '.join([*FIELDS, *OPTIONAL])}")
+    if "N" not in p:
+        raise ValueError("attention cases need N (the sequence length)")
+    for key in ("B", "H", "N", "D", "Hkv", "Nk"):
+        if key in p and (isinstance(p[key], bool) or not isinstance(p[key], int) or p[key] < 1):
+            raise ValueError(f"{key} must be a positive integer, not {p[key]!r}")
+    if p["dtype"] not in DTYPE_BYTES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPE_BYTES)}, not {p['dtype']!r}")
+    if not isinstance(p["causal"], bool):
+        raise ValueError(f"causal must be true or false, not {p['causal']!r}")
+    if p.get("Hkv") == p["H"]:
+        p.pop("Hkv")
+    if p.get("Nk") == p["N"]:
+        p.pop("Nk")
+    if "Hkv" in p and p["H"] % p["Hkv"]:
+        raise ValueError(f"H={p['H']} must be a multiple of Hkv={p['Hkv']} (grouped-query attention)")
+    return p
+
+
+def _nk(p: Mapping[str, Any]) -> int:
+    return int(p.get("Nk") or p["N"])
+
+
+def _hkv(p: Mapping[str, Any]) -> int:
+    return int(p.get("Hkv") or p["H"])
+
+
+def visible_pairs(N: int, Nk: int, causal: bool) -> float:
+    """The (query, key) pairs of one head the work model credits: N·Nk; causal: N·Nk / 2 when N = Nk
+    (FlashAttention's convention), else the pairs a top-left mask leaves visible, sum over i < N of
+    min(i+1, Nk)."""
+    if not causal:
+        return float(N * Nk)
+    if N == Nk:
+        return N * Nk / 2
+    m = min(N, Nk)  # rows 0..m-1 see i+1 keys, the rest see all Nk
+    return float(m * (m + 1) // 2 + (N - m) * Nk)
+
+
+def flops(p: Mapping[str, Any], pass_: str) -> float:
+    f = 4.0 * p["B"] * p["H"] * p["D"] * visible_pairs(p["N"], _nk(p), bool(p.get("causal")))
+    return f * (2.5 if pass_ == "backward" else 1.0)
+
+
+def compulsory_bytes(p: Mapping[str, Any], pass_: str) -> float:
+    """Forward reads Q, K, V and writes O and LSE (fp32); backward reads Q, K, V, O, dO, LSE and
+    writes dQ, dK, dV."""
+    e = DTYPE_BYTES[p["dtype"]]
+    q_like = p["B"] * p["H"] * p["N"] * p["D"] * e
+    kv_like = p["B"] * _hkv(p) * _nk(p) * p["D"] * e
+    lse = 4.0 * p["B"] * p["H"] * p["N"]
+    if pass_ == "forward":
+        return float(2 * q_like + 2 * kv_like + lse)
+    return float(4 * q_like + 4 * kv_like + lse)
+
+
+#: the convention, for any attention implementation that declares no work model of its own
+WORK = WorkModel("attention FLOP convention: forward 4·B·H·N·Nk·D (causal: halved when N = Nk; when N != Nk, "
+                 "4·B·H·D per visible pair of the top-left mask, sum over i < N of min(i+1, Nk)), backward 2.5x; "
+                 "compulsory bytes: inputs read once, outputs written once", flops, compulsory_bytes, compulsory_bytes)
+
+
+# --------------------------------------------------------------------------- run time (torch)
+
+
+def make_inputs(p: Mapping[str, Any], device: str = "cuda", seed: int | None = None) -> tuple[Any, Any, Any]:
+    """q [B, H, N, D], k and v [B, Hkv, Nk, D]: random normal + 0.5, seeded by the shape (the same
+    inputs on every run, which Nsight Compute's application replay relies on)."""
+    import torch
+
+    dt = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[p["dtype"]]
+    if seed is None:
+        seed = (p["B"] * 1_000_003 + p["H"] * 10_007 + p["N"] * 101 + p["D"] + _nk(p) * 7 + _hkv(p) * 13) % (2**31)
+    gen = torch.Generator(device=device).manual_seed(seed)
+
+    def rnd(*shape: int) -> Any:
+        return (torch.randn(*shape, generator=gen, device=device, dtype=torch.float32) + 0.5).to(dt)
+
+    return rnd(p["B"], p["H"], p["N"], p["D"]), rnd(p["B"], _hkv(p), _nk(p), p["D"]), rnd(p["B"], _hkv(p), _nk(p), p["D"])
+
+
+_BACKENDS = {"sdpa_flash": "FLASH_ATTENTION", "sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_efficient": "EFFICIENT_ATTENTION",
+             "sdpa_math": "MATH"}
+
+
+def _sdpa(backend: str):
+    def run(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None) -> Any:
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
+        with sdpa_kernel(getattr(SDPBackend, backend)):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, **gqa)
+
+    run.__name__ = f"sdpa_{backend.lower()}"
+    return run
+
+
+for _name, _backend in _BACKENDS.items():
+    register(Implementation(_name, _sdpa(_backend), NAME,
+                            traits={"library": "torch", "materializes": _name == "sdpa_math"},
+                            description=f"torch.nn.functional.scaled_dot_product_attention, {_backend} backend"))

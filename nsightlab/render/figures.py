@@ -1,0 +1,1014 @@
+"""Plotly figures for the reports, and the offline HTML embedding of them.
+
+One colour and one marker per implementation, the same in every figure: :func:`style_for` assigns
+them from an ordered list of implementations (the report runner passes every capture's, so pages
+agree; a notebook on its own uses its capture's). Sub-series of one implementation (its option
+settings, its problem sizes) take shades of its colour (:func:`shades`), never another
+implementation's colour. A figure without data says so (:func:`message`), never an empty chart.
+
+Axes that span decades are logarithmic with ticks at powers of ten written as plain numbers in the
+axis unit (TFLOP/s, MiB, ms), so no tick mixes ``10^15`` with ``100T``.
+"""
+
+from __future__ import annotations
+
+import colorsys
+import hashlib
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ..analysis.perf import ok_rows, ratio_to
+from ..analysis.roofline import applies
+
+_EMBEDDED = {"done": False, "src": "inline"}
+TEMPLATE = "plotly_white"
+#: D3's ten, then colours far from all of them (a later implementation must not pass for an earlier one)
+PALETTE = (*px.colors.qualitative.D3, "#1a237e", "#ad1457", "#00897b", "#f9a825", "#8b0000", "#546e7a", "#64dd17",
+           "#6a1b9a", "#ff6e40", "#80deea", *px.colors.qualitative.Dark24)
+MARKERS = ("circle", "square", "diamond", "triangle-up", "cross", "x", "triangle-down", "pentagon", "star", "hexagon")
+LEVEL_SYMBOL = {"DRAM": "circle", "L2": "square", "L1": "diamond"}
+LEVEL_GLYPH = {"DRAM": "●", "L2": "■", "L1": "◆"}
+#: width the page gives a figure (px): used to angle the labels of sloped lines
+PAGE_WIDTH = 1180
+GREY = "#888888"
+
+Style = Mapping[str, Mapping[str, str]]
+
+
+def set_plotlyjs(src: str) -> None:
+    """Where the figures get plotly.js: "inline" (the first figure of a notebook carries it) or a
+    relative path such as ``../../plotly.min.js`` (the report runner ships one copy beside the reports)."""
+    _EMBEDDED["src"] = src
+    _EMBEDDED["done"] = False
+
+
+def html(fig: go.Figure) -> str:
+    """The figure as an HTML fragment that works offline and keeps plotly's interactivity; the div
+    id is derived from the figure itself, so the same data gives the same bytes."""
+    first = not _EMBEDDED["done"]
+    _EMBEDDED["done"] = True
+    src = _EMBEDDED["src"]
+    include = (True if src == "inline" else src) if first else False
+    div = "fig-" + hashlib.sha256(fig.to_json().encode()).hexdigest()[:16]
+    return fig.to_html(full_html=False, include_plotlyjs=include, div_id=div,
+                       config={"displaylogo": False, "responsive": True})
+
+
+def show(fig: go.Figure) -> None:
+    from IPython.display import HTML, display
+
+    display(HTML(html(fig)))
+
+
+# --------------------------------------------------------------------------- style
+
+
+def style_for(names: Iterable[str]) -> dict[str, dict[str, str]]:
+    """A fixed colour and marker per name, by position in ``names`` (deduplicated, order kept):
+    pass the full list of implementations so every figure agrees."""
+    out: dict[str, dict[str, str]] = {}
+    for name in names:
+        if name is None or (isinstance(name, float) and np.isnan(name)) or str(name) in out:
+            continue
+        i = len(out)
+        out[str(name)] = {"color": PALETTE[i % len(PALETTE)], "symbol": MARKERS[i % len(MARKERS)]}
+    return out
+
+
+def _style(style: Style | None, names: Iterable[str]) -> Style:
+    """``style`` extended by any name it lacks (after its own, in sorted order)."""
+    base = dict(style or {})
+    extra = sorted({str(n) for n in names if n is not None and str(n) not in base})
+    for name, s in style_for([*base, *extra]).items():
+        base.setdefault(name, s)
+    return base
+
+
+def _colors(style: Style) -> dict[str, str]:
+    return {k: v["color"] for k, v in style.items()}
+
+
+def _symbols(style: Style) -> dict[str, str]:
+    return {k: v["symbol"] for k, v in style.items()}
+
+
+def shades(color: str, n: int) -> list[str]:
+    """``n`` shades of ``color`` from light to dark (the middle one close to ``color`` itself): the
+    sub-series of one implementation keep its hue."""
+    if n <= 1:
+        return [color]
+    r, g, b = (int(color.lstrip("#")[i:i + 2], 16) / 255 for i in (0, 2, 4))
+    h, lum, s = colorsys.rgb_to_hls(r, g, b)
+    out = []
+    for i in range(n):
+        t = i / (n - 1)
+        li = min(0.78, max(0.18, lum + 0.28 - 0.5 * t))
+        rr, gg, bb = colorsys.hls_to_rgb(h, li, s)
+        out.append(f"#{int(rr * 255):02x}{int(gg * 255):02x}{int(bb * 255):02x}")
+    return out
+
+
+def sub_style(frame: pd.DataFrame, label: str, style: Style | None = None, parent: str = "variant") -> Style:
+    """A style for the values of ``label`` (an implementation's option settings, say): each in a
+    shade of its ``parent`` implementation's colour, with the parent's marker."""
+    base = _style(style, frame[parent].astype(str).unique())
+    out: dict[str, dict[str, str]] = {}
+    for p, g in frame.groupby(frame[parent].astype(str), sort=False):
+        labels = sorted(g[label].astype(str).unique(), key=natural_key)
+        for lab, c in zip(labels, shades(base[p]["color"], len(labels)), strict=True):
+            out[lab] = {"color": c, "symbol": base[p]["symbol"]}
+    order = {p: i for i, p in enumerate(base)}
+    return dict(sorted(out.items(), key=lambda kv: (order.get(str(frame.loc[frame[label].astype(str) == kv[0],
+                                                                          parent].iloc[0]), 99), natural_key(kv[0]))))
+
+
+def message(text: str, title: str = "") -> go.Figure:
+    """A small figure that says why there is nothing to draw."""
+    fig = go.Figure()
+    fig.add_annotation(text=text, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False, font={"size": 14})
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    fig.update_layout(title=title, template=TEMPLATE, height=180, margin={"t": 40, "b": 10})
+    return fig
+
+
+# --------------------------------------------------------------------------- axes, facets, legends
+
+
+def fmt_num(v: float) -> str:
+    """A number for people: thousands separated, three significant digits, an exponent only for
+    very small or very large values."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—"
+    a = abs(v)
+    if a == 0:
+        return "0"
+    if a >= 1e7 or a < 1e-3:
+        return f"{v:.1e}"
+    if a >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.3g}"
+
+
+def log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
+    """Tick values at powers of ten between ``lo`` and ``hi`` (with 2 and 5 between them when the
+    range spans less than three decades), labelled as plain numbers (``10k``, ``1M`` once the axis
+    reaches 100,000, so long axes stay legible)."""
+    lo, hi = max(lo, 1e-30), max(hi, lo * 10)
+    a, b = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    mult = (1, 2, 5) if b - a < 3 else (1,)
+    vals = [m * 10.0**e for e in range(a, b + 1) for m in mult if lo <= m * 10.0**e <= hi]
+    if len(vals) < 2:
+        vals = [10.0**a, 10.0**b]
+    compact = hi >= 1e5
+    return vals, [_tick(v, compact) for v in vals]
+
+
+def _tick(v: float, compact: bool) -> str:
+    if 0 < v < 1e-3:
+        m, e = f"{v:.0e}".split("e")
+        return f"{m}e{int(e)}"
+    if compact and v >= 1000:
+        for div, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+            if v >= div:
+                return f"{v / div:g}{suffix}"
+    return fmt_num(v)
+
+
+def log_axis(fig: go.Figure, axis: str, lo: float, hi: float, title: str | None = None, pad: float = 1.6,
+             **where: int) -> None:
+    """Make ``axis`` ("x" or "y") logarithmic over [lo / pad, hi * pad] with plain-number decade ticks."""
+    lo, hi = lo / pad, hi * pad
+    vals, text = log_ticks(lo, hi)
+    upd = {"type": "log", "range": [math.log10(lo), math.log10(hi)], "tickvals": vals, "ticktext": text}
+    if title is not None:
+        upd["title_text"] = title
+    (fig.update_xaxes if axis == "x" else fig.update_yaxes)(**upd, **where)
+
+
+def _finite(values: Iterable[float]) -> np.ndarray:
+    a = np.asarray(list(values), dtype=float)
+    return a[np.isfinite(a) & (a > 0)]
+
+
+def clean_facet_labels(fig: go.Figure) -> None:
+    """Facet titles read ``D=64`` or ``forward``, not ``shape=D=64`` or ``pass=forward``."""
+    def fix(a: go.layout.Annotation) -> None:
+        text = a.text or ""
+        key, sep, val = text.partition("=")
+        if sep and key in ("pass", "shape", "series", "study", "view", "facet"):
+            a.update(text=val)
+
+    fig.for_each_annotation(fix)
+
+
+def rank_legend(fig: go.Figure, names: Sequence[str]) -> None:
+    """Legend entries in the style's order, whichever facet a trace first appears in."""
+    pos = {n: i for i, n in enumerate(names)}
+    fig.for_each_trace(lambda t: t.update(legendrank=100 + pos[t.name]) if t.name in pos else None)
+
+
+def fit_legend(fig: go.Figure, entries: int, min_height: int = 420) -> None:
+    """Tall enough that the legend's ``entries`` never scroll."""
+    need = 110 + 21 * entries
+    h = fig.layout.height or 450
+    fig.update_layout(height=max(h, need, min_height))
+
+
+def natural_key(text: object) -> tuple:
+    """Sort key that orders ``block_size=4`` before ``block_size=16`` and ``64x64`` by its numbers."""
+    parts = re.split(r"(\d+(?:\.\d+)?)", str(text))
+    return tuple((0, float(p)) if re.fullmatch(r"\d+(?:\.\d+)?", p) else (1, p) for p in parts if p != "")
+
+
+def shape_label(df: pd.DataFrame, fields: Sequence[str]) -> pd.Series:
+    """``D=64, causal`` style labels from the given fields (booleans by name when true)."""
+    def one(r: pd.Series) -> str:
+        out = []
+        for f in fields:
+            v = r[f]
+            if isinstance(v, (bool, np.bool_)) or f == "causal":
+                if bool(v):
+                    out.append(f)
+            elif f in ("pass", "variant"):
+                out.append(str(v))
+            elif pd.notna(v) and v != "":
+                out.append(f"{f}={_plain(v)}")
+        return ", ".join(out) or "all"
+
+    return df.apply(one, axis=1) if len(df) else pd.Series([], dtype=str)
+
+
+def _plain(v: object) -> str:
+    return str(int(v)) if isinstance(v, (float, np.floating)) and float(v).is_integer() else str(v)
+
+
+def _shape_order(df: pd.DataFrame, fields: Sequence[str], label: pd.Series) -> list[str]:
+    """The distinct labels sorted by the fields' values (numbers numerically, false before true)."""
+    keyed = df.assign(_label=label).drop_duplicates("_label")
+    keyed = keyed.sort_values(list(fields), key=lambda s: s.map(lambda v: natural_key(_plain(v))))
+    return list(keyed["_label"])
+
+
+_ORDER = {"pass": ["forward", "backward"]}
+
+
+# --------------------------------------------------------------------------- benchmark CSVs
+
+_HOVER = ["config", "B", "H", "N", "D", "causal", "dtype", "options", "ms", "tflops", "gbps", "rel_l2"]
+
+
+def throughput_vs_n(df: pd.DataFrame, suite: str, dtype: str, title: str, style: Style | None = None) -> go.Figure:
+    """TFLOP/s against N (both log), one line per implementation, faceted by pass (columns) and
+    D × causal (rows, D ascending, causal after non-causal)."""
+    ok = ok_rows(df)
+    ok = ok[(ok["suite"] == suite) & (ok["dtype"] == dtype) & (ok["tflops"] > 0)].sort_values("N")
+    if ok.empty:
+        return message(f"no successful rows for suite {suite}, {dtype}", title)
+    ok["shape"] = shape_label(ok, ["D", "causal"])
+    shapes = _shape_order(ok, ["D", "causal"], ok["shape"])
+    st = _style(style, ok["impl"].unique())
+    impls = [i for i in st if i in set(ok["impl"])]
+    fig = px.line(ok, x="N", y="tflops", color="impl", symbol="impl", facet_col="pass", facet_row="shape",
+                  markers=True, hover_data=[c for c in _HOVER if c in ok], title=title,
+                  labels={"tflops": "TFLOP/s", "N": "sequence length N", "impl": "implementation"},
+                  color_discrete_map=_colors(st), symbol_map=_symbols(st),
+                  category_orders={**_ORDER, "impl": impls, "shape": shapes}, facet_row_spacing=0.04)
+    clean_facet_labels(fig)
+    log_axis(fig, "y", ok["tflops"].min(), ok["tflops"].max())
+    log_axis(fig, "x", ok["N"].min(), ok["N"].max(), pad=1.15)
+    fig.update_yaxes(title_text="")
+    fig.update_yaxes(title_text="TFLOP/s", col=1)
+    fig.update_layout(height=80 + 300 * len(shapes), template=TEMPLATE)
+    rank_legend(fig, impls)
+    fit_legend(fig, len(impls))
+    return fig
+
+
+def ratio_vs_n(df: pd.DataFrame, suite: str, dtype: str, impl: str, reference: str,
+               targets: Mapping[str, float] | None = None, style: Style | None = None) -> go.Figure:
+    """``impl``'s throughput over ``reference``'s against N, one facet per pass, one line per
+    D × causal in shades of ``impl``'s colour, with the pass's target as a line."""
+    r = ratio_to(df[(df["suite"] == suite) & (df["dtype"] == dtype)], reference)
+    r = r[r["impl"] == impl].sort_values("N")
+    title = f"{impl} relative to {reference}, same run ({suite}, {dtype})"
+    if r.empty:
+        return message(f"no configuration where both {impl} and {reference} ran", title)
+    r["shape"] = shape_label(r, ["D", "causal"])
+    shapes = _shape_order(r, ["D", "causal"], r["shape"])
+    color = _style(style, [impl])[impl]["color"]
+    cmap = dict(zip(shapes, shades(color, len(shapes)), strict=True))
+    passes = [p for p in ("forward", "backward") if p in set(r["pass"])]
+    fig = make_subplots(rows=1, cols=len(passes), subplot_titles=passes, shared_yaxes=True, horizontal_spacing=0.06)
+    for j, p in enumerate(passes, 1):
+        for k, shp in enumerate(shapes):
+            g = r[(r["pass"] == p) & (r["shape"] == shp)]
+            if g.empty:
+                continue
+            fig.add_trace(go.Scatter(x=g["N"], y=g["ratio"], mode="lines+markers", name=shp, legendgroup=shp,
+                                     showlegend=j == 1, line={"color": cmap[shp], "dash": ("solid", "dash", "dot",
+                                                                                          "dashdot")[k % 4]},
+                                     marker={"symbol": MARKERS[k % len(MARKERS)]},
+                                     hovertemplate=f"{shp} N=%{{x}}<br>ratio %{{y:.0%}}<extra>{p}</extra>"), 1, j)
+        t = (targets or {}).get(p)
+        if t is not None:
+            fig.add_hline(y=t, line_dash="dot", line_color="#c00", annotation_text=f"target {t:.0%}",
+                          annotation_position="top left", row=1, col=j)
+    fig.update_yaxes(tickformat=".0%", title_text=f"{impl} / {reference}", col=1)
+    log_axis(fig, "x", r["N"].min(), r["N"].max(), "sequence length N", pad=1.15)
+    fig.update_layout(title=title, template=TEMPLATE, height=420, legend_title_text="shape")
+    return fig
+
+
+def latency_bars(df: pd.DataFrame, suite: str, dtype: str, pass_: str, style: Style | None = None) -> go.Figure:
+    ok = ok_rows(df)
+    ok = ok[(ok["suite"] == suite) & (ok["dtype"] == dtype) & (ok["pass"] == pass_)]
+    title = f"{suite}: {pass_} latency, {dtype}"
+    if ok.empty:
+        return message(f"no successful {pass_} rows", title)
+    st = _style(style, ok["impl"].unique())
+    impls = [i for i in st if i in set(ok["impl"])]
+    fig = px.bar(ok, x="config", y="ms", color="impl", barmode="group",
+                 hover_data=[c for c in _HOVER if c in ok], title=title,
+                 labels={"ms": "median time [ms]", "impl": "implementation", "config": "configuration"},
+                 color_discrete_map=_colors(st), category_orders={"impl": impls})
+    log_axis(fig, "y", ok["ms"].min(), ok["ms"].max(), "median time [ms] (log)", pad=1.3)
+    fig.update_layout(template=TEMPLATE, height=460)
+    fit_legend(fig, len(impls))
+    return fig
+
+
+def speedup_vs_reference(df: pd.DataFrame, suite: str, dtype: str, reference: str,
+                         style: Style | None = None) -> go.Figure:
+    """Time of ``reference`` over time of each implementation, per configuration (log; > 1 is
+    faster than the reference), one facet per pass."""
+    ok = ok_rows(df)
+    ok = ok[(ok["suite"] == suite) & (ok["dtype"] == dtype)]
+    title = f"{suite} ({dtype}): speed relative to {reference} (> 1: faster)"
+    ref = ok[ok["impl"] == reference][["config", "pass", "ms"]].rename(columns={"ms": "ref_ms"})
+    d = ok.merge(ref, on=["config", "pass"])
+    d = d[d["impl"] != reference]
+    if d.empty:
+        return message(f"no configuration where {reference} and another implementation ran", title)
+    d["speedup"] = d["ref_ms"] / d["ms"]
+    st = _style(style, d["impl"].unique())
+    impls = [i for i in st if i in set(d["impl"])]
+    configs = list(dict.fromkeys(ok["config"]))
+    fig = px.scatter(d, x="config", y="speedup", color="impl", symbol="impl", facet_col="pass",
+                     category_orders={**_ORDER, "impl": impls, "config": configs}, title=title,
+                     labels={"speedup": f"× {reference}", "impl": "implementation", "config": ""},
+                     hover_data=["ms", "ref_ms", "N", "D", "causal"], color_discrete_map=_colors(st),
+                     symbol_map=_symbols(st))
+    clean_facet_labels(fig)
+    fig.add_hline(y=1, line_color=GREY, line_width=1)
+    log_axis(fig, "y", d["speedup"].min(), max(d["speedup"].max(), 1.0), pad=1.5)
+    fig.update_yaxes(title_text="")
+    fig.update_yaxes(title_text=f"{reference} time / time", col=1)
+    fig.update_xaxes(tickangle=-60, tickfont={"size": 9})
+    fig.update_traces(marker={"size": 8})
+    fig.update_layout(template=TEMPLATE, height=520)
+    rank_legend(fig, impls)
+    fit_legend(fig, len(impls))
+    return fig
+
+
+def accuracy_strip(ok: pd.DataFrame, style: Style | None = None) -> go.Figure:
+    """Relative L2 error of every checked row, per implementation (log scale; colour: the
+    implementation, marker: the dtype)."""
+    title = "Relative L2 error against the fp64 reference, every checked row"
+    if ok.empty or "rel_l2" not in ok:
+        return message("no checked rows", title)
+    d = ok[ok["rel_l2"] > 0]
+    st = _style(style, d["impl"].unique())
+    impls = [i for i in st if i in set(d["impl"])]
+    fig = px.strip(d, x="impl", y="rel_l2", color="impl", facet_col="pass", title=title,
+                   hover_data=[c for c in ("suite", "config", "dtype", "B", "H", "N", "D", "causal", "max_rel")
+                               if c in d], labels={"rel_l2": "relative L2 error", "impl": ""},
+                   category_orders={**_ORDER, "impl": impls}, color_discrete_map=_colors(st))
+    clean_facet_labels(fig)
+    log_axis(fig, "y", d["rel_l2"].min(), d["rel_l2"].max(), pad=2)
+    fig.update_layout(template=TEMPLATE, height=480, showlegend=False)
+    fig.update_xaxes(tickangle=-35)
+    return fig
+
+
+# --------------------------------------------------------------------------- roofline
+
+
+def _label(r: pd.Series, fields: Iterable[str]) -> str:
+    return " ".join(f"{c}={_plain(r[c])}" for c in fields if c in r and pd.notna(r[c]) and r[c] != "")
+
+
+def _ceiling_labels(ceil: pd.DataFrame, close: float = 1.02) -> pd.DataFrame:
+    """Ceilings with (nearly) equal values merged (``measured cuBLAS FP16/BF16 GEMM``), each with its
+    label; ceilings that hold only for some cases (``where``) merge only with their like."""
+    rows = []
+    where = ceil["where"] if "where" in ceil else pd.Series(None, index=ceil.index, dtype=object)
+    key = where.map(lambda w: repr(sorted(w.items())) if isinstance(w, dict) and w else "")
+    for (kind, _), g in ceil.groupby([ceil["kind"], key], sort=False):
+        g = g.sort_values("value", ascending=False)
+        groups: list[list[pd.Series]] = []
+        for _, r in g.iterrows():
+            if groups and groups[-1][0]["value"] / r["value"] <= close:
+                groups[-1].append(r)
+            else:
+                groups.append([r])
+        def unit(v: float, kind: str = str(kind)) -> str:
+            return f"{fmt_num(v / 1e12)} TFLOP/s" if kind == "compute" else f"{v / 1e12:.2f} TB/s"
+
+        for grp in groups:
+            names = [str(r["name"]) for r in grp]
+            v = float(grp[0]["value"])
+            if len(names) == 1 or grp[0]["value"] / grp[-1]["value"] <= 1.02:
+                name = names[0] if len(names) == 1 else _merge_names(names)
+                label = f"{_short(name)} {fmt_num(v / 1e12)}" if kind == "compute" else f"{name}: {unit(v)}"
+            else:
+                name = " / ".join(names)
+                label = " / ".join(f"{_short(n) if kind == 'compute' else n} "
+                                   f"{fmt_num(float(r['value']) / 1e12) if kind == 'compute' else unit(float(r['value']))}"
+                                   for n, r in zip(names, grp, strict=True))
+            w = where.get(grp[0].name) if grp[0].name in where.index else None
+            rows.append({"kind": kind, "name": name, "value": v, "label": label,
+                         "measured": all(n.startswith("measured") for n in names),
+                         "where": w if isinstance(w, dict) and w else None, "dash": _ceiling_dash(names[0])})
+    return pd.DataFrame(rows, columns=["kind", "name", "value", "label", "measured", "where", "dash"])
+
+
+#: the compute roofs' line labels (the figure's axis is TFLOP/s; the table under it has the full names)
+_SHORT = (("Tensor FP16 dense", "tensor dense"), ("FP16 (HFMA2)", "HFMA2"), ("FP32 (FFMA)", "FFMA"),
+          ("FP64 (DFMA)", "DFMA"), ("cuBLAS FP16/BF16 GEMM", "cuBLAS"), ("cuBLAS BF16/FP16 GEMM", "cuBLAS"),
+          ("cuBLAS FP16 GEMM", "cuBLAS FP16"), ("cuBLAS BF16 GEMM", "cuBLAS BF16"), ("cuBLAS FP32 GEMM", "cuBLAS FP32"),
+          ("mma.sync FP16/BF16", "mma.sync"), ("mma.sync BF16/FP16", "mma.sync"),
+          ("wgmma FP16/BF16", "wgmma"), ("wgmma BF16/FP16", "wgmma"))
+
+
+def _short(name: str) -> str:
+    """A ceiling's name as its line's label: the line style already says it was measured, and a
+    conditional bound's facet already says which pass and head dimension it holds for."""
+    if "MUFU" in name:
+        return "MUFU exp2"
+    name = name.removeprefix("measured ")
+    return dict(_SHORT).get(name, name)
+
+
+def _ceiling_dash(name: str) -> str:
+    """Line style by where a ceiling comes from: Nsight's peaks dotted, library GEMMs and the copy
+    dashed, instruction microbenchmarks long-dashed, the MUFU softmax bound dash-dotted."""
+    if not name.startswith("measured"):
+        return "dot"
+    if "mma.sync" in name or "wgmma" in name:
+        return "longdash"
+    if "MUFU" in name:
+        return "dashdot"
+    return "dash"
+
+
+def _label_spots(values: Sequence[float], widths: Sequence[float], height: float, px_per_decade: float,
+                 plot_px: float) -> list[tuple[float, bool]]:
+    """Where to write the labels of horizontal lines so that no two overlap: for each line (``values``
+    in log10 units; ``widths`` and ``height`` of its label in pixels), the label's right end as a
+    fraction of the plot's width and whether it sits above its line. Greedy from the highest line:
+    above, else below, at the right end or further left; a spot whose label would cross another
+    line is taken only if no other is free."""
+    order = sorted(range(len(values)), key=lambda i: -values[i])
+    ys = [v * px_per_decade for v in values]
+    boxes: list[tuple[float, float, float, float]] = []  # x0, x1, y0, y1 in pixels
+    out: dict[int, tuple[float, bool]] = {}
+    steps = [1.0 - 0.05 * k for k in range(15)]
+    for i in order:
+        for strict in (True, False):
+            for right in steps:
+                x1 = right * plot_px
+                x0 = x1 - widths[i]
+                if x0 < 0:
+                    continue
+                for above in (True, False):
+                    y0, y1 = (ys[i], ys[i] + height) if above else (ys[i] - height, ys[i])
+                    if any(x0 < bx1 and x1 > bx0 and y0 < by1 and y1 > by0 for bx0, bx1, by0, by1 in boxes):
+                        continue
+                    if strict and any(y0 + 1 < w < y1 - 1 for j, w in enumerate(ys) if j != i):
+                        continue
+                    boxes.append((x0, x1, y0, y1))
+                    out[i] = (right, above)
+                    break
+                if i in out:
+                    break
+            if i in out:
+                break
+    return [out.get(i, (1.0, True)) for i in range(len(values))]
+
+
+def _merge_names(names: list[str]) -> str:
+    words = [n.split() for n in names]
+    if len(names) == 2 and len(words[0]) == len(words[1]) and all(len(w) == len(words[0]) for w in words):
+        merged = ["/".join(dict.fromkeys(col)) for col in zip(*words, strict=True)]
+        return " ".join(merged)
+    return " = ".join(names)
+
+
+def roofline(points: pd.DataFrame, ceil: pd.DataFrame, title: str, style: Style | None = None,
+             label: str = "variant", fields: Iterable[str] = (), size_by: str | None = None,
+             facet_row: str | None = None, note: str = "") -> go.Figure:
+    """Hierarchical roofline as Nsight Compute draws it: the memory ceilings (DRAM, L2, L1 and any
+    measured copy) rising to the compute ceilings, every ceiling labelled on its line (Nsight's peaks
+    dotted, library GEMMs dashed, instruction microbenchmarks long-dashed, the MUFU softmax bound
+    dash-dotted); one marker per range and level (marker: level, colour: ``label``, size:
+    ``size_by``), a range's levels joined by a line (they share its FLOP/s). A ceiling with
+    ``where`` is drawn only in the facets whose points it holds for, and only up to the highest
+    unconditional one. Facets: pass in columns, ``facet_row`` in rows; a menu shows one level at a
+    time. ``note`` goes under the title (e.g. the ceilings this capture did not measure)."""
+    if points.empty or not len(ceil):
+        return message("no range to place on the roofline" if points.empty else "no ceiling", title)
+    pts = points.copy()
+    pts["tflops"] = pts["flop_per_s"] / 1e12
+    pts[label] = pts[label].astype(str)
+    fields = [f for f in fields if f in pts]
+    passes = [p for p in ("forward", "backward") if "pass" in pts and p in set(pts["pass"])]
+    cols = passes if len(passes) > 1 else [None]
+    rows = [None]
+    if facet_row and facet_row in pts and pts[facet_row].nunique() > 1:
+        rows = sorted(pts[facet_row].dropna().unique(), key=lambda v: natural_key(_plain(v)))
+    titles = [", ".join(x for x in ((f"{facet_row}={_plain(rv)}" if rv is not None else ""), (cv or "")) if x)
+              for rv in rows for cv in cols]
+    fig = make_subplots(rows=len(rows), cols=len(cols), shared_xaxes="all", shared_yaxes="all",
+                        subplot_titles=titles if any(titles) else None, horizontal_spacing=0.05,
+                        vertical_spacing=0.08 if len(rows) > 1 else 0.02)
+    labels = _ceiling_labels(ceil)
+    comp, mem = labels[labels["kind"] == "compute"], labels[labels["kind"] == "memory"]
+    mem_labels = _ceiling_labels(ceil[ceil["kind"] == "memory"], close=1.35)  # one label for lines this close
+    everywhere = comp[comp["where"].isna()]
+    top = (everywhere if len(everywhere) else comp)["value"].max() / 1e12 if len(comp) else pts["tflops"].max() * 2
+    comp = comp[comp["where"].isna() | (comp["value"] <= top * 1e12 * 1.05)]  # a bound above every roof binds nothing
+    ridge = top * 1e12 / mem["value"].max() if len(mem) else pts["intensity"].min()  # where the steepest roof bends
+    x_lo, x_hi = min(pts["intensity"].min() / 4, ridge / 3), pts["intensity"].max() * 4
+    y_hi = top * 2.5
+    y_lo = max(min(pts["tflops"].min() / 4, y_hi / 10**3), top / 1e6)  # at least three decades: slopes stay legible
+    height = 110 + 470 * len(rows)
+    # label angles: one decade on each axis in pixels (the figure's width is the page's)
+    w_px = (PAGE_WIDTH - 260) / len(cols)
+    h_px = (height - 110) / len(rows) - 40
+    px_per_decade = h_px / math.log10(y_hi / y_lo)
+    slope_px = px_per_decade / (w_px / math.log10(x_hi / x_lo))
+    angle = -math.degrees(math.atan(slope_px))
+    xs = np.logspace(math.log10(x_lo), math.log10(x_hi), 120)
+    st = _style(style, pts[label].unique())
+    series = [s for s in st if s in set(pts[label])]
+    size_note = ""
+    if size_by and size_by in pts and pts[size_by].nunique() > 1:
+        v = np.log(pts[size_by].astype(float).clip(lower=1e-9))
+        pts["_size"] = 6 + 10 * (v - v.min()) / (v.max() - v.min())
+        size_note = f"; size: {size_by} {_plain(pts[size_by].min())} → {_plain(pts[size_by].max())}"
+    else:
+        pts["_size"] = 9.0
+    level_of: list[str | None] = []  # per trace: its level, "join", or None (a ceiling)
+    shown: set[str] = set()
+    for i, rv in enumerate(rows, 1):
+        for j, cv in enumerate(cols, 1):
+            sub = pts
+            if rv is not None:
+                sub = sub[sub[facet_row] == rv]
+            if cv is not None:
+                sub = sub[sub["pass"] == cv]
+            for _, m in mem.iterrows():
+                fig.add_trace(go.Scatter(x=xs, y=np.minimum(top, m["value"] / 1e12 * xs), mode="lines",
+                                         showlegend=False, hoverinfo="skip",
+                                         line={"dash": "dash" if m["measured"] else "solid", "width": 1.2,
+                                               "color": GREY}), i, j)
+                level_of.append(None)
+            for k, (_, m) in enumerate(mem_labels.sort_values("value", ascending=False).iterrows()):
+                bw = m["value"] / 1e12
+                # staggered heights, so that near-parallel lines keep their labels apart
+                yl = y_lo * (top / y_lo) ** max(0.08, 0.62 - 0.2 * k)
+                xl = yl / bw
+                if xl < x_lo * 1.2:
+                    xl, yl = x_lo * 1.2, x_lo * 1.2 * bw
+                if yl < top / 2:
+                    fig.add_annotation(x=math.log10(xl), y=math.log10(yl), text=m["label"], showarrow=False,
+                                       textangle=angle, xanchor="left", yanchor="bottom",
+                                       font={"size": 10, "color": "#555"}, row=i, col=j)
+                else:  # the line leaves the chart near its top: label it at its ridge point
+                    fig.add_annotation(x=math.log10(max(top / bw, x_lo)), y=math.log10(top), text=m["label"],
+                                       showarrow=False, xanchor="left", yanchor="top", yshift=-14,
+                                       font={"size": 10, "color": "#555"}, row=i, col=j)
+            here = comp[[applies(w, sub) for w in comp["where"]]].sort_values("value", ascending=False)
+            spots = _label_spots([math.log10(v / 1e12) for v in here["value"]], [6.0 * len(t) + 4 for t in here["label"]],
+                                 14, px_per_decade, (PAGE_WIDTH - 440) / len(cols))
+            for (_, c), (frac, above) in zip(here.iterrows(), spots, strict=True):
+                v = c["value"] / 1e12
+                xl = np.logspace(math.log10(x_lo), math.log10(x_hi), 24)
+                fig.add_trace(go.Scatter(x=xl, y=[v] * len(xl), mode="lines", showlegend=False, hoverinfo="text",
+                                         hovertext=f"{c['name']}: {fmt_num(v)} TFLOP/s",
+                                         line={"dash": c["dash"], "width": 1.2, "color": "#555"}), i, j)
+                level_of.append(None)
+                fig.add_annotation(x=math.log10(x_lo) + frac * math.log10(x_hi / x_lo), y=math.log10(v), text=c["label"],
+                                   showarrow=False, xanchor="right", yanchor="bottom" if above else "top",
+                                   font={"size": 10, "color": "#333"}, bgcolor="rgba(255,255,255,0.6)",
+                                   borderpad=0, row=i, col=j)
+            for name in series:
+                g = sub[sub[label] == name]
+                if g.empty:
+                    continue
+                color = st[name]["color"]
+                jx, jy = [], []
+                for _, rg in g.groupby("range", sort=False):
+                    if len(rg) > 1:
+                        jx += [*rg["intensity"], None]
+                        jy += [*rg["tflops"], None]
+                if jx:
+                    fig.add_trace(go.Scatter(x=jx, y=jy, mode="lines", showlegend=False, hoverinfo="skip",
+                                             legendgroup=name, line={"color": color, "width": 1}, opacity=0.45), i, j)
+                    level_of.append("join")
+                for level, lg in g.groupby("level", sort=False):
+                    hover = [f"<b>{name}</b> {_label(r, fields)}<br>{level}: {fmt_num(r.intensity)} FLOP/B, "
+                             f"{fmt_num(r.tflops)} TFLOP/s, {fmt_num(r.ms)} ms" for _, r in lg.iterrows()]
+                    fig.add_trace(go.Scatter(
+                        x=lg["intensity"], y=lg["tflops"], mode="markers", name=name, legendgroup=name,
+                        showlegend=name not in shown, legendrank=100 + series.index(name), hovertext=hover, hoverinfo="text",
+                        marker={"symbol": LEVEL_SYMBOL.get(str(level), "circle"), "size": lg["_size"], "color": color,
+                                "line": {"width": 0.5, "color": "white"}}), i, j)
+                    shown.add(name)
+                    level_of.append(str(level))
+    levels = [lv for lv in LEVEL_SYMBOL if lv in set(pts["level"])]
+    buttons = [{"label": "all levels", "method": "restyle",
+                "args": [{"visible": [True] * len(level_of)}]}]
+    for lv in levels:
+        buttons.append({"label": f"{lv} only", "method": "restyle",
+                        "args": [{"visible": [t is None or t == lv for t in level_of]}]})
+    log_axis(fig, "x", x_lo, x_hi, pad=1.0)
+    log_axis(fig, "y", y_lo, y_hi, pad=1.0)
+    fig.update_xaxes(title_text="arithmetic intensity [FLOP/byte]", row=len(rows))
+    fig.update_yaxes(title_text="performance [TFLOP/s]", col=1)
+    glyphs = " ".join(f"{LEVEL_GLYPH[lv]} {lv}" for lv in levels)
+    fig.update_layout(title=title + (f"<br><sup>{note}</sup>" if note else ""), template=TEMPLATE, height=height,
+                      legend={"title": {"text": f"marker: {glyphs}{size_note}"}, "itemsizing": "constant"},
+                      updatemenus=[{"buttons": buttons, "direction": "down", "x": 1.0, "xanchor": "right", "y": 1.0,
+                                    "yanchor": "bottom", "pad": {"b": 22}, "showactive": True}])
+    fit_legend(fig, len(series) + 2)
+    return fig
+
+
+def flop_check(fc: pd.DataFrame, title: str, x: str, style: Style | None = None, tolerance: float = 0.10) -> go.Figure:
+    """Counted / modeled FLOPs per range against the sweep field ``x`` (shaded: within tolerance)."""
+    if fc.empty:
+        return message("no range with both counted and modeled FLOPs", title)
+    st = _style(style, fc["variant"].astype(str).unique())
+    names = [s for s in st if s in set(fc["variant"].astype(str))]
+    d = fc.sort_values(["variant", x] if x in fc else ["variant"])
+    fig = px.scatter(d, x=x if x in d else "range", y="counted_over_model", color="variant", symbol="variant",
+                     facet_col="pass" if "pass" in d and d["pass"].nunique() > 1 else None,
+                     hover_data=[c for c in ("range", "flop", "model_flop", "flop_counters", "explanation") if c in d],
+                     title=title, labels={"counted_over_model": "counted / model FLOPs", "variant": "implementation"},
+                     color_discrete_map=_colors(st), symbol_map=_symbols(st),
+                     category_orders={**_ORDER, "variant": names})
+    clean_facet_labels(fig)
+    if x in d and pd.api.types.is_numeric_dtype(d[x]):
+        log_axis(fig, "x", d[x].min(), d[x].max(), pad=1.2)
+    fig.add_hrect(y0=1 - tolerance, y1=1 + tolerance, fillcolor="green", opacity=0.08, line_width=0)
+    fig.update_yaxes(tickformat=".2f")
+    fig.update_layout(template=TEMPLATE, height=440)
+    rank_legend(fig, names)
+    fit_legend(fig, len(names))
+    return fig
+
+
+# --------------------------------------------------------------------------- L2
+
+
+def l2_vs_x(l2: pd.DataFrame, l2_bytes: float, onsets: pd.DataFrame | None, title: str, x: str = "N",
+            style: Style | None = None) -> go.Figure:
+    """L2 hit rate, DRAM / compulsory bytes and DRAM / L2-to-SM bytes against ``x``, one line per
+    implementation; each one's modeled onset (working set = L2) as a dotted vertical line and its
+    measured onset as a cross."""
+    if l2.empty:
+        return message("no ranges", title)
+    panels = [("l2_hit_rate", "L2 hit rate [%]"), ("dram_over_compulsory", "DRAM bytes / compulsory bytes"),
+              ("dram_over_l2", "DRAM bytes / L2→SM bytes")]
+    panels = [p for p in panels if p[0] in l2 and l2[p[0]].notna().any()]
+    fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.07,
+                        subplot_titles=[p[1] for p in panels])
+    st = _style(style, l2["variant"].astype(str).unique())
+    names = [s for s in st if s in set(l2["variant"].astype(str))]
+    for variant in names:
+        g = l2[l2["variant"].astype(str) == variant].sort_values(x)
+        s = st[variant]
+        for j, (y, _) in enumerate(panels):
+            hover = [f"{variant} {r.get('pass') or ''} {x}={_plain(r[x])}<br>hit {r.l2_hit_rate:.1f}%, DRAM "
+                     f"{fmt_num(r.bytes_DRAM / 1e6)} MB"
+                     + (f", working set {fmt_num(r.working_set / 2**20)} MiB ({r.working_set_over_l2:.2f} × L2)"
+                        if pd.notna(r.get("working_set")) else "") for _, r in g.iterrows()]
+            fig.add_trace(go.Scatter(x=g[x], y=g[y], mode="lines+markers", name=variant, legendgroup=variant,
+                                     showlegend=j == 0, line={"color": s["color"]}, marker={"symbol": s["symbol"]},
+                                     hovertext=hover, hoverinfo="text"), row=j + 1, col=1)
+        if onsets is not None and len(onsets):
+            on = onsets[onsets["variant"].astype(str) == variant]
+            mod = on["modeled_onset"].dropna() if "modeled_onset" in on else pd.Series(dtype=float)
+            if len(mod) and l2[x].min() <= mod.iloc[0] <= l2[x].max() * 1.5:
+                fig.add_vline(x=float(mod.iloc[0]), line={"color": s["color"], "dash": "dot", "width": 1.5})
+            meas = on["measured_onset"].dropna() if "measured_onset" in on else pd.Series(dtype=float)
+            if len(meas):
+                hit = g[g[x] == meas.iloc[0]]["l2_hit_rate"]
+                if len(hit):
+                    fig.add_trace(go.Scatter(x=[meas.iloc[0]], y=[hit.iloc[0]], mode="markers", showlegend=False,
+                                             marker={"symbol": "x-thin-open", "size": 18, "line": {"width": 3},
+                                                     "color": "#c00"}, hoverinfo="text",
+                                             hovertext=f"{variant}: measured onset at {x}={_plain(meas.iloc[0])}"),
+                                  row=1, col=1)
+    log_axis(fig, "x", l2[x].min(), l2[x].max(), pad=1.15)
+    fig.update_xaxes(title_text=x, row=len(panels), col=1)
+    for j, (y, _) in enumerate(panels):
+        if y == "l2_hit_rate":
+            fig.update_yaxes(range=[0, 102], ticksuffix="%", row=j + 1, col=1)
+        else:
+            v = _finite(l2[y])
+            if len(v):
+                log_axis(fig, "y", v.min(), v.max(), row=j + 1, col=1)
+    fig.update_layout(title=title + f"<br><sup>dotted: modeled working set = L2 ({l2_bytes / 2**20:.0f} MiB); "
+                      "red ×: measured onset</sup>", template=TEMPLATE, height=290 * len(panels) + 110)
+    fit_legend(fig, len(names))
+    return fig
+
+
+def onset_evidence(ev: pd.DataFrame, x: str, title: str, color: str = "#1f77b4", drop_points: float = 10.0) -> go.Figure:
+    """The measured-onset rule's evidence: the hit rate, the best it reached at smaller ``x`` and
+    that best minus the drop the rule asks for; the onset (if any) marked."""
+    if ev.empty:
+        return message("no points", title)
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=ev[x], y=ev["running_max_before"], mode="lines", name=f"best at smaller {x}",
+                             line={"dash": "dot", "color": GREY}))
+    fig.add_trace(go.Scatter(x=ev[x], y=ev["running_max_before"] - drop_points, mode="lines",
+                             name=f"best − {drop_points:g} points (the rule's threshold)",
+                             line={"dash": "dash", "color": "#c88"}, fill=None))
+    fig.add_trace(go.Scatter(x=ev[x], y=ev["l2_hit_rate"], mode="lines+markers", name="L2 hit rate",
+                             line={"color": color}))
+    if "onset" in ev and ev["onset"].any():
+        o = ev[ev["onset"]]
+        fig.add_trace(go.Scatter(x=o[x], y=o["l2_hit_rate"], mode="markers", name="onset",
+                                 marker={"size": 16, "symbol": "x-thin-open", "line": {"width": 3}, "color": "#c00"}))
+    log_axis(fig, "x", ev[x].min(), ev[x].max(), x, pad=1.15)
+    fig.update_yaxes(range=[0, 102], ticksuffix="%", title_text="L2 hit rate")
+    fig.update_layout(title=title, template=TEMPLATE, height=330, legend={"orientation": "h", "y": -0.25})
+    return fig
+
+
+def l2_per_range(l2: pd.DataFrame, title: str, style: Style | None = None) -> go.Figure:
+    """L2 hit rate per range (bars, one colour per implementation), for captures without a sweep."""
+    d = l2[l2["l2_hit_rate"].notna()] if "l2_hit_rate" in l2 else l2.iloc[0:0]
+    if d.empty:
+        return message("no L2 hit rate", title)
+    st = _style(style, d["variant"].astype(str).unique())
+    names = [s for s in st if s in set(d["variant"].astype(str))]
+    hover = [c for c in ("bytes_DRAM", "bytes_L2", "dram_over_compulsory", "working_set_over_l2") if c in d]
+    fig = px.bar(d, x="l2_hit_rate", y="range", color="variant", orientation="h", title=title, hover_data=hover,
+                 labels={"l2_hit_rate": "L2 hit rate [%]", "range": "", "variant": "implementation"},
+                 color_discrete_map=_colors(st), category_orders={"variant": names})
+    fig.update_xaxes(range=[0, 100], ticksuffix="%")
+    fig.update_layout(template=TEMPLATE, height=160 + 28 * len(d))
+    fit_legend(fig, len(names), 300)
+    return fig
+
+
+# --------------------------------------------------------------------------- timelines
+
+
+def range_durations(ranges: pd.DataFrame, kernels: pd.DataFrame, title: str, style: Style | None = None) -> go.Figure:
+    """One configuration, every implementation: the NVTX range's wall time and its kernels' GPU time
+    (median over the range's repeats), log scale, so the fastest are as readable as the slowest."""
+    if ranges.empty:
+        return message("no ranges to draw", title)
+    k = kernels[kernels["range_id"].isin(ranges.index)]
+    gpu = k.assign(d=(k["end"] - k["start"]) / 1e6).groupby("range_id")["d"].sum()
+    r = ranges.assign(wall=(ranges["end"] - ranges["start"]) / 1e6, gpu=gpu.reindex(ranges.index).fillna(0.0))
+    med = r.groupby(r["variant"].astype(str)).agg(wall=("wall", "median"), gpu=("gpu", "median"), n=("wall", "size"))
+    st = _style(style, med.index)
+    names = [s for s in st if s in med.index]
+    med = med.loc[names]
+    fastest = med["gpu"][med["gpu"] > 0].min()
+    fig = go.Figure()
+    fig.add_trace(go.Bar(y=names, x=med["wall"], orientation="h", name="NVTX range (wall)", marker={
+        "color": [st[n]["color"] for n in names], "opacity": 0.35}, hovertemplate="%{y}: range %{x:.3f} ms<extra></extra>"))
+    fig.add_trace(go.Bar(y=names, x=med["gpu"], orientation="h", name="its kernels (GPU time)",
+                         marker={"color": [st[n]["color"] for n in names]},
+                         text=[f"{fmt_num(v)} ms" + (f" ({v / fastest:.1f}×)" if fastest and v > fastest * 1.05 else "")
+                               for v in med["gpu"]], textposition="outside", cliponaxis=False,
+                         hovertemplate="%{y}: kernels %{x:.3f} ms<extra></extra>"))
+    v = _finite([*med["wall"], *med["gpu"]])
+    log_axis(fig, "x", v.min(), v.max(), "time [ms] (log; median over the range's repeats)", pad=2.5)
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(title=f"{title}<br><sup>pale: the NVTX range (wall time); solid: its kernels (GPU time); "
+                      "× the fastest</sup>", template=TEMPLATE, barmode="overlay", height=max(240, 150 + 34 * len(names)),
+                      showlegend=False, bargap=0.25)
+    return fig
+
+
+def timeline(kernels: pd.DataFrame, ranges: pd.DataFrame, title: str, style: Style | None = None) -> go.Figure:
+    """Each implementation's range (its median-length repeat) zoomed to its own time axis: the
+    NVTX range as a pale bar, the kernels it launched on the GPU as solid bars labelled by name."""
+    if ranges.empty:
+        return message("no ranges to draw", title)
+    r = ranges.assign(wall=(ranges["end"] - ranges["start"]) / 1e6)
+    st = _style(style, r["variant"].astype(str).unique())
+    names = [s for s in st if s in set(r["variant"].astype(str))]
+    picks = []
+    for n in names:
+        g = r[r["variant"].astype(str) == n].sort_values("wall")
+        picks.append(g.index[len(g) // 2])
+    sub_titles = []
+    for n, rid in zip(names, picks, strict=True):
+        kk = kernels[kernels["range_id"] == rid]
+        gpu = float(((kk["end"] - kk["start"]) / 1e6).sum())
+        wall = r.loc[rid, "wall"]
+        zoom = ""
+        if len(kk) and gpu < 0.2 * wall:
+            first = (kk["start"].min() - ranges.loc[rid, "start"]) / 1e6
+            zoom = f" (zoomed to the kernels, {fmt_num(first)} ms into the range)"
+        sub_titles.append(f"<b>{n}</b>: range {fmt_num(wall)} ms, {len(kk)} kernel"
+                          f"{'s' if len(kk) != 1 else ''} {fmt_num(gpu)} ms on the GPU{zoom}")
+    height = 100 + 140 * len(names)
+    fig = make_subplots(rows=len(names), cols=1, shared_xaxes=False, subplot_titles=sub_titles,
+                        vertical_spacing=min(0.3, 78 / height))
+    for i, (n, rid) in enumerate(zip(names, picks, strict=True), 1):
+        t0 = ranges.loc[rid, "start"]
+        wall = r.loc[rid, "wall"]
+        color = st[n]["color"]
+        fig.add_trace(go.Bar(y=["range"], x=[wall], base=[0], orientation="h", showlegend=False,
+                             marker={"color": color, "opacity": 0.25}, hovertext=str(ranges.loc[rid, "range"]),
+                             hoverinfo="text"), i, 1)
+        kk = kernels[kernels["range_id"] == rid].sort_values("start")
+        s = (kk["start"] - t0) / 1e6
+        d = (kk["end"] - kk["start"]) / 1e6
+        fig.add_trace(go.Bar(y=["GPU"] * len(kk), x=d, base=s, orientation="h", showlegend=False,
+                             marker={"color": color, "line": {"width": 0.5, "color": "white"}},
+                             text=[k if len(k) <= 40 else k[:38] + "…" for k in kk["kernel"].astype(str)],
+                             textposition="inside", insidetextanchor="middle",
+                             textfont={"size": 10}, constraintext="inside",
+                             hovertext=[f"{a}<br>{fmt_num(dd * 1e3)} µs at {fmt_num(ss)} ms" for a, dd, ss in
+                                        zip(kk["kernel"], d, s, strict=True)], hoverinfo="text"), i, 1)
+        lo, hi = 0.0, wall * 1.02
+        if len(kk) and (d.sum() < 0.2 * wall):  # host time dominates the range: zoom to its kernels
+            span = float((s + d).max() - s.min())
+            lo, hi = max(0.0, float(s.min()) - 0.08 * span), float((s + d).max()) + 0.08 * span
+        fig.update_xaxes(range=[lo, hi], ticksuffix=" ms", row=i, col=1)
+        fig.update_yaxes(categoryorder="array", categoryarray=["GPU", "range"], row=i, col=1)
+    fig.update_layout(title=title, barmode="overlay", template=TEMPLATE, height=height, margin={"l": 70})
+    fig.update_annotations(font={"size": 12}, xanchor="left", x=0)
+    return fig
+
+
+def lines_vs_x(df: pd.DataFrame, y: str, title: str, x: str = "N", style: Style | None = None, log_y: bool = True,
+               ylabel: str | None = None, facet_candidates: Iterable[str] = ()) -> go.Figure:
+    """``y`` against the sweep field ``x``, one line per implementation, faceted by pass (columns)
+    and one other varying field (rows, in its natural order)."""
+    d = df[df[y].notna()] if y in df else df.iloc[0:0]
+    if d.empty:
+        return message(f"no values of {ylabel or y}", title)
+    d = d.sort_values(x).copy()
+    st = _style(style, d["variant"].astype(str).unique())
+    names = [s for s in st if s in set(d["variant"].astype(str))]
+    if not pd.api.types.is_numeric_dtype(d[x]):  # no sweep: a bar per range
+        fig = px.bar(d, x=y, y=x, color="variant", orientation="h", title=title, log_x=log_y,
+                     labels={y: ylabel or y, x: "", "variant": "implementation"},
+                     hover_data=[c for c in ("gpu_ms", "tflops", "kernels", "gap_ms") if c in d],
+                     color_discrete_map=_colors(st), category_orders={"variant": names})
+        v = _finite(d[y])
+        if log_y and len(v):
+            log_axis(fig, "x", v.min(), v.max(), ylabel or y, pad=2)
+        fig.update_layout(template=TEMPLATE, height=160 + 30 * len(d))
+        fit_legend(fig, len(names), 300)
+        return fig
+    col = "pass" if "pass" in d and d["pass"].nunique() > 1 else None
+    row = next((c for c in facet_candidates if c in d and c not in (x, "pass", "variant")
+                and 1 < d[c].nunique() <= 4), None)
+    orders = {**_ORDER, "variant": names}
+    if row:
+        d["facet"] = shape_label(d, [row])
+        orders["facet"] = _shape_order(d, [row], d["facet"])
+    fig = px.line(d, x=x, y=y, color="variant", symbol="variant", facet_col=col, facet_row="facet" if row else None,
+                  markers=True, title=title, labels={y: ylabel or y, "variant": "implementation"},
+                  hover_data=[c for c in ("range", "gpu_ms", "tflops", "kernels", "gap_ms") if c in d],
+                  color_discrete_map=_colors(st), symbol_map=_symbols(st), category_orders=orders)
+    clean_facet_labels(fig)
+    if pd.api.types.is_numeric_dtype(d[x]):
+        log_axis(fig, "x", d[x].min(), d[x].max(), pad=1.15)
+    v = _finite(d[y])
+    if log_y and len(v):
+        log_axis(fig, "y", v.min(), v.max(), pad=1.5)
+    fig.update_yaxes(title_text="")
+    fig.update_yaxes(title_text=ylabel or y, col=1)
+    fig.update_layout(template=TEMPLATE, height=310 * (d["facet"].nunique() if row else 1) + 130)
+    rank_legend(fig, names)
+    fit_legend(fig, len(names))
+    return fig
+
+
+# --------------------------------------------------------------------------- option studies
+
+OPTION_METRICS = (("relative_time", "time / best in its study"), ("occupancy", "achieved occupancy [%]"),
+                  ("registers", "registers / thread"))
+
+
+def option_bars(study: pd.DataFrame, variant: str, style: Style | None = None,
+                metrics: Sequence[tuple[str, str]] = OPTION_METRICS) -> go.Figure:
+    """One implementation's option study: per pass (columns), a bar per option setting (only the
+    settings run in that pass, in natural order) for each metric (rows), grouped by study (the
+    fields the settings share: N, D ...), the studies in shades of the implementation's colour."""
+    d = study[study["variant"].astype(str) == variant].copy()
+    title = f"{variant}: option settings"
+    if d.empty:
+        return message(f"no option study for {variant}", title)
+    metrics = [(m, lab) for m, lab in metrics if m in d and d[m].notna().any()]
+    passes = [p for p in ("forward", "backward") if p in set(d["pass"])] or [None]
+    color = _style(style, [variant])[variant]["color"]
+    studies = sorted(d["study"].unique(), key=natural_key)
+    cmap = dict(zip(studies, shades(color, len(studies)), strict=True))
+    fig = make_subplots(rows=len(metrics), cols=len(passes), shared_xaxes=False, vertical_spacing=0.08,
+                        horizontal_spacing=0.06, column_titles=[p or "" for p in passes],
+                        row_titles=[lab for _, lab in metrics])
+    for j, p in enumerate(passes, 1):
+        dp = d if p is None else d[d["pass"] == p]
+        order = sorted(dp["option"].unique(), key=natural_key)
+        for i, (m, lab) in enumerate(metrics, 1):
+            for s in studies:
+                g = dp[dp["study"] == s].set_index("option").reindex(order)
+                fig.add_trace(go.Bar(x=order, y=g[m], name=s, legendgroup=s, showlegend=(i == 1 and j == 1),
+                                     marker={"color": cmap[s]},
+                                     customdata=np.stack([g["ms"].to_numpy(dtype=float)], axis=-1),
+                                     hovertemplate=f"{s}<br>%{{x}}: {lab} %{{y:.3g}}<br>GPU time %{{customdata[0]:.3f}} ms"
+                                                   "<extra></extra>"), i, j)
+            fig.update_xaxes(categoryorder="array", categoryarray=order, row=i, col=j)
+            if m == "relative_time":
+                fig.add_hline(y=1, line_color=GREY, line_width=1, row=i, col=j)
+            if m == "occupancy":
+                fig.update_yaxes(range=[0, 100], ticksuffix="%", row=i, col=j)
+    fig.update_layout(title=title, barmode="group", template=TEMPLATE, height=110 + 250 * len(metrics),
+                      legend_title_text="study (fields shared by the settings)",
+                      legend={"orientation": "h", "y": -0.08, "yanchor": "top"})
+    fig.for_each_annotation(lambda a: a.update(font={"size": 11}))
+    return fig
+
+
+def metric_vs_option(df: pd.DataFrame, y: str, title: str, ylabel: str | None = None) -> go.Figure:
+    """A bar per option setting (natural order), grouped by study; pass in columns, each column
+    showing only its own settings."""
+    d = df[df[y].notna()] if y in df else df.iloc[0:0]
+    if d.empty:
+        return message(f"no values of {ylabel or y}", title)
+    variant = str(d["variant"].iloc[0]) if "variant" in d else ""
+    fig = option_bars(d, variant, None, [(y, ylabel or y)])
+    fig.update_layout(title=title)
+    return fig
+
+
+def working_set_vs_x(ws: pd.DataFrame, l2_bytes: float, title: str, x: str = "N", style: Style | None = None) -> go.Figure:
+    """The modeled working set [MiB] against ``x`` per implementation and pass (backward dashed),
+    the L2 size as a labelled line; implementations with the same working set share a line."""
+    cols = [c for c in ws.columns if c.startswith(f"{x}=")]
+    if ws.empty or not cols:
+        return message("no modeled working set", title)
+    ids = [c for c in ws.columns if c not in cols and c not in (f"outgrows L2 at {x}", "onset note")]
+    long = ws.melt(id_vars=ids, value_vars=cols, var_name=x, value_name="MiB").dropna(subset=["MiB"])
+    long[x] = long[x].str.split("=", n=1).str[1].astype(float)
+    st = _style(style, long["variant"].astype(str).unique())
+    extra = [c for c in ids if c not in ("variant",)]
+    long["_key"] = shape_label(long, extra).replace("all", "") if extra else ""
+    fig = go.Figure()
+    # implementations whose curves coincide (on the sizes both ran) are drawn once, named together
+    curves: list[tuple[str, dict[float, float], list[str]]] = []
+    groups = sorted(long.groupby([long["variant"].astype(str), "_key"], sort=False),
+                    key=lambda kv: -len(kv[1]))
+    for (variant, key), g in groups:
+        pts = {float(a): round(float(b), 3) for a, b in zip(g[x], g["MiB"], strict=True)}
+        same = next((c for c in curves if c[0] == key and all(c[1].get(a) == b for a, b in pts.items())), None)
+        if same:
+            same[2].append(variant)
+        else:
+            curves.append((key, pts, [variant]))
+    order = {s: i for i, s in enumerate(st)}
+    for key, pts, variants in sorted(curves, key=lambda c: (min(order.get(v, 99) for v in c[2]), c[0])):
+        variants = sorted(variants, key=lambda v: order.get(v, 99))
+        v = variants[0]
+        dash = "dash" if "backward" in key else "solid"
+        name = ", ".join(variants) + (f" — {key}" if key else "")
+        xs = sorted(pts)
+        fig.add_trace(go.Scatter(x=xs, y=[pts[a] for a in xs], mode="lines+markers", name=name, legendgroup=v,
+                                 line={"color": st[v]["color"], "dash": dash}, marker={"symbol": st[v]["symbol"]},
+                                 hovertemplate=f"{name}<br>{x}=%{{x}}: %{{y:,.1f}} MiB<extra></extra>"))
+    l2 = l2_bytes / 2**20
+    xmin, xmax = long[x].min(), long[x].max()
+    fig.add_trace(go.Scatter(x=[xmin / 1.15, xmax * 1.15], y=[l2, l2], mode="lines", name=f"L2 ({l2:.0f} MiB)",
+                             line={"color": "#222", "dash": "dot", "width": 2}, hoverinfo="name"))
+    fig.add_annotation(x=math.log10(xmin), y=math.log10(l2), text=f"L2 = {l2:.0f} MiB", showarrow=False,
+                       xanchor="left", yanchor="bottom", font={"color": "#222"})
+    v = _finite([*long["MiB"], l2])
+    log_axis(fig, "y", v.min(), v.max(), "modeled working set [MiB]")
+    log_axis(fig, "x", xmin, xmax, x, pad=1.15)
+    fig.update_layout(title=title, template=TEMPLATE, height=520, legend={"font": {"size": 11}})
+    fit_legend(fig, len(curves) + 1)
+    return fig

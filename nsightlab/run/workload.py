@@ -1,0 +1,230 @@
+"""The workload: run a sweep's cases, warm-up outside any NVTX range, the measured launches inside
+one range per case (named by the sweep's range schema). What ``ncu`` and ``nsys`` run.
+
+    python -m nsightlab.run.workload --sweep capture/sweep.toml --iters 5 --log cases.jsonl
+    python -m nsightlab.run.workload --sweep sweep.toml --list          # range names and skips (no GPU)
+
+Progress goes to stderr as it happens (case k of n, elapsed, estimate of what is left); one line of
+JSON per finished case goes to ``--log``; an interrupted run says how many cases it finished.
+Torch is imported when cases run, not before.
+
+Backward passes run through autograd (``torch.autograd.grad`` of the output), with the range opened
+and closed *inside* autograd by two identity functions around the implementation: PyTorch runs CUDA
+backward nodes on its autograd device thread, NVTX push/pop ranges belong to a thread, and a range
+around ``autograd.grad`` on the main thread would enclose none of the backward kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..problems.impls import Implementation, resolve
+from .sweep import Case, Sweep, find
+
+
+def _first(out: Any) -> Any:
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def _bracketed_backward(fn: Callable[..., Any], inputs: tuple[Any, ...], kwargs: dict[str, Any], name: str,
+                        seed: int) -> tuple[Callable[[], Any], Callable[[bool], None]]:
+    import nvtx
+    import torch
+
+    state = {"on": False}
+
+    class _Open(torch.autograd.Function):  # on the output side: its backward runs first
+        @staticmethod
+        def forward(ctx: Any, o: Any) -> Any:
+            return o.view_as(o)
+
+        @staticmethod
+        def backward(ctx: Any, go: Any) -> Any:
+            if state["on"]:
+                nvtx.push_range(name, color="green")
+            return go
+
+    class _Close(torch.autograd.Function):  # on the inputs: its backward runs last
+        @staticmethod
+        def forward(ctx: Any, *xs: Any) -> Any:
+            return tuple(x.view_as(x) for x in xs)
+
+        @staticmethod
+        def backward(ctx: Any, *gs: Any) -> Any:
+            if state["on"]:
+                nvtx.pop_range()
+            return gs
+
+    leaves = tuple(x.detach().clone().requires_grad_(True) for x in inputs)
+    out = _Open.apply(_first(fn(*_Close.apply(*leaves), **kwargs)))
+    gen = torch.Generator(device=out.device).manual_seed(seed)
+    grad = (torch.randn(out.shape, generator=gen, device=out.device, dtype=torch.float32) + 0.5).to(out.dtype)
+
+    def run() -> Any:
+        return torch.autograd.grad(out, leaves, grad, retain_graph=True)
+
+    def arm(on: bool) -> None:
+        state["on"] = on
+
+    return run, arm
+
+
+def case_callable(impl: Implementation, case: Case, device: str = "cuda") -> tuple[Callable[[], Any], Callable[[bool], None] | None]:
+    """(run, arm) for one case: ``run()`` launches the pass once; ``arm`` (backward only) turns the
+    range inside autograd on and off. Any exception here is the implementation refusing the case."""
+    import torch
+
+    fn = impl.callable()
+    p = dict(case.params)
+    if impl.problem == "attention":
+        from ..problems import attention
+
+        inputs: tuple[Any, ...] = attention.make_inputs(p, device)
+        kwargs = {"causal": bool(p.get("causal", False)), **case.options}
+    elif impl.inputs is not None:
+        inputs, kwargs = tuple(impl.inputs(p, device)), dict(case.options)
+    else:
+        raise ValueError(f"{impl.name}: problem {impl.problem!r} needs the implementation's inputs(params, device)")
+    if case.pass_ == "forward":
+        def run() -> Any:
+            with torch.no_grad():
+                return fn(*inputs, **kwargs)
+        return run, None
+    floats = tuple(x for x in inputs if torch.is_tensor(x) and x.is_floating_point())
+    if len(floats) != len(inputs):
+        raise ValueError(f"{impl.name}: backward needs every input to be a floating-point tensor")
+    return _bracketed_backward(fn, inputs, kwargs, case.range, seed=len(case.range))
+
+
+def _skip_reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:200] if text else ''}".rstrip(": ")
+
+
+def run_cases(cases: list[Case], *, warmup: int = 1, iters: int = 1, warmup_only: str = "all", log: Any = None,
+              echo: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """Run each runnable case; ``warmup_only="needed"`` warms up only implementations whose traits do
+    not say ``needs_warmup = False`` (what Nsight Compute's application replay wants: there every
+    launch of the instruction-counting pass runs patched)."""
+    import nvtx
+    import torch
+
+    echo = echo or (lambda s: print(s, file=sys.stderr, flush=True))
+    if not torch.cuda.is_available():
+        raise RuntimeError("no CUDA device: the workload needs a GPU (torch.cuda.is_available() is False)")
+    impls = {c.impl: resolve(c.impl) for c in cases}
+    for impl in impls.values():
+        if impl.setup is not None:
+            impl.setup()
+    todo = [c for c in cases if c.runnable]
+    results: list[dict[str, Any]] = []
+    t_start = time.perf_counter()
+    for i, c in enumerate(todo, 1):
+        impl = impls[c.impl]
+        rec: dict[str, Any] = {"range": c.range, "impl": c.impl, "pass": c.pass_, "status": "ok", "started_unix": time.time()}
+        t0 = time.perf_counter()
+        try:
+            run, arm = case_callable(impl, c)
+            run()  # the probe: an implementation that refuses the case raises here, outside every range
+            n_warm = warmup if (warmup_only == "all" or impl.traits.get("needs_warmup", True)) else 0
+            for _ in range(max(0, n_warm - 1)):
+                run()
+            torch.cuda.synchronize()
+            t1 = time.perf_counter()
+            for _ in range(iters):
+                if arm is not None:
+                    arm(True)
+                    run()
+                    torch.cuda.synchronize()
+                    arm(False)
+                else:
+                    with nvtx.annotate(c.range, color="green"):
+                        run()
+                        torch.cuda.synchronize()
+            rec["range_seconds"] = (time.perf_counter() - t1) / max(iters, 1)
+            del run, arm
+        except torch.cuda.OutOfMemoryError:
+            rec["status"] = "skipped: out of GPU memory"
+        except Exception as exc:  # noqa: BLE001 - an implementation that rejects a case is a skipped row, not a crash
+            rec["status"] = f"skipped: {_skip_reason(exc)}"
+            torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        rec["seconds"] = time.perf_counter() - t0
+        results.append(rec)
+        if log is not None:
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
+        elapsed = time.perf_counter() - t_start
+        eta = elapsed / i * (len(todo) - i)
+        echo(f"[{i}/{len(todo)}] {rec['status'][:40]:8s} {rec['seconds']:6.2f} s  elapsed {elapsed:5.0f} s, "
+             f"~{eta:4.0f} s left  {c.range}")
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m nsightlab.run.workload", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sweep", required=True, help="a sweep TOML file, or the name of a registered sweep")
+    p.add_argument("--only", help="only cases whose NVTX range name matches this regex")
+    p.add_argument("--warmup", type=int, default=None, help="launches per case before its range (default: the sweep's)")
+    p.add_argument("--warmup-only", choices=("all", "needed"), default="all",
+                   help="'needed': warm up only implementations that need it (under ncu's application replay)")
+    p.add_argument("--iters", type=int, default=1, help="measured launches per case, inside its range")
+    p.add_argument("--log", help="append one JSON line per finished case to this file")
+    p.add_argument("--list", action="store_true", help="print the range names (and skips) and exit; no GPU needed")
+    a = p.parse_args(argv)
+    try:
+        sweep: Sweep = find(a.sweep)
+        cases = sweep.cases()
+        if a.only:
+            try:
+                rx = re.compile(a.only)
+            except re.error as exc:
+                raise ValueError(f"--only {a.only!r} is not a regular expression: {exc}") from None
+            cases = [c for c in cases if rx.search(c.range)]
+            if not cases:
+                raise ValueError(f"--only {a.only!r} matches no case of sweep {sweep.name}")
+    except ValueError as exc:
+        p.error(str(exc))
+    if a.iters < 1 or (a.warmup is not None and a.warmup < 0):
+        p.error("--iters must be >= 1 and --warmup >= 0")
+    if a.list:
+        for c in cases:
+            print(c.range + ("" if c.runnable else f"    [{c.status}]"))
+        return 0
+    import torch
+
+    if not torch.cuda.is_available():
+        print("error: no CUDA device: the workload needs a GPU (torch.cuda.is_available() is False); "
+              "use --list to see the range names without one", file=sys.stderr)
+        return 2
+    log = open(a.log, "a") if a.log else None  # noqa: SIM115
+    done: list[dict[str, Any]] = []
+    try:
+        done = run_cases(cases, warmup=sweep.warmup if a.warmup is None else a.warmup, iters=a.iters,
+                         warmup_only=a.warmup_only, log=log)
+    except KeyboardInterrupt:
+        n = sum(1 for _ in open(a.log)) if a.log else "?"
+        print(f"interrupted: {n} case(s) finished (see {a.log or 'the log'})", file=sys.stderr)
+        return 130
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if log:
+            log.close()
+    bad = [r for r in done if r["status"] != "ok"]
+    skipped = sum(1 for c in cases if not c.runnable)
+    print(f"{len(done) - len(bad)} cases ran, {len(bad)} refused by their implementation, {skipped} skipped by the sweep",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

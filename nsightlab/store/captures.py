@@ -1,0 +1,251 @@
+"""The profile store: profiles/<gpu>/<suite>/ folders, each self-described by a manifest."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from ..core.errors import ProfileError
+from ..core.files import MANIFEST, file_table, sha256
+from ..core.ranges import format_options
+
+
+@dataclass(frozen=True)
+class Capture:
+    gpu: str
+    suite: str
+    path: Path
+
+    @property
+    def label(self) -> str:
+        return f"{self.gpu}/{self.suite}"
+
+
+def gpu_slug(name: str) -> str:
+    """'NVIDIA H200' -> 'nvidia-h200' (the folder name of a GPU's captures)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return slug or "unknown-gpu"
+
+
+def list_captures(root: Path) -> list[Capture]:
+    """Every <gpu>/<suite> folder under ``root`` that holds benchmark results or a manifest."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ProfileError(f"profile folder {root} does not exist")
+    out = []
+    for gpu in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
+        for suite in sorted(p for p in gpu.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
+            out.append(Capture(gpu.name, suite.name, suite))
+    return out
+
+
+REQUIRED_COLUMNS = ("suite", "config", "B", "H", "N", "D", "causal", "dtype", "impl", "kind", "pass", "status",
+                    "ms", "tflops")
+
+
+def load_bench(capture: Path) -> tuple[pd.DataFrame, dict[str, dict]]:
+    """All benchmark CSVs of a capture folder as one frame, and their manifests by suite name.
+    ``Hkv`` and ``Nk`` (key/value heads, keys) are H and N where a CSV does not have them.
+
+    Raises ProfileError naming the file when a CSV has no manifest, cannot be parsed or lacks columns.
+    """
+    capture = Path(capture)
+    csvs = sorted(capture.glob("*.csv"))
+    if not csvs:
+        raise ProfileError(f"{capture}: no benchmark CSV (expected <suite>.csv with <suite>.manifest.json beside it)")
+    frames, manifests = [], {}
+    for csv in csvs:
+        man = csv.with_suffix(".manifest.json")
+        if not man.exists():
+            raise ProfileError(f"{csv}: its manifest {man.name} is missing; re-run the benchmark to capture both")
+        try:
+            manifests[csv.stem] = json.loads(man.read_text())
+        except json.JSONDecodeError as exc:
+            raise ProfileError(f"{man}: not valid JSON ({exc})") from None
+        try:
+            df = pd.read_csv(csv)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            raise ProfileError(f"{csv}: cannot be read as CSV ({exc})") from None
+        missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+        if missing:
+            raise ProfileError(f"{csv}: missing columns {missing}; is it a flash_kernels.bench CSV?")
+        frames.append(df)
+    df = pd.concat(frames, ignore_index=True)
+    df["causal"] = df["causal"].astype(str).str.lower().eq("true")
+    # key/value heads and keys: CSVs written before these columns (or rows without them) are self-attention
+    for col, like in (("Hkv", "H"), ("Nk", "N")):
+        df[col] = (df[col].fillna(df[like]) if col in df else df[like]).astype(df[like].dtype)
+    df["options"] = df["options"].fillna("")
+    return df, manifests
+
+
+# --------------------------------------------------------------------------- manifests and validation
+
+#: files larger than this are stored gzip-compressed (.gz) to keep the committed profiles small
+COMPACT_BYTES = 1 << 20
+COMPACT_SUFFIXES = (".ncu-rep", ".sqlite", ".csv", ".nsys-rep")
+
+
+def find_file(capture: Path, name: str) -> Path | None:
+    """``capture/name`` or its compressed form ``name.gz``."""
+    for cand in (Path(capture) / name, Path(capture) / (name + ".gz")):
+        if cand.exists():
+            return cand
+    return None
+
+
+def load_manifest(capture: Path) -> dict:
+    path = Path(capture) / MANIFEST
+    if not path.exists():
+        raise ProfileError(f"{capture}: no {MANIFEST}; a capture folder is written by 'python -m nsightlab.capture' "
+                           "and is complete only with its manifest")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ProfileError(f"{path}: not valid JSON ({exc})") from None
+
+
+def validate(capture: Path, *, open_reports: bool = True) -> dict:
+    """Check a capture folder: manifest present and readable, every listed file present with its
+    size and SHA-256, and (``open_reports``) every report opening. Returns the manifest; raises
+    ProfileError listing every problem."""
+    capture = Path(capture)
+    man = load_manifest(capture)
+    problems = []
+    files = man.get("files")
+    if not isinstance(files, dict) or not files:
+        raise ProfileError(f"{capture}/{MANIFEST}: lists no files")
+    for name, meta in files.items():
+        p = capture / name
+        if not p.exists():
+            problems.append(f"{name}: listed in the manifest but missing")
+            continue
+        if p.stat().st_size != meta.get("bytes"):
+            problems.append(f"{name}: {p.stat().st_size} bytes, the manifest says {meta.get('bytes')} (truncated?)")
+        elif sha256(p) != meta.get("sha256"):
+            problems.append(f"{name}: SHA-256 does not match the manifest (file changed or corrupt)")
+    if not problems and open_reports:
+        from ..parse import frames as parse  # noqa: PLC0415 - parse does not import store
+
+        for name in files:
+            base = name[:-3] if name.endswith(".gz") else name
+            try:
+                if base.endswith(".ncu-rep"):
+                    if parse.ncu_frame(capture / name, metrics=["gpu__time_duration.sum"]).empty:
+                        problems.append(f"{name}: holds no profiled kernel")
+                elif base.endswith(".sqlite"):
+                    parse.nsys_tables(capture / name)
+                elif base == "ncu_raw.csv":
+                    parse.ncu_csv_frame(capture / name)
+                elif base.endswith(".csv"):
+                    pd.read_csv(capture / name)
+            except (ProfileError, ValueError, pd.errors.ParserError) as exc:
+                problems.append(f"{name}: does not open ({exc})")
+    if problems:
+        raise ProfileError(f"{capture}: " + "; ".join(problems))
+    return man
+
+
+def short_commit(commit: object, n: int = 12) -> str:
+    """'f6b1411cb963dbf7...-dirty' -> 'f6b1411cb963-dirty': short, keeping the dirty mark."""
+    text = str(commit)
+    dirty = text.endswith("-dirty")
+    return text.removesuffix("-dirty")[:n] + ("-dirty" if dirty else "")
+
+
+def compact(capture: Path) -> list[str]:
+    """gzip the large exports of a capture (keeping the committed profiles small) and rewrite the
+    manifest's file table; the uncompressed checksums stay recorded under ``compacted``."""
+    capture = Path(capture)
+    man = load_manifest(capture)
+    done = []
+    for p in sorted(capture.iterdir()):
+        if p.is_file() and p.suffix in COMPACT_SUFFIXES and p.stat().st_size > COMPACT_BYTES:
+            gz = p.with_name(p.name + ".gz")
+            tmp = gz.with_name(gz.name + ".tmp")
+            # level 6: 5x faster than 9 on a 66 MB ncu report, 1.4% larger
+            with open(p, "rb") as src, open(tmp, "wb") as raw, \
+                    gzip.GzipFile(filename=p.name, mode="wb", fileobj=raw, mtime=0, compresslevel=6) as dst:
+                shutil.copyfileobj(src, dst)
+            man.setdefault("compacted", {})[gz.name] = {"from": p.name, "bytes": p.stat().st_size, "sha256": sha256(p)}
+            os.replace(tmp, gz)
+            p.unlink()
+            done.append(gz.name)
+    if done:
+        man["files"] = file_table(capture)
+        tmp = capture / (MANIFEST + ".tmp")
+        tmp.write_text(json.dumps(man, indent=2, default=str))
+        os.replace(tmp, capture / MANIFEST)
+    return done
+
+
+def main(argv: list[str] | None = None, prog: str = "nsightlab store") -> int:
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(prog=prog, description="List and validate captures.")
+    p.add_argument("command", choices=("list", "validate"))
+    p.add_argument("root", nargs="?", default="profiles")
+    p.add_argument("--no-open", action="store_true", help="validate checksums only, do not open the reports")
+    a = p.parse_args(argv)
+    try:
+        caps = list_captures(Path(a.root))
+    except ProfileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    bad = 0
+    for c in caps:
+        if a.command == "list":
+            try:
+                man = load_manifest(c.path)
+                print(f"{c.label:32s} {man.get('created', '?'):16s} commit {short_commit(man.get('git_commit'), 10)}  "
+                      f"{len(man.get('files', {}))} files  {man.get('timings_seconds', {}).get('total', '?')} s")
+            except ProfileError as exc:
+                bad += 1
+                print(f"{c.label:32s} INVALID: {exc}")
+        else:
+            try:
+                validate(c.path, open_reports=not a.no_open)
+                print(f"ok       {c.label}")
+            except ProfileError as exc:
+                bad += 1
+                print(f"INVALID  {exc}")
+    return 1 if bad else 0
+
+
+# --------------------------------------------------------------------------- what a capture says about its cases
+
+CASE_COLUMNS = ("range", "impl", "pass", "dtype", "options", "status", "model_flop", "model_bytes", "model_working_set",
+                "model_source")
+
+
+def cases(manifest: dict) -> pd.DataFrame:
+    """The measured cases a capture's manifest records, one row per NVTX range name: ``range``,
+    ``impl``, ``pass``, ``dtype``, ``options`` (``a=1;b=x``), ``status``, the shape fields as
+    columns (B, H, N, D, ... or whatever the sweep's shapes name), the work model's quantities where
+    the implementation declared one (``model_flop``, ``model_bytes``, ``model_working_set``,
+    ``model_source``; NaN/"" where not) and its traits as ``trait_<name>`` columns. Empty (with those
+    columns) for imported captures, which know no cases."""
+    rows = []
+    for c in manifest.get("cases") or []:
+        if not isinstance(c, dict) or not c.get("range"):
+            continue
+        model = c.get("model") or {}
+        opts = c.get("options") or {}
+        row = {"range": c["range"], "impl": c.get("impl"), "pass": c.get("pass"), "dtype": c.get("dtype"),
+               "options": format_options(opts) if isinstance(opts, dict) else str(opts),
+               "status": c.get("status", "ok"),
+               "model_flop": model.get("flop", float("nan")), "model_bytes": model.get("bytes", float("nan")),
+               "model_working_set": model.get("working_set", float("nan")), "model_source": model.get("source", "")}
+        row.update({k: v for k, v in (c.get("shape") or {}).items() if k not in row})
+        row.update({f"trait_{k}": v for k, v in (c.get("traits") or {}).items()})
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=None if rows else list(CASE_COLUMNS))
+    return df.drop_duplicates("range", keep="last").reset_index(drop=True) if len(df) else df

@@ -1,0 +1,584 @@
+"""Import Nsight reports captured anywhere into a capture folder of the profile store.
+
+    python -m nsightlab.import theirs.ncu-rep timeline.nsys-rep --profiles profiles --name theirs
+
+Accepts Nsight Compute reports (``.ncu-rep``, ``.ncu-rep.gz``) and Nsight Systems SQLite exports
+(``.sqlite``, ``.sqlite.gz``), whatever their range names, domains and metric sets, kernels outside
+every range included; a ``.nsys-rep`` is exported to SQLite with ``nsys export --type sqlite`` where
+``nsys`` is found (else the error says to export it with nsys first). The result is
+``<profiles>/<gpu-slug>/<name>/`` with ``manifest.json`` (schema 2, ``origin: "imported"``), shaped
+like the suite's own captures, so that ``store validate``, the parsers and the reports read it.
+
+Everything is written into a temporary folder under ``<profiles>`` and moved into place only when
+complete; a failure removes it and leaves any earlier folder of the same name as it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core import ranges, tools
+from ..core.errors import ProfileError
+from ..core.errors import ToolError as _ToolError
+from ..core.files import MANIFEST, file_table, local_copy, place, sha256
+from ..core.ranges import RangeSchema
+from ..parse import frames as parse
+from . import captures as store
+
+SCHEMA = 2
+#: what the importer reads, by how the file name ends
+NCU_SUFFIXES = (".ncu-rep", ".ncu-rep.gz")
+SQLITE_SUFFIXES = (".sqlite", ".sqlite.gz")
+NSYS_REP_SUFFIX = ".nsys-rep"
+ACCEPTED = (*NCU_SUFFIXES, *SQLITE_SUFFIXES, NSYS_REP_SUFFIX)
+#: a capture name: one folder name that store.list_captures lists (it skips names starting with . or _)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$")
+#: ncu's own defaults, for a report whose command line does not set them
+NCU_DEFAULTS = {"clock_control": "base", "replay_mode": "kernel", "cache_control": "all"}
+
+
+def _suffix(path: Path) -> str | None:
+    name = path.name.lower()
+    return next((s for s in sorted(ACCEPTED, key=len, reverse=True) if name.endswith(s)), None)
+
+
+def default_name(path: str | Path) -> str:
+    """The capture name for a report: its file name without the report suffix, made folder-safe."""
+    p = Path(path)
+    suf = _suffix(p)
+    stem = p.name[: -len(suf)] if suf else p.stem
+    stem = re.sub(r"[^A-Za-z0-9._+-]+", "-", stem).lstrip("._-")[:100]
+    return stem or "imported"
+
+
+def check_name(name: str) -> str:
+    if not _NAME.match(name or ""):
+        raise ProfileError(f"capture name {name!r}: use letters, digits and . _ + - only, starting with a letter or "
+                           "digit, at most 100 characters")
+    return name
+
+
+# --------------------------------------------------------------------------- what a .ncu-rep says about its session
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    out = shift = 0
+    while True:
+        if i >= len(buf) or shift > 63:
+            raise ValueError("bad varint")
+        c = buf[i]
+        i += 1
+        out |= (c & 0x7F) << shift
+        shift += 7
+        if c < 0x80:
+            return out, i
+
+
+def _fields(buf: bytes) -> list[tuple[int, int | bytes]]:
+    """The top-level fields of one protobuf message (number, varint or bytes); ValueError if malformed."""
+    out: list[tuple[int, int | bytes]] = []
+    i = 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        num, wire = key >> 3, key & 7
+        if wire == 0:
+            val, i = _varint(buf, i)
+            out.append((num, val))
+        elif wire == 2:
+            n, i = _varint(buf, i)
+            if i + n > len(buf):
+                raise ValueError("field runs past the message")
+            out.append((num, buf[i:i + n]))
+            i += n
+        elif wire in (1, 5):
+            i += 8 if wire == 1 else 4
+        else:
+            raise ValueError(f"wire type {wire}")
+    return out
+
+
+def _text(v: int | bytes) -> str | None:
+    if not isinstance(v, bytes):
+        return None
+    try:
+        return v.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def ncu_session(path: str | Path, max_blocks: int = 256) -> dict[str, Any]:
+    """What a ``.ncu-rep`` records about the session that wrote it, read from the report's own
+    session blocks (ncu-report's Python API exposes none of it, and its ``get_version()`` is the
+    *reading* library's version): ``version`` ("Nsight Compute Target"), ``cuda`` ("CUDA Version"),
+    ``command`` (the ncu command line), ``os``, ``cpu``, ``host``, ``captured_utc``. Best effort:
+    keys the report does not hold are absent, and an unknown layout gives ``{}`` (never raises).
+
+    Layout (report file version 7, Nsight Compute 2025.3): ``NVR\\0``, a uint32 header length, the
+    header, then blocks of a uint32 length and a protobuf message; session entries are messages
+    whose field 3 holds one of: 8 {1: name, 2: version}, 11 command line, 4 system {1: OS,
+    3: CPU, 5: host name}, 2 start time (Unix seconds)."""
+    out: dict[str, Any] = {}
+    try:
+        with open(local_copy(Path(path)), "rb") as fh:
+            if fh.read(4) != b"NVR\0":
+                return {}
+            (hlen,) = struct.unpack("<I", fh.read(4))
+            fh.seek(hlen, os.SEEK_CUR)
+            versions: dict[str, str] = {}
+            for _ in range(max_blocks):
+                head = fh.read(4)
+                if len(head) < 4:
+                    break
+                (n,) = struct.unpack("<I", head)
+                if n > 1 << 20:  # kernel binaries and results: no session entry is this large
+                    fh.seek(n, os.SEEK_CUR)
+                    continue
+                block = fh.read(n)
+                if len(block) < n:
+                    break
+                try:
+                    top = _fields(block)
+                except ValueError:
+                    continue
+                for num, val in top:
+                    if num != 3 or not isinstance(val, bytes):
+                        continue
+                    try:
+                        inner = _fields(val)
+                    except ValueError:
+                        continue
+                    for k, v in inner:
+                        if k == 8 and isinstance(v, bytes):
+                            kv = dict(_fields(v))
+                            key, value = _text(kv.get(1, b"")), _text(kv.get(2, b""))
+                            if key and value:
+                                versions[key] = value
+                        elif k == 11 and _text(v):
+                            out.setdefault("command", _text(v).strip())  # type: ignore[union-attr]
+                        elif k == 4 and isinstance(v, bytes):
+                            sysinfo = dict(_fields(v))
+                            for f, name in ((1, "os"), (3, "cpu"), (5, "host")):
+                                if _text(sysinfo.get(f, b"")):
+                                    out.setdefault(name, _text(sysinfo[f]))
+                        elif k == 2 and isinstance(v, int) and 1_400_000_000 < v < 4_100_000_000:
+                            out.setdefault("captured_utc", time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(v)))
+    except (OSError, ValueError, struct.error, ProfileError):
+        return {}
+    if "Nsight Compute Target" in versions:
+        out["version"] = versions["Nsight Compute Target"]
+    if "CUDA Version" in versions:
+        out["cuda"] = versions["CUDA Version"]
+    return out
+
+
+def ncu_settings(command: str | None) -> dict[str, Any]:
+    """clock_control, replay_mode, cache_control and section set from an ncu command line: the
+    option's value, ncu's default where the command line is known but does not set it, else None."""
+    out: dict[str, Any] = {k: None for k in (*NCU_DEFAULTS, "set")}
+    if not command:
+        return out
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        argv = command.split()
+    opts: dict[str, str] = {}
+    for i, a in enumerate(argv):
+        if a.startswith("--") and "=" in a:
+            opts.setdefault(a[2:].split("=", 1)[0], a.split("=", 1)[1])
+        elif a.startswith("--") and i + 1 < len(argv):
+            opts.setdefault(a[2:], argv[i + 1])
+    for key, default in NCU_DEFAULTS.items():
+        out[key] = opts.get(key.replace("_", "-"), default)
+    out["set"] = opts.get("set")
+    return out
+
+
+# --------------------------------------------------------------------------- what each kind of report says
+
+
+#: manifest gpu key -> ncu device attribute (device__attribute_<name>)
+NCU_GPU = {"name": "display_name", "sm_count": "multiprocessor_count", "l2_bytes": "l2_cache_size",
+           "total_memory_bytes": "total_memory", "clock_rate_khz": "clock_rate",
+           "max_gpu_frequency_khz": "max_gpu_frequency_khz", "memory_clock_rate_khz": "memory_clock_rate",
+           "max_mem_frequency_khz": "max_mem_frequency_khz", "memory_bus_width_bits": "global_memory_bus_width",
+           "shared_memory_per_block_optin": "max_shared_memory_per_block_optin",
+           "shared_memory_per_sm": "max_shared_memory_per_multiprocessor",
+           "registers_per_sm": "max_registers_per_multiprocessor", "max_warps_per_sm": "max_warps_per_multiprocessor",
+           "warp_size": "warp_size", "ecc_enabled": "ecc_enabled"}
+#: manifest gpu key -> nsys TARGET_INFO_GPU column (and a scale to the manifest's unit)
+NSYS_GPU = {"name": ("name", None), "sm_count": ("smCount", None), "l2_bytes": ("l2CacheSize", None),
+            "total_memory_bytes": ("totalMemory", None), "clock_rate_khz": ("clockRate", 1e-3),
+            "memory_bandwidth_bytes_per_s": ("memoryBandwidth", None),
+            "shared_memory_per_block_optin": ("maxShmemPerBlockOptin", None), "shared_memory_per_sm": ("maxShmemPerSm", None),
+            "registers_per_sm": ("maxRegistersPerSm", None), "max_warps_per_sm": ("maxWarpsPerSm", None),
+            "chip": ("chipName", None)}
+#: environment key -> nsys TARGET_INFO_SYSTEM_ENV name (only these: the table also holds the whole process environment)
+NSYS_ENV = {"driver": "NvDriverVersion", "cuda": "CudaDriverVersion", "host": "Hostname", "os": "OsDescription"}
+
+
+def _plain(v: Any) -> Any:
+    """A JSON-ready scalar (numpy ints and floats to Python's; whole floats to int)."""
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+@dataclass
+class Report:
+    """One input report: where it came from, what it is stored as, and what it says."""
+
+    path: Path
+    kind: str  # "ncu" | "nsys"
+    stored: str = ""
+    rep_stored: str | None = None  # the copied .nsys-rep, when the SQLite was exported from one
+    readable: Path | None = None  # the file the parsers read (the export, for a .nsys-rep)
+    gpu_names: list[str] = field(default_factory=list)
+    gpu: dict[str, Any] = field(default_factory=dict)
+    gpu_source: dict[str, str] = field(default_factory=dict)
+    env: dict[str, Any] = field(default_factory=dict)
+    env_source: dict[str, str] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+    range_names: set[str] = field(default_factory=set)
+
+
+def _named(path: Path, exc: ProfileError) -> ProfileError:
+    """``exc`` with the report's path in front when its message does not name it already."""
+    text = str(exc)
+    return exc if str(path) in text or path.name in text else ProfileError(f"{path}: {text}")
+
+
+def describe_ncu(rep: Report) -> None:
+    """Open a .ncu-rep with the parsers (every launch), and read its GPU, metrics and session."""
+    try:
+        frame = parse.ncu_frame(rep.readable)  # type: ignore[arg-type]
+        per_launch = parse.ncu_frame(rep.readable, metrics=["device__attribute_display_name",  # type: ignore[arg-type]
+                                                            "profiler__replayer_passes"])
+        dev = parse.ncu_device(rep.readable)  # type: ignore[arg-type]
+    except ProfileError as exc:
+        raise _named(rep.path, exc) from None
+    names = per_launch.get("device__attribute_display_name")
+    rep.gpu_names = sorted({str(n) for n in names.dropna()}) if names is not None else []
+    if not rep.gpu_names and dev.get("display_name"):
+        rep.gpu_names = [str(dev["display_name"])]
+    src = f"ncu device__attribute_* of the first launch ({rep.path.name})"
+    for key, attr in NCU_GPU.items():
+        if attr in dev and dev[attr] is not None:
+            rep.gpu[key] = _plain(dev[attr])
+            rep.gpu_source[key] = src.replace("*", attr, 1)
+    if "compute_capability_major" in dev:
+        rep.gpu["compute_capability"] = f"{int(dev['compute_capability_major'])}.{int(dev.get('compute_capability_minor', 0))}"
+        rep.gpu_source["compute_capability"] = src.replace("*", "compute_capability_major/minor", 1)
+    if "memory_clock_rate_khz" in rep.gpu and "memory_bus_width_bits" in rep.gpu:
+        rep.gpu["memory_bandwidth_bytes_per_s"] = int(2 * rep.gpu["memory_clock_rate_khz"] * 1e3
+                                                      * rep.gpu["memory_bus_width_bits"] / 8)
+        rep.gpu_source["memory_bandwidth_bytes_per_s"] = (
+            f"2 x memory_clock_rate x global_memory_bus_width / 8 (CUDA's peak formula, double data rate) from {src}")
+    session = ncu_session(rep.readable)  # type: ignore[arg-type]
+    for key in ("cuda", "host", "os", "cpu", "captured_utc"):
+        if session.get(key):
+            rep.env[key] = session[key]
+            rep.env_source[key] = f"ncu session info ({rep.path.name})"
+    passes = per_launch.get("profiler__replayer_passes")
+    rep.range_names = {r for r in frame["range"] if r}
+    units = frame.attrs.get("units", {})
+    rep.info = {"version": session.get("version"), "metrics": sorted(units), "kernels_profiled": len(frame),
+                "ranges": int(frame.loc[frame["range"] != "", "range"].nunique()),
+                "kernels_outside_ranges": int((frame["range"] == "").sum()),
+                "domains": sorted({d for d in frame["domain"] if d}),
+                "max_passes_per_kernel": _plain(passes.max()) if passes is not None and passes.notna().any() else None,
+                "command": session.get("command"), **ncu_settings(session.get("command"))}
+
+
+def _sqlite_rows(path: Path, query: str) -> list[tuple]:
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(f"file:{local_copy(path)}?mode=ro", uri=True)
+        try:
+            return con.execute(query).fetchall()
+        finally:
+            con.close()
+    except sqlite3.DatabaseError:
+        return []
+
+
+def describe_nsys(rep: Report) -> None:
+    """Open an nsys SQLite export with the parsers, and read its GPU, versions and environment."""
+    try:
+        t = parse.nsys_tables(rep.readable)  # type: ignore[arg-type]
+    except ProfileError as exc:
+        raise _named(rep.path, exc) from None
+    kern, gpu = t["kernels"], t["gpu"]
+    if kern.empty:
+        raise ProfileError(f"{rep.path}: holds no profiled kernel (no row in its CUPTI_ACTIVITY_KIND_KERNEL table; "
+                           "was it captured with --trace=cuda?)")
+    if len(gpu) and "name" in gpu:
+        used = gpu
+        dev_col = "cuDevice" if "cuDevice" in gpu else "id" if "id" in gpu else None
+        if dev_col and "deviceId" in kern:
+            sel = gpu[gpu[dev_col].isin(set(kern["deviceId"].dropna()))]
+            used = sel if len(sel) else gpu
+        rep.gpu_names = sorted({str(n) for n in used["name"].dropna()})
+        row = used.iloc[0].to_dict()
+        for key, (col, scale) in NSYS_GPU.items():
+            if col in row and row[col] is not None and row[col] == row[col]:
+                rep.gpu[key] = _plain(row[col] * scale if scale else row[col])
+                rep.gpu_source[key] = f"nsys TARGET_INFO_GPU.{col} ({rep.path.name})"
+        if "computeMajor" in row:
+            rep.gpu["compute_capability"] = f"{int(row['computeMajor'])}.{int(row.get('computeMinor', 0))}"
+            rep.gpu_source["compute_capability"] = f"nsys TARGET_INFO_GPU.computeMajor/computeMinor ({rep.path.name})"
+    path = rep.readable
+    env = dict(_sqlite_rows(path, "SELECT name, value FROM TARGET_INFO_SYSTEM_ENV WHERE name IN "  # type: ignore[arg-type]
+                                  f"({', '.join(repr(v) for v in NSYS_ENV.values())})"))
+    for key, name in NSYS_ENV.items():
+        if env.get(name):
+            value = str(env[name])
+            if key == "cuda" and value.isdigit():  # 13000 -> 13.0, as CUDA prints its version
+                value = f"{int(value) // 1000}.{int(value) % 1000 // 10}"
+            rep.env[key] = value
+            rep.env_source[key] = f"nsys TARGET_INFO_SYSTEM_ENV.{name} ({rep.path.name})"
+    start = _sqlite_rows(path, "SELECT utcTime FROM TARGET_INFO_SESSION_START_TIME")  # type: ignore[arg-type]
+    if start and start[0][0]:
+        rep.env["captured_utc"] = str(start[0][0])
+        rep.env_source["captured_utc"] = f"nsys TARGET_INFO_SESSION_START_TIME ({rep.path.name})"
+    meta = dict(_sqlite_rows(path, "SELECT name, value FROM META_DATA_EXPORT"))  # type: ignore[arg-type]
+    capture = _sqlite_rows(path, "SELECT name, value FROM META_DATA_CAPTURE "  # type: ignore[arg-type]
+                                 "WHERE name = 'PROCESS_0:COMMAND' OR name LIKE 'PROCESS_0:ARGUMENT_%'")
+    argv = [v for k, v in capture if k == "PROCESS_0:COMMAND"]
+    argv += [v for _, v in sorted(((k, v) for k, v in capture if k.startswith("PROCESS_0:ARGUMENT_")),
+                                  key=lambda kv: int(kv[0].rsplit("_", 1)[1]) if kv[0].rsplit("_", 1)[1].isdigit() else 0)]
+    ranges = t["ranges"]
+    rep.range_names = {r for r in ranges["range"] if r} if len(ranges) else set()
+    rep.info = {"version": meta.get("EXPORT_PRODUCT_VERSION"), "export_schema_version": meta.get("EXPORT_SCHEMA_VERSION"),
+                "kernels": len(kern), "ranges": len(ranges),
+                "range_names": int(ranges["range"].nunique()) if len(ranges) else 0,
+                "kernels_outside_ranges": int((kern["range"] == "").sum()),
+                "domains": sorted({d for d in ranges["domain"] if d}) if len(ranges) else [],
+                "application": argv or None}
+
+
+# --------------------------------------------------------------------------- importing
+
+
+def export_nsys_rep(src: Path, out: Path, nsys: Path) -> list[str]:
+    """``nsys export --type sqlite`` of ``src`` into ``out``; returns the command line."""
+    cmd = [str(nsys), "export", "--type", "sqlite", "--force-overwrite", "true", "--output", str(out), str(src)]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ProfileError(f"{src}: 'nsys export --type sqlite' could not run ({exc})") from None
+    if res.returncode != 0 or not out.exists():
+        tail = " | ".join((res.stdout + res.stderr).strip().splitlines()[-3:])
+        raise ProfileError(f"{src}: 'nsys export --type sqlite' failed (status {res.returncode}): {tail or 'no output'}")
+    return cmd
+
+
+def _classify(paths: Sequence[str | os.PathLike]) -> list[Report]:
+    if not paths:
+        raise ProfileError(f"no report given; accepted: {', '.join(ACCEPTED)}")
+    reports = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise ProfileError(f"{p}: no such file")
+        if not p.is_file():
+            raise ProfileError(f"{p}: not a file")
+        suf = _suffix(p)
+        if suf is None:
+            raise ProfileError(f"{p}: not a report this importer reads; accepted: {', '.join(ACCEPTED)} "
+                               "(Nsight Compute reports, Nsight Systems SQLite exports or .nsys-rep)")
+        reports.append(Report(p, "ncu" if suf in NCU_SUFFIXES else "nsys"))
+    return reports
+
+
+def _merge(reports: list[Report], attr: str, source_attr: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """Merge the reports' ``gpu``/``env`` dicts: the first report that says a value wins (ncu first)."""
+    out: dict[str, Any] = {}
+    src: dict[str, str] = {}
+    for rep in sorted(reports, key=lambda r: r.kind != "ncu"):
+        for k, v in getattr(rep, attr).items():
+            if k not in out:
+                out[k] = v
+                src[k] = getattr(rep, source_attr)[k]
+    return out, src
+
+
+def import_reports(paths: Sequence[str | os.PathLike], profiles: str | os.PathLike = "profiles", name: str | None = None,
+                   nsys: str | os.PathLike | None = None, *, description: str | None = None,
+                   argv: Sequence[str] | None = None) -> Path:
+    """Import ``paths`` into ``<profiles>/<gpu-slug>/<name>/`` and return that folder.
+
+    Raises ProfileError (missing file, unknown suffix, bad name, a report that does not open or
+    holds no kernel, reports of different GPUs) or tools.ToolError (a .nsys-rep and no nsys)."""
+    reports = _classify(paths)
+    name = check_name(name) if name is not None else default_name(reports[0].path)
+    nsys_exe: Path | None = None
+    if any(r.path.name.lower().endswith(NSYS_REP_SUFFIX) for r in reports):
+        try:
+            nsys_exe = tools.find_nsys(nsys)
+        except tools.ToolError as exc:
+            rep = next(r.path for r in reports if r.path.name.lower().endswith(NSYS_REP_SUFFIX))
+            raise tools.ToolError(f"{rep}: a .nsys-rep is read through its SQLite export, which needs Nsight Systems, "
+                                  f"and it is not available here ({exc}). Export it with nsys first: "
+                                  f"'nsys export --type sqlite -o {default_name(rep)}.sqlite {rep.name}', "
+                                  "then import the .sqlite") from None
+    profiles = Path(profiles).resolve()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    tmp = profiles / f".tmp-import-{name}-{stamp}-{os.getpid()}"
+    commands: list[dict[str, Any]] = [{"step": "import", "argv": ["python", "-m", "nsightlab.import", *(
+        argv if argv is not None else [*map(str, paths), "--profiles", str(profiles), "--name", name])]}]
+    tmp.mkdir(parents=True)
+    try:
+        count = {"ncu": 0, "nsys": 0}
+        for rep in reports:
+            count[rep.kind] += 1
+            base = rep.kind if count[rep.kind] == 1 else f"{rep.kind}-{count[rep.kind]}"
+            lower = rep.path.name.lower()
+            if lower.endswith(NSYS_REP_SUFFIX):
+                rep.rep_stored = base + NSYS_REP_SUFFIX
+                shutil.copyfile(rep.path, tmp / rep.rep_stored)
+                rep.stored = base + ".sqlite"
+                t0 = time.monotonic()
+                cmd = export_nsys_rep(tmp / rep.rep_stored, tmp / rep.stored, nsys_exe)  # type: ignore[arg-type]
+                commands.append({"step": "nsys export", "argv": cmd, "seconds": round(time.monotonic() - t0, 2),
+                                 "returncode": 0})
+                rep.readable = tmp / rep.stored
+            else:
+                suf = _suffix(rep.path)
+                rep.stored = base + (suf or "")
+                rep.readable = rep.path  # parse the user's own file, so that errors name it
+            (describe_ncu if rep.kind == "ncu" else describe_nsys)(rep)
+            if not rep.gpu_names:
+                raise ProfileError(f"{rep.path}: does not say which GPU it ran on (no device attributes / TARGET_INFO_GPU)")
+            if len(rep.gpu_names) > 1:
+                raise ProfileError(f"{rep.path}: holds kernels of several GPUs ({', '.join(map(repr, rep.gpu_names))}); "
+                                   "a capture folder is one GPU's")
+        first = reports[0]
+        for rep in reports[1:]:
+            if rep.gpu_names[0] != first.gpu_names[0]:
+                raise ProfileError(f"the reports are from different GPUs: {first.gpu_names[0]!r} ({first.path}) and "
+                                   f"{rep.gpu_names[0]!r} ({rep.path}); import each GPU's reports separately")
+        for rep in reports:
+            if not (tmp / rep.stored).exists():
+                shutil.copyfile(rep.path, tmp / rep.stored)
+        manifest = _manifest(reports, name, description, commands, stamp, tmp)
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+        store.compact(tmp)
+        store.validate(tmp, open_reports=False)
+        dest = profiles / store.gpu_slug(first.gpu_names[0]) / name
+        place(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest
+
+
+def _manifest(reports: list[Report], name: str, description: str | None, commands: list[dict[str, Any]], stamp: str,
+              folder: Path) -> dict[str, Any]:
+    gpu, gpu_src = _merge(reports, "gpu", "gpu_source")
+    env, env_src = _merge(reports, "env", "env_source")
+    gpu["name"] = reports[0].gpu_names[0]
+    gpu["source"] = gpu_src
+    env["source"] = env_src
+    ncu = [r for r in reports if r.kind == "ncu"]
+    nsys = [r for r in reports if r.kind == "nsys"]
+    ncu_info: dict[str, Any] = {}
+    if ncu:
+        first = ncu[0].info
+        ncu_info = {"version": first["version"],
+                    "metrics": sorted({m for r in ncu for m in r.info["metrics"]}),
+                    "kernels_profiled": sum(r.info["kernels_profiled"] for r in ncu),
+                    "kernels_outside_ranges": sum(r.info["kernels_outside_ranges"] for r in ncu),
+                    "ranges": sum(r.info["ranges"] for r in ncu),
+                    "domains": sorted({d for r in ncu for d in r.info["domains"]}),
+                    "max_passes_per_kernel": max((r.info["max_passes_per_kernel"] for r in ncu
+                                                  if r.info["max_passes_per_kernel"] is not None), default=None),
+                    "clock_control": first["clock_control"], "replay_mode": first["replay_mode"],
+                    "cache_control": first["cache_control"], "set": first["set"],
+                    "command": first["command"],
+                    "source": ncu[0].path.name, "files": [r.stored for r in ncu],
+                    "reports": [{"file": r.stored, "source": r.path.name, **{k: r.info[k] for k in (
+                        "version", "kernels_profiled", "clock_control", "replay_mode")}} for r in ncu],
+                    "reader": _ncu_report_version()}
+    nsys_info: dict[str, Any] = {}
+    if nsys:
+        first = nsys[0].info
+        nsys_info = {"version": first["version"], "export_schema_version": first["export_schema_version"],
+                     "kernels": sum(r.info["kernels"] for r in nsys), "ranges": sum(r.info["ranges"] for r in nsys),
+                     "kernels_outside_ranges": sum(r.info["kernels_outside_ranges"] for r in nsys),
+                     "domains": sorted({d for r in nsys for d in r.info["domains"]}),
+                     "application": first["application"],
+                     "source": nsys[0].path.name, "files": [r.stored for r in nsys],
+                     "nsys_reps": [r.rep_stored for r in nsys if r.rep_stored]}
+    used = [t for t, group in (("ncu", ncu), ("nsys", nsys)) if group]
+    names = ", ".join(r.path.name for r in reports)
+    return {
+        "schema": SCHEMA, "name": name, "suite": name,
+        "description": description or f"imported from {names}",
+        "origin": "imported", "created": stamp, "gpu": gpu, "environment": env, "git_commit": None,
+        "ncu": ncu_info, "nsys": nsys_info, "tools": used,
+        "parameters": {"tools": used, "cases": []},  # what schema-1 readers (report.applicable) look at
+        "range_schemas": [s.to_json() for s in _schemas_used(reports)], "cases": [],
+        "imported_from": [{"name": r.path.name, "bytes": r.path.stat().st_size, "sha256": sha256(r.path),
+                           "stored_as": r.rep_stored or r.stored} for r in reports],
+        "commands": commands, "files": file_table(folder),
+    }
+
+
+def _schemas_used(reports: list[Report]) -> list[RangeSchema]:
+    """The registered range schemas (those of loaded plug-ins) that decode some range name of the
+    reports: recorded in the manifest, so that the reports decode those names with them."""
+    names = {n for r in reports for n in r.range_names}
+    return [s for s in ranges.registered() if any(s.parse(n) is not None for n in names)]
+
+
+def _ncu_report_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return f"ncu-report {version('ncu-report')}"
+    except Exception:  # noqa: BLE001 - only a label
+        return None
+
+
+def main(argv: list[str] | None = None, prog: str = "nsightlab import") -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = argparse.ArgumentParser(prog=prog, description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("reports", nargs="+", metavar="REPORT", help=f"reports to import ({', '.join(ACCEPTED)})")
+    p.add_argument("--profiles", default="profiles", help="profile store root (default: profiles)")
+    p.add_argument("--name", help="capture name (default: the first report's file name without its suffix)")
+    p.add_argument("--description", help="one line saying what was captured (default: the imported file names)")
+    p.add_argument("--nsys", help="path to nsys, to export a .nsys-rep (else $NSYS, PATH, standard folders)")
+    p.add_argument("--plugin", action="append", default=[],
+                   help="a module whose range schemas decode the reports' range names (installed plug-ins are loaded too)")
+    a = p.parse_args(argv)
+    try:
+        from ..problems.impls import load_plugins
+
+        load_plugins(a.plugin)
+    except ValueError as exc:
+        p.error(str(exc))
+    try:
+        dest = import_reports(a.reports, a.profiles, a.name, a.nsys, description=a.description, argv=argv)
+    except (ProfileError, tools.ToolError, _ToolError, OSError) as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    man = store.load_manifest(dest)
+    print(f"imported {len(man['imported_from'])} report(s) from {man['gpu']['name']} into {dest} "
+          f"({', '.join(man['tools'])}; {len(man['files'])} files)")
+    return 0
