@@ -2,11 +2,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from nsightlab.store.captures import load_bench  # noqa: E402
-
 from flash_kernels import bench, model  # noqa: E402
 from flash_kernels.bench_suites import SUITES, Config, get_suite  # noqa: E402
 from flash_kernels.testing import random_attention_inputs, random_qkv  # noqa: E402
+from nsightlab.store.captures import load_bench  # noqa: E402
 
 
 def test_suites_are_the_issue_s():

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from nsightlab.store.captures import ProfileError, list_captures, validate
 
 from nsightlab.core import metrics as M
 from nsightlab.core import tools as T
@@ -18,6 +17,7 @@ from nsightlab.core.ranges import decode, schemas_of
 from nsightlab.problems import attention
 from nsightlab.run import capture as C
 from nsightlab.run.sweep import Sweep
+from nsightlab.store.captures import ProfileError, list_captures, validate
 
 
 def test_ncu_command_profiles_only_ranges_with_clocks_left_alone():

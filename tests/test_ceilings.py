@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from nsightlab.parse import frames as parse
-from nsightlab.store.captures import load_manifest
 
 from nsightlab.analysis import counters, roofline
 from nsightlab.core.ranges import schemas_of
+from nsightlab.parse import frames as parse
 from nsightlab.render import figures
 from nsightlab.run import ceilings as CE
+from nsightlab.store.captures import load_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURES = sorted(p.parent for p in (ROOT / "profiles").glob("*/seqlen/ncu_raw.csv.gz"))

@@ -12,13 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from nsightlab.parse import frames as parse
-from nsightlab.store import captures as store
-from nsightlab.store import importer
 
 from nsightlab.core import tools
 from nsightlab.core.errors import ProfileError
 from nsightlab.core.files import file_table, sha256
+from nsightlab.parse import frames as parse
+from nsightlab.store import captures as store
+from nsightlab.store import importer
 from tests.foreign import BROKEN, DEFAULT, EXPECTED, GEMM, GPU_NAME, MUL, MYLIB, SDPA, make_foreign_sqlite
 
 ROOT = Path(__file__).resolve().parent.parent

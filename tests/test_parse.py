@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from nsightlab.parse import frames as parse
-from nsightlab.store.captures import ProfileError, find_file, load_manifest
 
 from nsightlab.core.ranges import schemas_of
+from nsightlab.parse import frames as parse
 from nsightlab.problems import attention
 from nsightlab.render.page import tools_of
+from nsightlab.store.captures import ProfileError, find_file, load_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 FOREIGN_DATA = ROOT / "tests" / "data" / "foreign"

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 from bs4 import BeautifulSoup
-from nsightlab.store.captures import ProfileError, list_captures, load_bench, load_manifest
 
 from nsightlab.analysis import perf
 from nsightlab.core import metrics as M
 from nsightlab.core.files import file_table
 from nsightlab.render.report import NOTEBOOK_ORDER, applicable, read_meta
 from nsightlab.render.report import main as report_main
+from nsightlab.store.captures import ProfileError, list_captures, load_bench, load_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"
