@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CSRC = Path(__file__).resolve().parent / "csrc"
+REPO = CSRC.parents[1]
 
 #: nvcc flags for every kernel module (the build adds the GPU's own -gencode)
 NVCC_FLAGS: tuple[str, ...] = ("-O3", "-lineinfo", "-std=c++17")
@@ -49,7 +50,7 @@ MODULES: dict[str, ModuleSpec] = {
     ]
 }
 
-_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.MULTILINE)
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*$', re.MULTILINE)
 
 
 def expand_includes(path: Path, _seen: set[Path] | None = None) -> str:
@@ -64,12 +65,18 @@ def expand_includes(path: Path, _seen: set[Path] | None = None) -> str:
         return ""
     seen.add(path)
     text = path.read_text()
+    # `#line` keeps each line's own file and number in the compiled module, so -lineinfo (and with it
+    # Nsight Compute's source view) points at flash_kernels/csrc/x.cu:LINE, not at load_inline's cuda.cu
+    here = f'"{path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else path}"'
 
     def repl(m: re.Match[str]) -> str:
         inc = path.parent / m.group(1)
-        return expand_includes(inc, seen) if inc.exists() else m.group(0)
+        if not inc.exists():
+            return m.group(0)
+        resume = text.count("\n", 0, m.start()) + 2  # the line after the #include
+        return f"{expand_includes(inc, seen)}\n#line {resume} {here}"
 
-    return _INCLUDE.sub(repl, text).replace("#pragma once\n", "")
+    return f"#line 1 {here}\n" + _INCLUDE.sub(repl, text).replace("#pragma once\n", "\n")
 
 
 def module_source(name: str) -> tuple[str, str]:
