@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,8 @@ def scores(cfg: Config) -> int:
 
 
 def input_seed(cfg: Config) -> int:
-    """The inputs' seed, from the shape: N + D as before for self-attention (the same inputs as the
-    earlier runs), plus terms for Nk and Hkv where they differ from N and H."""
+    """The inputs' seed, from the shape: N + D for self-attention (the inputs of every committed
+    benchmark capture), plus terms for Nk and Hkv where they differ from N and H."""
     return (cfg.N + cfg.D + (7 * cfg.keys if cfg.keys != cfg.N else 0)
             + (13 * cfg.kv_heads if cfg.kv_heads != cfg.H else 0))
 
@@ -163,9 +164,25 @@ class SlowCases:
 
 # --------------------------------------------------------------------------- implementations
 
+#: one case's tensors: q, k, v and the output gradient g
+Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
-def _kernel_fns(impl: str, cfg: Config, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
-                pass_: str, options: dict[str, Any], max_score_elems: int):
+
+@dataclass(frozen=True)
+class Limits:
+    """Sizes and times above which a case is skipped instead of run (the --max-* flags)."""
+
+    #: B*H*N*Nk above which a materializing variant or SDPA's math backend is skipped
+    max_score_elems: int = 1 << 31
+    #: B*H*N*Nk above which torch_cpu is skipped
+    max_cpu_elems: int = 1 << 24
+    #: a GPU case whose call takes longer (twice) is skipped, and so is every later one with no less work
+    max_call_ms: float = 1500.0
+
+
+def _kernel_call(impl: str, cfg: Config, inputs: Inputs, pass_: str, options: dict[str, Any],
+                 max_score_elems: int) -> tuple[Callable[[], Any], dict[str, Any]]:
+    q, k, v, g = inputs
     var = get_variant(impl)
     if pass_ not in var.passes:
         raise Skip(f"{impl} has no {pass_} pass")
@@ -194,10 +211,10 @@ def _kernel_fns(impl: str, cfg: Config, q: torch.Tensor, k: torch.Tensor, v: tor
     return bwd, opts
 
 
-def _sdpa_fns(impl: str, cfg: Config, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
-              pass_: str, max_score_elems: int):
+def _sdpa_call(impl: str, cfg: Config, inputs: Inputs, pass_: str, max_score_elems: int) -> Callable[[], Any]:
     from torch.nn.attention import sdpa_kernel
 
+    q, k, v, g = inputs
     backend = _sdpa_backends()[impl]
     if impl == "sdpa_math" and scores(cfg) > max_score_elems:
         raise Skip(f"math backend materializes {scores(cfg):.2e} scores > --max-score-elems")
@@ -218,7 +235,7 @@ def _sdpa_fns(impl: str, cfg: Config, q: torch.Tensor, k: torch.Tensor, v: torch
         def fwd_ng() -> Any:
             with torch.no_grad():
                 return fwd()
-        return fwd_ng, {}
+        return fwd_ng
     qs, ks, vs = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
     with sdpa_kernel(backend):
         o = F.scaled_dot_product_attention(qs, ks, vs, **kw)
@@ -226,15 +243,14 @@ def _sdpa_fns(impl: str, cfg: Config, q: torch.Tensor, k: torch.Tensor, v: torch
     def bwd() -> Any:
         return torch.autograd.grad(o, (qs, ks, vs), g, retain_graph=True)
 
-    return bwd, {}
+    return bwd
 
 
-def _cpu_fn(cfg: Config, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, pass_: str,
-            max_cpu_elems: int):
+def _cpu_call(cfg: Config, inputs: Inputs, pass_: str, max_cpu_elems: int) -> Callable[[], Any]:
     if scores(cfg) > max_cpu_elems:
         raise Skip(f"{scores(cfg):.2e} scores > --max-cpu-elems")
     kw = sdpa_kwargs(cfg)
-    qc, kc, vc, gc = (t.detach().float().cpu() for t in (q, k, v, g))
+    qc, kc, vc, gc = (t.detach().float().cpu() for t in inputs)
     if pass_ == "forward":
         def fwd() -> Any:
             with torch.no_grad():
@@ -249,99 +265,164 @@ def _cpu_fn(cfg: Config, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: t
     return bwd
 
 
+def implementation_call(impl: str, cfg: Config, inputs: Inputs, pass_: str, options: dict[str, Any],
+                        limits: Limits) -> tuple[Callable[[], Any], dict[str, Any]]:
+    """One pass of ``impl`` (a registry variant, one of SDPA's backends, or torch_cpu) on ``inputs`` as a
+    call with no argument checks left in it, and the variant options it resolved to (empty for the
+    references; ``options`` apply where the variant has them). Raises Skip saying why a combination
+    does not run (pass, dtype, shape, size over ``limits``, a backend that refuses it)."""
+    if impl in VARIANTS:
+        return _kernel_call(impl, cfg, inputs, pass_, options, limits.max_score_elems)
+    if impl == "torch_cpu":
+        return _cpu_call(cfg, inputs, pass_, limits.max_cpu_elems), {}
+    return _sdpa_call(impl, cfg, inputs, pass_, limits.max_score_elems), {}
+
+
 # --------------------------------------------------------------------------- the run
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How the timed repeats run: ``warmup`` calls first, then at most ``reps`` repeats within ``budget_ms``."""
+
+    warmup: int = 3
+    reps: int = 30
+    budget_ms: float = 400.0
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What every case of one suite's run shares."""
+
+    suite: str
+    options: dict[str, Any]
+    timing: Timing
+    limits: Limits
+    flush: L2Flusher
+    slow: SlowCases
 
 
 def _worst(metrics: list[dict[str, float]]) -> dict[str, float]:
     return {k: max(m[k] for m in metrics) for k in ("max_abs", "mean_abs", "mse", "max_rel", "rel_l2")}
 
 
+def _row(suite: str, cfg: Config, dtype: str, impl: str, pass_: str) -> dict[str, Any]:
+    """A result row's identifying columns; its status is ok until a step says otherwise."""
+    kind = "kernel" if impl in VARIANTS else ("cpu" if impl == "torch_cpu" else "sdpa")
+    return {"suite": suite, "config": cfg.name, "B": cfg.B, "H": cfg.H, "Hkv": cfg.kv_heads, "N": cfg.N,
+            "Nk": cfg.keys, "D": cfg.D, "causal": cfg.causal, "dtype": dtype, "impl": impl, "kind": kind,
+            "pass": pass_, "options": "", "status": "ok"}
+
+
+def _errors(result: Any, expected: tuple[torch.Tensor, ...], pass_: str) -> dict[str, float]:
+    """The worst error metrics of a call's outputs against the reference's: O for the forward (the
+    kernels return (O, LSE), SDPA O alone), dQ, dK and dV for the backward."""
+    if pass_ == "forward":
+        return _worst([error_metrics(result[0] if isinstance(result, tuple) else result, expected[0])])
+    return _worst([error_metrics(a, b) for a, b in zip(result, expected, strict=False)])
+
+
+def _repeats(run: _Run, fn: Callable[[], Any], key: tuple[str, str, str], flop: float, config: str,
+             call_ms: float) -> list[float]:
+    """The timed repeats' milliseconds. A GPU case whose first call was slower than --max-call-ms is
+    called once more (the first may set up); still slower, it is recorded as slow and skipped."""
+    impl = key[0]
+    if impl == "torch_cpu":
+        return time_cpu(fn, reps=min(run.timing.reps, 5), budget_ms=run.timing.budget_ms * 4)
+    if call_ms > run.limits.max_call_ms:
+        _, call_ms, _ = measured_call(fn)
+        if call_ms > run.limits.max_call_ms:
+            run.slow.record(key, flop, config, call_ms)
+            raise Skip(f"one call took {call_ms:.0f} ms > --max-call-ms")
+    # slow cases are already warm after the calls above
+    return time_gpu(fn, run.flush, warmup=run.timing.warmup if call_ms < 50 else 0, reps=run.timing.reps,
+                    budget_ms=run.timing.budget_ms)
+
+
+def _measure(run: _Run, cfg: Config, dtype: str, impl: str, pass_: str, inputs: Inputs,
+             expected: tuple[torch.Tensor, ...]) -> dict[str, Any]:
+    """One result row: ``impl``'s pass checked against ``expected`` on its first call, then timed; a
+    row that does not run says why in its status."""
+    row = _row(run.suite, cfg, dtype, impl, pass_)
+    flop = model.flops(cfg.B, cfg.H, cfg.N, cfg.D, causal=cfg.causal, pass_=pass_, Hkv=cfg.Hkv, Nk=cfg.Nk)
+    try:
+        run.slow.check((impl, pass_, dtype), flop)
+        fn, opts = implementation_call(impl, cfg, inputs, pass_, run.options, run.limits)
+        row["options"] = ";".join(f"{a}={b}" for a, b in opts.items())
+        # the first call is the correctness check; on the GPU it is also timed (wall clock) and its
+        # peak memory taken
+        if impl == "torch_cpu":
+            result, call_ms, peak = fn(), 0.0, float("nan")
+        else:
+            result, call_ms, peak = measured_call(fn)
+        row.update(_errors(result, expected, pass_))
+        del result
+        row["peak_mem_mb"] = peak
+        times = _repeats(run, fn, (impl, pass_, dtype), flop, cfg.name, call_ms)
+        ms = statistics.median(times)
+        nbytes = model.compulsory_bytes(cfg.B, cfg.H, cfg.N, cfg.D, dtype, pass_=pass_, Hkv=cfg.Hkv, Nk=cfg.Nk)
+        row.update(ms=ms, ms_min=min(times), ms_max=max(times), reps=len(times), tflops=model.tflops(flop, ms),
+                   gbps=model.gbps(nbytes, ms))
+    except Skip as why:
+        row["status"] = f"skipped: {why}"
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        row["status"] = "skipped: out of GPU memory"
+    return row
+
+
+def _row_line(row: dict[str, Any]) -> str:
+    head = f"{row['suite']:10s} {row['config']:22s} {row['dtype']:8s} {row['pass']:8s} {row['impl']:18s}"
+    if row["status"] != "ok":
+        return f"{head} {row['status']}"
+    return f"{head} {row['ms']:9.3f} ms {row['tflops']:7.1f} TFLOP/s  rel_l2 {row['rel_l2']:.1e}"
+
+
+def _run_config(run: _Run, cfg: Config, dtype: str, impls: list[str], passes: list[str],
+                log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Every implementation and pass on one configuration's inputs, drawn once and checked against one
+    fp64 reference (O of the forward; dQ, dK, dV of the backward)."""
+    t_cfg = time.perf_counter()
+    inputs = random_attention_inputs(cfg.B, cfg.H, cfg.N, cfg.D, TORCH_DTYPES[dtype], Hkv=cfg.Hkv, Nk=cfg.Nk,
+                                     seed=input_seed(cfg))
+    q, k, v, g = inputs
+    expected: dict[str, tuple[torch.Tensor, ...]] = {}
+    if "forward" in passes:
+        expected["forward"] = reference_forward(q, k, v, causal=cfg.causal)[:1]
+    if "backward" in passes:
+        expected["backward"] = reference_backward(q, k, v, g, causal=cfg.causal)
+    torch.cuda.synchronize()
+    t_ref = time.perf_counter() - t_cfg
+    rows = []
+    for pass_ in passes:
+        for impl in impls:
+            rows.append(_measure(run, cfg, dtype, impl, pass_, inputs, expected[pass_]))
+            log(_row_line(rows[-1]))
+    del q, k, v, g, inputs, expected
+    torch.cuda.empty_cache()
+    log(f"{run.suite:10s} {cfg.name:22s} {dtype:8s} config done in {time.perf_counter() - t_cfg:.1f} s "
+        f"(fp64 reference {t_ref:.1f} s)")
+    return rows
+
+
 def run(suite: str, variants: list[str], refs: list[str], passes: list[str], dtypes: list[str] | None = None,
         configs: list[str] | None = None, options: dict[str, Any] | None = None, warmup: int = 3, reps: int = 30,
         budget_ms: float = 400.0, max_score_elems: int = 1 << 31, max_cpu_elems: int = 1 << 24,
         max_call_ms: float = 1500.0, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """One row (CSV_FIELDS) per dtype, configuration, pass and implementation of ``suite`` (``configs``:
+    only these), each checked against the fp64 reference and timed, or skipped with its reason."""
     cfgs, suite_dtypes, _ = get_suite(suite)
     if configs:
         unknown = sorted(set(configs) - {c.name for c in cfgs})
         if unknown:
             raise ValueError(f"unknown config(s) {unknown} in suite {suite}; known: {[c.name for c in cfgs]}")
         cfgs = [c for c in cfgs if c.name in configs]
-    flush = L2Flusher()
-    slow = SlowCases()
+    state = _Run(suite, options or {}, Timing(warmup, reps, budget_ms),
+                 Limits(max_score_elems, max_cpu_elems, max_call_ms), L2Flusher(), SlowCases())
     rows: list[dict[str, Any]] = []
     for dtype in dtypes or list(suite_dtypes):
         for cfg in cfgs:
-            t_cfg = time.perf_counter()
-            q, k, v, g = random_attention_inputs(cfg.B, cfg.H, cfg.N, cfg.D, TORCH_DTYPES[dtype], Hkv=cfg.Hkv,
-                                                 Nk=cfg.Nk, seed=input_seed(cfg))
-            ref_o, _ = reference_forward(q, k, v, causal=cfg.causal) if "forward" in passes else (None, None)
-            ref_g = reference_backward(q, k, v, g, causal=cfg.causal) if "backward" in passes else None
-            torch.cuda.synchronize()
-            t_ref = time.perf_counter() - t_cfg
-            for pass_ in passes:
-                for impl in [*variants, *refs]:
-                    row: dict[str, Any] = {"suite": suite, "config": cfg.name, "B": cfg.B, "H": cfg.H,
-                                           "Hkv": cfg.kv_heads, "N": cfg.N, "Nk": cfg.keys, "D": cfg.D,
-                                           "causal": cfg.causal, "dtype": dtype, "impl": impl,
-                                           "kind": "kernel" if impl in VARIANTS else
-                                           ("cpu" if impl == "torch_cpu" else "sdpa"),
-                                           "pass": pass_, "options": "", "status": "ok"}
-                    flop = model.flops(cfg.B, cfg.H, cfg.N, cfg.D, causal=cfg.causal, pass_=pass_, Hkv=cfg.Hkv,
-                                       Nk=cfg.Nk)
-                    try:
-                        slow.check((impl, pass_, dtype), flop)
-                        if impl in VARIANTS:
-                            fn, opts = _kernel_fns(impl, cfg, q, k, v, g, pass_, options or {},
-                                                          max_score_elems)
-                            row["options"] = ";".join(f"{a}={b}" for a, b in opts.items())
-                        elif impl == "torch_cpu":
-                            fn = _cpu_fn(cfg, q, k, v, g, pass_, max_cpu_elems)
-                        else:
-                            fn, _ = _sdpa_fns(impl, cfg, q, k, v, g, pass_, max_score_elems)
-                        # the first call is the correctness check; on the GPU it is also timed
-                        # (wall clock) and its peak memory taken
-                        if impl == "torch_cpu":
-                            result, call_ms, peak = fn(), 0.0, float("nan")
-                        else:
-                            result, call_ms, peak = measured_call(fn)
-                        if pass_ == "forward":
-                            out = result[0] if isinstance(result, tuple) else result
-                            row.update(_worst([error_metrics(out, ref_o)]))
-                        else:
-                            row.update(_worst([error_metrics(a, b) for a, b in zip(result, ref_g, strict=False)]))
-                        del result
-                        row["peak_mem_mb"] = peak
-                        if impl == "torch_cpu":
-                            times = time_cpu(fn, reps=min(reps, 5), budget_ms=budget_ms * 4)
-                        else:
-                            if call_ms > max_call_ms:  # confirm on a second call (the first may set up)
-                                _, call_ms, _ = measured_call(fn)
-                                if call_ms > max_call_ms:
-                                    slow.record((impl, pass_, dtype), flop, cfg.name, call_ms)
-                                    raise Skip(f"one call took {call_ms:.0f} ms > --max-call-ms")
-                            # slow cases are already warm after the call above
-                            times = time_gpu(fn, flush, warmup=warmup if call_ms < 50 else 0, reps=reps,
-                                             budget_ms=budget_ms)
-                        ms = statistics.median(times)
-                        nbytes = model.compulsory_bytes(cfg.B, cfg.H, cfg.N, cfg.D, dtype, pass_=pass_, Hkv=cfg.Hkv,
-                                                        Nk=cfg.Nk)
-                        row.update(ms=ms, ms_min=min(times), ms_max=max(times), reps=len(times),
-                                   tflops=model.tflops(flop, ms), gbps=model.gbps(nbytes, ms))
-                    except Skip as why:
-                        row["status"] = f"skipped: {why}"
-                    except torch.cuda.OutOfMemoryError:
-                        torch.cuda.empty_cache()
-                        row["status"] = "skipped: out of GPU memory"
-                    rows.append(row)
-                    if row["status"] == "ok":
-                        log(f"{suite:10s} {cfg.name:22s} {dtype:8s} {pass_:8s} {impl:18s} {row['ms']:9.3f} ms "
-                            f"{row['tflops']:7.1f} TFLOP/s  rel_l2 {row['rel_l2']:.1e}")
-                    else:
-                        log(f"{suite:10s} {cfg.name:22s} {dtype:8s} {pass_:8s} {impl:18s} {row['status']}")
-            del q, k, v, g, ref_o, ref_g
-            torch.cuda.empty_cache()
-            log(f"{suite:10s} {cfg.name:22s} {dtype:8s} config done in {time.perf_counter() - t_cfg:.1f} s "
-                f"(fp64 reference {t_ref:.1f} s)")
+            rows += _run_config(state, cfg, dtype, [*variants, *refs], passes, log)
     _add_ratios(rows)
     return rows
 
@@ -378,7 +459,19 @@ def _csv_list(s: str) -> list[str]:
     return [x for x in s.split(",") if x]
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass(frozen=True)
+class Selection:
+    """What the command runs, each list checked against what exists."""
+
+    suites: list[str]
+    variants: list[str]
+    refs: list[str]
+    passes: list[str]
+    dtypes: list[str] | None
+    options: dict[str, Any]
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m flash_kernels.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", default="convention", help=f"one of {', '.join(SUITES)} (comma-separated for several)")
@@ -395,30 +488,41 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-cpu-elems", type=float, default=2**24, help="skip torch_cpu above B*H*N*Nk")
     p.add_argument("--max-call-ms", type=float, default=1500.0, help="skip a case whose single call is slower")
     p.add_argument("--out", default="bench_results", help="output folder (CSV + manifest per suite)")
+    return p
+
+
+def _selection(a: argparse.Namespace) -> Selection:
+    """The command's lists; ValueError naming what is unknown and what is accepted."""
+    variants = _csv_list(a.variants)
+    for v in variants:
+        get_variant(v)
+    refs = _csv_list(a.refs)
+    bad = [r for r in refs if r not in REFERENCES]
+    if bad:
+        raise ValueError(f"unknown reference(s) {bad}; known: {', '.join(REFERENCES)}")
+    passes = _csv_list(a.passes)
+    if any(x not in ("forward", "backward") for x in passes):
+        raise ValueError(f"--passes takes forward,backward; got {a.passes}")
+    dtypes = _csv_list(a.dtypes) or None
+    if dtypes and any(d not in TORCH_DTYPES for d in dtypes):
+        raise ValueError(f"--dtypes takes {', '.join(TORCH_DTYPES)}; got {a.dtypes}")
+    options: dict[str, Any] = {}
+    for o in a.option:
+        key, _, val = o.partition("=")
+        options[key] = int(val) if val.isdigit() else val
+    suites = _csv_list(a.suite)
+    for s in suites:
+        get_suite(s)
+    return Selection(suites, variants, refs, passes, dtypes, options)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _parser()
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("no CUDA device: the benchmark needs a GPU (torch.cuda.is_available() is False)")
     try:
-        variants = _csv_list(a.variants)
-        for v in variants:
-            get_variant(v)
-        refs = _csv_list(a.refs)
-        bad = [r for r in refs if r not in REFERENCES]
-        if bad:
-            raise ValueError(f"unknown reference(s) {bad}; known: {', '.join(REFERENCES)}")
-        passes = _csv_list(a.passes)
-        if any(x not in ("forward", "backward") for x in passes):
-            raise ValueError(f"--passes takes forward,backward; got {a.passes}")
-        dtypes = _csv_list(a.dtypes) or None
-        if dtypes and any(d not in TORCH_DTYPES for d in dtypes):
-            raise ValueError(f"--dtypes takes {', '.join(TORCH_DTYPES)}; got {a.dtypes}")
-        options: dict[str, Any] = {}
-        for o in a.option:
-            key, _, val = o.partition("=")
-            options[key] = int(val) if val.isdigit() else val
-        suites = _csv_list(a.suite)
-        for s in suites:
-            get_suite(s)
+        sel = _selection(a)
     except ValueError as exc:
         p.error(str(exc))
     from nsightlab.core.environment import environment
@@ -426,10 +530,10 @@ def main(argv: list[str] | None = None) -> int:
     from . import _build
 
     build_s = _build.build_all()
-    for suite in suites:
+    for suite in sel.suites:
         t0 = time.perf_counter()
-        rows = run(suite, variants, refs, passes, dtypes, _csv_list(a.configs), options, a.warmup, a.reps,
-                   a.budget_ms, int(a.max_score_elems), int(a.max_cpu_elems), a.max_call_ms)
+        rows = run(suite, sel.variants, sel.refs, sel.passes, sel.dtypes, _csv_list(a.configs), sel.options, a.warmup,
+                   a.reps, a.budget_ms, int(a.max_score_elems), int(a.max_cpu_elems), a.max_call_ms)
         manifest = {"suite": suite, "description": SUITES[suite][2], "command": [sys.executable, "-m",
                     "flash_kernels.bench", *(argv if argv is not None else sys.argv[1:])],
                     "environment": environment(), "build_seconds": build_s,

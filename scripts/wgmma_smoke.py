@@ -1,208 +1,272 @@
-"""flash_wgmma smoke test: correctness against a float64 reference, then timings beside flash_mma and
-SDPA flash. Builds only the modules it runs (flash_wgmma_fwd, and flash_mma_fwd for the timings).
+"""flash_wgmma smoke test, forward and backward: every chosen tile (and forward pipeline) against the fp64
+reference on ragged, grouped-query and cross shapes, with a diagnosis of any failure; then timings beside
+flash_mma and SDPA flash (FlashAttention-2). Run from the repository root with the package importable
+(`pip install -e .`, or PYTHONPATH=.); the modules it runs are built on first use.
 
-    python scripts/wgmma_smoke.py                   # every (tile, pipeline) on ragged / GQA / cross shapes, then timings
-    python scripts/wgmma_smoke.py --no-time         # correctness only
-    python scripts/wgmma_smoke.py --tiles 128x128   # one tile, every pipeline
-    python scripts/wgmma_smoke.py --pipelines tma   # one pipeline (cp.async, tma, tma-ws, tma-ws-overlap), every tile
-    python scripts/wgmma_smoke.py --pipelines tma,tma-ws,tma-ws-overlap   # several
+    python scripts/wgmma_smoke.py                                   # both passes, every setting, then timings
+    python scripts/wgmma_smoke.py --no-time                         # correctness only
+    python scripts/wgmma_smoke.py --passes forward --tiles 128x128  # one forward tile, every pipeline
+    python scripts/wgmma_smoke.py --passes forward --pipelines tma,tma-ws,tma-ws-overlap
+    python scripts/wgmma_smoke.py --passes backward --bwd-tiles 64x128
 
-Correctness: inputs random normal + 0.5 (relative errors mean something), outputs poisoned with NaN
-before each call; O against torch SDPA run in float64 on the upcast inputs, LSE against a float64
-logsumexp; bounds from flash_kernels.testing.TOLERANCES (the GPU tests' table). On a failure the
-line says where: LSE right but O wrong points at O += P V (the V descriptor, the P fragment); LSE
-wrong points at S = Q K^T (the Q/K descriptors) or the softmax.
-Timing: CUDA events around each call, median of 20 after 5 warm-up calls (no L2 flush);
-TFLOP/s = 4 B H Nq Nk D / time, halved when causal with Nq == Nk. Exit status 1 on any FAIL.
+Correctness: inputs from flash_kernels.testing.random_attention_inputs (normal + 0.5, so relative errors
+mean something), outputs poisoned with NaN before each call, errors by flash_kernels.testing.error_metrics
+against flash_kernels.reference (fp64), bounds from flash_kernels.testing.TOLERANCES (the GPU tests' table).
+The backward runs from the reference's O and LSE (O cast to the input dtype), so a wrong gradient is the
+backward's own; grouped-query shapes run with the group swept by one block (group_split=1) and split over
+H/Hkv blocks. Where every row sees a single key, dQ and dK are zero up to rounding: an absolute bound there.
+A failing line says which output is wrong, in which rows, heads and 64 columns of D, and what to look at.
+Timing: flash_kernels.bench's timer and calls (CUDA events per repeat, L2 flushed before each, median of up
+to 20 after 5 warm-up calls, argument checks outside the timed call); TFLOP/s from flash_kernels.model
+(forward 4 B H N^2 D, backward 2.5 x, halved when causal). Exit status 1 on any failure.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import math
 import statistics
-import sys
-import time
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import flash_kernels as fk
+from flash_kernels import bench, model
+from flash_kernels.bench_suites import Config
+from flash_kernels.reference import reference_backward, reference_forward
+from flash_kernels.testing import TOLERANCES, error_metrics, poisoned_outputs, random_attention_inputs
 
-import flash_kernels as fk  # noqa: E402
-from flash_kernels import _build, _ops  # noqa: E402
-from flash_kernels.testing import TOLERANCES, poisoned_outputs, random_attention_inputs  # noqa: E402
-
-DT = {"float16": torch.float16, "bfloat16": torch.bfloat16}
-#: (B, H, Hkv, Nq, Nk): one query/key, ragged sizes, Nq != Nk both ways, grouped-query and multi-query
+VARIANT = "flash_wgmma"
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+#: (B, H, Hkv, Nq, Nk): one query/key, ragged sizes, Nq != Nk both ways (causal rows past the last key,
+#: key blocks no query sees), grouped-query and multi-query, several key and query blocks
 CHECK_SHAPES = [(1, 2, 2, 1, 1), (1, 2, 2, 77, 77), (2, 3, 3, 300, 300), (1, 2, 2, 1000, 1000),
-                (1, 4, 2, 77, 300), (1, 4, 1, 300, 77), (2, 4, 4, 1, 1000), (1, 2, 2, 128, 128)]
+                (1, 4, 2, 77, 300), (1, 4, 1, 300, 77), (2, 4, 4, 1, 1000), (1, 2, 2, 128, 128),
+                (1, 8, 2, 1000, 129), (1, 4, 1, 513, 700), (1, 2, 2, 257, 1)]
 #: (B, H, N): 16k tokens per batch (FlashAttention's convention)
 TIME_SHAPES = [(16, 16, 1024), (4, 16, 4096), (2, 16, 8192)]
+#: the options each pass sweeps, by command-line flag
+SWEPT = {"forward": {"tiles": "wg_tile", "pipelines": "pipeline"}, "backward": {"bwd_tiles": "wg_bwd_tile"}}
+#: what to look at when an output is wrong; the first wrong output in this order names the place
+HINTS = {
+    "LSE": "LSE wrong: S = Q K^T (the Q/K descriptors) or the softmax / masking",
+    "O": "LSE right, O wrong: O += P V (the V descriptor, the P fragments)",
+    "dV": "dV = P^T dO: P^T (S^T = K Q^T descriptors, LSE, masking) or dO read MN-major (wgmma RS, trans-b)",
+    "dK": "dK = scale dS^T Q with dV right: dS^T (dP^T = V dO^T, Dd) or Q read MN-major (wgmma RS)",
+    "dQ": "dQ = scale dS K with dK, dV right: the dS^T stores to shared memory, the transposed A descriptor, "
+          "K read MN-major, or the dQ split between warpgroups / atomics",
+}
+#: output name -> (what the kernel wrote, the fp64 reference, bounds: error metric -> largest accepted)
+Outputs = dict[str, tuple[torch.Tensor, torch.Tensor, dict[str, float]]]
 
 
-def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-              scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(O, LSE) in float64: O from SDPA (math backend, float64), LSE = logsumexp of the scaled, masked scores."""
-    H, Hkv, Nq, Nk = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
-    qd, kd, vd = (t.double() for t in (q, k, v))
-    o = F.scaled_dot_product_attention(qd, kd, vd, is_causal=causal, scale=scale,
-                                       **({"enable_gqa": True} if Hkv < H else {}))
-    kx = kd.repeat_interleave(H // Hkv, dim=1)
-    s = torch.matmul(qd, kx.transpose(-1, -2)) * scale
-    if causal:  # top-left: query i sees keys j <= i
-        s = s.masked_fill(torch.ones(Nq, Nk, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-    return o, torch.logsumexp(s, dim=-1)
-
-
-def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, tile: str,
-          pipeline: str) -> tuple[bool, dict[str, float], str]:
-    """One flash_wgmma forward against the reference: (passed, error metrics, diagnosis when it failed)."""
-    dtype = str(q.dtype).removeprefix("torch.")
-    tol = TOLERANCES[dtype]
-    scale = q.shape[-1] ** -0.5
-    ref_o, ref_lse = reference(q, k, v, causal, scale)
+def forward_outputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, causal: bool,
+                    options: dict[str, object]) -> Outputs:
+    """O (relative bounds) and LSE (absolute: it is a log) of one flash_wgmma forward."""
+    tol = TOLERANCES[str(q.dtype).removeprefix("torch.")]
+    ref_o, ref_lse = reference_forward(q, k, v, causal=causal)
     with poisoned_outputs():
-        o, lse = fk.forward(q, k, v, variant="flash_wgmma", causal=causal, wg_tile=tile, pipeline=pipeline)
+        o, lse = fk.forward(q, k, v, variant=VARIANT, causal=causal, **options)
     torch.cuda.synchronize()
-    nonfinite = int((~torch.isfinite(o)).sum()) + int((~torch.isfinite(lse)).sum())
-    diff = torch.nan_to_num(o.double() - ref_o, nan=1e30)
-    err = diff.abs()
-    m = {"max_abs": err.max().item(), "max_rel": err.max().item() / ref_o.abs().max().item(),
-         "rel_l2": (diff.norm() / ref_o.norm()).item(),
-         "lse_abs": torch.nan_to_num((lse.double() - ref_lse).abs(), nan=1e30).max().item(), "nonfinite": nonfinite}
-    ok = (nonfinite == 0 and m["rel_l2"] <= tol["out_rel_l2"] and m["max_rel"] <= tol["out_max_rel"]
-          and m["lse_abs"] <= tol["lse_abs"])
-    diag = ""
-    if not ok:
-        bad = err > tol["out_max_rel"] * ref_o.abs().max().item()
-        idx = bad.nonzero()
-        where = f"first bad O[b,h,i,d] = {tuple(idx[0].tolist())}, {int(bad.sum())} bad" if len(idx) else "no bad O element"
-        row_ids = bad.any(-1).nonzero()[:, 2].unique().tolist()
-        blocks = [f"{err[..., c:c + 64].max().item():.1e}" for c in range(0, q.shape[-1], 64)]
-        hint = ("LSE right, O wrong: look at O += P V (V descriptor / P fragments)" if m["lse_abs"] <= tol["lse_abs"]
-                else "LSE wrong: look at S = Q K^T (Q/K descriptors) or the softmax/masking")
-        diag = (f"{where}; bad query rows {row_ids[:8]}{'...' if len(row_ids) > 8 else ''} (of {q.shape[2]}); "
-                f"max err per 64-column block of D: {blocks}; {hint}")
-    return ok, m, diag
+    return {"O": (o, ref_o, {"rel_l2": tol["out_rel_l2"], "max_rel": tol["out_max_rel"]}),
+            "LSE": (lse, ref_lse, {"max_abs": tol["lse_abs"]})}
 
 
-def fmt(m: dict[str, float]) -> str:
-    return (f"max_abs {m['max_abs']:8.2e}  max_rel {m['max_rel']:8.2e}  rel_l2 {m['rel_l2']:8.2e}  "
-            f"lse_abs {m['lse_abs']:8.2e}  nonfinite {int(m['nonfinite'])}")
-
-
-def median_ms(fn, reps: int = 20, warmup: int = 5) -> float:
-    for _ in range(warmup):
-        fn()
+def backward_outputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, causal: bool,
+                     options: dict[str, object]) -> Outputs:
+    """dQ, dK, dV of one flash_wgmma backward, run from the reference's O and LSE."""
+    tol = TOLERANCES[str(q.dtype).removeprefix("torch.")]
+    ref_o, ref_lse = reference_forward(q, k, v, causal=causal)
+    refs = reference_backward(q, k, v, g, causal=causal)
+    with poisoned_outputs():
+        grads = fk.backward(q, k, v, ref_o.to(q.dtype), ref_lse.float(), g, variant=VARIANT, causal=causal,
+                            **options)
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return statistics.median(times)
+    # every row sees one key (Nk = 1, or causal with Nq = 1): P = 1, so dS = dP - rowsum(dO * O) = 0 and
+    # dQ, dK are zero up to rounding, where a relative error means nothing
+    one_key = k.shape[2] == 1 or (causal and q.shape[2] == 1)
+    relative = {"rel_l2": tol["grad_rel_l2"], "max_rel": tol["grad_max_rel"]}
+    return {name: (got, ref, {"max_abs": tol["grad_max_rel"]} if one_key and name != "dV" else relative)
+            for name, got, ref in zip(("dQ", "dK", "dV"), grads, refs, strict=True)}
 
 
-def kernel_fn(variant: str, q, k, v, causal: bool, **options):
-    """The variant's forward with the argument checks done once, outside the timed call."""
-    var, (q, k, v), scale, opts = _ops._prepare(variant, ("q", "k", "v"), (q, k, v), causal, None, options, "forward")
-    return lambda: _ops._forward(var, q, k, v, causal, scale, opts)
+OUTPUTS: dict[str, Callable[..., Outputs]] = {"forward": forward_outputs, "backward": backward_outputs}
 
 
-def sdpa_flash_fn(q, k, v, causal: bool):
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+def where_wrong(name: str, got: torch.Tensor, ref: torch.Tensor, bounds: dict[str, float]) -> str:
+    """Which elements break the element-wise bound: how many, in which rows and heads, and the largest
+    error in each 64 columns of D."""
+    err = torch.nan_to_num((got.double() - ref).abs(), nan=math.inf)
+    limit = bounds["max_abs"] if "max_abs" in bounds else bounds["max_rel"] * ref.abs().max().item()
+    bad = err > limit
+    by_row = bad.any(-1) if bad.dim() == 4 else bad  # [B, H, rows]
+    rows = by_row.nonzero()[:, 2].unique().tolist()
+    heads = by_row.nonzero()[:, 1].unique().tolist()
+    what = "key rows" if name in ("dK", "dV") else "query rows"
+    text = (f"{int(bad.sum())} bad, {what} {rows[:8]}{'...' if len(rows) > 8 else ''} (of {got.shape[2]}), "
+            f"heads {heads[:8]}")
+    if bad.dim() == 4:
+        text += "; max error per 64 columns of D " + str([f"{err[..., c:c + 64].max().item():.1e}"
+                                                          for c in range(0, got.shape[-1], 64)])
+    return text
 
-    def run() -> torch.Tensor:
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
-    return run
+def judge(outputs: Outputs) -> tuple[dict[str, dict[str, float]], str]:
+    """Error metrics per output, and a diagnosis of the outputs out of bounds ('' when none is)."""
+    metrics: dict[str, dict[str, float]] = {}
+    wrong: dict[str, str] = {}
+    for name, (got, ref, bounds) in outputs.items():
+        m = metrics[name] = error_metrics(got, ref)
+        if m["nonfinite"] or any(m[key] > bound for key, bound in bounds.items()):
+            wrong[name] = f"{name}: {where_wrong(name, got, ref, bounds)}; nonfinite {int(m['nonfinite'])}"
+    if not wrong:
+        return metrics, ""
+    first = next(n for n in HINTS if n in wrong)
+    return metrics, "\n       ".join([*wrong.values(), f"look at: {HINTS[first]}"])
+
+
+def fmt(metrics: dict[str, dict[str, float]]) -> str:
+    return "  ".join(f"{n} rel_l2 {m['rel_l2']:8.2e} max_rel {m['max_rel']:8.2e} max_abs {m['max_abs']:8.2e}"
+                     for n, m in metrics.items())
+
+
+def worse(a: float, b: float) -> float:
+    """The worse of two metric values; NaN (a non-finite output) is worst."""
+    return b if math.isnan(b) or b > a else a
+
+
+@dataclass
+class Tally:
+    """Failures so far, and how many were printed in full (the first few)."""
+
+    failures: int = 0
+    shown: int = 0
+
+    def fail(self, where: str, metrics: dict[str, dict[str, float]], diagnosis: str) -> None:
+        self.failures += 1
+        if self.shown < 12:
+            self.shown += 1
+            print(f"  FAIL {where}: {fmt(metrics)}\n       {diagnosis}")
+
+
+def settings(chosen: dict[str, list[str]], D: int) -> list[dict[str, object]]:
+    """Every combination of the chosen option values that supports head dim D."""
+    options = fk.VARIANTS[VARIANT].options
+    combos = [dict(zip(chosen, values, strict=True)) for values in itertools.product(*chosen.values())]
+    return [c for c in combos if all(D in options[n].head_dims.get(x, (D,)) for n, x in c.items())]
+
+
+def label(setting: dict[str, object]) -> str:
+    return " ".join(str(x) for x in setting.values())
+
+
+def shape_options(pass_: str, H: int, Hkv: int) -> list[dict[str, object]]:
+    """The backward's group split: whole (1) and over every query head of the group (H / Hkv)."""
+    return [{"group_split": s} for s in sorted({1, H // Hkv})] if pass_ == "backward" else [{}]
+
+
+def check_line(pass_: str, setting: dict[str, object], dtype: str, D: int, causal: bool, tally: Tally) -> None:
+    """One setting on every CHECK_SHAPES case; one PASS/FAIL line with the worst metrics over them."""
+    worst: dict[str, dict[str, float]] = {}
+    runs = bad = 0
+    for B, H, Hkv, Nq, Nk in CHECK_SHAPES:
+        q, k, v, g = random_attention_inputs(B, H, Nq, D, DTYPES[dtype], Hkv=Hkv, Nk=Nk, seed=Nq * 7 + Nk + D)
+        for extra in shape_options(pass_, H, Hkv):
+            runs += 1
+            metrics, diagnosis = judge(OUTPUTS[pass_](q, k, v, g, causal, {**setting, **extra}))
+            for name, m in metrics.items():
+                w = worst.setdefault(name, {})
+                w.update({key: worse(w.get(key, 0.0), x) for key, x in m.items()})
+            if diagnosis:
+                bad += 1
+                split = "".join(f" group_split={x}" for x in extra.values())
+                tally.fail(f"{label(setting)}{split} {dtype} D={D} causal={causal} B={B} H={H} Hkv={Hkv} Nq={Nq} "
+                           f"Nk={Nk}", metrics, diagnosis)
+    print(f"  {'FAIL' if bad else 'PASS'} {label(setting):24s} {dtype:8s} D={D:<3d} {'causal' if causal else 'full  '} "
+          f"{fmt(worst)}" + (f"  ({bad}/{runs} cases failed)" if bad else ""))
+
+
+def correctness(pass_: str, chosen: dict[str, list[str]], tally: Tally) -> None:
+    print(f"\n== {pass_} correctness (fp64 reference; outputs NaN-poisoned); worst over the shapes per line ==")
+    print("   shapes (B, H, Hkv, Nq, Nk): " + ", ".join(map(str, CHECK_SHAPES)))
+    for dtype, D, causal in itertools.product(DTYPES, (64, 128), (False, True)):
+        for setting in settings(chosen, D):
+            check_line(pass_, setting, dtype, D, causal, tally)
+
+
+def median_ms(impl: str, cfg: Config, inputs: bench.Inputs, pass_: str, options: dict[str, object],
+              flush: bench.L2Flusher) -> float:
+    fn, _ = bench.implementation_call(impl, cfg, inputs, pass_, options, bench.Limits())
+    return statistics.median(bench.time_gpu(fn, flush, warmup=5, reps=20, budget_ms=1000.0))
+
+
+def timing(pass_: str, chosen: dict[str, list[str]], tally: Tally) -> None:
+    """Each setting, flash_mma and SDPA flash at the TIME_SHAPES (fp16), each setting first checked on
+    one head of the same inputs."""
+    print(f"\n== {pass_} timing, fp16 (TFLOP/s; median of up to 20, L2 flushed; x/sdpa: SDPA flash's time over it) ==")
+    flush = bench.L2Flusher()
+    for D, causal, (B, H, N) in itertools.product((64, 128), (False, True), TIME_SHAPES):
+        cfg = Config(f"B{B}-H{H}-N{N}-D{D}", B, H, N, D, causal)
+        inputs = random_attention_inputs(B, H, N, D, torch.float16, seed=N + D)
+        one_head = tuple(t[:1, :1] for t in inputs)
+        ms = {}
+        for setting in settings(chosen, D):
+            metrics, diagnosis = judge(OUTPUTS[pass_](*one_head, causal, setting))
+            if diagnosis:
+                tally.fail(f"{label(setting)} D={D} causal={causal} N={N} (B=1, H=1 slice)", metrics, diagnosis)
+            ms[label(setting)] = median_ms(VARIANT, cfg, inputs, pass_, setting, flush)
+        for ref in ("flash_mma", "sdpa_flash"):
+            ms[ref] = median_ms(ref, cfg, inputs, pass_, {}, flush)
+        flop = model.flops(B, H, N, D, causal=causal, pass_=pass_)
+        cols = "  ".join(f"{n} {model.tflops(flop, t):6.1f}" for n, t in ms.items())
+        ratios = "  ".join(f"{n}/sdpa {ms['sdpa_flash'] / t:4.2f}" for n, t in ms.items() if n != "sdpa_flash")
+        print(f"  D={D:<3d} {'causal' if causal else 'full  '} B={B:<2d} H={H} N={N:<5d} {cols}  {ratios}")
+
+
+def chosen_options(p: argparse.ArgumentParser, a: argparse.Namespace, pass_: str) -> dict[str, list[str]]:
+    """Option name -> the values its flag chose ("all": every choice); an unknown value is a usage error."""
+    options = fk.VARIANTS[VARIANT].options
+    chosen = {}
+    for flag, name in SWEPT[pass_].items():
+        given = getattr(a, flag)
+        values = list(options[name].choices) if given == "all" else given.split(",")
+        bad = [x for x in values if x not in options[name].choices]
+        if bad:
+            p.error(f"--{flag.replace('_', '-')}: unknown {name} {bad}; accepted: {', '.join(options[name].choices)}")
+        chosen[name] = values
+    return chosen
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tiles", default="all", help="comma-separated wg_tile values, or all")
-    p.add_argument("--pipelines", default="all", help="comma-separated pipeline values, or all")
+    p.add_argument("--passes", default="forward,backward", help="forward, backward or both, comma-separated")
+    p.add_argument("--tiles", default="all", help="forward: comma-separated wg_tile values, or all")
+    p.add_argument("--pipelines", default="all", help="forward: comma-separated pipeline values, or all")
+    p.add_argument("--bwd-tiles", default="all", help="backward: comma-separated wg_bwd_tile values, or all")
     p.add_argument("--no-time", action="store_true", help="correctness only")
     a = p.parse_args(argv)
+    passes = [x for x in a.passes.split(",") if x]
+    if not passes or any(x not in OUTPUTS for x in passes):
+        p.error(f"--passes takes forward, backward or forward,backward; got {a.passes!r}")
+    chosen = {pass_: chosen_options(p, a, pass_) for pass_ in passes}
     if not torch.cuda.is_available():
-        p.error("needs a CUDA GPU")
+        p.error("needs a CUDA GPU (torch.cuda.is_available() is False)")
     cap = torch.cuda.get_device_capability()
     print(f"GPU: {torch.cuda.get_device_name()} (compute capability {cap[0]}.{cap[1]}), torch {torch.__version__}")
-    why = fk.unavailable_reason("flash_wgmma", cap)
+    why = fk.unavailable_reason(VARIANT, cap)
     if why:
         print(f"FAIL: {why}")
         return 1
-    options = fk.VARIANTS["flash_wgmma"].options
-    tiles = list(options["wg_tile"].choices) if a.tiles == "all" else a.tiles.split(",")
-    pipelines = list(options["pipeline"].choices) if a.pipelines == "all" else a.pipelines.split(",")
-    for name, got in (("wg_tile", tiles), ("pipeline", pipelines)):
-        bad = [x for x in got if x not in options[name].choices]
-        if bad:
-            p.error(f"unknown {name} {bad}; accepted: {', '.join(options[name].choices)}")
-    #: (tile, pipeline) pairs, each a column of the tables
-    configs = [(t, pl) for pl in pipelines for t in tiles]
-    t0 = time.perf_counter()
-    _build.load("flash_wgmma_fwd", verbose=False)
-    print(f"built flash_wgmma_fwd in {time.perf_counter() - t0:.1f} s")
-
-    failures = 0
-    shown = 0
-    print("\n== correctness (fp64 reference; outputs NaN-poisoned); worst over the shapes per line ==")
-    print("   shapes (B, H, Hkv, Nq, Nk): " + ", ".join(map(str, CHECK_SHAPES)))
-    for tile, pipe in configs:
-        for dtype in DT:
-            for D in (64, 128):
-                for causal in (False, True):
-                    worst: dict[str, float] = {}
-                    n_bad = 0
-                    for B, H, Hkv, Nq, Nk in CHECK_SHAPES:
-                        q, k, v, _ = random_attention_inputs(B, H, Nq, D, DT[dtype], Hkv=Hkv, Nk=Nk,
-                                                             seed=Nq * 7 + Nk + D)
-                        ok, m, diag = check(q, k, v, causal, tile, pipe)
-                        worst = {key: max(worst.get(key, 0.0), val) for key, val in m.items()}
-                        if not ok:
-                            n_bad += 1
-                            if shown < 12:  # the first failures in full
-                                shown += 1
-                                print(f"  FAIL {tile} {pipe} {dtype} D={D} causal={causal} B={B} H={H} Hkv={Hkv} Nq={Nq} "
-                                      f"Nk={Nk}: {fmt(m)}\n       {diag}")
-                    failures += n_bad
-                    print(f"  {'PASS' if n_bad == 0 else 'FAIL'} {tile:8s} {pipe:8s} {dtype:8s} D={D:<3d} "
-                          f"{'causal' if causal else 'full  '} {fmt(worst)}"
-                          + (f"  ({n_bad}/{len(CHECK_SHAPES)} shapes failed)" if n_bad else ""))
-
-    if not a.no_time:
-        print("\n== timing, fp16 (median of 20 after warm-up; TFLOP/s) ==")
-        _build.load("flash_mma_fwd")
-        for D in (64, 128):
-            for causal in (False, True):
-                for B, H, N in TIME_SHAPES:
-                    q, k, v, _ = random_attention_inputs(B, H, N, D, torch.float16, seed=N + D)
-                    flop = 4 * B * H * N * N * D / (2 if causal else 1)
-                    # correctness at this size on a slice (first batch, 2 heads), every (tile, pipeline)
-                    for tile, pipe in configs:
-                        ok, m, diag = check(q[:1, :2], k[:1, :2], v[:1, :2], causal, tile, pipe)
-                        failures += not ok
-                        if not ok:
-                            print(f"  FAIL {tile} {pipe} D={D} causal={causal} N={N} (B=1, H=2 slice): {fmt(m)}\n"
-                                  f"       {diag}")
-                    res = {}
-                    for tile, pipe in configs:
-                        res[f"{pipe} {tile}"] = median_ms(kernel_fn("flash_wgmma", q, k, v, causal, wg_tile=tile,
-                                                                    pipeline=pipe))
-                    res["flash_mma"] = median_ms(kernel_fn("flash_mma", q, k, v, causal))
-                    with torch.no_grad():
-                        res["sdpa_flash"] = median_ms(sdpa_flash_fn(q, k, v, causal))
-                    cols = "  ".join(f"{n} {flop / (ms * 1e-3) / 1e12:6.1f}" for n, ms in res.items())
-                    print(f"  D={D:<3d} {'causal' if causal else 'full  '} B={B:<2d} H={H} N={N:<5d} {cols}")
-
-    print(f"\n{'PASS' if failures == 0 else 'FAIL'}: flash_wgmma forward, {failures} failing checks")
-    return 0 if failures == 0 else 1
+    tally = Tally()
+    for pass_ in passes:
+        correctness(pass_, chosen[pass_], tally)
+        if not a.no_time:
+            timing(pass_, chosen[pass_], tally)
+    print(f"\n{'PASS' if tally.failures == 0 else 'FAIL'}: {VARIANT} {' and '.join(passes)}, "
+          f"{tally.failures} failing checks")
+    return 0 if tally.failures == 0 else 1
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from flash_kernels.testing import random_attention_inputs, random_qkv  # noqa: E
 from nsightlab.store.captures import load_bench  # noqa: E402
 
 
-def test_suites_are_the_issue_s():
+def test_suites_hold_the_documented_configurations():
     mixed, _, _ = get_suite("mixed")
     assert [c.name for c in mixed][:2] == ["Small-1", "Small-2"] and len(mixed) == 10
     assert {c.N for c in mixed} >= {32, 100}
@@ -64,7 +64,7 @@ def test_config_names_are_unique_and_dicts_round_trip():
 
 def test_inputs_seeds_and_sdpa_arguments():
     plain = Config("x", 2, 4, 64, 32, True)
-    assert bench.input_seed(plain) == 64 + 32  # what the benchmark always used: the same inputs as before
+    assert bench.input_seed(plain) == 64 + 32  # the inputs of every committed benchmark capture
     assert bench.input_seed(Config("x", 2, 4, 64, 32, True, Hkv=4, Nk=64)) == 96
     seeds = {bench.input_seed(Config("x", 2, 4, 64, 32, Hkv=h, Nk=n)) for h in (4, 2, 1) for n in (64, 17, 300)}
     assert len(seeds) == 9
@@ -93,10 +93,10 @@ def test_a_variant_that_refuses_the_shape_is_a_skip(monkeypatch):
     cfg = Config("Nq1-Nk64-Hkv2", 1, 4, 1, 64, Hkv=2, Nk=64)
     q, k, v, g = random_attention_inputs(1, 4, 1, 64, torch.float16, Hkv=2, Nk=64, device="cpu")
     with pytest.raises(bench.Skip, match="^flash_mma takes k/v with as many heads and keys as q$"):
-        bench._kernel_fns("flash_mma", cfg, q, k, v, g, "forward", {}, 1 << 31)
+        bench.implementation_call("flash_mma", cfg, (q, k, v, g), "forward", {}, bench.Limits())
     # materializing variants are judged on B*H*N*Nk scores
     with pytest.raises(bench.Skip, match="materializes 2.56e\\+02 scores"):
-        bench._kernel_fns("naive", cfg, q, k, v, g, "forward", {}, 255)
+        bench.implementation_call("naive", cfg, (q, k, v, g), "forward", {}, bench.Limits(max_score_elems=255))
 
 
 def test_csv_rows_name_hkv_and_nk_and_old_csvs_read_as_self_attention(tmp_path):
@@ -145,3 +145,26 @@ def test_slow_cases_skip_only_cases_with_no_less_work():
     slow.record(key, 1e9, "smaller", 900.0)  # a smaller slow case lowers the bar
     with pytest.raises(bench.Skip, match="smaller"):
         slow.check(key, 1.5e9)
+
+
+def test_run_on_the_cpu_checks_times_and_skips(monkeypatch):
+    """The run loop without a GPU: torch_cpu's rows are checked against the fp64 reference and timed; a
+    variant that does not take the dtype is a skipped row with its reason."""
+    monkeypatch.setattr(bench, "L2Flusher", lambda: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(bench, "random_attention_inputs",
+                        lambda *a, **kw: random_attention_inputs(*a, **kw, device="cpu"))
+    lines: list[str] = []
+    rows = bench.run("mixed", ["flash_mma"], ["torch_cpu"], ["forward", "backward"], ["float32"], ["Small-1"],
+                     reps=2, budget_ms=1.0, log=lines.append)
+    assert [(r["impl"], r["pass"], r["kind"]) for r in rows] == [
+        ("flash_mma", "forward", "kernel"), ("torch_cpu", "forward", "cpu"),
+        ("flash_mma", "backward", "kernel"), ("torch_cpu", "backward", "cpu")]
+    skipped, cpu = rows[0], rows[1]
+    assert skipped["status"] == "skipped: flash_mma does not support float32" and "ms" not in skipped
+    assert cpu["status"] == "ok" and cpu["rel_l2"] < 1e-6 and 1 <= cpu["reps"] <= 2
+    assert cpu["ms_min"] <= cpu["ms"] <= cpu["ms_max"] and cpu["tflops"] > 0
+    assert all(r["status"] == "ok" and r["rel_l2"] < 1e-5 for r in rows if r["impl"] == "torch_cpu")
+    assert all(r["speed_vs_sdpa_flash"] != r["speed_vs_sdpa_flash"] for r in rows)  # NaN: no SDPA flash row
+    assert "skipped: flash_mma does not support float32" in lines[0] and "config done" in lines[-1]

@@ -30,13 +30,13 @@
 // pipeline "cp.async" (step 1, option bits 4..7 = 0): no producer warp: every thread copies the next
 // query block with cp.async while the current one is computed; two block barriers per query block
 // (stage landed; dS^T of both warpgroups stored), each warpgroup waits for its wgmma chains at once.
-//   Measured (H200, torch 2.11.0+cu130, scripts/wgmma_bwd_smoke.py at d5d16a0, log in
-//   profiles/_logs/nvidia-h200/wgmma_bwd_d5d16a0/; fp16, B*N = 16k, H = 16, median of 20 CUDA-event timings,
-//   no L2 flush; backward TFLOP/s = 2.5 x 4 B H N^2 D, halved causal), against SDPA flash (FlashAttention-2)
-//   and flash_mma in the same run: D = 128 (64x128): 344-356 full, 302-331 causal at N = 4096-8192, 1.21-1.28x
-//   SDPA flash (flash_mma 0.85-0.93x); D = 64 (128x128): 300-312 full, 245-288 causal, 1.19-1.25x (the 64x128
-//   tile 0.88-0.97x). Every correctness check passes (the one that failed in that log was the check's own:
-//   rows that see a single key have dQ = dK = 0, now judged by absolute error).
+//   Measured (H200, torch 2.11.0+cu130, scripts/wgmma_bwd_smoke.py at d5d16a0, now scripts/wgmma_smoke.py
+//   --passes backward, log in profiles/_logs/nvidia-h200/wgmma_bwd_d5d16a0/; fp16, B*N = 16k, H = 16, median of
+//   20 CUDA-event timings, no L2 flush; backward TFLOP/s = 2.5 x 4 B H N^2 D, halved causal), against SDPA flash
+//   (FlashAttention-2) and flash_mma in the same run: D = 128 (64x128): 344-356 full, 302-331 causal at
+//   N = 4096-8192, 1.21-1.28x SDPA flash (flash_mma 0.85-0.93x); D = 64 (128x128): 300-312 full, 245-288
+//   causal, 1.19-1.25x (the 64x128 tile 0.88-0.97x). Every correctness check passes (the one that failed in
+//   that log was the check's own: rows that see a single key have dQ = dK = 0, now judged by absolute error).
 #include "wgmma.cuh"
 
 namespace fk {

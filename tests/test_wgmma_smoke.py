@@ -1,0 +1,51 @@
+"""scripts/wgmma_smoke.py without a GPU: its diagnosis of a wrong output and its usage errors."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from flash_kernels.reference import reference_forward  # noqa: E402
+from flash_kernels.testing import TOLERANCES, random_attention_inputs  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("wgmma_smoke", ROOT / "scripts" / "wgmma_smoke.py")
+smoke = importlib.util.module_from_spec(spec)
+sys.modules["wgmma_smoke"] = smoke  # dataclasses look their module up
+spec.loader.exec_module(smoke)
+
+
+def _forward_outputs(o: torch.Tensor, lse: torch.Tensor, ref_o: torch.Tensor, ref_lse: torch.Tensor):
+    tol = TOLERANCES["float16"]
+    return {"O": (o, ref_o, {"rel_l2": tol["out_rel_l2"], "max_rel": tol["out_max_rel"]}),
+            "LSE": (lse, ref_lse, {"max_abs": tol["lse_abs"]})}
+
+
+def test_a_wrong_output_is_located_and_explained():
+    q, k, v, _ = random_attention_inputs(1, 2, 40, 128, torch.float16, seed=3, device="cpu")
+    ref_o, ref_lse = reference_forward(q, k, v)
+    metrics, diagnosis = smoke.judge(_forward_outputs(ref_o.half(), ref_lse.float(), ref_o, ref_lse))
+    assert diagnosis == "" and set(metrics) == {"O", "LSE"}
+    o = ref_o.half()
+    o[0, 1, 7, 64:70] += 1  # head 1, query row 7, the second 64 columns of D
+    metrics, diagnosis = smoke.judge(_forward_outputs(o, ref_lse.float(), ref_o, ref_lse))
+    first, hint = diagnosis.split("\n")
+    assert first.startswith("O: 6 bad, query rows [7] (of 40), heads [1]; max error per 64 columns of D ['")
+    assert first.endswith("'1.0e+00']; nonfinite 0")
+    assert hint.strip() == f"look at: {smoke.HINTS['O']}"
+    o[0, 0, 0, 0] = float("nan")
+    metrics, diagnosis = smoke.judge(_forward_outputs(o, ref_lse.float() + 1, ref_o, ref_lse))
+    assert metrics["O"]["nonfinite"] == 1 and "nonfinite 1" in diagnosis
+    assert diagnosis.endswith(smoke.HINTS["LSE"])  # a wrong LSE points at the scores, before O
+
+
+def test_usage_errors_say_what_is_accepted(capsys):
+    for argv, said in ((["--passes", "sideways"], "--passes takes forward, backward or forward,backward"),
+                       (["--tiles", "100x100"], "--tiles: unknown wg_tile ['100x100']; accepted: 128x128,"),
+                       (["--passes", "backward", "--bwd-tiles", "192x64"], "unknown wg_bwd_tile ['192x64']")):
+        with pytest.raises(SystemExit) as exc:
+            smoke.main(argv)
+        assert exc.value.code == 2 and said in capsys.readouterr().err
