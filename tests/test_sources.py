@@ -103,3 +103,23 @@ ptxas info    : Used 249 registers, used 1 barriers, 1024 bytes smem, 400 bytes 
     assert r.kernel == "flash_mma_forward_kernel<half,128,128,32,2>"
     assert (r.registers, r.shared_bytes, r.stack_bytes, r.spill_store_bytes, r.spill_load_bytes) == (249, 1024, 8, 4, 12)
     assert readable_kernel_name("_ZN2fk17tiled_gemm_kernelIfLb1EEvv") == "tiled_gemm_kernel<float,true>"
+
+
+def test_every_module_is_built_with_line_info(monkeypatch):
+    """-lineinfo on every module's nvcc line, so that Nsight Compute maps SASS to the CUDA source lines
+    (the deep capture tier's source view); it changes no generated code."""
+    pytest.importorskip("torch")
+    import torch.utils.cpp_extension as cpp_extension
+
+    from flash_kernels import _build
+
+    calls = {}
+    monkeypatch.setattr(cpp_extension, "load_inline", lambda **kw: calls.setdefault(kw["name"], kw))
+    monkeypatch.setattr(_build, "unavailable", lambda name: None)  # every module, whatever GPU this is
+    monkeypatch.setattr(_build, "_arch_flags", lambda: [])
+    monkeypatch.setattr(_build, "_LOADED", {})
+    monkeypatch.setattr(_build, "BUILD_SECONDS", {})
+    for name in MODULES:
+        _build.load(name)
+    assert set(calls) == {f"fk_{name}" for name in MODULES}
+    assert [n for n, kw in calls.items() if "-lineinfo" not in kw["extra_cuda_cflags"]] == []
