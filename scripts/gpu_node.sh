@@ -149,7 +149,7 @@ PY
       # the Triton example, plugged in only through the public path, beside flash_mma and SDPA flash
       step example
       t0=$(date +%s)
-      # EXAMPLE_MODULE/EXAMPLE_NAME: another version of the kernel, e.g. the one before a change, for a comparison
+      # EXAMPLE_MODULE/EXAMPLE_NAME: another version of the kernel (e.g. an earlier one, named by what it does), for a comparison
       python3 -m nsightlab.capture --impl triton_fa2=examples.triton_attention.${EXAMPLE_MODULE:-triton_attention}:attention \
         --impl flash_mma --impl sdpa_flash -B 4 -H 16 -N 1024,4096 -D ${EXAMPLE_D:-128} --causal both \
         --pass forward,backward --name ${EXAMPLE_NAME:-triton-example} \

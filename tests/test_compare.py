@@ -195,10 +195,10 @@ def test_h200_base_h100_new_flags_the_memory_bound_rows(capsys):
 
     # the benchmark: every sdpa_math forward (it materializes the scores in DRAM) of 1 ms or more is slower,
     # as are tiled's forwards at D=64 from N=1024; the CUDA-core flash kernels are not
-    # (bench-before: the H200's run of the same code as the H100's bench)
-    assert C.main([f"{H200}/bench-before", f"{H100}/bench"]) == 1
+    # (bench-mma-fwd-always-rescale: the H200's run of the same code as the H100's bench)
+    assert C.main([f"{H200}/bench-mma-fwd-always-rescale", f"{H100}/bench"]) == 1
     out = capsys.readouterr().out
-    b = C.compare_captures(f"{H200}/bench-before", f"{H100}/bench").ranges
+    b = C.compare_captures(f"{H200}/bench-mma-fwd-always-rescale", f"{H100}/bench").ranges
     long = b[b["base_ms"] >= 1]
     math_fwd = long[(long["variant"] == "sdpa_math") & (long["pass"] == "forward")]
     assert len(math_fwd) >= 20 and (math_fwd["verdict"] == C.SLOWER).all()

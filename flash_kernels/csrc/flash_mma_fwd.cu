@@ -7,8 +7,9 @@
 // BR = 64); BC keys per K/V tile. Causal launches visit the heaviest query blocks first.
 // Grouped-query attention: query head h reads key/value head h / (H / Hkv) (Dims::kv_head).
 //
-// This version (af477a1) changes the softmax, and what it bought on the H200 (bench-before -> bench,
-// convention sweep, fp16/bf16, flash_mma / SDPA flash): the running max is kept in raw score units,
+// This version (af477a1) changes the softmax, and what it bought on the H200 (captures
+// bench-mma-fwd-always-rescale -> bench-mma-bwd-4warp, the first with this forward; convention sweep,
+// fp16/bf16, flash_mma / SDPA flash): the running max is kept in raw score units,
 // so a score costs one FFMA and one MUFU.EX2 (it was FMUL, FADD, EX2), and O is rescaled only when a
 // row max of the warp grew in this tile (a warp vote; at D = 128 the rescale is 128 FMULs per thread
 // against 32 exponentials). D = 64: 0.80-0.83 -> 0.93-0.98; D = 128: 0.74-0.79 -> 0.80-0.85.

@@ -7,8 +7,9 @@
 // multiply-add loads both of its operands (through L1/L2), so load issue, not arithmetic, bounds the
 // products, and once B*H*N*N*4 bytes outgrow L2 every pass over S and P goes to DRAM. The next step
 // (tiled.cu) attacks the first problem; the flash steps attack the second.
-// Measured (H200, fp16, D=64, N=512, B=32, H=32, not causal): profiles/nvidia-h200/bench-060d1a6/convention.csv,
-// rows D64-N512-full / naive: forward 76.854 ms (0.89 TFLOP/s), backward 190.544 ms.
+// Measured (H200, fp16, D=64, N=512, B=32, H=32, not causal):
+// profiles/nvidia-h200/bench-mma-bwd-4warp/convention.csv, rows D64-N512-full / naive: forward 76.854 ms
+// (0.89 TFLOP/s), backward 190.544 ms.
 #include "materialized.cuh"
 
 namespace fk {
