@@ -22,7 +22,7 @@ if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=$PYTHONPATH:/tmp/site JUPYTER_PATH=/tmp/site/share/jupyter || { echo "wheel install failed"; exit 1; }
 fi
-if compgen -G ".deb/*.deb" >/dev/null; then  # libdw1/libelf1 for Nsight Systems' importer (shared/GPU_NODE.md)
+if compgen -G ".deb/*.deb" >/dev/null; then  # libdw1/libelf1: Nsight Systems' importer needs them and the node lacks them
   mkdir -p /tmp/debs && for d in .deb/*.deb; do dpkg -x "$d" /tmp/debs; done
   export LD_LIBRARY_PATH=/tmp/debs/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
