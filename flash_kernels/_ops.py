@@ -21,6 +21,12 @@ _BWD_TILES = {"64x128": 0, "128x128": 1}
 _WG_BWD_TILES = {"64x128": 0, "128x128": 1}  # flash_wgmma_bwd.cu: option code bits 0..3 (bits 4..7: pipeline)
 #: the materializing variants' (module, option code): tiled_uncoalesced is tiled.cu's option 1
 _MATERIALIZED = {"naive": ("naive", 0), "tiled": ("tiled", 0), "tiled_uncoalesced": ("tiled", 1)}
+#: flash_decode.cu: keys per K/V tile, K/V pipeline stages per head dim, option code of the rows per block
+#: (bits 0..7; bits 8..: the number of key splits), shared memory a GPU keeps back per resident block
+_DECODE_KEYS = 64
+_DECODE_STAGES = {64: 4, 128: 3}
+_DECODE_ROWS = {16: 0, 32: 1, 64: 2}
+_SMEM_RESERVED_PER_BLOCK = 1024
 
 #: When True (see flash_kernels.testing.poisoned_outputs), outputs are filled with NaN before the
 #: kernels run, so an element a kernel fails to write shows up as NaN.
@@ -173,6 +179,8 @@ def _forward(variant: Variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
             q, scale = -q, -scale
         code = _WG_TILES[opts["wg_tile"]] | _WG_PIPELINES[opts["pipeline"]] << 4
         _build.load("flash_wgmma_fwd").fwd(code, q, k, v, o, lse, [], scale, causal)
+    elif name == "flash_decode":
+        _decode_forward(q, k, v, o, lse, causal, scale, opts)
     else:  # pragma: no cover - registry and dispatch disagree
         raise AssertionError(f"no forward dispatch for {name}")
     return o, lse
@@ -225,6 +233,38 @@ def _group_split(choice: Any, B: int, H: int, Hkv: int, Nk: int, causal: bool, d
     blocks = -(-Nk // _BWD_KEYS) * B * Hkv
     target = (4 if causal else 2) * torch.cuda.get_device_properties(dev).multi_processor_count
     return next((s for s in range(1, G + 1) if G % s == 0 and blocks * s >= target), G)
+
+
+def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: int, D: int, causal: bool,
+                 sms: int, smem_per_sm: int) -> tuple[int, int]:
+    """flash_decode's (rows per block, key splits) on a GPU of ``sms`` SMs of ``smem_per_sm`` bytes of shared
+    memory. rows "auto": the fewest of 16, 32, 64 that hold the H/Hkv x Nq rows of a k/v head. splits "auto":
+    as many as give every SM the blocks its shared memory holds, in one wave. Either way at most one split per
+    64-key tile of the keys a row can see (min(Nk, Nq) when causal), dealt out so that no split is empty."""
+    R = H // Hkv * Nq
+    if rows == "auto":
+        rows = next((r for r in (16, 32) if R <= r), 64)
+    tiles = -(-(min(Nk, Nq) if causal else Nk) // _DECODE_KEYS)
+    if splits == "auto":
+        smem = rows * D * 2 + _DECODE_STAGES[D] * 2 * _DECODE_KEYS * D * 2  # decode_smem in flash_decode.cu
+        per_sm = max(1, smem_per_sm // (smem + _SMEM_RESERVED_PER_BLOCK))
+        splits = max(1, per_sm * sms // (-(-R // rows) * B * Hkv))
+    per_split = -(-tiles // min(splits, tiles))
+    return rows, -(-tiles // per_split)
+
+
+def _decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                    causal: bool, scale: float, opts: dict[str, Any]) -> None:
+    """flash_decode into (o, lse), with fp32 workspaces for the splits' partial O and LSE when there are several."""
+    if scale < 0:  # flash_mma's softmax convention (running max of raw scores): scale > 0
+        q, scale = -q, -scale
+    B, H, Nq, D = q.shape
+    props = torch.cuda.get_device_properties(q.device)
+    rows, splits = _decode_plan(opts["rows"], opts["splits"], B, H, k.shape[1], Nq, k.shape[2], D, causal,
+                                props.multi_processor_count, props.shared_memory_per_multiprocessor)
+    ws = [_alloc((splits, B * H * Nq, D), torch.float32, q.device),
+          _alloc((splits, B * H * Nq), torch.float32, q.device)] if splits > 1 else []
+    _build.load("flash_decode").fwd(_DECODE_ROWS[rows] | splits << 8, q, k, v, o, lse, ws, scale, causal)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, variant: str = "flash_mma", causal: bool = False,

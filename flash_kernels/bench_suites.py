@@ -74,11 +74,12 @@ def gqa() -> list[Config]:
 
 
 def decode() -> list[Config]:
-    """Decoding against a KV cache: Nq = 1, 4, 16 new queries against Nk = 1024 to 16384 cached keys,
-    B = 8, H = 32, Hkv = 32 and 8, D = 128, not causal (a top-left causal mask would let query i see
-    only keys 0..i, which is not what a decode step does)."""
+    """Decoding against a KV cache: Nq = 1, 4, 16 new queries against Nk = 1024 to 65536 cached keys,
+    B = 8, H = 32, Hkv = 32, 8 and 1 (multi-head, grouped, multi-query), D = 128, not causal (a top-left
+    causal mask would let query i see only keys 0..i, which is not what a decode step does). Nk >= 8k
+    are the shapes of the bandwidth target (compulsory K + V bytes near the HBM limit)."""
     return [Config(f"Nq{Nq}-Nk{Nk}-Hkv{Hkv}", 8, 32, Nq, 128, False, Hkv=Hkv, Nk=Nk)
-            for Hkv in (32, 8) for Nq in (1, 4, 16) for Nk in (1024, 4096, 16384)]
+            for Hkv in (32, 8, 1) for Nq in (1, 4, 16) for Nk in (1024, 4096, 16384, 65536)]
 
 
 #: suite name -> (configs, dtypes, description)
@@ -89,9 +90,9 @@ SUITES: dict[str, tuple[list[Config], tuple[str, ...], str]] = {
                    "and not"),
     "gqa": (gqa(), ("float16",), "grouped-query / multi-query attention: H=32, D=128, Hkv = 32, 8, 1, "
             "B*N = 16384, fp16, causal and not"),
-    "decode": (decode(), ("float16",), "KV-cache decode: Nq = 1, 4, 16 queries against Nk = 1024-16384 keys, B=8, "
-               "H=32, Hkv = 32, 8, D=128, fp16, not causal (top-left causal masking is meaningless for decode: "
-               "query i would see only keys 0..i)"),
+    "decode": (decode(), ("float16", "bfloat16"), "KV-cache decode: Nq = 1, 4, 16 queries against Nk = 1024-65536 "
+               "keys, B=8, H=32, Hkv = 32, 8, 1, D=128, fp16 and bf16, not causal (top-left causal masking is "
+               "meaningless for decode: query i would see only keys 0..i)"),
 }
 
 

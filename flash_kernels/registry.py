@@ -181,6 +181,29 @@ VARIANTS: dict[str, Variant] = {
                 "group_split": _GROUP_SPLIT,
             },
         ),
+        Variant(
+            "flash_decode",
+            "flash-decoding on flash_mma's tensor-core tile, for a KV cache (few queries, many keys): the query "
+            "heads that share a k/v head packed into one block's rows, the keys split over blocks and the "
+            "splits' partial O merged by their LSE in a second kernel, K and V streamed through a 3-4 stage "
+            "cp.async ring; forward only",
+            ("float16", "bfloat16"), _HD, ("forward",), True, grouped_query=True, cross=True,
+            options={
+                "rows": Option(
+                    "rows", ("auto", 16, 32, 64),
+                    "rows per block, of the H/Hkv x Nq (query head, query) rows that share a k/v head: 16 = 4 warps "
+                    "over the keys of each tile, 32 = 2 x 2, 64 = 4 warps over the rows; auto: the fewest that "
+                    "hold them",
+                    default={64: "auto", 128: "auto"},
+                ),
+                "splits": Option(
+                    "splits", ("auto", 1, 2, 4, 8, 16, 32, 64),
+                    "blocks the keys are split over (each writes a partial O and LSE, a second kernel merges "
+                    "them), at most one per 64-key tile; auto: as many as fill the GPU's SMs in one wave",
+                    default={64: "auto", 128: "auto"},
+                ),
+            },
+        ),
     ]
 }
 

@@ -1,0 +1,59 @@
+"""flash_decode against the fp64 reference at decode shapes: H = 32 query heads over 1, 8 or 32 k/v heads,
+Nq = 1, 3, 16 queries against 1 to 65536 keys, every rows / splits choice, causal and not, outputs poisoned
+(the splits' fp32 workspaces too). Inputs random normal + 0.5 (random_attention_inputs)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import flash_kernels as fk
+from flash_kernels.reference import reference_forward
+from flash_kernels.testing import TOLERANCES, random_attention_inputs
+from tests.gpu.test_kernels import DTYPES, _assert_close, _forward_checked
+
+DECODE = fk.VARIANTS["flash_decode"]
+KEYS = (1, 17, 1000, 4097, 65536)
+
+
+def _decode_cases():
+    for dtype in DECODE.dtypes:
+        for D in DECODE.head_dims:
+            for Hkv in (1, 8, 32):
+                for Nq in (1, 3, 16):
+                    for Nk in KEYS:
+                        yield pytest.param(dtype, D, Hkv, Nq, Nk, id=f"{dtype}-D{D}-Hkv{Hkv}-Nq{Nq}-Nk{Nk}")
+
+
+@pytest.mark.parametrize("dtype,D,Hkv,Nq,Nk", list(_decode_cases()))
+def test_decode_against_reference(dtype: str, D: int, Hkv: int, Nq: int, Nk: int) -> None:
+    """The default options (rows and splits chosen for the shape and this GPU's SMs)."""
+    B = 1 if Nk > 5000 else 2  # one batch for the long caches bounds the fp64 reference
+    q, k, v, _ = random_attention_inputs(B, 32, Nq, D, DTYPES[dtype], Hkv=Hkv, Nk=Nk, seed=Nq * 31 + Nk + D + Hkv)
+    _forward_checked("flash_decode", q, k, v, False, TOLERANCES[dtype])
+
+
+#: (B, H, Hkv, Nq, Nk, D, dtype): 4 packed rows against a ragged cache; 512 packed rows (several row blocks)
+#: with Nq > 1 so causal rows differ; one head, one query, 17 keys (one ragged tile, splits clamped to 1)
+OPTION_SHAPES = [(2, 32, 8, 3, 4097, 128, "float16"), (1, 32, 1, 16, 1000, 64, "bfloat16"),
+                 (2, 1, 1, 1, 17, 128, "bfloat16")]
+
+
+@pytest.mark.parametrize("rows", DECODE.options["rows"].choices)
+@pytest.mark.parametrize("splits", DECODE.options["splits"].choices)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_every_rows_and_splits(rows: object, splits: object, causal: bool) -> None:
+    """Every choice of both options, each on shapes that are multiples of no tile; causal is top-left (query i
+    sees keys 0..i), as the reference's."""
+    for B, H, Hkv, Nq, Nk, D, dtype in OPTION_SHAPES:
+        q, k, v, _ = random_attention_inputs(B, H, Nq, D, DTYPES[dtype], Hkv=Hkv, Nk=Nk, seed=Nk + Nq)
+        _forward_checked("flash_decode", q, k, v, causal, TOLERANCES[dtype], rows=rows, splits=splits)
+
+
+@pytest.mark.parametrize("scale", [0.05, -0.3])
+def test_decode_custom_scale(scale: float) -> None:
+    """A negative scale runs as (-q) * |scale| (the softmax keeps the running max of raw scores)."""
+    q, k, v, _ = random_attention_inputs(2, 8, 4, 128, torch.float16, Hkv=2, Nk=3000, seed=5)
+    o, _ = fk.forward(q, k, v, variant="flash_decode", scale=scale, splits=8)
+    ref, _ = reference_forward(q, k, v, scale=scale)
+    _assert_close("O", o, ref, TOLERANCES["float16"]["out_rel_l2"], TOLERANCES["float16"]["out_max_rel"])

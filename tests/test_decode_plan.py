@@ -1,0 +1,82 @@
+"""flash_decode without a GPU: its options and errors, how it picks rows per block and key splits, its
+sweep. (Its kernels are tested against the reference in tests/gpu/test_decode.py.)"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import flash_kernels as fk  # noqa: E402
+from flash_kernels import _ops  # noqa: E402
+from flash_kernels._ops import _decode_plan  # noqa: E402
+
+#: an H200's SMs and shared memory per SM (two D=128 blocks fit on one SM, three at D=64)
+H200 = (132, 228 * 1024)
+
+
+def qkv(shape=(1, 2, 16, 64), dtype=torch.float16):
+    return [torch.randn(shape, dtype=torch.float32).to(dtype) for _ in range(3)]
+
+
+def test_decode_options_are_checked():
+    with pytest.raises(ValueError, match="flash_decode: option rows=48 is not supported; accepted: 'auto', 16, 32, 64"):
+        fk.forward(*qkv(), variant="flash_decode", rows=48)
+    with pytest.raises(ValueError, match="option splits=3 is not supported; accepted: 'auto', 1, 2, 4, 8, 16, 32, 64"):
+        fk.forward(*qkv(), variant="flash_decode", splits=3)
+    with pytest.raises(ValueError, match="unknown option.*tile; accepted: rows, splits"):
+        fk.forward(*qkv(), variant="flash_decode", tile="128x64")
+    with pytest.raises(TypeError, match="flash_decode does not support dtype torch.float32; accepted: torch.float16"):
+        fk.forward(*qkv(dtype=torch.float32), variant="flash_decode")
+
+
+def test_decode_is_forward_only(monkeypatch):
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="flash_decode implements the forward pass only; variants with a backward pass: "
+                                         "naive"):
+        fk.backward(q, k, v, q, torch.zeros(1, 2, 16), q, variant="flash_decode")
+    monkeypatch.setattr(_ops, "_check_devices", lambda names, tensors: None)  # CPU tensors through, as on a GPU
+    with pytest.raises(ValueError, match="flash_decode has no backward pass, but an input requires grad"):
+        fk.attention(*(t.requires_grad_(True) for t in qkv()), variant="flash_decode")
+
+
+@pytest.mark.parametrize("Hkv,Nq,rows", [(32, 1, 16), (8, 4, 16), (1, 1, 32), (8, 16, 64), (1, 16, 64)])
+def test_rows_auto_hold_the_rows_of_a_kv_head(Hkv, Nq, rows):
+    """H / Hkv x Nq rows share a k/v head: the fewest of 16, 32, 64 rows per block that hold them."""
+    assert _decode_plan("auto", 1, 8, 32, Hkv, Nq, 16384, 128, False, *H200)[0] == rows
+    assert _decode_plan(32, 1, 8, 32, Hkv, Nq, 16384, 128, False, *H200)[0] == 32  # a choice is kept
+
+
+@pytest.mark.parametrize("B,Hkv,Nq,Nk,D,splits", [
+    (8, 8, 1, 16384, 128, 4),    # 64 blocks, 2 per SM: 4 splits give 256 <= 264
+    (8, 32, 1, 16384, 128, 1),   # 256 blocks already fill the SMs
+    (8, 8, 1, 16384, 64, 6),     # 3 blocks per SM at D=64: 396 // 64
+    (1, 8, 1, 131072, 128, 33),  # one sequence: 8 blocks, 264 // 8
+    (1, 1, 1, 1000, 128, 16),    # at most one split per 64-key tile
+    (8, 8, 1, 1, 128, 1),        # one key
+])
+def test_splits_auto_fill_the_sms_in_one_wave(B, Hkv, Nq, Nk, D, splits):
+    assert _decode_plan("auto", "auto", B, 32, Hkv, Nq, Nk, D, False, *H200)[1] == splits
+
+
+def test_splits_are_dealt_out_with_none_empty():
+    for Nk in (1, 17, 64, 65, 320, 1000, 4097, 65536):
+        for choice in (*fk.VARIANTS["flash_decode"].options["splits"].choices[1:], "auto"):
+            for causal in (False, True):
+                _, splits = _decode_plan("auto", choice, 2, 32, 8, 3, Nk, 128, causal, *H200)
+                tiles = -(-(min(Nk, 3) if causal else Nk) // 64)
+                per_split = -(-tiles // splits)
+                assert 1 <= splits <= tiles and (splits - 1) * per_split < tiles, (Nk, choice, causal, splits)
+    assert _decode_plan(16, 4, 1, 1, 1, 1, 5 * 64, 128, False, *H200)[1] == 3  # 5 tiles over 4: 2 + 2 + 1
+    assert _decode_plan(16, "auto", 8, 32, 8, 1, 131072, 128, True, *H200)[1] == 1  # causal Nq=1: key 0 only
+
+
+def test_decode_sweep():
+    from nsightlab.run.sweep import find
+
+    cases = find("decode").cases()
+    assert len(cases) == 39 and all(c.runnable and c.pass_ == "forward" for c in cases)
+    ours = [c for c in cases if c.impl == "flash_decode"]
+    assert {c.params.get("Hkv", c.params["H"]) for c in ours} == {1, 8, 32}
+    assert {c.params["N"] for c in ours} == {1, 4, 16} and {c.params["D"] for c in ours} == {64, 128}
+    assert {c.params["Nk"] for c in ours} == {1024, 8192, 16384, 131072}
+    assert {c.params["dtype"] for c in ours} == {"float16", "bfloat16"}
+    assert all(c.traits["engine"] == "tensor cores" for c in ours)
