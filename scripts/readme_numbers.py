@@ -14,8 +14,9 @@ from pathlib import Path
 import pandas as pd
 
 from nsightlab.analysis import counters, l2, perf, timeline
-from nsightlab.parse import frames as parse
-from nsightlab.render.page import capture_schemas, tools_of
+from nsightlab.parse.ncu import ncu_frame
+from nsightlab.parse.nsys import nsys_tables
+from nsightlab.store.read import capture_schemas, tools_of
 from nsightlab.store.captures import cases, find_file, load_bench, load_manifest, short_commit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,7 +140,7 @@ def seqlen_findings(gpu: Path) -> str:
     m = load_manifest(cap)
     schemas = capture_schemas(m)
     cs = cases(m)
-    work = counters.kernel_work(parse.ncu_frame(find_file(cap, "ncu.ncu-rep"), schemas=schemas))
+    work = counters.kernel_work(ncu_frame(find_file(cap, "ncu.ncu-rep"), schemas=schemas))
     rng = counters.attach_model(counters.per_range(work), cs)
     fc = roofline_check(rng)
     out = []
@@ -160,7 +161,7 @@ def seqlen_findings(gpu: Path) -> str:
                f"{fm['dram_over_compulsory'].max():.2f} (N≥1024: {fm[fm['N'] >= 1024]['dram_over_compulsory'].min():.2f}–"
                f"{fm[fm['N'] >= 1024]['dram_over_compulsory'].max():.2f}); L2 hit rate at N=4096 D=64: "
                f"{fm[(fm['N'] == 4096) & (fm['D'] == 64)]['l2_hit_rate'].iloc[0]:.0f}%")
-    T = parse.nsys_tables(find_file(cap, "nsys.sqlite"), schemas)
+    T = nsys_tables(find_file(cap, "nsys.sqlite"), schemas)
     s = timeline.speedup_vs(timeline.timing_summary(timeline.range_timing(T["kernels"], T["ranges"]), cs), "sdpa_flash")
     sel = s[(s["N"] == 4096) & (s["D"] == 128)]
     for v in ("flash_mma", "sdpa_flash", "sdpa_cudnn"):
@@ -175,7 +176,7 @@ def example_table(gpu: Path, N: int = 4096) -> str:
     """The Triton example beside flash_mma and SDPA flash (nsys GPU time, median of the launches)."""
     cap = gpu / "triton-example"
     m = load_manifest(cap)
-    T = parse.nsys_tables(find_file(cap, "nsys.sqlite"), capture_schemas(m))
+    T = nsys_tables(find_file(cap, "nsys.sqlite"), capture_schemas(m))
     s = timeline.speedup_vs(timeline.timing_summary(timeline.range_timing(T["kernels"], T["ranges"]), cases(m)), "sdpa_flash")
     s = s[s["N"] == N].sort_values(["pass", "causal", "variant"], ascending=[False, True, True])
     t = pd.DataFrame({"pass": s["pass"], "causal": s["causal"].map({True: "yes", False: "no"}), "implementation": s["variant"],

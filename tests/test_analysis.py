@@ -15,7 +15,8 @@ from nsightlab.analysis import device, l2, options, roofline, timeline
 from nsightlab.core import metrics as M
 from nsightlab.core.ranges import RangeSchema, decode
 from nsightlab.render import figures
-from nsightlab.render.page import infer_schema, sweep_field
+from nsightlab.render.page import sweep_field
+from nsightlab.store.read import infer_schema
 
 SCHEMA = RangeSchema("t", ("variant", "pass"), fields={"B": "int", "N": "int", "D": "int"},
                      choices={"pass": ("forward", "backward")})
@@ -354,9 +355,9 @@ FULL = ROOT / "profiles" / "nvidia-h200" / "flash-mma-bwd-full" / "ncu.ncu-rep.g
 def test_a_foreign_report_in_rate_form_counts_exact_flops():
     """A colleague's ncu report with Nsight's roofline sections (no .sum instruction totals): the GEMM's
     counted FLOPs are 2·M·N·K, the elementwise multiply's one FMUL per element."""
-    from nsightlab.parse import frames as parse
+    from nsightlab.parse import ncu
 
-    w = C.kernel_work(parse.ncu_frame(FOREIGN))
+    w = C.kernel_work(ncu.ncu_frame(FOREIGN))
     assert any("per_cycle_elapsed" in r for r in w.attrs["used"]["inst_fmul"])
     r = C.per_range(w).set_index("range")
     assert r.loc["gemm:fwd M=2048 N=2048 K=2048", "flop"] == pytest.approx(2 * 2048**3, rel=1e-6)
@@ -367,9 +368,9 @@ def test_a_foreign_report_in_rate_form_counts_exact_flops():
 
 @pytest.mark.skipif(not FULL.exists(), reason="--set full report not present")
 def test_a_set_full_report_gives_the_roofline_quantities():
-    from nsightlab.parse import frames as parse
+    from nsightlab.parse import ncu
 
-    w = C.kernel_work(parse.ncu_frame(FULL)).iloc[0]
+    w = C.kernel_work(ncu.ncu_frame(FULL)).iloc[0]
     assert w["flop_tensor"] == pytest.approx(4 * 4 * 16 * 4096**2 * 128 * 2.5, rel=1e-6)  # B=4 H=16 N=4096 D=128 backward
     assert w["bytes_DRAM"] == pytest.approx(w["dram_read"] + w["dram_write"], rel=1e-3)
     assert w["peak_L2"] > 0 and w["peak_tensor"] > 0 and w["flop_fp32"] > 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import lzma
 import os
 import shutil
 import subprocess
@@ -15,8 +16,8 @@ import pytest
 
 from nsightlab.core import tools
 from nsightlab.core.errors import ProfileError
-from nsightlab.core.files import file_table, sha256
-from nsightlab.parse import frames as parse
+from nsightlab.core.files import copy_content, file_table, sha256
+from nsightlab.parse import ncu, ncu_session, nsys, range_columns
 from nsightlab.store import captures as store
 from nsightlab.store import importer
 from tests.foreign import BROKEN, DEFAULT, EXPECTED, GEMM, GPU_NAME, MUL, MYLIB, SDPA, make_foreign_sqlite
@@ -30,9 +31,28 @@ SLUG = "nvidia-h100-80gb-hbm3"
 def ncu_rep(tmp_path_factory) -> Path:
     """The committed H100 blocksize report, uncompressed under a name nobody in this project uses."""
     dest = tmp_path_factory.mktemp("foreign") / "their_run.ncu-rep"
-    with gzip.open(BLOCKSIZE / "ncu.ncu-rep.gz", "rb") as src, open(dest, "wb") as out:
-        shutil.copyfileobj(src, out)
+    with open(dest, "wb") as out:
+        copy_content(store.find_file(BLOCKSIZE, "ncu.ncu-rep"), out)
     return dest
+
+
+def _packed(src: Path, dest: Path) -> Path:
+    """``src`` compressed into ``dest`` (.gz or .xz by its name), fast rather than small."""
+    opener = gzip.open(dest, "wb", compresslevel=1) if dest.suffix == ".gz" else lzma.open(dest, "wb", preset=0)
+    with open(src, "rb") as fh, opener as out:
+        shutil.copyfileobj(fh, out)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def ncu_gz(ncu_rep) -> Path:
+    """The same report gzipped, as captures were stored before xz."""
+    return _packed(ncu_rep, ncu_rep.with_name("gzipped.ncu-rep.gz"))
+
+
+@pytest.fixture(scope="module")
+def ncu_xz(ncu_rep) -> Path:
+    return _packed(ncu_rep, ncu_rep.with_name("packed.ncu-rep.xz"))
 
 
 @pytest.fixture
@@ -60,7 +80,7 @@ def _fails(argv: list[str], capsys, *needles: str) -> str:
 
 
 def test_foreign_sqlite_join_innermost_range_on_launching_thread(tmp_path):
-    t = parse.nsys_tables(make_foreign_sqlite(tmp_path / "f.sqlite"))
+    t = nsys.nsys_tables(make_foreign_sqlite(tmp_path / "f.sqlite"))
     k = t["kernels"].set_index("correlationId")
     assert sorted(k.index) == sorted(EXPECTED)
     for cid, (rng, dom) in EXPECTED.items():
@@ -91,7 +111,7 @@ def test_import_foreign_sqlite(tmp_path, sqlite):
     assert [c.label for c in store.list_captures(profiles)] == [f"{SLUG}/their-timeline"]
     assert man["schema"] == 2 and man["origin"] == "imported"
     assert man["name"] == man["suite"] == "their-timeline"
-    assert man["tools"] == ["nsys"] and man["parameters"]["tools"] == ["nsys"]
+    assert man["tools"] == ["nsys"] and "parameters" not in man  # no schema-1 copy of the tools
     assert man["git_commit"] is None and man["range_schemas"] == [] and man["cases"] == []
     assert man["ncu"] == {} and store.cases(man).empty
     assert len(man["created"]) == 15 and man["created"][8] == "-"
@@ -111,7 +131,7 @@ def test_import_foreign_sqlite(tmp_path, sqlite):
     assert man["files"] == file_table(dest) and set(man["files"]) == {"nsys.sqlite"}
     assert man["commands"][0]["step"] == "import" and "nsightlab.import" in man["commands"][0]["argv"]
     # the parsers read the stored copy exactly as the original
-    k = parse.nsys_tables(dest / "nsys.sqlite")["kernels"].set_index("correlationId")
+    k = nsys.nsys_tables(dest / "nsys.sqlite")["kernels"].set_index("correlationId")
     assert {c: (k.at[c, "range"], k.at[c, "domain"]) for c in EXPECTED} == EXPECTED
 
 
@@ -136,18 +156,18 @@ def test_import_replaces_an_earlier_capture_only_when_complete(tmp_path, sqlite)
 def test_versioned_kernel_tables_highest_wins(tmp_path):
     v10 = make_foreign_sqlite(tmp_path / "v10.sqlite", kernel_table="CUPTI_ACTIVITY_KIND_KERNEL_V10",
                               extra_kernel_table="CUPTI_ACTIVITY_KIND_KERNEL_V9")
-    k = parse.nsys_tables(v10)["kernels"]
+    k = nsys.nsys_tables(v10)["kernels"]
     assert "decoy_kernel" not in set(k["kernel"]) and len(k) == len(EXPECTED)
     # V10 wins even when it is the smaller table (not V9 by string order)
     v9 = make_foreign_sqlite(tmp_path / "v9.sqlite", kernel_table="CUPTI_ACTIVITY_KIND_KERNEL_V9",
                              extra_kernel_table="CUPTI_ACTIVITY_KIND_KERNEL_V10")
-    assert list(parse.nsys_tables(v9)["kernels"]["kernel"]) == ["decoy_kernel"]
+    assert list(nsys.nsys_tables(v9)["kernels"]["kernel"]) == ["decoy_kernel"]
     man = store.validate(importer.import_reports([v10], tmp_path / "p"))
     assert man["nsys"]["kernels"] == len(EXPECTED)
 
 
 def test_multi_process_export_keeps_each_kernel_once(tmp_path):
-    k = parse.nsys_tables(make_foreign_sqlite(tmp_path / "mp.sqlite", second_process=True))["kernels"]
+    k = nsys.nsys_tables(make_foreign_sqlite(tmp_path / "mp.sqlite", second_process=True))["kernels"]
     assert len(k) == len(EXPECTED) + 2
     mine = k[k["kernel"] != "other_process_kernel"].set_index("correlationId")
     assert {c: (mine.at[c, "range"], mine.at[c, "domain"]) for c in EXPECTED} == EXPECTED
@@ -155,7 +175,7 @@ def test_multi_process_export_keeps_each_kernel_once(tmp_path):
 
 
 def test_nested_range_with_the_same_start_is_innermost(tmp_path):
-    k = parse.nsys_tables(make_foreign_sqlite(tmp_path / "eq.sqlite", same_start=True))["kernels"]
+    k = nsys.nsys_tables(make_foreign_sqlite(tmp_path / "eq.sqlite", same_start=True))["kernels"]
     k = k.set_index("correlationId")
     assert (k.at[2, "range"], k.at[3, "range"], k.at[4, "range"]) == (MUL, MUL, GEMM)
 
@@ -168,7 +188,7 @@ def test_import_real_ncu_report(tmp_path, ncu_rep):
     assert dest.parent.name == SLUG and dest.name == "their_run"
     man = store.validate(dest)
     assert man["tools"] == ["ncu"] and man["nsys"] == {}
-    dev = parse.ncu_device(ncu_rep)
+    dev = ncu.ncu_device(ncu_rep)
     g = man["gpu"]
     assert (g["name"], g["compute_capability"], g["sm_count"]) == ("NVIDIA H100 80GB HBM3", "9.0", 132)
     assert g["l2_bytes"] == dev["l2_cache_size"] == 52428800
@@ -184,36 +204,85 @@ def test_import_real_ncu_report(tmp_path, ncu_rep):
     assert (n["clock_control"], n["replay_mode"], n["cache_control"]) == ("none", "kernel", "all")
     assert "--nvtx-include" in n["command"]
     assert man["environment"]["cuda"] == "13.0"
-    # 8.6 MB: stored gzipped by store.compact, byte-identical once decompressed
-    assert set(man["files"]) == {"ncu.ncu-rep.gz"} and n["files"] == ["ncu.ncu-rep"]
-    assert man["compacted"]["ncu.ncu-rep.gz"]["sha256"] == man["imported_from"][0]["sha256"] == sha256(ncu_rep)
+    # 8.6 MB: stored xz-compressed by store.compact, byte-identical once decompressed
+    assert set(man["files"]) == {"ncu.ncu-rep.xz"} and n["files"] == ["ncu.ncu-rep"]
+    assert man["compacted"]["ncu.ncu-rep.xz"]["sha256"] == man["imported_from"][0]["sha256"] == sha256(ncu_rep)
+    assert man["compacted"]["ncu.ncu-rep.xz"]["bytes"] == ncu_rep.stat().st_size
     # the parsed frame keeps the raw range names, exactly as Nsight's own CSV export prints them
-    frame = parse.ncu_frame(dest / "ncu.ncu-rep.gz", metrics=["gpu__time_duration.sum"])
-    csv = parse.ncu_csv_frame(BLOCKSIZE / "ncu_raw.csv")
+    frame = ncu.ncu_frame(dest / "ncu.ncu-rep.xz", metrics=["gpu__time_duration.sum"])
+    csv = ncu.ncu_csv_frame(BLOCKSIZE / "ncu_raw.csv")
     assert list(frame["range"]) == list(csv["range"])
     assert frame["range"].str.startswith("fk:").all()
     assert set(frame["range"]) <= {c["range"] for c in store.load_manifest(BLOCKSIZE)["cases"]}
 
 
 def test_ncu_csv_range_and_domain_agree_with_the_report_row_by_row(ncu_rep):
-    rep = parse.ncu_frame(ncu_rep, metrics=["gpu__time_duration.sum"])
-    csv = parse.ncu_csv_frame(BLOCKSIZE / "ncu_raw.csv")
+    rep = ncu.ncu_frame(ncu_rep, metrics=["gpu__time_duration.sum"])
+    csv = ncu.ncu_csv_frame(BLOCKSIZE / "ncu_raw.csv")
     assert len(rep) == len(csv) == 104
     mine = list(zip(rep["range"].tolist(), rep["domain"].tolist(), strict=True))
     theirs = list(zip(csv["range"].tolist(), csv["domain"].tolist(), strict=True))
     for i, (a, b) in enumerate(zip(mine, theirs, strict=True)):
         assert a == b, f"launch {i}: report {a} vs csv {b}"
-    assert set(rep["domain"]) == {parse.DEFAULT_DOMAIN}
+    assert set(rep["domain"]) == {range_columns.DEFAULT_DOMAIN}
 
 
-def test_import_ncu_and_nsys_together(tmp_path, ncu_rep, sqlite):
-    dest = importer.import_reports([BLOCKSIZE / "ncu.ncu-rep.gz", ncu_rep, sqlite], tmp_path / "p", name="both")
+def test_import_ncu_and_nsys_together(tmp_path, ncu_gz, ncu_rep, sqlite):
+    dest = importer.import_reports([ncu_gz, ncu_rep, sqlite], tmp_path / "p", name="both")
     man = store.validate(dest)
     assert man["tools"] == ["ncu", "nsys"]
-    assert man["ncu"]["files"] == ["ncu.ncu-rep.gz", "ncu-2.ncu-rep"] and man["ncu"]["kernels_profiled"] == 208
-    assert set(man["files"]) == {"ncu.ncu-rep.gz", "ncu-2.ncu-rep.gz", "nsys.sqlite"}
+    # a gzipped report is stored as .xz, and the manifest names it so wherever it named the .gz
+    assert man["ncu"]["files"] == ["ncu.ncu-rep.xz", "ncu-2.ncu-rep"] and man["ncu"]["kernels_profiled"] == 208
+    assert [e["stored_as"] for e in man["imported_from"]] == ["ncu.ncu-rep.xz", "ncu-2.ncu-rep", "nsys.sqlite"]
+    assert man["imported_from"][0]["name"] == ncu_gz.name and man["imported_from"][0]["sha256"] == sha256(ncu_gz)
+    assert man["compacted"]["ncu.ncu-rep.xz"] == {"from": "ncu.ncu-rep", "bytes": ncu_rep.stat().st_size,
+                                                  "sha256": sha256(ncu_rep)}
+    assert set(man["files"]) == {"ncu.ncu-rep.xz", "ncu-2.ncu-rep.xz", "nsys.sqlite"}
     assert man["gpu"]["source"]["sm_count"].startswith("ncu ")  # ncu first, nsys fills the gaps
     assert man["gpu"]["chip"] == "GH100" and man["environment"]["driver"] == "580.159.04"
+
+
+def test_an_xz_report_is_stored_as_it_is(tmp_path, ncu_xz):
+    dest = importer.import_reports([ncu_xz], tmp_path / "p", name="packed")
+    man = store.validate(dest)
+    assert set(man["files"]) == {"ncu.ncu-rep.xz"} and "compacted" not in man
+    assert man["imported_from"][0]["stored_as"] == "ncu.ncu-rep.xz" and sha256(dest / "ncu.ncu-rep.xz") == sha256(ncu_xz)
+
+
+def _gzipped_capture(profiles: Path, sqlite: Path, recorded_sha256: str | None = None) -> Path:
+    """A capture stored the way compaction used to store it: its export gzipped, the uncompressed
+    checksum (``recorded_sha256``, else the true one) under ``compacted``, the file named by its .gz."""
+    dest = importer.import_reports([sqlite], profiles, name="old")
+    content = sha256(dest / "nsys.sqlite")
+    _packed(dest / "nsys.sqlite", dest / "nsys.sqlite.gz")
+    (dest / "nsys.sqlite").unlink()
+    man = store.load_manifest(dest)
+    man["compacted"] = {"nsys.sqlite.gz": {"from": "nsys.sqlite", "bytes": 1, "sha256": recorded_sha256 or content}}
+    man["imported_from"][0]["stored_as"] = "nsys.sqlite.gz"
+    man["files"] = file_table(dest)
+    (dest / "manifest.json").write_text(json.dumps(man))
+    return dest
+
+
+def test_store_compact_turns_gzip_into_xz(tmp_path, sqlite, capsys):
+    """``nsightlab store compact`` rewrites a gzipped export as .xz, with a manifest that validates."""
+    dest = _gzipped_capture(tmp_path / "p", sqlite)
+    content = store.load_manifest(dest)["compacted"]["nsys.sqlite.gz"]["sha256"]
+    assert store.main(["compact", str(tmp_path / "p")]) == 0
+    assert capsys.readouterr().out == f"compact  {SLUG}/old: nsys.sqlite.xz\n"
+    man = store.validate(dest)
+    assert set(man["files"]) == {"nsys.sqlite.xz"} and man["imported_from"][0]["stored_as"] == "nsys.sqlite.xz"
+    assert man["compacted"] == {"nsys.sqlite.xz": {"from": "nsys.sqlite", "bytes": sqlite.stat().st_size,
+                                                   "sha256": content}}
+    assert store.main(["compact", str(tmp_path / "p")]) == 0 and capsys.readouterr().out == f"ok       {SLUG}/old\n"
+
+
+def test_store_compact_refuses_content_that_is_not_what_the_manifest_recorded(tmp_path, sqlite, capsys):
+    dest = _gzipped_capture(tmp_path / "p", sqlite, recorded_sha256="0" * 64)
+    assert store.main(["compact", str(tmp_path / "p")]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("INVALID  ") and "does not match the SHA-256 the manifest records for nsys.sqlite" in out
+    assert set(p.name for p in dest.iterdir()) == {"manifest.json", "nsys.sqlite.gz"}
 
 
 def test_gpu_mismatch_is_refused(tmp_path, ncu_rep, capsys):
@@ -286,13 +355,15 @@ def _cut(src: Path, dest: Path, keep: float | int) -> Path:
     ("empty", "empty file"),
     ("junk", "holds no profiled kernel"),
     ("gzip_cut", "corrupt or truncated gzip"),
+    ("xz_cut", "corrupt or truncated xz"),
 ])
-def test_broken_ncu_report(tmp_path, ncu_rep, capsys, case, needle):
+def test_broken_ncu_report(tmp_path, ncu_rep, ncu_gz, ncu_xz, capsys, case, needle):
     path = {"half": lambda: _cut(ncu_rep, tmp_path / "half.ncu-rep", 0.5),
             "last_bytes": lambda: _cut(ncu_rep, tmp_path / "cut.ncu-rep", ncu_rep.stat().st_size - 100),
             "empty": lambda: _cut(ncu_rep, tmp_path / "empty.ncu-rep", 0),
             "junk": lambda: (tmp_path / "junk.ncu-rep").write_bytes(b"\0junk" * 100) and tmp_path / "junk.ncu-rep",
-            "gzip_cut": lambda: _cut(BLOCKSIZE / "ncu.ncu-rep.gz", tmp_path / "cut.ncu-rep.gz", 0.5)}[case]()
+            "gzip_cut": lambda: _cut(ncu_gz, tmp_path / "cut.ncu-rep.gz", 0.5),
+            "xz_cut": lambda: _cut(ncu_xz, tmp_path / "cut.ncu-rep.xz", 0.5)}[case]()
     profiles = tmp_path / "p"
     _fails([str(path), "--profiles", str(profiles)], capsys, path.name, needle)
     _no_leftovers(profiles)
@@ -325,17 +396,17 @@ def test_ncu_csv_cut_inside_a_row(tmp_path):
     for cut in (len(data) // 2, len(b"\n".join(lines[:5])) + 40):  # mid-file; inside a data row's range cell
         path = _cut(BLOCKSIZE / "ncu_raw.csv", tmp_path / "cut.csv", cut)
         with pytest.raises(ProfileError, match="cut short|unexpected end of data"):
-            parse.ncu_csv_frame(path)
+            ncu.ncu_csv_frame(path)
     (tmp_path / "empty.csv").write_bytes(b"")
     with pytest.raises(ProfileError, match="not an 'ncu --csv --page raw' export"):
-        parse.ncu_csv_frame(tmp_path / "empty.csv")
+        ncu.ncu_csv_frame(tmp_path / "empty.csv")
 
 
 def test_ncu_csv_cut_inside_the_last_field(tmp_path):
     data = (BLOCKSIZE / "ncu_raw.csv").read_bytes()
     path = _cut(BLOCKSIZE / "ncu_raw.csv", tmp_path / "cut.csv", len(data) - 4)  # '..."0.0000' with no closing quote
     with pytest.raises(ProfileError):
-        parse.ncu_csv_frame(path)
+        ncu.ncu_csv_frame(path)
 
 
 # --------------------------------------------------------------------------- the command line
@@ -345,7 +416,7 @@ def test_command_line_errors(tmp_path, sqlite, capsys):
     p = ["--profiles", str(tmp_path / "p")]
     _fails([str(tmp_path / "missing.ncu-rep"), *p], capsys, "missing.ncu-rep: no such file")
     (tmp_path / "notes.txt").write_text("x")
-    _fails([str(tmp_path / "notes.txt"), *p], capsys, "notes.txt", "accepted: .ncu-rep, .ncu-rep.gz, .sqlite",
+    _fails([str(tmp_path / "notes.txt"), *p], capsys, "notes.txt", "accepted: .ncu-rep, .ncu-rep.xz, .ncu-rep.gz, .sqlite",
            ".nsys-rep")
     for bad in ("../up", "a/b", "_hidden", ".dot", "with space", "x" * 101):
         _fails([str(sqlite), "--name", bad, *p], capsys, repr(bad), "letters, digits")
@@ -371,7 +442,7 @@ def test_python_dash_m_nsightlab_import(tmp_path, sqlite):
 def test_session_reader_never_raises(tmp_path):
     for data in (b"", b"NVR\0", b"NVR\0\x02\x00\x00\x00\x08\x07\xff\xff\xff\x7f", b"garbage" * 10):
         (tmp_path / "x.ncu-rep").write_bytes(data)
-        assert importer.ncu_session(tmp_path / "x.ncu-rep") == {}
-    assert importer.ncu_settings(None)["clock_control"] is None
-    s = importer.ncu_settings("ncu --set full --replay-mode=application -o x ./app")
+        assert ncu_session.ncu_session(tmp_path / "x.ncu-rep") == {}
+    assert ncu_session.ncu_settings(None)["clock_control"] is None
+    s = ncu_session.ncu_settings("ncu --set full --replay-mode=application -o x ./app")
     assert (s["clock_control"], s["replay_mode"], s["set"]) == ("base", "application", "full")  # base: ncu's default

@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 
 from nsightlab.core.ranges import schemas_of
-from nsightlab.parse import frames as parse
+from nsightlab.parse import ncu, nsys
 from nsightlab.problems import attention
-from nsightlab.render.page import tools_of
 from nsightlab.store.captures import ProfileError, find_file, load_manifest
+from nsightlab.store.read import tools_of
 
 ROOT = Path(__file__).resolve().parent.parent
 FOREIGN_DATA = ROOT / "tests" / "data" / "foreign"
@@ -54,13 +54,13 @@ def test_both_gpus_and_a_foreign_capture_are_checked():
 def ncu_pair(request):
     cap, rep, csv = request.param
     schemas = schemas_of(load_manifest(cap))
-    return cap, parse.ncu_frame(rep, schemas=schemas), parse.ncu_csv_frame(csv, schemas=schemas)
+    return cap, ncu.ncu_frame(rep, schemas=schemas), ncu.ncu_csv_frame(csv, schemas=schemas)
 
 
 def _digits_equal(value: float, printed: str, unit: str) -> bool:
     """``value`` (base units, from ncu-report) printed in ``unit`` with the CSV's decimals is the CSV's string."""
     text = printed.replace(",", "")
-    scale, _ = parse.unit_scale(unit)
+    scale, _ = ncu.unit_scale(unit)
     decimals = len(text.split(".")[1]) if "." in text else 0
     # within half a unit of the last printed digit (ncu rounds half up, Python's format half-even)
     return abs(value / scale - float(text)) <= 0.5 * 10.0 ** -decimals * (1 + 1e-9) + 1e-12 * abs(float(text))
@@ -116,12 +116,12 @@ def _stats(cap, name):
 @pytest.fixture(scope="module", params=NSYS_CAPTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def nsys_capture(request):
     cap = request.param
-    return cap, parse.nsys_tables(find_file(cap, "nsys.sqlite"), schemas=schemas_of(load_manifest(cap)))
+    return cap, nsys.nsys_tables(find_file(cap, "nsys.sqlite"), schemas=schemas_of(load_manifest(cap)))
 
 
 def test_nsys_kernels_agree_with_nsys_stats(nsys_capture):
     cap, t = nsys_capture
-    mine = parse.nsys_kernel_summary(t["kernels"])
+    mine = nsys.nsys_kernel_summary(t["kernels"])
     theirs = _stats(cap, "cuda_gpu_kern_sum").set_index("Name")
     assert len(mine) == len(theirs)
     for name, row in theirs.iterrows():
@@ -131,7 +131,7 @@ def test_nsys_kernels_agree_with_nsys_stats(nsys_capture):
 
 def test_nsys_ranges_agree_with_nsys_stats(nsys_capture):
     cap, t = nsys_capture
-    mine = parse.nsys_range_summary(t["ranges"])
+    mine = nsys.nsys_range_summary(t["ranges"])
     theirs = _stats(cap, "nvtx_sum")
     # nsys prints "<domain>:<name>" (the default domain is empty): every range of every domain
     theirs["range"] = theirs["Range"].str.split(":", n=1).str[1]
@@ -183,7 +183,7 @@ def _mini_sqlite(path, kernel_table="CUPTI_ACTIVITY_KIND_KERNEL", drop=None):
 
 def test_nsys_versioned_tables_and_thread_join(tmp_path):
     _mini_sqlite(tmp_path / "a.sqlite", kernel_table="CUPTI_ACTIVITY_KIND_KERNEL_V2")
-    t = parse.nsys_tables(tmp_path / "a.sqlite", schemas=[attention.schema("fk")])
+    t = nsys.nsys_tables(tmp_path / "a.sqlite", schemas=[attention.schema("fk")])
     k = t["kernels"].set_index("correlationId")
     assert k.loc[7, "variant"] == "naive" and k.loc[7, "N"] == 64
     assert k.loc[8, "range_id"] == -1  # launched on another thread inside the same time window: not joined
@@ -193,29 +193,29 @@ def test_nsys_versioned_tables_and_thread_join(tmp_path):
 def test_nsys_missing_table_is_a_clear_error(tmp_path):
     _mini_sqlite(tmp_path / "b.sqlite", drop="CUPTI_ACTIVITY_KIND_KERNEL")
     with pytest.raises(ProfileError, match="no CUPTI_ACTIVITY_KIND_KERNEL table.*--trace=cuda,nvtx"):
-        parse.nsys_tables(tmp_path / "b.sqlite")
+        nsys.nsys_tables(tmp_path / "b.sqlite")
     _mini_sqlite(tmp_path / "d.sqlite", drop="NVTX_EVENTS")  # captured without --trace=nvtx: kernels, no ranges
-    t = parse.nsys_tables(tmp_path / "d.sqlite")
+    t = nsys.nsys_tables(tmp_path / "d.sqlite")
     assert len(t["kernels"]) == 2 and (t["kernels"]["range"] == "").all() and t["ranges"].empty
     (tmp_path / "c.sqlite").write_text("not a database")
     with pytest.raises(ProfileError, match="not a readable SQLite"):
-        parse.nsys_tables(tmp_path / "c.sqlite")
+        nsys.nsys_tables(tmp_path / "c.sqlite")
     with pytest.raises(ProfileError, match="no such"):
-        parse.nsys_tables(tmp_path / "none.sqlite")
+        nsys.nsys_tables(tmp_path / "none.sqlite")
 
 
 def test_ncu_csv_rejects_other_csv(tmp_path):
     (tmp_path / "x.csv").write_text("a,b\n1,2\n")
     with pytest.raises(ProfileError, match="not an 'ncu --csv --page raw' export"):
-        parse.ncu_csv_frame(tmp_path / "x.csv")
+        ncu.ncu_csv_frame(tmp_path / "x.csv")
 
 
 def test_unit_scale():
-    assert parse.unit_scale("Mbyte") == (1e6, "byte")
-    assert parse.unit_scale("Kbyte/cycle") == (1e3, "byte/cycle")
-    assert parse.unit_scale("ms")[0] == 1e6 and parse.unit_scale("usecond")[0] == 1e3
-    assert parse.unit_scale("Ghz") == (1e9, "hz")
-    assert parse.unit_scale("%") == (1.0, "%")
-    assert parse.unit_scale("%/Kbyte") == (1e3, "%/byte")
-    assert np.isnan(parse.parse_number("n/a")) and parse.parse_number("1,081,344") == 1081344
+    assert ncu.unit_scale("Mbyte") == (1e6, "byte")
+    assert ncu.unit_scale("Kbyte/cycle") == (1e3, "byte/cycle")
+    assert ncu.unit_scale("ms")[0] == 1e6 and ncu.unit_scale("usecond")[0] == 1e3
+    assert ncu.unit_scale("Ghz") == (1e9, "hz")
+    assert ncu.unit_scale("%") == (1.0, "%")
+    assert ncu.unit_scale("%/Kbyte") == (1e3, "%/byte")
+    assert np.isnan(ncu.parse_number("n/a")) and ncu.parse_number("1,081,344") == 1081344
     assert re.fullmatch(r"\d+", "12")

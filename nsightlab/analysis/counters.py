@@ -23,19 +23,14 @@ shows which one each quantity came from).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from ..core import metrics as M
-
-
-class NotApplicable(ValueError):
-    """The input lacks what an analysis needs; the message says what is missing (metric names,
-    ranges, a work model ...). Notebooks print it on the page instead of drawing an empty chart."""
-
+from ..core.errors import NotApplicable
 
 # --------------------------------------------------------------------------- recipes
 
@@ -475,7 +470,3 @@ def identity_columns(df: pd.DataFrame, drop: Iterable[str] = ()) -> list[str]:
     """Range fields that identify a case, minus ``drop`` (and the bookkeeping ones)."""
     skip = {"range", "domain", "schema", *drop}
     return [c for c in range_columns(df) if c not in skip]
-
-
-def summarize_sources(values: Mapping[str, int]) -> str:
-    return ", ".join(f"{k} ({v})" for k, v in values.items())

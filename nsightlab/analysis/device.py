@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .counters import NotApplicable, has_model
+from ..core.errors import NotApplicable
+from .counters import has_model
 from .l2 import modeled_onset
 
 
@@ -44,15 +45,6 @@ def device_table(manifest: dict, gpu_row: dict | None = None) -> pd.DataFrame:
         raise NotApplicable("the manifest records nothing about the GPU")
     df["value"] = df["value"].astype(str)
     return df
-
-
-def measured_ceilings(manifest: dict) -> pd.DataFrame:
-    """The manifest's measured ceilings, one row each (NotApplicable if there are none)."""
-    c = manifest.get("ceilings") or {}
-    rows = [{"ceiling": k, **{kk: vv for kk, vv in v.items() if kk != "note"}} for k, v in c.items() if isinstance(v, dict)]
-    if not rows:
-        raise NotApplicable("this capture measured no ceilings (no GEMM or copy run beside the profilers)")
-    return pd.DataFrame(rows)
 
 
 def measured_ceilings_table(manifest: dict) -> pd.DataFrame:

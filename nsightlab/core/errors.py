@@ -13,3 +13,8 @@ class ToolError(RuntimeError):
 
 class CaptureError(RuntimeError):
     """A capture step failed; the message names the step and where its log and partial output are."""
+
+
+class NotApplicable(ValueError):
+    """The input lacks what an analysis or a page needs; the message says what is missing (metric names,
+    ranges, a work model, a file ...). Notebooks print it on the page instead of drawing an empty chart."""

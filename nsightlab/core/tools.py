@@ -2,7 +2,9 @@
 
 Search order for each tool: the explicit argument, the environment variable (``NCU`` / ``NSYS``),
 ``PATH``, the standard install folders, and for ``nsys`` finally the copy that ships inside an
-Nsight Compute install (arranged so that its CLI finds its importer; see ../shared/GPU_NODE.md).
+Nsight Compute install. That copy looks for its importer (QdstrmImporter, which turns a capture into
+a .nsys-rep) in a sibling folder ``host-linux-x64`` that the install does not have; without it nsys
+writes no report, so :func:`arrange_embedded_nsys` links the two folders side by side first.
 """
 
 from __future__ import annotations

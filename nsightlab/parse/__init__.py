@@ -1,5 +1,7 @@
-"""parse: Nsight's files -> tidy pandas frames. Nsight Compute reports (.ncu-rep) and raw CSV exports, Nsight Systems
-SQLite exports; every kernel keeps its raw NVTX range name and domain, decoded where a range schema matches.
+"""parse: Nsight's files -> tidy pandas frames. ``ncu`` reads Nsight Compute reports (.ncu-rep) and raw CSV
+exports, ``ncu_session`` what a report says about the session that wrote it, ``nsys`` Nsight Systems SQLite
+exports; ``range_columns`` gives every kernel row its raw NVTX range name and domain, decoded where a range
+schema matches. Files may be stored xz- or gzip-compressed.
 
 May import: nsightlab.core.
 """

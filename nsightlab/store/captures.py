@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from ..core.errors import ProfileError
-from ..core.files import MANIFEST, file_table, sha256
+from ..core.files import COMPRESSIONS, MANIFEST, file_table, sha256, uncompressed_name, write_xz
 from ..core.ranges import format_options
+from ..parse.ncu import ncu_csv_frame, ncu_frame
+from ..parse.nsys import nsys_tables
 
 
 @dataclass(frozen=True)
@@ -88,16 +89,16 @@ def load_bench(capture: Path) -> tuple[pd.DataFrame, dict[str, dict]]:
 
 # --------------------------------------------------------------------------- manifests and validation
 
-#: files larger than this are stored gzip-compressed (.gz) to keep the committed profiles small
+#: exports larger than this are stored xz-compressed (.xz) to keep the committed profiles small
 COMPACT_BYTES = 1 << 20
 COMPACT_SUFFIXES = (".ncu-rep", ".sqlite", ".csv", ".nsys-rep")
 
 
 def find_file(capture: Path, name: str) -> Path | None:
-    """``capture/name`` or its compressed form ``name.gz``."""
-    for cand in (Path(capture) / name, Path(capture) / (name + ".gz")):
-        if cand.exists():
-            return cand
+    """``capture/name`` or its compressed form (``name.xz``, else ``name.gz``)."""
+    for cand in (name, *(name + suffix for suffix in COMPRESSIONS)):
+        if (Path(capture) / cand).exists():
+            return Path(capture) / cand
     return None
 
 
@@ -132,25 +133,28 @@ def validate(capture: Path, *, open_reports: bool = True) -> dict:
         elif sha256(p) != meta.get("sha256"):
             problems.append(f"{name}: SHA-256 does not match the manifest (file changed or corrupt)")
     if not problems and open_reports:
-        from ..parse import frames as parse  # noqa: PLC0415 - parse does not import store
-
-        for name in files:
-            base = name[:-3] if name.endswith(".gz") else name
-            try:
-                if base.endswith(".ncu-rep"):
-                    if parse.ncu_frame(capture / name, metrics=["gpu__time_duration.sum"]).empty:
-                        problems.append(f"{name}: holds no profiled kernel")
-                elif base.endswith(".sqlite"):
-                    parse.nsys_tables(capture / name)
-                elif base == "ncu_raw.csv":
-                    parse.ncu_csv_frame(capture / name)
-                elif base.endswith(".csv"):
-                    pd.read_csv(capture / name)
-            except (ProfileError, ValueError, pd.errors.ParserError) as exc:
-                problems.append(f"{name}: does not open ({exc})")
+        problems = [p for name in files if (p := _open_problem(capture, name))]
     if problems:
         raise ProfileError(f"{capture}: " + "; ".join(problems))
     return man
+
+
+def _open_problem(capture: Path, name: str) -> str | None:
+    """Why the capture's file ``name`` (a report or export, compressed or not) does not open; None if it does."""
+    base = uncompressed_name(name)
+    try:
+        if base.endswith(".ncu-rep"):
+            if ncu_frame(capture / name, metrics=["gpu__time_duration.sum"]).empty:
+                return f"{name}: holds no profiled kernel"
+        elif base.endswith(".sqlite"):
+            nsys_tables(capture / name)
+        elif base == "ncu_raw.csv":
+            ncu_csv_frame(capture / name)
+        elif base.endswith(".csv"):
+            pd.read_csv(capture / name)
+    except (ProfileError, ValueError, pd.errors.ParserError) as exc:
+        return f"{name}: does not open ({exc})"
+    return None
 
 
 def short_commit(commit: object, n: int = 12) -> str:
@@ -160,40 +164,85 @@ def short_commit(commit: object, n: int = 12) -> str:
     return text.removesuffix("-dirty")[:n] + ("-dirty" if dirty else "")
 
 
+def _to_compact(capture: Path) -> list[Path]:
+    """The exports of a capture that compaction writes as .xz: large uncompressed ones, and any gzipped one."""
+    out = []
+    for p in sorted(capture.iterdir()):
+        if not p.is_file() or not uncompressed_name(p.name).endswith(COMPACT_SUFFIXES):
+            continue
+        if p.suffix == ".gz" or (p.suffix not in COMPRESSIONS and p.stat().st_size > COMPACT_BYTES):
+            out.append(p)
+    return out
+
+
+def _renamed(value: Any, old: str, new: str) -> Any:
+    """``value`` (a manifest or a part of it) with every string that is exactly ``old`` replaced by ``new``."""
+    if isinstance(value, dict):
+        return {k: _renamed(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_renamed(v, old, new) for v in value]
+    return new if value == old else value
+
+
 def compact(capture: Path) -> list[str]:
-    """gzip the large exports of a capture (keeping the committed profiles small) and rewrite the
-    manifest's file table; the uncompressed checksums stay recorded under ``compacted``."""
+    """Store the large exports of a capture xz-compressed (``X`` -> ``X.xz``; an older ``X.gz`` too)
+    and rewrite the manifest: its file table, the uncompressed size and SHA-256 under ``compacted``,
+    and every place it names a file by its old name. Returns the names written."""
     capture = Path(capture)
     man = load_manifest(capture)
     done = []
-    for p in sorted(capture.iterdir()):
-        if p.is_file() and p.suffix in COMPACT_SUFFIXES and p.stat().st_size > COMPACT_BYTES:
-            gz = p.with_name(p.name + ".gz")
-            tmp = gz.with_name(gz.name + ".tmp")
-            # level 6: 5x faster than 9 on a 66 MB ncu report, 1.4% larger
-            with open(p, "rb") as src, open(tmp, "wb") as raw, \
-                    gzip.GzipFile(filename=p.name, mode="wb", fileobj=raw, mtime=0, compresslevel=6) as dst:
-                shutil.copyfileobj(src, dst)
-            man.setdefault("compacted", {})[gz.name] = {"from": p.name, "bytes": p.stat().st_size, "sha256": sha256(p)}
-            os.replace(tmp, gz)
-            p.unlink()
-            done.append(gz.name)
+    for p in _to_compact(capture):
+        base = uncompressed_name(p.name)
+        xz = p.with_name(base + ".xz")
+        digest, size = write_xz(p, xz)
+        recorded = man.get("compacted", {}).pop(p.name, None)
+        if recorded and recorded.get("sha256") != digest:
+            xz.unlink()
+            raise ProfileError(f"{p}: its content does not match the SHA-256 the manifest records for {base}")
+        man.setdefault("compacted", {})[xz.name] = {"from": base, "bytes": size, "sha256": digest}
+        if p.suffix in COMPRESSIONS:  # "X" still finds X.xz (find_file); "X.gz" would name a file now gone
+            man = _renamed(man, p.name, xz.name)
+        p.unlink()
+        done.append(xz.name)
     if done:
         man["files"] = file_table(capture)
         tmp = capture / (MANIFEST + ".tmp")
-        tmp.write_text(json.dumps(man, indent=2, default=str))
+        tmp.write_text(json.dumps(man, indent=2, default=str) + "\n", encoding="utf-8")
         os.replace(tmp, capture / MANIFEST)
     return done
+
+
+def _list_line(c: Capture, open_reports: bool) -> str:
+    man = load_manifest(c.path)
+    return (f"{c.label:32s} {man.get('created', '?'):16s} commit {short_commit(man.get('git_commit'), 10)}  "
+            f"{len(man.get('files', {}))} files  {man.get('timings_seconds', {}).get('total', '?')} s")
+
+
+def _validate_line(c: Capture, open_reports: bool) -> str:
+    validate(c.path, open_reports=open_reports)
+    return f"ok       {c.label}"
+
+
+def _compact_line(c: Capture, open_reports: bool) -> str:
+    validate(c.path, open_reports=False)  # compaction rewrites the checksums: the old ones must hold first
+    written = compact(c.path)
+    validate(c.path, open_reports=open_reports)
+    return f"compact  {c.label}: {', '.join(written)}" if written else f"ok       {c.label}"
+
+
+#: store command -> what it prints for one capture (ProfileError: the capture is invalid)
+_COMMANDS = {"list": _list_line, "validate": _validate_line, "compact": _compact_line}
 
 
 def main(argv: list[str] | None = None, prog: str = "nsightlab store") -> int:
     import argparse
     import sys
 
-    p = argparse.ArgumentParser(prog=prog, description="List and validate captures.")
-    p.add_argument("command", choices=("list", "validate"))
+    p = argparse.ArgumentParser(prog=prog, description="List, validate and compact captures (compact: store the "
+                                "large exports xz-compressed, the manifest rewritten to match).")
+    p.add_argument("command", choices=tuple(_COMMANDS))
     p.add_argument("root", nargs="?", default="profiles")
-    p.add_argument("--no-open", action="store_true", help="validate checksums only, do not open the reports")
+    p.add_argument("--no-open", action="store_true", help="check checksums only, do not open the reports")
     a = p.parse_args(argv)
     try:
         caps = list_captures(Path(a.root))
@@ -202,21 +251,11 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab store") -> int:
         return 2
     bad = 0
     for c in caps:
-        if a.command == "list":
-            try:
-                man = load_manifest(c.path)
-                print(f"{c.label:32s} {man.get('created', '?'):16s} commit {short_commit(man.get('git_commit'), 10)}  "
-                      f"{len(man.get('files', {}))} files  {man.get('timings_seconds', {}).get('total', '?')} s")
-            except ProfileError as exc:
-                bad += 1
-                print(f"{c.label:32s} INVALID: {exc}")
-        else:
-            try:
-                validate(c.path, open_reports=not a.no_open)
-                print(f"ok       {c.label}")
-            except ProfileError as exc:
-                bad += 1
-                print(f"INVALID  {exc}")
+        try:
+            print(_COMMANDS[a.command](c, not a.no_open))
+        except ProfileError as exc:
+            bad += 1
+            print(f"{c.label:32s} INVALID: {exc}" if a.command == "list" else f"INVALID  {exc}")
     return 1 if bad else 0
 
 

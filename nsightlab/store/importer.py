@@ -2,8 +2,8 @@
 
     python -m nsightlab.import theirs.ncu-rep timeline.nsys-rep --profiles profiles --name theirs
 
-Accepts Nsight Compute reports (``.ncu-rep``, ``.ncu-rep.gz``) and Nsight Systems SQLite exports
-(``.sqlite``, ``.sqlite.gz``), whatever their range names, domains and metric sets, kernels outside
+Accepts Nsight Compute reports (``.ncu-rep``, ``.ncu-rep.xz``, ``.ncu-rep.gz``) and Nsight Systems SQLite
+exports (``.sqlite``, ``.sqlite.xz``, ``.sqlite.gz``), whatever their range names, domains and metric sets, kernels outside
 every range included; a ``.nsys-rep`` is exported to SQLite with ``nsys export --type sqlite`` where
 ``nsys`` is found (else the error says to export it with nsys first). The result is
 ``<profiles>/<gpu-slug>/<name>/`` with ``manifest.json`` (schema 2, ``origin: "imported"``), shaped
@@ -16,12 +16,10 @@ complete; a failure removes it and leaves any earlier folder of the same name as
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
-import shlex
 import shutil
-import struct
+import sqlite3
 import subprocess
 import sys
 import time
@@ -30,24 +28,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from ..core import ranges, tools
 from ..core.errors import ProfileError
 from ..core.errors import ToolError as _ToolError
-from ..core.files import MANIFEST, file_table, local_copy, place, sha256
+from ..core.files import local_copy, place, sha256
 from ..core.ranges import RangeSchema
-from ..parse import frames as parse
+from ..parse.ncu import ncu_device, ncu_frame
+from ..parse.ncu_session import ncu_session, ncu_settings
+from ..parse.nsys import nsys_tables
 from . import captures as store
+from . import manifest as capture_manifest
 
-SCHEMA = 2
 #: what the importer reads, by how the file name ends
-NCU_SUFFIXES = (".ncu-rep", ".ncu-rep.gz")
-SQLITE_SUFFIXES = (".sqlite", ".sqlite.gz")
+NCU_SUFFIXES = (".ncu-rep", ".ncu-rep.xz", ".ncu-rep.gz")
+SQLITE_SUFFIXES = (".sqlite", ".sqlite.xz", ".sqlite.gz")
 NSYS_REP_SUFFIX = ".nsys-rep"
 ACCEPTED = (*NCU_SUFFIXES, *SQLITE_SUFFIXES, NSYS_REP_SUFFIX)
 #: a capture name: one folder name that store.list_captures lists (it skips names starting with . or _)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$")
-#: ncu's own defaults, for a report whose command line does not set them
-NCU_DEFAULTS = {"clock_control": "base", "replay_mode": "kernel", "cache_control": "all"}
 
 
 def _suffix(path: Path) -> str | None:
@@ -69,141 +69,6 @@ def check_name(name: str) -> str:
         raise ProfileError(f"capture name {name!r}: use letters, digits and . _ + - only, starting with a letter or "
                            "digit, at most 100 characters")
     return name
-
-
-# --------------------------------------------------------------------------- what a .ncu-rep says about its session
-
-
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
-    out = shift = 0
-    while True:
-        if i >= len(buf) or shift > 63:
-            raise ValueError("bad varint")
-        c = buf[i]
-        i += 1
-        out |= (c & 0x7F) << shift
-        shift += 7
-        if c < 0x80:
-            return out, i
-
-
-def _fields(buf: bytes) -> list[tuple[int, int | bytes]]:
-    """The top-level fields of one protobuf message (number, varint or bytes); ValueError if malformed."""
-    out: list[tuple[int, int | bytes]] = []
-    i = 0
-    while i < len(buf):
-        key, i = _varint(buf, i)
-        num, wire = key >> 3, key & 7
-        if wire == 0:
-            val, i = _varint(buf, i)
-            out.append((num, val))
-        elif wire == 2:
-            n, i = _varint(buf, i)
-            if i + n > len(buf):
-                raise ValueError("field runs past the message")
-            out.append((num, buf[i:i + n]))
-            i += n
-        elif wire in (1, 5):
-            i += 8 if wire == 1 else 4
-        else:
-            raise ValueError(f"wire type {wire}")
-    return out
-
-
-def _text(v: int | bytes) -> str | None:
-    if not isinstance(v, bytes):
-        return None
-    try:
-        return v.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-
-
-def ncu_session(path: str | Path, max_blocks: int = 256) -> dict[str, Any]:
-    """What a ``.ncu-rep`` records about the session that wrote it, read from the report's own
-    session blocks (ncu-report's Python API exposes none of it, and its ``get_version()`` is the
-    *reading* library's version): ``version`` ("Nsight Compute Target"), ``cuda`` ("CUDA Version"),
-    ``command`` (the ncu command line), ``os``, ``cpu``, ``host``, ``captured_utc``. Best effort:
-    keys the report does not hold are absent, and an unknown layout gives ``{}`` (never raises).
-
-    Layout (report file version 7, Nsight Compute 2025.3): ``NVR\\0``, a uint32 header length, the
-    header, then blocks of a uint32 length and a protobuf message; session entries are messages
-    whose field 3 holds one of: 8 {1: name, 2: version}, 11 command line, 4 system {1: OS,
-    3: CPU, 5: host name}, 2 start time (Unix seconds)."""
-    out: dict[str, Any] = {}
-    try:
-        with open(local_copy(Path(path)), "rb") as fh:
-            if fh.read(4) != b"NVR\0":
-                return {}
-            (hlen,) = struct.unpack("<I", fh.read(4))
-            fh.seek(hlen, os.SEEK_CUR)
-            versions: dict[str, str] = {}
-            for _ in range(max_blocks):
-                head = fh.read(4)
-                if len(head) < 4:
-                    break
-                (n,) = struct.unpack("<I", head)
-                if n > 1 << 20:  # kernel binaries and results: no session entry is this large
-                    fh.seek(n, os.SEEK_CUR)
-                    continue
-                block = fh.read(n)
-                if len(block) < n:
-                    break
-                try:
-                    top = _fields(block)
-                except ValueError:
-                    continue
-                for num, val in top:
-                    if num != 3 or not isinstance(val, bytes):
-                        continue
-                    try:
-                        inner = _fields(val)
-                    except ValueError:
-                        continue
-                    for k, v in inner:
-                        if k == 8 and isinstance(v, bytes):
-                            kv = dict(_fields(v))
-                            key, value = _text(kv.get(1, b"")), _text(kv.get(2, b""))
-                            if key and value:
-                                versions[key] = value
-                        elif k == 11 and _text(v):
-                            out.setdefault("command", _text(v).strip())  # type: ignore[union-attr]
-                        elif k == 4 and isinstance(v, bytes):
-                            sysinfo = dict(_fields(v))
-                            for f, name in ((1, "os"), (3, "cpu"), (5, "host")):
-                                if _text(sysinfo.get(f, b"")):
-                                    out.setdefault(name, _text(sysinfo[f]))
-                        elif k == 2 and isinstance(v, int) and 1_400_000_000 < v < 4_100_000_000:
-                            out.setdefault("captured_utc", time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(v)))
-    except (OSError, ValueError, struct.error, ProfileError):
-        return {}
-    if "Nsight Compute Target" in versions:
-        out["version"] = versions["Nsight Compute Target"]
-    if "CUDA Version" in versions:
-        out["cuda"] = versions["CUDA Version"]
-    return out
-
-
-def ncu_settings(command: str | None) -> dict[str, Any]:
-    """clock_control, replay_mode, cache_control and section set from an ncu command line: the
-    option's value, ncu's default where the command line is known but does not set it, else None."""
-    out: dict[str, Any] = {k: None for k in (*NCU_DEFAULTS, "set")}
-    if not command:
-        return out
-    try:
-        argv = shlex.split(command)
-    except ValueError:
-        argv = command.split()
-    opts: dict[str, str] = {}
-    for i, a in enumerate(argv):
-        if a.startswith("--") and "=" in a:
-            opts.setdefault(a[2:].split("=", 1)[0], a.split("=", 1)[1])
-        elif a.startswith("--") and i + 1 < len(argv):
-            opts.setdefault(a[2:], argv[i + 1])
-    for key, default in NCU_DEFAULTS.items():
-        out[key] = opts.get(key.replace("_", "-"), default)
-    out["set"] = opts.get("set")
-    return out
 
 
 # --------------------------------------------------------------------------- what each kind of report says
@@ -265,10 +130,10 @@ def _named(path: Path, exc: ProfileError) -> ProfileError:
 def describe_ncu(rep: Report) -> None:
     """Open a .ncu-rep with the parsers (every launch), and read its GPU, metrics and session."""
     try:
-        frame = parse.ncu_frame(rep.readable)  # type: ignore[arg-type]
-        per_launch = parse.ncu_frame(rep.readable, metrics=["device__attribute_display_name",  # type: ignore[arg-type]
-                                                            "profiler__replayer_passes"])
-        dev = parse.ncu_device(rep.readable)  # type: ignore[arg-type]
+        frame = ncu_frame(rep.readable)  # type: ignore[arg-type]
+        per_launch = ncu_frame(rep.readable, metrics=["device__attribute_display_name",  # type: ignore[arg-type]
+                                                      "profiler__replayer_passes"])
+        dev = ncu_device(rep.readable)  # type: ignore[arg-type]
     except ProfileError as exc:
         raise _named(rep.path, exc) from None
     names = per_launch.get("device__attribute_display_name")
@@ -305,8 +170,6 @@ def describe_ncu(rep: Report) -> None:
 
 
 def _sqlite_rows(path: Path, query: str) -> list[tuple]:
-    import sqlite3
-
     try:
         con = sqlite3.connect(f"file:{local_copy(path)}?mode=ro", uri=True)
         try:
@@ -317,33 +180,29 @@ def _sqlite_rows(path: Path, query: str) -> list[tuple]:
         return []
 
 
-def describe_nsys(rep: Report) -> None:
-    """Open an nsys SQLite export with the parsers, and read its GPU, versions and environment."""
-    try:
-        t = parse.nsys_tables(rep.readable)  # type: ignore[arg-type]
-    except ProfileError as exc:
-        raise _named(rep.path, exc) from None
-    kern, gpu = t["kernels"], t["gpu"]
-    if kern.empty:
-        raise ProfileError(f"{rep.path}: holds no profiled kernel (no row in its CUPTI_ACTIVITY_KIND_KERNEL table; "
-                           "was it captured with --trace=cuda?)")
-    if len(gpu) and "name" in gpu:
-        used = gpu
-        dev_col = "cuDevice" if "cuDevice" in gpu else "id" if "id" in gpu else None
-        if dev_col and "deviceId" in kern:
-            sel = gpu[gpu[dev_col].isin(set(kern["deviceId"].dropna()))]
-            used = sel if len(sel) else gpu
-        rep.gpu_names = sorted({str(n) for n in used["name"].dropna()})
-        row = used.iloc[0].to_dict()
-        for key, (col, scale) in NSYS_GPU.items():
-            if col in row and row[col] is not None and row[col] == row[col]:
-                rep.gpu[key] = _plain(row[col] * scale if scale else row[col])
-                rep.gpu_source[key] = f"nsys TARGET_INFO_GPU.{col} ({rep.path.name})"
-        if "computeMajor" in row:
-            rep.gpu["compute_capability"] = f"{int(row['computeMajor'])}.{int(row.get('computeMinor', 0))}"
-            rep.gpu_source["compute_capability"] = f"nsys TARGET_INFO_GPU.computeMajor/computeMinor ({rep.path.name})"
-    path = rep.readable
-    env = dict(_sqlite_rows(path, "SELECT name, value FROM TARGET_INFO_SYSTEM_ENV WHERE name IN "  # type: ignore[arg-type]
+def _nsys_gpu(rep: Report, kern: pd.DataFrame, gpu: pd.DataFrame) -> None:
+    """The GPU the kernels ran on, from TARGET_INFO_GPU (the devices the kernels name, else every one)."""
+    if not len(gpu) or "name" not in gpu:
+        return
+    used = gpu
+    dev_col = "cuDevice" if "cuDevice" in gpu else "id" if "id" in gpu else None
+    if dev_col and "deviceId" in kern:
+        sel = gpu[gpu[dev_col].isin(set(kern["deviceId"].dropna()))]
+        used = sel if len(sel) else gpu
+    rep.gpu_names = sorted({str(n) for n in used["name"].dropna()})
+    row = used.iloc[0].to_dict()
+    for key, (col, scale) in NSYS_GPU.items():
+        if col in row and row[col] is not None and row[col] == row[col]:
+            rep.gpu[key] = _plain(row[col] * scale if scale else row[col])
+            rep.gpu_source[key] = f"nsys TARGET_INFO_GPU.{col} ({rep.path.name})"
+    if "computeMajor" in row:
+        rep.gpu["compute_capability"] = f"{int(row['computeMajor'])}.{int(row.get('computeMinor', 0))}"
+        rep.gpu_source["compute_capability"] = f"nsys TARGET_INFO_GPU.computeMajor/computeMinor ({rep.path.name})"
+
+
+def _nsys_environment(rep: Report, path: Path) -> None:
+    """Driver, CUDA, host, OS (TARGET_INFO_SYSTEM_ENV) and the capture's start time."""
+    env = dict(_sqlite_rows(path, "SELECT name, value FROM TARGET_INFO_SYSTEM_ENV WHERE name IN "
                                   f"({', '.join(repr(v) for v in NSYS_ENV.values())})"))
     for key, name in NSYS_ENV.items():
         if env.get(name):
@@ -352,24 +211,42 @@ def describe_nsys(rep: Report) -> None:
                 value = f"{int(value) // 1000}.{int(value) % 1000 // 10}"
             rep.env[key] = value
             rep.env_source[key] = f"nsys TARGET_INFO_SYSTEM_ENV.{name} ({rep.path.name})"
-    start = _sqlite_rows(path, "SELECT utcTime FROM TARGET_INFO_SESSION_START_TIME")  # type: ignore[arg-type]
+    start = _sqlite_rows(path, "SELECT utcTime FROM TARGET_INFO_SESSION_START_TIME")
     if start and start[0][0]:
         rep.env["captured_utc"] = str(start[0][0])
         rep.env_source["captured_utc"] = f"nsys TARGET_INFO_SESSION_START_TIME ({rep.path.name})"
-    meta = dict(_sqlite_rows(path, "SELECT name, value FROM META_DATA_EXPORT"))  # type: ignore[arg-type]
-    capture = _sqlite_rows(path, "SELECT name, value FROM META_DATA_CAPTURE "  # type: ignore[arg-type]
+
+
+def _nsys_application(path: Path) -> list[str]:
+    """The profiled application's command line (META_DATA_CAPTURE's first process), [] where unknown."""
+    capture = _sqlite_rows(path, "SELECT name, value FROM META_DATA_CAPTURE "
                                  "WHERE name = 'PROCESS_0:COMMAND' OR name LIKE 'PROCESS_0:ARGUMENT_%'")
     argv = [v for k, v in capture if k == "PROCESS_0:COMMAND"]
-    argv += [v for _, v in sorted(((k, v) for k, v in capture if k.startswith("PROCESS_0:ARGUMENT_")),
-                                  key=lambda kv: int(kv[0].rsplit("_", 1)[1]) if kv[0].rsplit("_", 1)[1].isdigit() else 0)]
-    ranges = t["ranges"]
+    args = [(k.rsplit("_", 1)[1], v) for k, v in capture if k.startswith("PROCESS_0:ARGUMENT_")]
+    return argv + [v for _, v in sorted(args, key=lambda nv: int(nv[0]) if nv[0].isdigit() else 0)]
+
+
+def describe_nsys(rep: Report) -> None:
+    """Open an nsys SQLite export with the parsers, and read its GPU, versions and environment."""
+    path: Path = rep.readable  # type: ignore[assignment]
+    try:
+        t = nsys_tables(path)
+    except ProfileError as exc:
+        raise _named(rep.path, exc) from None
+    kern, ranges = t["kernels"], t["ranges"]
+    if kern.empty:
+        raise ProfileError(f"{rep.path}: holds no profiled kernel (no row in its CUPTI_ACTIVITY_KIND_KERNEL table; "
+                           "was it captured with --trace=cuda?)")
+    _nsys_gpu(rep, kern, t["gpu"])
+    _nsys_environment(rep, path)
+    meta = dict(_sqlite_rows(path, "SELECT name, value FROM META_DATA_EXPORT"))
     rep.range_names = {r for r in ranges["range"] if r} if len(ranges) else set()
     rep.info = {"version": meta.get("EXPORT_PRODUCT_VERSION"), "export_schema_version": meta.get("EXPORT_SCHEMA_VERSION"),
                 "kernels": len(kern), "ranges": len(ranges),
                 "range_names": int(ranges["range"].nunique()) if len(ranges) else 0,
                 "kernels_outside_ranges": int((kern["range"] == "").sum()),
                 "domains": sorted({d for d in ranges["domain"] if d}) if len(ranges) else [],
-                "application": argv or None}
+                "application": _nsys_application(path) or None}
 
 
 # --------------------------------------------------------------------------- importing
@@ -417,6 +294,71 @@ def _merge(reports: list[Report], attr: str, source_attr: str) -> tuple[dict[str
     return out, src
 
 
+def _nsys_for(reports: list[Report], nsys: str | os.PathLike | None) -> Path | None:
+    """The nsys that exports the reports' .nsys-rep files; None when there are none."""
+    rep = next((r.path for r in reports if r.path.name.lower().endswith(NSYS_REP_SUFFIX)), None)
+    if rep is None:
+        return None
+    try:
+        return tools.find_nsys(nsys)
+    except tools.ToolError as exc:
+        raise tools.ToolError(f"{rep}: a .nsys-rep is read through its SQLite export, which needs Nsight Systems, "
+                              f"and it is not available here ({exc}). Export it with nsys first: "
+                              f"'nsys export --type sqlite -o {default_name(rep)}.sqlite {rep.name}', "
+                              "then import the .sqlite") from None
+
+
+def _stage(rep: Report, base: str, tmp: Path, nsys_exe: Path | None, commands: list[dict[str, Any]]) -> None:
+    """Name the report's file in the capture (``base`` + its suffix) and what the parsers read: a
+    .nsys-rep is copied and exported to SQLite in ``tmp``, any other report is read where it is."""
+    if not rep.path.name.lower().endswith(NSYS_REP_SUFFIX):
+        rep.stored = base + (_suffix(rep.path) or "")
+        rep.readable = rep.path  # parse the user's own file, so that errors name it
+        return
+    rep.rep_stored = base + NSYS_REP_SUFFIX
+    shutil.copyfile(rep.path, tmp / rep.rep_stored)
+    rep.stored = base + ".sqlite"
+    t0 = time.monotonic()
+    cmd = export_nsys_rep(tmp / rep.rep_stored, tmp / rep.stored, nsys_exe)  # type: ignore[arg-type]
+    commands.append({"step": "nsys export", "argv": cmd, "seconds": round(time.monotonic() - t0, 2), "returncode": 0})
+    rep.readable = tmp / rep.stored
+
+
+def _one_gpu(reports: list[Report]) -> str:
+    """The one GPU every report ran on; ProfileError where a report names none, or several, or they differ."""
+    for rep in reports:
+        if not rep.gpu_names:
+            raise ProfileError(f"{rep.path}: does not say which GPU it ran on (no device attributes / TARGET_INFO_GPU)")
+        if len(rep.gpu_names) > 1:
+            raise ProfileError(f"{rep.path}: holds kernels of several GPUs ({', '.join(map(repr, rep.gpu_names))}); "
+                               "a capture folder is one GPU's")
+    first = reports[0]
+    for rep in reports[1:]:
+        if rep.gpu_names[0] != first.gpu_names[0]:
+            raise ProfileError(f"the reports are from different GPUs: {first.gpu_names[0]!r} ({first.path}) and "
+                               f"{rep.gpu_names[0]!r} ({rep.path}); import each GPU's reports separately")
+    return first.gpu_names[0]
+
+
+def _fill(tmp: Path, reports: list[Report], nsys_exe: Path | None, commands: list[dict[str, Any]], name: str,
+          description: str | None, stamp: str) -> str:
+    """Read every report and write the capture into ``tmp`` (files, manifest, compacted, checked);
+    returns the GPU's name."""
+    count = {"ncu": 0, "nsys": 0}
+    for rep in reports:
+        count[rep.kind] += 1
+        _stage(rep, rep.kind if count[rep.kind] == 1 else f"{rep.kind}-{count[rep.kind]}", tmp, nsys_exe, commands)
+        (describe_ncu if rep.kind == "ncu" else describe_nsys)(rep)
+        _one_gpu([rep])  # a report of several GPUs fails before the next is read
+    gpu_name = _one_gpu(reports)
+    for rep in reports:
+        if not (tmp / rep.stored).exists():
+            shutil.copyfile(rep.path, tmp / rep.stored)
+    capture_manifest.write(tmp, _manifest(reports, name, description, commands, stamp))
+    store.validate(tmp, open_reports=False)
+    return gpu_name
+
+
 def import_reports(paths: Sequence[str | os.PathLike], profiles: str | os.PathLike = "profiles", name: str | None = None,
                    nsys: str | os.PathLike | None = None, *, description: str | None = None,
                    argv: Sequence[str] | None = None) -> Path:
@@ -426,16 +368,7 @@ def import_reports(paths: Sequence[str | os.PathLike], profiles: str | os.PathLi
     holds no kernel, reports of different GPUs) or tools.ToolError (a .nsys-rep and no nsys)."""
     reports = _classify(paths)
     name = check_name(name) if name is not None else default_name(reports[0].path)
-    nsys_exe: Path | None = None
-    if any(r.path.name.lower().endswith(NSYS_REP_SUFFIX) for r in reports):
-        try:
-            nsys_exe = tools.find_nsys(nsys)
-        except tools.ToolError as exc:
-            rep = next(r.path for r in reports if r.path.name.lower().endswith(NSYS_REP_SUFFIX))
-            raise tools.ToolError(f"{rep}: a .nsys-rep is read through its SQLite export, which needs Nsight Systems, "
-                                  f"and it is not available here ({exc}). Export it with nsys first: "
-                                  f"'nsys export --type sqlite -o {default_name(rep)}.sqlite {rep.name}', "
-                                  "then import the .sqlite") from None
+    nsys_exe = _nsys_for(reports, nsys)
     profiles = Path(profiles).resolve()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     tmp = profiles / f".tmp-import-{name}-{stamp}-{os.getpid()}"
@@ -443,43 +376,8 @@ def import_reports(paths: Sequence[str | os.PathLike], profiles: str | os.PathLi
         argv if argv is not None else [*map(str, paths), "--profiles", str(profiles), "--name", name])]}]
     tmp.mkdir(parents=True)
     try:
-        count = {"ncu": 0, "nsys": 0}
-        for rep in reports:
-            count[rep.kind] += 1
-            base = rep.kind if count[rep.kind] == 1 else f"{rep.kind}-{count[rep.kind]}"
-            lower = rep.path.name.lower()
-            if lower.endswith(NSYS_REP_SUFFIX):
-                rep.rep_stored = base + NSYS_REP_SUFFIX
-                shutil.copyfile(rep.path, tmp / rep.rep_stored)
-                rep.stored = base + ".sqlite"
-                t0 = time.monotonic()
-                cmd = export_nsys_rep(tmp / rep.rep_stored, tmp / rep.stored, nsys_exe)  # type: ignore[arg-type]
-                commands.append({"step": "nsys export", "argv": cmd, "seconds": round(time.monotonic() - t0, 2),
-                                 "returncode": 0})
-                rep.readable = tmp / rep.stored
-            else:
-                suf = _suffix(rep.path)
-                rep.stored = base + (suf or "")
-                rep.readable = rep.path  # parse the user's own file, so that errors name it
-            (describe_ncu if rep.kind == "ncu" else describe_nsys)(rep)
-            if not rep.gpu_names:
-                raise ProfileError(f"{rep.path}: does not say which GPU it ran on (no device attributes / TARGET_INFO_GPU)")
-            if len(rep.gpu_names) > 1:
-                raise ProfileError(f"{rep.path}: holds kernels of several GPUs ({', '.join(map(repr, rep.gpu_names))}); "
-                                   "a capture folder is one GPU's")
-        first = reports[0]
-        for rep in reports[1:]:
-            if rep.gpu_names[0] != first.gpu_names[0]:
-                raise ProfileError(f"the reports are from different GPUs: {first.gpu_names[0]!r} ({first.path}) and "
-                                   f"{rep.gpu_names[0]!r} ({rep.path}); import each GPU's reports separately")
-        for rep in reports:
-            if not (tmp / rep.stored).exists():
-                shutil.copyfile(rep.path, tmp / rep.stored)
-        manifest = _manifest(reports, name, description, commands, stamp, tmp)
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
-        store.compact(tmp)
-        store.validate(tmp, open_reports=False)
-        dest = profiles / store.gpu_slug(first.gpu_names[0]) / name
+        gpu_name = _fill(tmp, reports, nsys_exe, commands, name, description, stamp)
+        dest = profiles / store.gpu_slug(gpu_name) / name
         place(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -487,8 +385,8 @@ def import_reports(paths: Sequence[str | os.PathLike], profiles: str | os.PathLi
     return dest
 
 
-def _manifest(reports: list[Report], name: str, description: str | None, commands: list[dict[str, Any]], stamp: str,
-              folder: Path) -> dict[str, Any]:
+def _manifest(reports: list[Report], name: str, description: str | None, commands: list[dict[str, Any]],
+              stamp: str) -> dict[str, Any]:
     gpu, gpu_src = _merge(reports, "gpu", "gpu_source")
     env, env_src = _merge(reports, "env", "env_source")
     gpu["name"] = reports[0].gpu_names[0]
@@ -526,17 +424,12 @@ def _manifest(reports: list[Report], name: str, description: str | None, command
                      "nsys_reps": [r.rep_stored for r in nsys if r.rep_stored]}
     used = [t for t, group in (("ncu", ncu), ("nsys", nsys)) if group]
     names = ", ".join(r.path.name for r in reports)
-    return {
-        "schema": SCHEMA, "name": name, "suite": name,
-        "description": description or f"imported from {names}",
-        "origin": "imported", "created": stamp, "gpu": gpu, "environment": env, "git_commit": None,
-        "ncu": ncu_info, "nsys": nsys_info, "tools": used,
-        "parameters": {"tools": used, "cases": []},  # what schema-1 readers (report.applicable) look at
-        "range_schemas": [s.to_json() for s in _schemas_used(reports)], "cases": [],
-        "imported_from": [{"name": r.path.name, "bytes": r.path.stat().st_size, "sha256": sha256(r.path),
-                           "stored_as": r.rep_stored or r.stored} for r in reports],
-        "commands": commands, "files": file_table(folder),
-    }
+    return capture_manifest.build(
+        name=name, description=description or f"imported from {names}", origin="imported", created=stamp, gpu=gpu,
+        environment=env, tools=used, range_schemas=_schemas_used(reports), commands=commands,
+        ncu=ncu_info, nsys=nsys_info, cases=[],
+        imported_from=[{"name": r.path.name, "bytes": r.path.stat().st_size, "sha256": sha256(r.path),
+                        "stored_as": r.rep_stored or r.stored} for r in reports])
 
 
 def _schemas_used(reports: list[Report]) -> list[RangeSchema]:
