@@ -1,9 +1,10 @@
 """Capture: command lines, tool discovery, error messages, and the store's atomic write (no GPU:
 the profilers and the Python that runs the workload are stand-in scripts)."""
 
-import argparse
+import dataclasses
 import json
 import os
+import re
 import signal
 import stat
 import sys
@@ -139,8 +140,8 @@ if args[:2] == ["-m", "nsightlab.run.ceilings"]:
     print("ceilings measured")
 elif args[:2] == ["-m", "nsightlab.run.workload"]:
     from nsightlab.run.sweep import Sweep
-    only = arg("--only")
-    cases = [c for c in Sweep.load(arg("--sweep")).cases() if c.runnable and (not only or re.search(only, c.range))]
+    only = [args[i + 1] for i, a in enumerate(args) if a == "--only"]
+    cases = [c for c in Sweep.load(arg("--sweep")).cases() if c.runnable and all(re.search(o, c.range) for o in only)]
     with open(arg("--log"), "a") as log:
         for c in cases:
             log.write(json.dumps({{"range": c.range, "impl": c.impl, "pass": c.pass_, "status": "ok"}}) + "\\n")
@@ -239,9 +240,9 @@ def test_a_later_sweep_of_the_same_command_reuses_the_ceilings(tmp_path):
 
 def _mine():
     """The sweep `--impl tests.stand_in:my_attention --impl sdpa_flash -B 2 -H 4 -N 128,256 -D 64 --causal both`."""
-    a = argparse.Namespace(suite=None, sweep=None, impl=["tests.stand_in:my_attention", "sdpa_flash"], B="2", H="4",
-                           N="128,256", D="64", Hkv=None, Nk=None, dtype="float16", causal="both",
-                           passes="forward,backward", option=[], name="mine", description=None, tools="ncu,nsys", plugin=[])
+    a = C.parser("nsightlab capture", attention.PROBLEM).parse_args([
+        "--impl", "tests.stand_in:my_attention", "--impl", "sdpa_flash", "-B", "2", "-H", "4", "-N", "128,256", "-D", "64",
+        "--causal", "both", "--name", "mine"])
     (sweep,) = C.sweeps_from_args(a)
     return sweep
 
@@ -306,6 +307,99 @@ def test_capture_list_of_a_command_line_sweep(capsys, monkeypatch):
     assert "# blocksize: 80 case(s) to run, 4 skipped" in out and "# seqlen: 224 case(s) to run, 0 skipped" in out
 
 
+def test_deep_tier_command_lines():
+    cmd = C.deep_ncu_command("/x/ncu", ["py", "-m", "w"], "out/deep", nvtx_include="regex:^fk:.*/")
+    sections = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--section"]
+    assert sections == ["SpeedOfLight", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis", "MemoryWorkloadAnalysis_Tables",
+                        "MemoryWorkloadAnalysis_Chart", "Occupancy", "LaunchStats", "SchedulerStats", "WarpStateStats",
+                        "InstructionStats", "SourceCounters"]
+    assert cmd[cmd.index("--import-source") + 1] == "yes" and cmd[cmd.index("--clock-control") + 1] == "none"
+    assert cmd[cmd.index("--replay-mode") + 1] == "kernel" and cmd[cmd.index("--nvtx-include") + 1] == "regex:^fk:.*/"
+    assert "--metrics" not in cmd and "--set" not in cmd and "--nvtx" in cmd
+    assert cmd[cmd.index("--export") + 1] == "out/deep" and cmd[-3:] == ["py", "-m", "w"]
+    assert C.ncu_details_csv_command("ncu", "deep.ncu-rep") == [
+        "ncu", "--import", "deep.ncu-rep", "--csv", "--page", "details", "--print-units", "base", "--print-metric-name", "name"]
+    assert C.ncu_raw_csv_command("ncu", "deep.ncu-rep", base_units=True) == [
+        "ncu", "--import", "deep.ncu-rep", "--csv", "--page", "raw", "--print-units", "base"]
+    assert C.ncu_raw_csv_command("ncu", "ncu.ncu-rep") == ["ncu", "--import", "ncu.ncu-rep", "--csv", "--page", "raw"]
+    wl = C.workload_command("s.toml", only=["^attn:", "D=64"])
+    assert [wl[i + 1] for i, a in enumerate(wl) if a == "--only"] == ["^attn:", "D=64"]
+
+
+DEEP = "sdpa_flash:forward:.*N=256,"
+
+
+def _step(man, name):
+    return next(c["argv"] for c in man["commands"] if c["step"] == name)
+
+
+def test_deep_tier_after_the_light_one(tmp_path):
+    py, ncu, nsys = _tools(tmp_path)
+    sweep = dataclasses.replace(_mine(), deep=DEEP)
+    dest = C.capture(sweep, tmp_path / "profiles", ncu=str(ncu), nsys=str(nsys), python=str(py), echo=lambda s: None)
+    man = validate(dest, open_reports=False)
+    deep = [c["range"] for c in man["cases"] if c.get("deep")]
+    assert deep == [c.range for c in sweep.cases() if re.search(DEEP, c.range)] and len(deep) == 2
+    d = man["deep"]
+    assert d["regex"] == DEEP and d["cases"] == deep and d["sections"] == list(C.DEEP_SECTIONS) and d["import_source"]
+    assert d["passes_per_kernel"] == {"k_kernel": 5} and d["max_passes_per_kernel"] == 5 and d["kernels_profiled"] == 1
+    assert d["report_bytes"] == len("report") and d["seconds"] >= 0 and d["replay_mode"] == "kernel"
+    assert {"deep.ncu-rep", "deep_details.csv", "deep_raw.csv", "deep.log", "cases_deep.jsonl"} <= set(man["files"])
+    argv = _step(man, "deep")
+    assert argv[argv.index("--import-source") + 1] == "yes" and argv.count("--section") == len(C.DEEP_SECTIONS)
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--only"] == [DEEP]  # the workload runs the deep cases only
+    assert _step(man, "deep-details-csv")[-2:] == ["--print-metric-name", "name"]
+    assert man["ncu"]["kernels_profiled"] == 1 and man["nsys"]["iters"] == 5 and man["tools"] == ["ncu", "nsys"]
+    assert set(man["timings_seconds"]) >= {"ncu", "nsys", "deep", "deep_csv", "total"}
+    assert Sweep.load(dest / "sweep.toml").deep == DEEP  # the capture re-runs with its deep tier
+
+
+def test_deep_only_takes_the_deep_tier_alone_into_its_own_folder(tmp_path):
+    py, ncu, _ = _tools(tmp_path)
+    profiles = tmp_path / "profiles"
+    sweep = dataclasses.replace(_mine(), deep=DEEP)
+    dest = C.capture(sweep, profiles, ncu=str(ncu), nsys="/no/nsys", python=str(py), deep_only=True, echo=lambda s: None)
+    assert dest == profiles / "fake-gpu-x" / "mine-deep"
+    man = validate(dest, open_reports=False)
+    assert man["deep_only"] and man["tools"] == ["ncu"] and man["ncu"] == {} and man["nsys"] == {}
+    assert [c["range"] for c in man["cases"]] == man["deep"]["cases"] and all(c["deep"] for c in man["cases"])
+    assert [c["step"] for c in man["commands"]] == ["ceilings", "deep", "deep-details-csv", "deep-raw-csv"]
+    assert not any(name.startswith(("ncu", "nsys")) for name in man["files"])
+    with pytest.raises(C.CaptureError, match="--deep-only needs a deep regex"):
+        C.capture(_mine(), profiles, ncu=str(ncu), python=str(py), deep_only=True, echo=lambda s: None)
+
+
+def test_list_marks_the_deep_cases(capsys, monkeypatch):
+    argv = ["--impl", "sdpa_flash", "-N", "256,512", "--name", "mine", "--deep", "forward:.*N=512,", "--list"]
+    assert _main(argv, monkeypatch) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "# mine: 4 case(s) to run, 0 skipped, 1 deep (deep = 'forward:.*N=512,')"
+    assert [line for line in lines if line.endswith("    [deep]")] == [
+        "attn:sdpa_flash:forward:B=1,H=8,N=512,D=64,dtype=float16,causal=0    [deep]"]
+    assert _main(["--suite", "seqlen", "--list"], monkeypatch) == 0
+    out = capsys.readouterr().out.splitlines()
+    deep = [line.split()[0] for line in out if line.endswith("[deep]")]
+    # the committed suite's deep cases: each implementation and pass at N=4096, D=64 and D=128
+    assert len(deep) == 20 and all(",N=4096," in n for n in deep) and {n.split(":")[1] for n in deep} == {
+        "flash_fa1", "flash_simt", "flash_mma", "flash_wgmma", "sdpa_flash", "sdpa_cudnn"}
+    assert sum(":backward:" in n for n in deep) == 8 and sum(",D=128," in n for n in deep) == 10
+
+
+def test_shape_flags_come_from_the_problem(capsys, monkeypatch):
+    argv = ["--impl", "examples.gemm.gemm:IMPL", "-M", "1024,4096", "-N", "4096", "-K", "1024", "--pass", "forward",
+            "--name", "g", "--list"]
+    assert _main(argv, monkeypatch) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [f"gemm:torch_gemm:forward:M={m},N=4096,K=1024,dtype=float16"
+                                                        for m in (1024, 4096)]
+    with pytest.raises(SystemExit):
+        _main(["--impl", "examples.gemm.gemm:IMPL", "-M", "64", "-N", "64", "-K", "64", "-B", "2", "--list"], monkeypatch)
+    assert "unrecognized arguments: -B 2" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        _main(["--impl", "examples.gemm.gemm:IMPL", "--help"], monkeypatch)
+    help_text = capsys.readouterr().out
+    assert "gemm shapes" in help_text and "-M M " in help_text and "PARAM_" not in help_text and "rows of A and C" in help_text
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--impl", "nope", "-N", "64"], "unknown implementation 'nope'; known:"),
     (["--impl", "sdpa_flash", "-N", "-5"], "-N takes positive integers, comma-separated (e.g. 1024,4096), not '-5'"),
@@ -325,6 +419,15 @@ def test_capture_list_of_a_command_line_sweep(capsys, monkeypatch):
     (["--suite", "nope"], "unknown sweep 'nope'; known:"),
     (["--sweep", "missing.toml"], "sweep file missing.toml does not exist"),
     (["--impl", "sdpa_flash", "-N", "64", "--only", "("], "--only '(' is not a regular expression"),
+    (["--impl", "sdpa_flash", "-N", "64", "--deep", "(", "--list"], "--deep '(' is not a regular expression"),
+    (["--impl", "sdpa_flash", "-N", "64", "--deep", "zzz", "--list"], "--deep 'zzz' matches no case to run of custom"),
+    (["--impl", "sdpa_flash", "-N", "64", "--deep-only"], "--deep-only: no deep case to run in custom"),
+    (["--impl", "examples.gemm.gemm:IMPL", "-N", "64"], "--impl needs the shapes: at least -M -N -K"),
+    (["--impl", "examples.gemm.gemm:IMPL", "-M", "8", "-N", "8", "-K", "0"], "-K takes positive integers"),
+    (["--problem", "gemm", "--impl", "sdpa_flash", "-M", "8", "-N", "8", "-K", "8"],
+     "implementation sdpa_flash solves attention, not gemm"),
+    (["--impl", "sdpa_flash,examples.gemm.gemm:IMPL", "-N", "8"], "--impl mixes problems ['attention', 'gemm']"),
+    (["--problem", "nope", "--impl", "sdpa_flash", "-N", "8"], "unknown problem 'nope'; known: attention"),
 ])
 def test_bad_arguments_give_a_one_line_error(argv, message, capsys, monkeypatch):
     with pytest.raises(SystemExit) as exc:
@@ -359,16 +462,18 @@ def test_store_validation_errors(tmp_path):
     os.remove(cap / "ceilings.json")
 
 
-def test_truncated_gzip_report_is_a_clear_error(tmp_path):
-    from nsightlab.parse import frames as parse
+def test_truncated_compressed_report_is_a_clear_error(tmp_path):
+    from nsightlab.parse.ncu import ncu_frame
+    from nsightlab.store.captures import find_file
 
-    src = Path(__file__).resolve().parent.parent / "profiles" / "nvidia-h200" / "blocksize" / "ncu.ncu-rep.gz"
-    bad = tmp_path / "ncu.ncu-rep.gz"
+    src = find_file(Path(__file__).resolve().parent.parent / "profiles" / "nvidia-h200" / "blocksize", "ncu.ncu-rep")
+    assert src is not None and src.suffix in (".xz", ".gz")
+    bad = tmp_path / src.name
     bad.write_bytes(src.read_bytes()[: src.stat().st_size // 2])
     os.environ["NSIGHTLAB_CACHE"] = str(tmp_path / "cache")
     try:
         with pytest.raises(ProfileError, match="corrupt or truncated"):
-            parse.ncu_frame(bad)
+            ncu_frame(bad)
     finally:
         del os.environ["NSIGHTLAB_CACHE"]
 
@@ -379,3 +484,21 @@ def test_manifest_json_written_last():
         man = json.loads((cap.path / "manifest.json").read_text())
         on_disk = {p.name for p in cap.path.iterdir() if p.is_file()} - {"manifest.json"}
         assert on_disk == set(man["files"]), cap.label
+
+
+def test_one_manifest_writer_for_captured_and_imported_folders(tmp_path):
+    from nsightlab.store import importer, manifest
+
+    (tmp_path / "small.log").write_text("ok\n")
+    (tmp_path / "big.csv").write_text("x\n" * (1 << 20))  # over the store's compaction threshold
+    man = manifest.build(name="n", description="d", origin="captured", created="20250101-000000",
+                         gpu={"name": "G"}, environment={"git_commit": "abc", "host": "h"}, tools=["ncu"],
+                         range_schemas=[attention.schema("attn")], commands=[{"step": "x", "argv": ["x"]}], cases=[])
+    assert (man["schema"], man["suite"], man["git_commit"], man["cases"]) == (manifest.SCHEMA, "n", "abc", [])
+    assert man["range_schemas"] == [attention.schema("attn").to_json()]
+    written = manifest.write(tmp_path, man)
+    assert written == json.loads((tmp_path / "manifest.json").read_text())
+    assert "small.log" in written["files"] and "big.csv" not in written["files"] and "manifest.json" not in written["files"]
+    assert any(name.startswith("big.csv.") for name in written["files"]) and written["compacted"]
+    validate(tmp_path, open_reports=False)
+    assert not hasattr(C, "SCHEMA") and not hasattr(importer, "SCHEMA")  # one schema constant, in store.manifest

@@ -15,13 +15,13 @@ import pytest
 
 from nsightlab.analysis import counters, roofline
 from nsightlab.core.ranges import schemas_of
-from nsightlab.parse import frames as parse
+from nsightlab.parse.ncu import ncu_csv_frame
 from nsightlab.render import figures
 from nsightlab.run import ceilings as CE
-from nsightlab.store.captures import load_manifest
+from nsightlab.store.captures import find_file, load_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
-CAPTURES = sorted(p.parent for p in (ROOT / "profiles").glob("*/seqlen/ncu_raw.csv.gz"))
+CAPTURES = sorted(p.parent for p in (ROOT / "profiles").glob("*/seqlen/manifest.json"))
 #: NVIDIA's published dense FP16 tensor rate of the H100 SXM (989.4 TFLOP/s at its 1,830 MHz boost
 #: clock, 132 SMs); the H200 has the same SMs
 H100_DENSE, H100_CLOCK, H100_SMS = 989.4e12, 1.83e9, 132
@@ -29,7 +29,7 @@ H100_DENSE, H100_CLOCK, H100_SMS = 989.4e12, 1.83e9, 132
 
 def _load(path: Path):
     man = load_manifest(path)
-    df = parse.ncu_csv_frame(path / "ncu_raw.csv.gz", schemas=schemas_of(man))
+    df = ncu_csv_frame(find_file(path, "ncu_raw.csv"), schemas=schemas_of(man))
     # the CSV frame keeps every printed string in attrs, which pandas deep-copies on every operation: keep one row
     df.attrs = {"printed": df.attrs["printed"][:1]}
     return counters.kernel_work(df), man

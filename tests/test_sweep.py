@@ -5,8 +5,10 @@ import sys
 
 import pytest
 
-from nsightlab.problems import attention, impls
+from nsightlab.core.ranges import LABEL, PASS, RangeSchema
+from nsightlab.problems import attention, impls, problem
 from nsightlab.problems.impls import Implementation, load_plugins, resolve
+from nsightlab.problems.problem import Parameter
 from nsightlab.run.sweep import Sweep, find, from_args, named_sweeps
 
 
@@ -82,6 +84,16 @@ def test_defaults_and_normalized_parameters():
     ({"name": "x", "grid": []}, "no [[grid]] of cases"),
     ({"name": "x", "tools": ["bench"]}, "no [bench] module"),
     ({"name": "a/b", "grid": [{"impl": "sdpa_flash", "N": 64}]}, "sweep name 'a/b' may only hold"),
+    ({"name": "x", "grid": [{"impl": "sdpa_flash", "N": 64}], "deep": "("}, "sweep 'x': deep '(' is not a regular expression"),
+    ({"name": "x", "tools": ["bench"], "bench": {"module": "m"}, "deep": "N=64"}, "no [[grid]] of cases"),
+    ({"name": "x", "grid": [{"impl": "examples.gemm.gemm:IMPL", "M": 8, "N": 8}]}, "gemm cases need K"),
+    ({"name": "x", "grid": [{"impl": "examples.gemm.gemm:IMPL", "M": 8, "N": 8, "K": 8, "B": 1}]},
+     "unknown gemm parameter(s) ['B']; accepted: M, N, K, dtype"),
+    ({"name": "x", "grid": [{"impl": ["sdpa_flash", "examples.gemm.gemm:IMPL"], "N": 8}]},
+     "sweep 'x' mixes problems ['attention', 'gemm']"),
+    ({"name": "x", "problem": "gemm", "grid": [{"impl": "sdpa_flash", "N": 8}]},
+     "sweep 'x': implementation sdpa_flash solves attention, not gemm"),
+    ({"name": "x", "problem": "nope", "grid": [{"impl": "sdpa_flash", "N": 8}]}, "unknown problem 'nope'; known: attention"),
 ])
 def test_bad_sweeps_say_what_is_accepted(data, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -240,3 +252,52 @@ def test_load_plugins_from_the_environment(tmp_path, monkeypatch, registry):
         load_plugins(entry_points=False)
     with pytest.raises(ValueError, match="plug-in 'no_such_plugin_abc' cannot be imported"):
         load_plugins(["no_such_plugin_abc"], entry_points=False)
+
+
+# --------------------------------------------------------------------------- problems
+
+
+def test_attention_is_a_problem_like_any_other():
+    assert problem.get("attention") is attention.PROBLEM and "sdpa_flash" in attention.PROBLEM.references
+    assert attention.schema("fk") == RangeSchema(
+        "fk", (LABEL, PASS), {"B": "int", "H": "int", "N": "int", "D": "int", "dtype": "str", "causal": "bool"},
+        {"Hkv": "int", "Nk": "int"}, {PASS: ("forward", "backward")},
+        "attention case: implementation, pass, shape [B, H, N, D], dtype, causal")
+    assert [q.cli_flags()[0] for q in attention.PARAMETERS] == ["-B", "-H", "-N", "-D", "--dtype", "--causal", "--Hkv", "--Nk"]
+    assert attention.PROBLEM.shapes_needed() == "at least -N (and -B -H -D, default 1, 8, 64)"
+    assert attention.softmax_bound(1e12, 64, "backward") == 1e12 * 10 * 64  # 2.5x the forward's 4·D FLOPs per exp
+
+
+def test_parameters_from_the_command_line():
+    n, causal, dtype = (attention.PROBLEM.parameter(k) for k in ("N", "causal", "dtype"))
+    assert n.from_cli("1024, 4096") == [1024, 4096] and dtype.from_cli("float16,bfloat16") == ["float16", "bfloat16"]
+    assert causal.from_cli("both") == [False, True] and causal.from_cli("YES") == [True]
+    for bad in ("abc", "-5", "0", ""):
+        with pytest.raises(ValueError, match=re.escape(f"-N takes positive integers, comma-separated (e.g. 1024,4096), not {bad!r}")):
+            n.from_cli(bad)
+    with pytest.raises(ValueError, match="--causal takes both, yes or no, not 'maybe'"):
+        causal.from_cli("maybe")
+    with pytest.raises(ValueError, match="type must be one of int, float, str, bool"):
+        Parameter("x", "complex", "no such type")
+
+
+def test_a_problem_of_its_own_gemm(registry):
+    sweep = find("examples/gemm/sweep.toml")
+    cases = sweep.cases()
+    assert sweep.schema().prefix == "gemm" and sweep.problem_of().name == "gemm"
+    assert [c.range for c in cases[:2]] == ["gemm:torch_gemm:forward:M=1024,N=4096,K=1024,dtype=float16",
+                                            "gemm:torch_gemm:backward:M=1024,N=4096,K=1024,dtype=float16"]
+    # the problem's work model, which the implementation does not repeat
+    assert cases[0].model["flop"] == 2.0 * 1024 * 4096 * 1024 and cases[1].model["flop"] == 2 * cases[0].model["flop"]
+    assert cases[0].model["source"].startswith("GEMM: 2·M·N·K") and all(c.runnable for c in cases)
+    # the sweep names no problem: its implementations' is taken
+    again = Sweep.from_dict({**sweep.to_dict(), "problem": None})
+    assert again.cases() == cases
+
+
+def test_deep_cases_of_a_sweep():
+    s = _sweep({"impl": ["sdpa_flash", "naive"], "N": [64, 128]}, deep=r"sdpa_flash:forward:.*N=128,")
+    assert [c.range for c in s.deep_cases(s.cases())] == ["attn:sdpa_flash:forward:B=1,H=8,N=128,D=64,dtype=float16,causal=0"]
+    assert s.deep_cases(s.cases(), "naive:backward") == [c for c in s.cases() if c.range.startswith("attn:naive:backward")]
+    assert _sweep({"impl": "sdpa_flash", "N": 64}).deep_cases([]) == []
+    assert find("seqlen").deep and find("blocksize").deep is None

@@ -1,12 +1,13 @@
 """A kernel that is not attention: a half-precision GEMM (cuBLAS through torch.matmul), plugged into
-nsightlab as a "custom" problem with its own inputs and work model.
+nsightlab as a problem of its own, through the same Problem protocol the attention problem uses.
 
     python -m nsightlab.capture --sweep examples/gemm/sweep.toml --list
     python -m nsightlab.capture --sweep examples/gemm/sweep.toml
+    python -m nsightlab.capture --impl examples.gemm.gemm:IMPL -M 1024,4096 -N 4096 -K 1024,4096 --list
 
-The sweep's grid names the shape fields (M, N, K, dtype); ``inputs`` turns one case's fields into the
-callable's arguments, and the work model says how many FLOPs and bytes a case is, so the reports can
-set the hardware counters against it (without one they fall back to the counters and say so).
+The problem declares its parameters (M, N, K, dtype: the capture command's ``-M -N -K --dtype``), how
+one case's inputs are built, and its work model, so the reports can set the hardware counters against
+it. Importing this module registers the problem (resolving ``examples.gemm.gemm:IMPL`` imports it).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from nsightlab.problems.impls import Implementation, WorkModel
+from nsightlab.problems import problem
+from nsightlab.problems.impls import Implementation
+from nsightlab.problems.problem import Parameter, Problem, WorkModel
 
 BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 
@@ -23,14 +26,15 @@ def gemm(a: Any, b: Any) -> Any:
     return a @ b
 
 
-def inputs(p: Mapping[str, Any], device: str = "cuda") -> tuple[Any, Any]:
+def inputs(p: Mapping[str, Any], device: str = "cuda") -> tuple[tuple[Any, Any], dict[str, Any]]:
+    """A [M, K] and B [K, N], random normal, seeded by the shape (the same inputs on every run)."""
     import torch
 
-    dt = getattr(torch, p.get("dtype", "float16"))
+    dt = getattr(torch, p["dtype"])
     gen = torch.Generator(device=device).manual_seed(p["M"] * 31 + p["N"] * 7 + p["K"])
     a = torch.randn(p["M"], p["K"], generator=gen, device=device, dtype=torch.float32).to(dt)
     b = torch.randn(p["K"], p["N"], generator=gen, device=device, dtype=torch.float32).to(dt)
-    return a, b
+    return (a, b), {}
 
 
 def _flops(p: Mapping[str, Any], pass_: str) -> float:
@@ -39,12 +43,20 @@ def _flops(p: Mapping[str, Any], pass_: str) -> float:
 
 
 def _bytes(p: Mapping[str, Any], pass_: str) -> float:
-    e = BYTES[p.get("dtype", "float16")]
+    e = BYTES[p["dtype"]]
     once = (p["M"] * p["K"] + p["K"] * p["N"] + p["M"] * p["N"]) * e
     return float(once * (2 if pass_ == "backward" else 1))
 
 
-IMPL = Implementation(
-    "torch_gemm", gemm, problem="custom", inputs=inputs,
-    work=WorkModel("GEMM: 2·M·N·K FLOPs (backward twice that); A, B and C moved once each", _flops, _bytes, _bytes),
-    traits={"library": "cuBLAS"}, description="C = A @ B through torch.matmul (cuBLAS)")
+PROBLEM = problem.register(Problem(
+    "gemm",
+    (Parameter("M", "int", "rows of A and C"), Parameter("N", "int", "columns of B and C"),
+     Parameter("K", "int", "the reduced dimension: columns of A, rows of B"),
+     Parameter("dtype", "str", "element type: float16, bfloat16 or float32", "float16", choices=tuple(BYTES))),
+    inputs,
+    WorkModel("GEMM: 2·M·N·K FLOPs (backward twice that); A, B and C moved once each", _flops, _bytes, _bytes),
+    references=("torch_gemm",), range_prefix="gemm", range_description="GEMM case: implementation, pass, M, N, K, dtype",
+    description="C = A @ B"))
+
+IMPL = Implementation("torch_gemm", gemm, problem=PROBLEM.name, traits={"library": "cuBLAS"},
+                      description="C = A @ B through torch.matmul (cuBLAS)")

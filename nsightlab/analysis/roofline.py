@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from ..core.metrics import PEAKS
-from ..run.ceilings import FLOP_PER_EXP_PER_D, INSTRUCTION_KEYS, softmax_bound
+from ..problems.attention import FLOP_PER_EXP_PER_D, softmax_bound
+from ..run.ceilings import INSTRUCTION_KEYS
 from .counters import (
     FLOP_TERMS,
     TENSOR_DENSE_FACTOR,
@@ -59,7 +60,7 @@ def ceilings(work: pd.DataFrame, manifest: dict | None = None, points: pd.DataFr
     SM-clock cycle, all SMs; the tensor peak is the dense one), plus the manifest's measured ceilings
     (``measured ...``: cuBLAS GEMMs, mma.sync, wgmma, the copy). With ``points`` whose cases have a
     head dimension ``D`` and a ``pass``, the MUFU exp2 rate becomes the softmax bound of each (pass, D)
-    in attention FLOP/s (:func:`nsightlab.run.ceilings.softmax_bound`), a ceiling that holds only for those
+    in attention FLOP/s (:func:`nsightlab.problems.attention.softmax_bound`), a ceiling that holds only for those
     cases (``where``). Compute peaks of pipes no launch used (an FP64 peak in an FP16 study) are left
     out. NotApplicable if there is no ceiling at all."""
     rows = []

@@ -1,5 +1,7 @@
-"""The attention problem: its range schema, parameters, work model, inputs, and PyTorch's SDPA
-backends as reference implementations.
+"""The attention problem, a plug-in of the :class:`~nsightlab.problems.problem.Problem` protocol like
+any other: its parameters (the capture command's ``-B -H -N -D --Hkv --Nk --dtype --causal``), range
+schema, work model, inputs, PyTorch's SDPA backends as reference implementations, and the softmax
+bound the MUFU exp2 ceiling implies for attention.
 
 Parameters of one case: ``B, H, N, D, dtype, causal`` and optionally ``Hkv`` (key/value heads,
 grouped-query attention when < H) and ``Nk`` (keys, when not N). Tensors are ``[B, H, N, D]``
@@ -14,7 +16,8 @@ diagonal); when N != Nk it is credited the pairs the top-left mask leaves visibl
 sum over i < N of min(i+1, Nk), so that a causal decode or cross-attention case is not credited
 with work it does not do (N = 1 query sees one key). Backward 2.5 × forward. Compulsory bytes:
 every input read once, every output written once (LSE in fp32); K and V count Hkv heads of Nk keys.
-Torch is imported only by the functions that build inputs and run SDPA.
+Softmax bound: every score costs one exp, so ``e`` exponentials per second cap attention at
+``e`` × :data:`FLOP_PER_EXP_PER_D` × D FLOP/s (:func:`softmax_bound`). Torch is imported only by the functions that build inputs and run SDPA.
 """
 
 from __future__ import annotations
@@ -22,39 +25,31 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..core.ranges import LABEL, PASS, RangeSchema
-from .impls import Implementation, WorkModel, register
+from ..core.ranges import RangeSchema
+from .impls import Implementation, register
+from .problem import Parameter, Problem, WorkModel
+from .problem import register as register_problem
 
 NAME = "attention"
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
-#: every parameter of a case, with its type (the range schema's fields)
-FIELDS = {"B": "int", "H": "int", "N": "int", "D": "int", "dtype": "str", "causal": "bool"}
-OPTIONAL = {"Hkv": "int", "Nk": "int"}
-DEFAULTS: dict[str, Any] = {"B": 1, "H": 8, "D": 64, "dtype": "float16", "causal": False}
+#: attention FLOPs per exponential (this work model's convention): the forward does 4·D FLOPs per score
+#: (2·D for S = Q Kᵀ, 2·D for P V) and one exp per score; the backward is credited 2.5× the forward's FLOPs
+#: and recomputes P = exp(S − L) once per score
+FLOP_PER_EXP_PER_D = {"forward": 4.0, "backward": 10.0}
+PARAMETERS = (
+    Parameter("B", "int", "batch", 1),
+    Parameter("H", "int", "query heads", 8),
+    Parameter("N", "int", "query length, the sequence length; e.g. 1024,4096"),
+    Parameter("D", "int", "head dim", 64),
+    Parameter("dtype", "str", "element type: float16, bfloat16 or float32", "float16", choices=tuple(DTYPE_BYTES)),
+    Parameter("causal", "bool", "causal mask, aligned top-left: no, yes or both", False),
+    Parameter("Hkv", "int", "key/value heads (grouped-query attention; default H)", optional=True),
+    Parameter("Nk", "int", "key length (default N)", optional=True),
+)
 
 
-def schema(prefix: str = "attn", description: str = "") -> RangeSchema:
-    """The range grammar of attention cases: ``prefix:impl:pass:B=..,H=..,N=..,D=..,dtype=..,causal=0|1[,Hkv=..][,Nk=..][,options]``."""
-    return RangeSchema(prefix, (LABEL, PASS), dict(FIELDS), dict(OPTIONAL), {PASS: ("forward", "backward")},
-                       description or "attention case: implementation, pass, shape [B, H, N, D], dtype, causal")
-
-
-def normalize(params: Mapping[str, Any]) -> dict[str, Any]:
-    """Validated parameters with defaults; ``Hkv``/``Nk`` kept only where they differ from H/N.
-    ValueError says what is wrong and what is accepted."""
-    p = {**DEFAULTS, **{k: v for k, v in params.items() if v is not None}}
-    unknown = sorted(set(p) - set(FIELDS) - set(OPTIONAL))
-    if unknown:
-        raise ValueError(f"unknown attention parameter(s) {unknown}; accepted: {', '.join([*FIELDS, *OPTIONAL])}")
-    if "N" not in p:
-        raise ValueError("attention cases need N (the sequence length)")
-    for key in ("B", "H", "N", "D", "Hkv", "Nk"):
-        if key in p and (isinstance(p[key], bool) or not isinstance(p[key], int) or p[key] < 1):
-            raise ValueError(f"{key} must be a positive integer, not {p[key]!r}")
-    if p["dtype"] not in DTYPE_BYTES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPE_BYTES)}, not {p['dtype']!r}")
-    if not isinstance(p["causal"], bool):
-        raise ValueError(f"causal must be true or false, not {p['causal']!r}")
+def _grouped(p: dict[str, Any]) -> dict[str, Any]:
+    """``Hkv``/``Nk`` kept only where they differ from H/N; H a multiple of Hkv."""
     if p.get("Hkv") == p["H"]:
         p.pop("Hkv")
     if p.get("Nk") == p["N"]:
@@ -107,6 +102,12 @@ WORK = WorkModel("attention FLOP convention: forward 4·B·H·N·Nk·D (causal: 
                  "compulsory bytes: inputs read once, outputs written once", flops, compulsory_bytes, compulsory_bytes)
 
 
+def softmax_bound(exp2_per_s: float, head_dim: int, pass_: str = "forward") -> float:
+    """Attention FLOP/s that ``exp2_per_s`` exponentials per second allow when every score's exp
+    runs on MUFU: exp/s × FLOP per exp (:data:`FLOP_PER_EXP_PER_D` × D)."""
+    return exp2_per_s * FLOP_PER_EXP_PER_D[pass_] * head_dim
+
+
 # --------------------------------------------------------------------------- run time (torch)
 
 
@@ -124,6 +125,11 @@ def make_inputs(p: Mapping[str, Any], device: str = "cuda", seed: int | None = N
         return (torch.randn(*shape, generator=gen, device=device, dtype=torch.float32) + 0.5).to(dt)
 
     return rnd(p["B"], p["H"], p["N"], p["D"]), rnd(p["B"], _hkv(p), _nk(p), p["D"]), rnd(p["B"], _hkv(p), _nk(p), p["D"])
+
+
+def inputs(p: Mapping[str, Any], device: str = "cuda") -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """One case's call: ``fn(q, k, v, causal=...)``."""
+    return make_inputs(p, device), {"causal": bool(p.get("causal", False))}
 
 
 _BACKENDS = {"sdpa_flash": "FLASH_ATTENTION", "sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_efficient": "EFFICIENT_ATTENTION",
@@ -147,3 +153,19 @@ for _name, _backend in _BACKENDS.items():
     register(Implementation(_name, _sdpa(_backend), NAME,
                             traits={"library": "torch", "materializes": _name == "sdpa_math"},
                             description=f"torch.nn.functional.scaled_dot_product_attention, {_backend} backend"))
+
+PROBLEM = register_problem(Problem(
+    NAME, PARAMETERS, inputs, WORK, _grouped, tuple(_BACKENDS), range_prefix="attn",
+    range_description="attention case: implementation, pass, shape [B, H, N, D], dtype, causal",
+    description="softmax(Q Kᵀ · scale) V over [B, H, N, D] tensors, as scaled_dot_product_attention"))
+
+
+def schema(prefix: str = "attn", description: str = "") -> RangeSchema:
+    """The range grammar of attention cases: ``prefix:impl:pass:B=..,H=..,N=..,D=..,dtype=..,causal=0|1[,Hkv=..][,Nk=..][,options]``."""
+    return PROBLEM.schema(prefix, description)
+
+
+def normalize(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Validated parameters with defaults; ``Hkv``/``Nk`` kept only where they differ from H/N.
+    ValueError says what is wrong and what is accepted."""
+    return PROBLEM.normalize(params)

@@ -1,7 +1,8 @@
 """Implementations: what the workload runs inside its ranges, and how much work each case is.
 
 An :class:`Implementation` is a name, a callable (or ``"module:callable"``, imported only when the
-workload runs it), the problem it solves (which builds its inputs), optionally a work model, a
+workload runs it), the name of the :class:`~nsightlab.problems.problem.Problem` it solves (which builds
+its inputs; a bare callable solves the default problem, attention), optionally a work model, a
 ``supports`` check and traits. Built-in references register themselves; packages plug theirs in
 through the same doors a user has:
 
@@ -10,7 +11,8 @@ through the same doors a user has:
 - ``--impl fast=mypkg.attn:my_attention``: the same, under another name.
 - a plug-in module (``--plugin mypkg.study``, ``plugins = [...]`` in a sweep file, the
   ``NSIGHTLAB_PLUGINS`` environment variable, or a ``nsightlab.plugins`` entry point) that calls
-  :func:`register` (and :func:`nsightlab.run.sweep.register_sweeps`, :func:`nsightlab.core.ranges.register`).
+  :func:`register` (and :func:`nsightlab.problems.problem.register` for a problem of its own,
+  :func:`nsightlab.run.sweep.register_sweeps`, :func:`nsightlab.core.ranges.register`).
 
 This module imports neither torch nor any kernel package.
 """
@@ -24,27 +26,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-PASSES = ("forward", "backward")
+from .problem import DEFAULT_PROBLEM, PASSES, WorkModel
+
 _NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
-
-
-@dataclass(frozen=True)
-class WorkModel:
-    """A case's analytic work, as functions of its parameters (a dict of the shape fields, dtype,
-    causal, ...) and pass. Any of them may be None (that quantity is then unknown)."""
-
-    source: str
-    flops: Callable[[Mapping[str, Any], str], float] | None = None
-    bytes: Callable[[Mapping[str, Any], str], float] | None = None
-    working_set: Callable[[Mapping[str, Any], str], float] | None = None
-
-    def evaluate(self, params: Mapping[str, Any], pass_: str) -> dict[str, Any]:
-        out: dict[str, Any] = {"source": self.source}
-        for key in ("flops", "bytes", "working_set"):
-            fn = getattr(self, key)
-            if fn is not None:
-                out["flop" if key == "flops" else key] = float(fn(params, pass_))
-        return out
 
 
 @dataclass(frozen=True)
@@ -52,9 +36,10 @@ class Implementation:
     name: str
     #: the callable, or "module:attribute" (imported at run time only)
     target: Callable[..., Any] | str
-    problem: str = "attention"
+    #: the name of the problem it solves (which builds its inputs and names its ranges)
+    problem: str = DEFAULT_PROBLEM
     passes: tuple[str, ...] = PASSES
-    #: None: the problem's own work model (attention: the FLOP convention); see WorkModel
+    #: None: the problem's own work model; see WorkModel
     work: WorkModel | None = None
     #: params, pass -> None if the case can run, else the reason it cannot (recorded as a skip)
     supports: Callable[[Mapping[str, Any], str], str | None] | None = None
@@ -63,8 +48,6 @@ class Implementation:
     #: facts a report may use (e.g. materializes=True), recorded with every case
     traits: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
-    #: for problem "custom": params, device -> the positional arguments of ``target``
-    inputs: Callable[..., tuple[Any, ...]] | None = None
     #: called once before the workload's first case, outside every range (e.g. build the kernels)
     setup: Callable[[], Any] | None = None
 
@@ -100,12 +83,8 @@ def register(impl: Implementation) -> Implementation:
 
 
 def known() -> dict[str, Implementation]:
-    _builtins()
+    """Every registered implementation (the built-in references register when :mod:`nsightlab.problems` imports)."""
     return dict(_REGISTRY)
-
-
-def _builtins() -> None:
-    from . import attention  # noqa: F401 - registers the SDPA references (torch only at run time)
 
 
 def _load_attr(spec: str) -> Any:
@@ -127,7 +106,6 @@ def _load_attr(spec: str) -> Any:
 def resolve(spec: str) -> Implementation:
     """An implementation by registered name, ``module:callable`` or ``name=module:callable``.
     Unknown names are errors that list the known ones."""
-    _builtins()
     spec = spec.strip()
     if spec in _REGISTRY:
         return _REGISTRY[spec]

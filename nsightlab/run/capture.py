@@ -3,7 +3,13 @@
     python -m nsightlab.capture --suite seqlen,blocksize,bench          # sweeps registered by plug-ins
     python -m nsightlab.capture --sweep my_sweep.toml
     python -m nsightlab.capture --impl mypkg.attn:my_attention --impl sdpa_flash -N 1024,4096 -D 128 --name mine
-    python -m nsightlab.capture --suite seqlen --list                   # the cases, no GPU needed
+    python -m nsightlab.capture --impl examples.gemm.gemm:IMPL -M 1024,4096 -N 4096 -K 1024 --name gemm
+    python -m nsightlab.capture --suite seqlen --list                   # the cases (deep ones marked), no GPU needed
+    python -m nsightlab.capture --suite seqlen --deep 'flash_mma:forward:.*N=4096,D=128,' --deep-only
+
+The shape flags are the chosen problem's parameters (``--problem``, else the problem the ``--impl``
+implementations solve, else attention): ``-B -H -N -D --Hkv --Nk --dtype --causal`` for attention,
+``-M -N -K --dtype`` for the GEMM example.
 
 Each sweep lands in ``<profiles>/<gpu>/<name>/`` with ``manifest.json``: the GPU, versions, commit,
 the sweep itself (so the capture re-runs exactly), every case with its range name, status and work
@@ -12,6 +18,13 @@ written into a temporary folder beside it and moved into place only when complet
 interrupted capture leaves the previous one as it was, keeps its partial output in
 ``<profiles>/.failed-<name>-<time>/`` and says what failed and which cases had finished.
 
+Two Nsight Compute tiers: the light tier profiles every case with the few metrics the roofline, FLOP
+check and L2 pages need (a handful of replay passes); the deep tier profiles again only the cases
+whose range name matches the sweep's ``deep`` regex (or ``--deep``), with the sections that explain
+time (:data:`DEEP_SECTIONS`, the CUDA source imported), into ``deep.ncu-rep`` beside Nsight Compute's
+own CSV exports of it (``deep_details.csv``, ``deep_raw.csv``: what the parsers are tested against).
+``--deep-only`` takes the deep tier alone, into ``<name>-deep/``.
+
 This module imports without torch: the workload (``python -m nsightlab.run.workload``), the ceilings
 and a sweep's benchmark run as subprocesses, which is also how a notebook launches a capture.
 """
@@ -19,6 +32,7 @@ and a sweep's benchmark run as subprocesses, which is also how a notebook launch
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -26,34 +40,48 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..core import metrics as M
 from ..core.environment import git_commit
 from ..core.errors import CaptureError, ToolError
-from ..core.files import place
+from ..core.ranges import RangeSchema
 from ..core.tools import check_ncu_output, check_nsys_importer, find_ncu, find_nsys, tool_version
-from ..store.captures import compact, file_table, gpu_slug
-from .sweep import Case, Sweep, find, from_args
+from ..problems import problem as problems
+from ..problems.impls import load_plugins, resolve
+from ..problems.problem import DEFAULT_PROBLEM, PASSES, Problem
+from ..store import manifest
+from ..store.captures import gpu_slug
+from .sweep import TOOLS, Case, Sweep, find, from_args, named_sweeps, regex
 
-SCHEMA = 2
-REPO = Path(__file__).resolve().parents[2]
+#: the deep tier's Nsight Compute sections: what explains a kernel's time (speed of light, pipes, memory
+#: tables, occupancy and its limiter, launch facts, issue slots, warp stall reasons, instruction mix, and
+#: the per-instruction source counters behind the hotspots)
+DEEP_SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis", "MemoryWorkloadAnalysis_Tables",
+                 "MemoryWorkloadAnalysis_Chart", "Occupancy", "LaunchStats", "SchedulerStats", "WarpStateStats",
+                 "InstructionStats", "SourceCounters")
+#: the deep tier replays each kernel: its ~40 passes under application replay would rerun the whole
+#: workload process (startup, kernel builds, warm-ups) ~40 times
+DEEP_REPLAY_MODE = "kernel"
 
 
 # --------------------------------------------------------------------------- command lines
 
 
 def workload_command(sweep_file: str | os.PathLike, *, python: str = sys.executable, iters: int = 1,
-                     warmup: int | None = None, only: str | None = None, log: str | os.PathLike | None = None,
-                     warmup_only: str = "all", extra: Sequence[str] = ()) -> list[str]:
+                     warmup: int | None = None, only: str | Sequence[str] | None = None,
+                     log: str | os.PathLike | None = None, warmup_only: str = "all", extra: Sequence[str] = ()) -> list[str]:
+    """The workload's command line; ``only``: a regex over range names, or several that a case must all match."""
     cmd = [python, "-m", "nsightlab.run.workload", "--sweep", str(sweep_file), "--iters", str(iters),
            "--warmup-only", warmup_only]
     if warmup is not None:
         cmd += ["--warmup", str(warmup)]
-    if only:
-        cmd += ["--only", only]
+    for text in [only] if isinstance(only, str) else (only or ()):
+        cmd += ["--only", text]
     if log:
         cmd += ["--log", str(log)]
     return cmd + list(extra)
@@ -61,11 +89,13 @@ def workload_command(sweep_file: str | os.PathLike, *, python: str = sys.executa
 
 def ncu_command(ncu: str | os.PathLike, workload: Sequence[str], export: str | os.PathLike, *,
                 metrics: Sequence[str] | None = None, clock_control: str = "none",
-                nvtx_include: str = "regex:^[^/]*/", section_set: str | None = None,
+                nvtx_include: str = "regex:^[^/]*/", section_set: str | None = None, sections: Sequence[str] = (),
                 replay_mode: str = "kernel", kernel_regex: str | None = None,
                 extra: Sequence[str] = ()) -> list[str]:
     """ncu over the workload, profiling only launches inside the measured NVTX ranges (and, with
-    ``kernel_regex``, only kernels whose name matches; ``extra``: further ncu options).
+    ``kernel_regex``, only kernels whose name matches; ``extra``: further ncu options). What it
+    collects: ``section_set`` (``--set``), else ``sections`` (``--section`` each), else ``metrics``
+    (default: :func:`nsightlab.core.metrics.metric_names`).
 
     ``replay_mode="kernel"`` replays each profiled kernel once per counter pass, saving and
     restoring its memory each time (about 0.15 s per pass per kernel on the H200, whatever its
@@ -85,9 +115,19 @@ def ncu_command(ncu: str | os.PathLike, workload: Sequence[str], export: str | o
     cmd += list(extra)
     if section_set:
         cmd += ["--set", section_set]
+    elif sections:
+        cmd += [arg for name in sections for arg in ("--section", name)]
     else:
         cmd += ["--metrics", ",".join(metrics if metrics is not None else M.metric_names())]
     return [*cmd, "--export", str(export), "--force-overwrite", *workload]
+
+
+def deep_ncu_command(ncu: str | os.PathLike, workload: Sequence[str], export: str | os.PathLike, *,
+                     clock_control: str = "none", nvtx_include: str = "regex:^[^/]*/") -> list[str]:
+    """The deep tier's ncu: :data:`DEEP_SECTIONS`, the CUDA source imported into the report (SASS maps
+    to source lines where the kernels were built with -lineinfo), each kernel replayed."""
+    return ncu_command(ncu, workload, export, clock_control=clock_control, nvtx_include=nvtx_include,
+                       sections=DEEP_SECTIONS, replay_mode=DEEP_REPLAY_MODE, extra=["--import-source", "yes"])
 
 
 def nsys_command(nsys: str | os.PathLike, workload: Sequence[str], output: str | os.PathLike) -> list[str]:
@@ -99,9 +139,17 @@ def nsys_export_command(nsys: str | os.PathLike, report: str | os.PathLike, sqli
     return [str(nsys), "export", "--type", "sqlite", "--force-overwrite=true", "--output", str(sqlite), str(report)]
 
 
-def ncu_raw_csv_command(ncu: str | os.PathLike, report: str | os.PathLike) -> list[str]:
-    """What Nsight Compute itself says about a report (the parsers' oracle, and their fallback input)."""
-    return [str(ncu), "--import", str(report), "--csv", "--page", "raw"]
+def ncu_raw_csv_command(ncu: str | os.PathLike, report: str | os.PathLike, *, base_units: bool = False) -> list[str]:
+    """What Nsight Compute itself says about a report (the parsers' oracle, and their fallback input);
+    ``base_units``: every value in its metric's base unit (bytes, ns, ...), as the deep tier exports it."""
+    return [str(ncu), "--import", str(report), "--csv", "--page", "raw", *(["--print-units", "base"] if base_units else [])]
+
+
+def ncu_details_csv_command(ncu: str | os.PathLike, report: str | os.PathLike) -> list[str]:
+    """Nsight Compute's details page of a report (every section's metrics as the GUI shows them), in base
+    units and keyed by metric name: what the bottleneck page's values are tested against."""
+    return [str(ncu), "--import", str(report), "--csv", "--page", "details", "--print-units", "base",
+            "--print-metric-name", "name"]
 
 
 def nsys_stats_command(nsys: str | os.PathLike, sqlite: str | os.PathLike, prefix: str | os.PathLike) -> list[str]:
@@ -127,6 +175,13 @@ def kernels_profiled(ncu_log: str) -> int:
     if re.search(r'==PROF== Profiling "[^"]+".*?- \d+ pass', ncu_log):
         return n
     return n // max(1, len(re.findall(r"==PROF== Connected to process", ncu_log)))
+
+
+def _ncu_cost(ncu_log: str) -> dict[str, Any]:
+    """What an ncu run cost, from its log: kernels profiled and replay passes per kernel."""
+    passes = passes_per_kernel(ncu_log)
+    return {"kernels_profiled": kernels_profiled(ncu_log), "passes_per_kernel": passes,
+            "max_passes_per_kernel": max(passes.values(), default=0)}
 
 
 # --------------------------------------------------------------------------- running
@@ -187,137 +242,250 @@ def _finished(folder: Path) -> dict[str, str]:
     return out
 
 
-def capture(sweep: Sweep | str, profiles: str | os.PathLike = "profiles", *, ncu: str | None = None,
-            nsys: str | None = None, python: str = sys.executable, clock_control: str = "none", only: str | None = None,
-            nsys_iters: int | None = None, replay_mode: str | None = None, ceilings_from: Path | None = None,
-            echo: Callable[[str], None] = print) -> Path:
-    """Capture one sweep (a :class:`~nsightlab.run.sweep.Sweep`, a registered sweep's name or a TOML
-    path) and return its folder. ``only``: a regex over range names. ``ceilings_from``: an earlier
-    capture of the same command on the same GPU whose measured ceilings this one reuses."""
-    if isinstance(sweep, str):
-        sweep = find(sweep)
-    replay_mode = replay_mode or sweep.replay_mode
-    nsys_iters = nsys_iters or sweep.nsys_iters
-    cases: list[Case] = sweep.cases()
+@dataclass
+class Plan:
+    """What one capture runs: its cases, the ones the deep tier profiles again, its steps, its folder name."""
+
+    sweep: Sweep
+    cases: list[Case]
+    deep: list[Case]
+    schema: RangeSchema
+    only: str | None = None
+    deep_only: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.sweep.name}-deep" if self.deep_only else self.sweep.name
+
+    @property
+    def runnable(self) -> list[Case]:
+        return [c for c in self.cases if c.runnable]
+
+    @property
+    def steps(self) -> list[str]:
+        light = [] if self.deep_only else [t for t in TOOLS if t in self.sweep.tools]
+        return ["ceilings", *light, *(["deep"] if self.deep else [])]
+
+    @property
+    def tools(self) -> list[str]:
+        """The profilers and benchmark the capture runs (the deep tier is ncu)."""
+        return [t for t in TOOLS if t in self.steps or (t == "ncu" and "deep" in self.steps)]
+
+
+def plan_cases(sweep: Sweep, only: str | None) -> tuple[list[Case], list[Case]]:
+    """A sweep's cases (those matching ``only``) and, of them, the deep ones."""
+    cases = sweep.cases()
     if only:
-        rx = re.compile(only)
+        rx = regex(only, "--only")
         cases = [c for c in cases if rx.search(c.range)]
-        if not cases and set(sweep.tools) & {"ncu", "nsys"}:
-            raise CaptureError(f"--only {only!r} matches no case of sweep {sweep.name}")
-    runnable = [c for c in cases if c.runnable]
-    if set(sweep.tools) & {"ncu", "nsys"} and not runnable:
+    return cases, sweep.deep_cases(cases)
+
+
+def plan(sweep: Sweep, only: str | None = None, deep_only: bool = False) -> Plan:
+    """The capture of ``sweep``: its cases (``only``: those whose range name matches), the deep ones
+    (``deep_only``: only those). CaptureError when nothing would be profiled."""
+    cases, deep = plan_cases(sweep, only)
+    profiled = bool(set(sweep.tools) & {"ncu", "nsys"}) or deep_only
+    if only and not cases and profiled:
+        raise CaptureError(f"--only {only!r} matches no case of sweep {sweep.name}")
+    if deep_only:
+        if not sweep.deep:
+            raise CaptureError(f"--deep-only needs a deep regex: --deep REGEX, or deep = \"...\" in sweep {sweep.name}")
+        if not deep:
+            raise CaptureError(f"deep {sweep.deep!r} matches no case to run of sweep {sweep.name}")
+        cases = deep
+    if profiled and not any(c.runnable for c in cases):
         raise CaptureError(f"sweep {sweep.name}: no case can run ({len(cases)} skipped: "
                            + "; ".join(sorted({c.status for c in cases}))[:300] + ")")
-    profiles = Path(profiles).resolve()
-    tools: dict[str, Path] = {}
-    if "ncu" in sweep.tools:
-        tools["ncu"] = find_ncu(ncu)
-    if "nsys" in sweep.tools:
-        tools["nsys"] = find_nsys(nsys)
-        check_nsys_importer(tools["nsys"])
-    profiles.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    tmp = profiles / f".tmp-{sweep.name}-{stamp}-{os.getpid()}"
-    tmp.mkdir()
-    (tmp / "sweep.toml").write_text(sweep.to_toml(), encoding="utf-8")
-    run = _Runner(tmp, echo)
-    t_start = time.perf_counter()
-    timings: dict[str, float] = {}
+    return Plan(sweep, cases, deep, sweep.schema(), only, deep_only)
+
+
+@dataclass
+class _Steps:
+    """The steps of one capture, each run into its temporary folder by the runner, timed."""
+
+    plan: Plan
+    folder: Path
+    run: _Runner
+    env: dict[str, str]
+    python: str
+    tools: dict[str, Path]
+    clock_control: str
+    replay_mode: str
+    nsys_iters: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def timed(self, key: str) -> Iterator[None]:
+        t = time.perf_counter()
+        yield
+        self.timings[key] = time.perf_counter() - t
+
+    def workload(self, log: str, *, iters: int = 1, only: Sequence[str] = (), warmup_only: str = "all") -> list[str]:
+        return workload_command(self.folder / "sweep.toml", python=self.python, iters=iters, log=self.folder / log,
+                                only=[x for x in (self.plan.only, *only) if x], warmup_only=warmup_only)
+
+    def ceilings(self, reuse: Path | None) -> dict[str, Any]:
+        """The measured ceilings and the environment (``ceilings.json``), or ``reuse``'s."""
+        with self.timed("ceilings"):
+            if reuse is not None:
+                for name in ("ceilings.json", "ceilings.log"):
+                    shutil.copyfile(Path(reuse) / name, self.folder / name)
+                self.run.echo(f"[ceilings] reused from {reuse} (measured earlier in this command)")
+            else:
+                self.run("ceilings", [self.python, "-m", "nsightlab.run.ceilings", "--out",
+                                      str(self.folder / "ceilings.json")], log="ceilings.log", env=self.env)
+        return json.loads((self.folder / "ceilings.json").read_text())
+
+    def ncu(self) -> dict[str, Any]:
+        """The light tier: every case, the roofline's metrics."""
+        # under application replay the patched pass would run the warm-ups patched too; kernels whose
+        # implementation says it needs none skip them (ncu flushes the caches before each profiled kernel)
+        wl = self.workload("cases_ncu.jsonl", warmup_only="needed" if self.replay_mode == "application" else "all")
+        include = self.plan.schema.nvtx_include()
+        with self.timed("ncu"):
+            text = self.run("ncu", ncu_command(self.tools["ncu"], wl, self.folder / "ncu", clock_control=self.clock_control,
+                                               replay_mode=self.replay_mode, nvtx_include=include),
+                            log="ncu.log", env=self.env, check=check_ncu_output)
+        with self.timed("ncu_raw_csv"):
+            self.run("ncu-raw-csv", ncu_raw_csv_command(self.tools["ncu"], self.folder / "ncu.ncu-rep"),
+                     log="ncu_raw_csv.log", stdout_to="ncu_raw.csv", env=self.env)
+        return {"version": tool_version(self.tools["ncu"]), "path": str(self.tools["ncu"]), "metrics": M.metric_names(),
+                "clock_control": self.clock_control, "nvtx_include": include, "replay_mode": self.replay_mode,
+                **_ncu_cost(text)}
+
+    def nsys(self) -> dict[str, Any]:
+        """The timeline: every case ``nsys_iters`` times, exported to SQLite and summarized."""
+        nsys, folder = self.tools["nsys"], self.folder
+        with self.timed("nsys"):
+            self.run("nsys", nsys_command(nsys, self.workload("cases_nsys.jsonl", iters=self.nsys_iters), folder / "nsys"),
+                     log="nsys.log", env=self.env)
+            if not (folder / "nsys.nsys-rep").exists():
+                raise CaptureError("nsys wrote no nsys.nsys-rep (its importer failed?); see nsys.log")
+            self.run("nsys-export", nsys_export_command(nsys, folder / "nsys.nsys-rep", folder / "nsys.sqlite"),
+                     log="nsys_export.log", env=self.env)
+            self.run("nsys-stats", nsys_stats_command(nsys, folder / "nsys.sqlite", folder / "nsys_stats"),
+                     log="nsys_stats.log", env=self.env)
+        return {"version": tool_version(nsys), "path": str(nsys), "iters": self.nsys_iters}
+
+    def bench(self) -> None:
+        bench = self.plan.sweep.bench or {}
+        with self.timed("bench"):
+            self.run("bench", [self.python, "-m", bench["module"], "--out", str(self.folder),
+                               *map(str, bench.get("args", []))], log="bench.log", env=self.env)
+
+    def deep(self) -> dict[str, Any]:
+        """The deep tier: the deep cases again, with :data:`DEEP_SECTIONS`, then Nsight Compute's own CSVs of it."""
+        ncu, report = self.tools["ncu"], self.folder / "deep.ncu-rep"
+        include = self.plan.schema.nvtx_include()
+        wl = self.workload("cases_deep.jsonl", only=[self.plan.sweep.deep or ""])
+        with self.timed("deep"):
+            text = self.run("deep", deep_ncu_command(ncu, wl, self.folder / "deep", clock_control=self.clock_control,
+                                                     nvtx_include=include), log="deep.log", env=self.env,
+                            check=check_ncu_output)
+        report_bytes = report.stat().st_size
+        with self.timed("deep_csv"):
+            self.run("deep-details-csv", ncu_details_csv_command(ncu, report), log="deep_details_csv.log",
+                     stdout_to="deep_details.csv", env=self.env)
+            self.run("deep-raw-csv", ncu_raw_csv_command(ncu, report, base_units=True), log="deep_raw_csv.log",
+                     stdout_to="deep_raw.csv", env=self.env)
+        return {"regex": self.plan.sweep.deep, "cases": [c.range for c in self.plan.deep],
+                "version": tool_version(ncu), "path": str(ncu), "sections": list(DEEP_SECTIONS), "import_source": True,
+                "replay_mode": DEEP_REPLAY_MODE, "clock_control": self.clock_control, "nvtx_include": include,
+                "seconds": round(self.timings["deep"], 2), "export_seconds": round(self.timings["deep_csv"], 2),
+                "report_bytes": report_bytes, **_ncu_cost(text)}
+
+
+def _environment(sweep: Sweep) -> dict[str, str]:
+    """The subprocesses' environment: unbuffered output, the commit, the sweep's plug-ins."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.setdefault("NSIGHTLAB_GIT_COMMIT", git_commit())  # a copy of the tree may have no .git
     if sweep.plugins:
         env["NSIGHTLAB_PLUGINS"] = ",".join([*sweep.plugins, *filter(None, env.get("NSIGHTLAB_PLUGINS", "").split(","))])
-    schema = sweep.schema()
-    steps = [s for s in ("ceilings", "ncu", "nsys", "bench") if s == "ceilings" or s in sweep.tools]
-    echo(f"capture {sweep.name}: {len(runnable)} case(s) to run ({len(cases) - len(runnable)} skipped), "
-         f"steps: {', '.join(steps)}")
+    return env
+
+
+def _find_tools(steps: Sequence[str], ncu: str | None, nsys: str | None) -> dict[str, Path]:
+    tools: dict[str, Path] = {}
+    if "ncu" in steps or "deep" in steps:
+        tools["ncu"] = find_ncu(ncu)
+    if "nsys" in steps:
+        tools["nsys"] = find_nsys(nsys)
+        check_nsys_importer(tools["nsys"])
+    return tools
+
+
+def _run_steps(steps: _Steps, stamp: str, ceilings_from: Path | None) -> dict[str, Any]:
+    """Every step of the plan, then the manifest that describes their output."""
+    t_start = time.perf_counter()
+    plan, names = steps.plan, steps.plan.steps
+    measured = steps.ceilings(ceilings_from)
+    facts = {"ncu": steps.ncu() if "ncu" in names else {}, "nsys": steps.nsys() if "nsys" in names else {}}
+    if "bench" in names:
+        steps.bench()
+    facts["deep"] = steps.deep() if "deep" in names else {}
+    steps.timings["total"] = time.perf_counter() - t_start
+    finished, deep = _finished(steps.folder), {c.range for c in plan.deep}
+    environment = measured["environment"]
+    return manifest.build(
+        name=plan.name, description=plan.sweep.description, origin="captured", created=stamp,
+        gpu=environment.get("gpu", {}), environment=environment, tools=plan.tools, range_schemas=[plan.schema],
+        commands=steps.run.commands, **facts, ceilings=measured["ceilings"],
+        ceilings_measured_by=(f"an earlier capture of the same command ({Path(ceilings_from).name})"
+                              if ceilings_from is not None else "this capture"),
+        only=plan.only, deep_only=plan.deep_only, sweep=plan.sweep.to_dict(),
+        cases=[{**c.to_json(), "status": finished.get(c.range, c.status if not c.runnable else "not run"),
+                **({"deep": True} if c.range in deep else {})} for c in plan.cases],
+        timings_seconds={k: round(v, 2) for k, v in steps.timings.items()})
+
+
+def _keep_failed(exc: BaseException, plan: Plan, tmp: Path, profiles: Path, stamp: str) -> str:
+    """Move a failed capture's folder aside with a FAILED.txt (what failed, which cases had finished);
+    the message that says so."""
+    failed = profiles / f".failed-{plan.name}-{stamp}"
+    done = _finished(tmp)
+    with open(tmp / "FAILED.txt", "w") as fh:
+        fh.write(f"{type(exc).__name__}: {exc}\n")
+        fh.write(f"cases finished ({len(done)} of {len(plan.runnable)}):\n" + "".join(f"  {s:10s} {r}\n" for r, s in done.items()))
+    os.replace(tmp, failed)
+    what = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"failed: {exc}"
+    return (f"capture of {plan.name!r} {what}. {len(done)} of {len(plan.runnable)} case(s) had finished (listed in "
+            f"{failed}/FAILED.txt). The previous capture (if any) is untouched; partial output and logs are in {failed}")
+
+
+def capture(sweep: Sweep | str, profiles: str | os.PathLike = "profiles", *, ncu: str | None = None,
+            nsys: str | None = None, python: str = sys.executable, clock_control: str = "none", only: str | None = None,
+            nsys_iters: int | None = None, replay_mode: str | None = None, ceilings_from: Path | None = None,
+            deep_only: bool = False, echo: Callable[[str], None] = print) -> Path:
+    """Capture one sweep (a :class:`~nsightlab.run.sweep.Sweep`, a registered sweep's name or a TOML
+    path) and return its folder. ``only``: a regex over range names. ``ceilings_from``: an earlier
+    capture of the same command on the same GPU whose measured ceilings this one reuses.
+    ``deep_only``: only the deep tier (the sweep's ``deep`` cases), into ``<name>-deep``."""
+    if isinstance(sweep, str):
+        sweep = find(sweep)
+    todo = plan(sweep, only, deep_only)
+    tools = _find_tools(todo.steps, ncu, nsys)
+    profiles = Path(profiles).resolve()
+    profiles.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    tmp = profiles / f".tmp-{todo.name}-{stamp}-{os.getpid()}"
+    tmp.mkdir()
+    (tmp / "sweep.toml").write_text(sweep.to_toml(), encoding="utf-8")
+    steps = _Steps(todo, tmp, _Runner(tmp, echo), _environment(sweep), python, tools, clock_control,
+                   replay_mode or sweep.replay_mode, nsys_iters or sweep.nsys_iters)
+    echo(f"capture {todo.name}: {len(todo.runnable)} case(s) to run ({len(todo.cases) - len(todo.runnable)} skipped"
+         f"{f', {len(todo.deep)} deep' if todo.deep else ''}), steps: {', '.join(todo.steps)}")
     try:
-        t = time.perf_counter()
-        if ceilings_from is not None:
-            for name in ("ceilings.json", "ceilings.log"):
-                shutil.copyfile(Path(ceilings_from) / name, tmp / name)
-            echo(f"[ceilings] reused from {ceilings_from} (measured earlier in this command)")
-        else:
-            run("ceilings", [python, "-m", "nsightlab.run.ceilings", "--out", str(tmp / "ceilings.json")], log="ceilings.log",
-                env=env)
-        timings["ceilings"] = time.perf_counter() - t
-        measured = json.loads((tmp / "ceilings.json").read_text())
-        environment = measured["environment"]
-        gpu = environment.get("gpu", {})
-        dest = profiles / gpu_slug(gpu.get("name", "unknown")) / sweep.name
-        ncu_info: dict[str, Any] = {}
-        if "ncu" in tools:
-            t = time.perf_counter()
-            # under application replay the patched pass would run the warm-ups patched too; kernels whose
-            # implementation says it needs none skip them (ncu flushes the caches before each profiled kernel)
-            wl = workload_command(tmp / "sweep.toml", python=python, iters=1, only=only, log=tmp / "cases_ncu.jsonl",
-                                  warmup_only="needed" if replay_mode == "application" else "all")
-            text = run("ncu", ncu_command(tools["ncu"], wl, tmp / "ncu", clock_control=clock_control,
-                                          replay_mode=replay_mode, nvtx_include=schema.nvtx_include()),
-                       log="ncu.log", env=env, check=check_ncu_output)
-            timings["ncu"] = time.perf_counter() - t
-            t = time.perf_counter()
-            run("ncu-raw-csv", ncu_raw_csv_command(tools["ncu"], tmp / "ncu.ncu-rep"), log="ncu_raw_csv.log",
-                stdout_to="ncu_raw.csv", env=env)
-            timings["ncu_raw_csv"] = time.perf_counter() - t
-            passes = passes_per_kernel(text)
-            ncu_info = {"version": tool_version(tools["ncu"]), "path": str(tools["ncu"]), "metrics": M.metric_names(),
-                        "clock_control": clock_control, "nvtx_include": schema.nvtx_include(), "replay_mode": replay_mode,
-                        "kernels_profiled": kernels_profiled(text), "passes_per_kernel": passes,
-                        "max_passes_per_kernel": max(passes.values(), default=0)}
-        nsys_info: dict[str, Any] = {}
-        if "nsys" in tools:
-            t = time.perf_counter()
-            wl = workload_command(tmp / "sweep.toml", python=python, iters=nsys_iters, only=only,
-                                  log=tmp / "cases_nsys.jsonl")
-            run("nsys", nsys_command(tools["nsys"], wl, tmp / "nsys"), log="nsys.log", env=env)
-            if not (tmp / "nsys.nsys-rep").exists():
-                raise CaptureError("nsys wrote no nsys.nsys-rep (its importer failed?); see nsys.log")
-            run("nsys-export", nsys_export_command(tools["nsys"], tmp / "nsys.nsys-rep", tmp / "nsys.sqlite"),
-                log="nsys_export.log", env=env)
-            run("nsys-stats", nsys_stats_command(tools["nsys"], tmp / "nsys.sqlite", tmp / "nsys_stats"),
-                log="nsys_stats.log", env=env)
-            timings["nsys"] = time.perf_counter() - t
-            nsys_info = {"version": tool_version(tools["nsys"]), "path": str(tools["nsys"]), "iters": nsys_iters}
-        if "bench" in sweep.tools and sweep.bench:
-            t = time.perf_counter()
-            run("bench", [python, "-m", sweep.bench["module"], "--out", str(tmp), *map(str, sweep.bench.get("args", []))],
-                log="bench.log", env=env)
-            timings["bench"] = time.perf_counter() - t
-        timings["total"] = time.perf_counter() - t_start
-        finished = _finished(tmp)
-        manifest = {
-            "schema": SCHEMA, "name": sweep.name, "suite": sweep.name, "description": sweep.description,
-            "origin": "captured", "created": stamp, "gpu": gpu, "environment": environment,
-            "git_commit": environment.get("git_commit"), "ncu": ncu_info, "nsys": nsys_info,
-            "ceilings": measured["ceilings"],
-            "ceilings_measured_by": (f"an earlier capture of the same command ({Path(ceilings_from).name})"
-                                     if ceilings_from is not None else "this capture"),
-            "tools": list(sweep.tools), "only": only, "sweep": sweep.to_dict(), "range_schemas": [schema.to_json()],
-            "cases": [{**c.to_json(), "status": finished.get(c.range, c.status if not c.runnable else "not run")}
-                      for c in cases],
-            "commands": run.commands, "timings_seconds": {k: round(v, 2) for k, v in timings.items()},
-            "files": file_table(tmp),
-        }
-        with open(tmp / "manifest.json", "w") as fh:
-            json.dump(manifest, fh, indent=2, default=str)
-        compact(tmp)  # gzip the large exports; the manifest then lists the .gz files
-        place(tmp, dest)
+        man = _run_steps(steps, stamp, ceilings_from)
+        dest = profiles / gpu_slug(man["gpu"].get("name", "unknown")) / todo.name
+        manifest.publish(tmp, dest, man)
     except BaseException as exc:
-        failed = profiles / f".failed-{sweep.name}-{stamp}"
-        done = _finished(tmp)
-        with open(tmp / "FAILED.txt", "w") as fh:
-            fh.write(f"{type(exc).__name__}: {exc}\n")
-            fh.write(f"cases finished ({len(done)} of {len(runnable)}):\n" + "".join(f"  {s:10s} {r}\n" for r, s in done.items()))
-        os.replace(tmp, failed)
-        what = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"failed: {exc}"
-        msg = (f"capture of {sweep.name!r} {what}. {len(done)} of {len(runnable)} case(s) had finished (listed in "
-               f"{failed}/FAILED.txt). The previous capture (if any) is untouched; partial output and logs are in {failed}")
+        msg = _keep_failed(exc, todo, tmp, profiles, stamp)
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             echo(msg)
             raise
         raise CaptureError(msg) from exc
-    echo(f"captured {sweep.name} into {dest} in {timings['total']:.0f} s")
+    echo(f"captured {todo.name} into {dest} in {steps.timings['total']:.0f} s")
     return dest
 
 
@@ -325,10 +493,11 @@ def profile(impls: Sequence[str | Callable[..., Any]], *, name: str = "notebook"
             tools: Sequence[str] = ("ncu", "nsys"), passes: Sequence[str] = ("forward",), options: dict[str, Any] | None = None,
             **params: Any) -> dict[str, Any]:
     """From a notebook: capture ``impls`` (registered names, ``module:callable`` strings, or functions
-    defined in an importable module) on the attention shapes ``params`` (lists sweep), in a subprocess,
+    defined in an importable module) on the shapes ``params`` (their problem's parameters; lists sweep), in a subprocess,
     and hand back the tidy frames: ``{"path", "manifest", "ncu" (per launch), "nsys" (tables)}``."""
     from ..core.ranges import schemas_of
-    from ..parse import frames as parse
+    from ..parse.ncu import ncu_frame
+    from ..parse.nsys import nsys_tables
     from ..store.captures import find_file, load_manifest
 
     specs = []
@@ -347,25 +516,10 @@ def profile(impls: Sequence[str | Callable[..., Any]], *, name: str = "notebook"
     schemas = schemas_of(man)
     out: dict[str, Any] = {"path": path, "manifest": man}
     if (f := find_file(path, "ncu.ncu-rep")) is not None:
-        out["ncu"] = parse.ncu_frame(f, schemas=schemas)
+        out["ncu"] = ncu_frame(f, schemas=schemas)
     if (f := find_file(path, "nsys.sqlite")) is not None:
-        out["nsys"] = parse.nsys_tables(f, schemas=schemas)
+        out["nsys"] = nsys_tables(f, schemas=schemas)
     return out
-
-
-# --------------------------------------------------------------------------- command line
-
-
-def _ints(text: str | None, flag: str) -> list[int] | None:
-    if text is None:
-        return None
-    try:
-        vals = [int(x) for x in str(text).split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"{flag} takes positive integers, comma-separated (e.g. 1024,4096), not {text!r}") from None
-    if not vals or any(v < 1 for v in vals):
-        raise ValueError(f"{flag} takes positive integers, comma-separated (e.g. 1024,4096), not {text!r}")
-    return vals
 
 
 def _option(text: str) -> tuple[str, Any]:
@@ -376,58 +530,72 @@ def _option(text: str) -> tuple[str, Any]:
     return key, vals if len(vals) > 1 else vals[0]
 
 
-def sweeps_from_args(a: argparse.Namespace) -> list[Sweep]:
-    """The sweeps a command line asks for; ValueError with a readable message on bad input."""
-    chosen = [x for x in ("suite", "sweep", "impl") if getattr(a, x)]
-    if len(chosen) != 1:
-        raise ValueError("give exactly one of --suite NAME, --sweep FILE or --impl SPEC (with -N ...)")
-    if a.suite:
-        return [find(s) for s in a.suite.split(",") if s]
-    if a.sweep:
-        return [find(a.sweep)]
-    if a.N is None:
-        raise ValueError("--impl needs the shapes: at least -N (and -B -H -D, default 1, 8, 64)")
-    causal = {"both": [False, True], "yes": True, "true": True, "no": False, "false": False}.get(a.causal.lower())
-    if causal is None:
-        raise ValueError(f"--causal takes both, yes or no, not {a.causal!r}")
-    passes = [p for p in a.passes.split(",") if p]
-    if not passes or any(p not in ("forward", "backward") for p in passes):
-        raise ValueError(f"--pass takes forward, backward or forward,backward, not {a.passes!r}")
-    tools = [t for t in a.tools.split(",") if t]
-    params = {"B": _ints(a.B, "-B"), "H": _ints(a.H, "-H"), "N": _ints(a.N, "-N"), "D": _ints(a.D, "-D"),
-              "Hkv": _ints(a.Hkv, "--Hkv"), "Nk": _ints(a.Nk, "--Nk"), "dtype": a.dtype.split(","), "causal": causal}
-    impls = [s for spec in a.impl for s in spec.split(",") if s]
-    return [from_args(a.name, impls, params, passes, dict(_option(o) for o in a.option), tools, plugins=a.plugin,
-                      description=a.description or "")]
+
+# --------------------------------------------------------------------------- command line
 
 
-def main(argv: list[str] | None = None, prog: str = "nsightlab capture") -> int:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def _impl_specs(values: Sequence[str]) -> list[str]:
+    return [s for spec in values for s in spec.split(",") if s]
+
+
+def _problem(name: str | None, impl_specs: Sequence[str]) -> Problem:
+    """``name``'s problem, else the one the implementations solve (resolving them imports their modules)."""
+    if name:
+        return problems.get(name)
+    return problems.get(problems.one_of([resolve(s).problem for s in impl_specs], "--impl"))
+
+
+def _problem_of_flags(argv: Sequence[str]) -> tuple[Problem, str | None]:
+    """The problem whose parameters are this command line's shape flags (``--problem``, else the one its
+    ``--impl`` implementations solve, else the default), and the error met choosing it (the parser,
+    built with the default problem's flags, reports it)."""
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--problem")
+    pre.add_argument("--impl", action="append", default=[])
+    pre.add_argument("--plugin", action="append", default=[])
+    known, _ = pre.parse_known_args(argv)
+    try:
+        load_plugins(known.plugin)
+        return _problem(known.problem, _impl_specs(known.impl)), None
+    except ValueError as exc:
+        return problems.get(DEFAULT_PROBLEM), str(exc)
+
+
+def parser(prog: str, problem: Problem) -> argparse.ArgumentParser:
+    """The capture command's parser, its shape flags from ``problem``'s parameters."""
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                allow_abbrev=False)
     src = p.add_argument_group("what to capture (one of)")
     src.add_argument("--suite", help="registered sweep names, comma-separated (see --list-suites)")
     src.add_argument("--sweep", help="a sweep TOML file")
     src.add_argument("--impl", action="append", default=[],
                      help="an implementation: a registered name (sdpa_flash, flash_mma, ...), module:callable, or "
                           "name=module:callable; repeat or comma-separate")
-    shp = p.add_argument_group("shapes, with --impl (comma-separated values sweep)")
-    shp.add_argument("-B", help="batch (default 1)")
-    shp.add_argument("-H", help="query heads (default 8)")
-    shp.add_argument("-N", help="query length, e.g. 1024,4096")
-    shp.add_argument("-D", help="head dim (default 64)")
-    shp.add_argument("--Hkv", help="key/value heads (grouped-query attention; default H)")
-    shp.add_argument("--Nk", help="key length (default N)")
-    shp.add_argument("--dtype", default="float16", help="float16, bfloat16 or float32 (comma-separated)")
-    shp.add_argument("--causal", default="no", help="no, yes or both")
+    shp = p.add_argument_group(f"{problem.name} shapes, with --impl (comma-separated values sweep)")
+    shp.add_argument("--problem", help="the problem whose parameters these flags are (default: the one the --impl "
+                                       f"implementations solve); known: {', '.join(sorted(problems.known()))}")
+    for q in problem.parameters:
+        shp.add_argument(*q.cli_flags(), dest=f"param_{q.name}", metavar=q.name.upper(), help=q.cli_help())
     shp.add_argument("--pass", dest="passes", default="forward,backward", help="forward, backward or both")
     shp.add_argument("--option", action="append", default=[], help="implementation option name=value[,value]")
     shp.add_argument("--name", default="custom", help="the capture's name (its folder under profiles/<gpu>/)")
     shp.add_argument("--description", help="one line saying what the capture is for")
     shp.add_argument("--tools", default="ncu,nsys", help="ncu, nsys or both (default both)")
-    shp.add_argument("--plugin", action="append", default=[], help="a module that registers implementations")
+    shp.add_argument("--plugin", action="append", default=[], help="a module that registers implementations or problems")
+    _run_arguments(p)
+    return p
+
+
+def _run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profiles", default="profiles", help="profile store root (default: profiles)")
     p.add_argument("--only", help="only cases whose NVTX range name matches this regex")
-    p.add_argument("--list", action="store_true", help="print each sweep's cases (range names, skips) and exit; no GPU")
+    p.add_argument("--deep", help="profile the cases whose NVTX range name matches this regex a second time with "
+                                  f"Nsight Compute's deep sections ({', '.join(DEEP_SECTIONS)}); "
+                                  "replaces a sweep's own deep field")
+    p.add_argument("--deep-only", action="store_true",
+                   help="only the deep tier (no light ncu, no nsys, no benchmark), into <name>-deep/")
+    p.add_argument("--list", action="store_true", help="print each sweep's cases (range names, skips, deep ones) and "
+                                                       "exit; no GPU")
     p.add_argument("--list-suites", action="store_true", help="print the registered sweeps and exit")
     p.add_argument("--ncu", help="path to ncu (else $NCU, PATH, standard folders)")
     p.add_argument("--nsys", help="path to nsys (else $NSYS, PATH, standard folders, Nsight Compute's copy)")
@@ -435,45 +603,64 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab capture") -> int:
                    help="ncu --clock-control (default none: the GPU's clocks are left as they are)")
     p.add_argument("--nsys-iters", type=int, default=None, help="measured launches per range under nsys (default: the sweep's)")
     p.add_argument("--replay-mode", default=None, choices=("kernel", "application"),
-                   help="ncu replay: rerun the whole (deterministic) workload per counter pass, or replay each "
-                        "kernel; default: the sweep's")
-    a = p.parse_args(argv)
+                   help="light ncu tier's replay: rerun the whole (deterministic) workload per counter pass, or replay "
+                        "each kernel; default: the sweep's")
+
+
+def sweeps_from_args(a: argparse.Namespace) -> list[Sweep]:
+    """The sweeps a command line asks for; ValueError with a readable message on bad input."""
+    chosen = [x for x in ("suite", "sweep", "impl") if getattr(a, x)]
+    if len(chosen) != 1:
+        raise ValueError("give exactly one of --suite NAME, --sweep FILE or --impl SPEC (with its shapes, e.g. -N ...)")
+    if a.suite:
+        return [find(s) for s in a.suite.split(",") if s]
+    if a.sweep:
+        return [find(a.sweep)]
+    specs = _impl_specs(a.impl)
+    problem = _problem(a.problem, specs)
+    given = {q.name: getattr(a, f"param_{q.name}", None) for q in problem.parameters}
+    if any(q.required and given[q.name] is None for q in problem.parameters):
+        raise ValueError(f"--impl needs the shapes: {problem.shapes_needed()}")
+    params = problem.cli_values(given)
+    passes = [p for p in a.passes.split(",") if p]
+    if not passes or any(p not in PASSES for p in passes):
+        raise ValueError(f"--pass takes forward, backward or forward,backward, not {a.passes!r}")
+    tools = [t for t in a.tools.split(",") if t]
+    return [from_args(a.name, specs, params, passes, dict(_option(o) for o in a.option), tools, plugins=a.plugin,
+                      description=a.description or "", problem=a.problem)]
+
+
+def _checked(sweeps: list[Sweep], a: argparse.Namespace) -> list[Sweep]:
+    """``sweeps`` with ``--deep`` applied, every one expanded (so that a bad one fails before the first runs)
+    and the deep tier asked for matching some case; ValueError says what is wrong."""
     if a.only:
-        try:
-            re.compile(a.only)
-        except re.error as exc:
-            p.error(f"--only {a.only!r} is not a regular expression: {exc}")
-    import signal
-
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `--list | head` ends quietly
-    from ..problems.impls import load_plugins
-    from .sweep import named_sweeps
-
-    try:
-        load_plugins(a.plugin)
-    except ValueError as exc:
-        p.error(str(exc))
-    if a.list_suites:
-
-        for name, path in named_sweeps().items():
-            print(f"{name:16s} {path}")
-        return 0
-    try:
-        sweeps = sweeps_from_args(a)
-        if a.list:
-            for s in sweeps:
-                cases = [c for c in s.cases() if not a.only or re.search(a.only, c.range)]
-                print(f"# {s.name}: {sum(c.runnable for c in cases)} case(s) to run, {sum(not c.runnable for c in cases)} skipped"
-                      + (f" (matching --only {a.only!r})" if a.only else ""))
-                for c in cases:
-                    print(c.range + ("" if c.runnable else f"    [{c.status}]"))
-            return 0
-        for s in sweeps:
-            s.cases()  # every sweep checked before the first one runs
-    except ValueError as exc:
-        p.error(str(exc))
+        regex(a.only, "--only")
     if a.nsys_iters is not None and a.nsys_iters < 1:
-        p.error("--nsys-iters must be >= 1")
+        raise ValueError("--nsys-iters must be >= 1")
+    if a.deep is not None:
+        regex(a.deep, "--deep")
+        sweeps = [dataclasses.replace(s, deep=a.deep) if s.grids else s for s in sweeps]
+    deep = {s.name: plan_cases(s, a.only)[1] for s in sweeps}
+    if a.deep is not None and not any(deep.values()):
+        raise ValueError(f"--deep {a.deep!r} matches no case to run of {', '.join(deep)}")
+    if a.deep_only and not all(deep.values()):
+        raise ValueError(f"--deep-only: no deep case to run in {', '.join(n for n, d in deep.items() if not d)} "
+                         "(give --deep REGEX, or a sweep with deep = \"...\")")
+    return sweeps
+
+
+def _print_cases(sweeps: Sequence[Sweep], only: str | None) -> None:
+    for s in sweeps:
+        cases, deep_cases = plan_cases(s, only)
+        deep = {c.range for c in deep_cases}
+        print(f"# {s.name}: {sum(c.runnable for c in cases)} case(s) to run, {sum(not c.runnable for c in cases)} skipped"
+              + (f", {len(deep)} deep (deep = {s.deep!r})" if s.deep else "")
+              + (f" (matching --only {only!r})" if only else ""))
+        for c in cases:
+            print(c.range + ("    [deep]" if c.range in deep else "") + ("" if c.runnable else f"    [{c.status}]"))
+
+
+def _capture_all(sweeps: Sequence[Sweep], a: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     status = 0
     first: Path | None = None  # the GEMM and copy ceilings are measured once per command
@@ -481,7 +668,7 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab capture") -> int:
         t = time.perf_counter()
         try:
             dest = capture(s, a.profiles, ncu=a.ncu, nsys=a.nsys, clock_control=a.clock_control, only=a.only,
-                           nsys_iters=a.nsys_iters, replay_mode=a.replay_mode, ceilings_from=first)
+                           nsys_iters=a.nsys_iters, replay_mode=a.replay_mode, ceilings_from=first, deep_only=a.deep_only)
             first = first or dest
         except (ToolError, CaptureError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
@@ -492,3 +679,27 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab capture") -> int:
         print(f"sweep {s.name}: {time.perf_counter() - t:.0f} s", file=sys.stderr)
     print(f"all sweeps ({', '.join(s.name for s in sweeps)}): {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return status
+
+
+def main(argv: list[str] | None = None, prog: str = "nsightlab capture") -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    problem, error = _problem_of_flags(argv)
+    p = parser(prog, problem)
+    a = p.parse_args(argv)
+    if error:
+        p.error(error)
+    import signal
+
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `--list | head` ends quietly
+    if a.list_suites:
+        for name, path in named_sweeps().items():
+            print(f"{name:16s} {path}")
+        return 0
+    try:
+        sweeps = _checked(sweeps_from_args(a), a)
+    except ValueError as exc:
+        p.error(str(exc))
+    if a.list:
+        _print_cases(sweeps, a.only)
+        return 0
+    return _capture_all(sweeps, a)

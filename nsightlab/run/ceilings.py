@@ -28,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..problems.attention import FLOP_PER_EXP_PER_D, softmax_bound
+
 CSRC = Path(__file__).resolve().parents[1] / "csrc" / "ceilings.cu"
 #: the instruction-class ceilings, in the order they are measured and printed
 #: (wgmma last: a kernel that faults leaves the CUDA context unusable for whatever runs after it)
@@ -36,10 +38,7 @@ GEMM_KEYS = ("gemm_bf16", "gemm_fp16", "gemm_fp32")
 REPS, WARMUP = 10, 3
 #: each timed launch of a microbenchmark runs about this long (its iteration count is scaled to it)
 TARGET_MS = 20.0
-#: attention FLOPs per exponential (FlashAttention's convention, nsightlab.problems.attention's work model):
-#: the forward does 4·D FLOPs per score (2·D for S = Q Kᵀ, 2·D for P V) and one exp per score; the
-#: backward is credited 2.5× the forward's FLOPs and recomputes P = exp(S − L) once per score
-FLOP_PER_EXP_PER_D = {"forward": 4.0, "backward": 10.0}
+#: the head dims whose attention softmax bound (:func:`nsightlab.problems.attention.softmax_bound`) the MUFU entry records
 SOFTMAX_HEAD_DIMS = (64, 128)
 
 #: the binding: load_inline wraps these declarations (the .cu file defines them, torch-free)
@@ -59,12 +58,6 @@ _FUNCTIONS = ["nsl_mma_sync", "nsl_wgmma", "nsl_mufu_ex2", "nsl_error_string", "
 
 def not_measured(reason: str) -> dict[str, str]:
     return {"status": "not measured", "reason": reason}
-
-
-def softmax_bound(exp2_per_s: float, head_dim: int, pass_: str = "forward") -> float:
-    """Attention FLOP/s that ``exp2_per_s`` exponentials per second allow when every score's exp
-    runs on MUFU: exp/s × FLOP per exp (:data:`FLOP_PER_EXP_PER_D` × D)."""
-    return exp2_per_s * FLOP_PER_EXP_PER_D[pass_] * head_dim
 
 
 def _time(fn: Callable[[], Any], reps: int = REPS, warmup: int = WARMUP) -> float:

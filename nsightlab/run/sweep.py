@@ -5,10 +5,11 @@ capture's manifest, so that a capture re-runs exactly::
 
     name = "mine"
     description = "my kernel beside SDPA flash"
-    problem = "attention"          # builds the inputs; "custom": each implementation brings its own
-    range_prefix = "attn"          # NVTX ranges: attn:<impl>:<pass>:B=..,H=..,...
+    problem = "attention"          # the Problem its cases are (default: the one its implementations solve)
+    range_prefix = "attn"          # NVTX ranges: attn:<impl>:<pass>:B=..,H=..,... (default: the problem's)
     tools = ["ncu", "nsys"]
-    plugins = ["mypkg.study"]      # modules that register implementations (optional)
+    plugins = ["mypkg.study"]      # modules that register implementations or problems (optional)
+    deep = "mine:forward:.*N=4096" # cases Nsight Compute profiles again with its deep sections (optional)
 
     [[grid]]                       # every combination of the listed values (scalars = one value)
     impl = ["mypkg.attn:my_attention", "sdpa_flash"]
@@ -20,13 +21,15 @@ capture's manifest, so that a capture re-runs exactly::
     causal = [false, true]
     options = {}                   # implementation options (lists expand too)
 
-The cases of all grids are taken in order, duplicates dropped. A case an implementation cannot run
+The grid's other keys are the problem's parameters (:mod:`nsightlab.problems.problem`), checked and
+given their defaults by it. The cases of all grids are taken in order, duplicates dropped. A case an implementation cannot run
 (its ``supports`` check, or options it rejects) is kept as a skipped case with the reason.
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -34,7 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from ..core.ranges import LABEL, PASS, RangeSchema
-from ..problems.impls import PASSES, Implementation, load_plugins, resolve
+from ..problems import problem as problems
+from ..problems.impls import Implementation, load_plugins, resolve
+from ..problems.problem import PASSES, Problem
 
 TOOLS = ("ncu", "nsys", "bench")
 REPLAY_MODES = ("application", "kernel")
@@ -68,13 +73,23 @@ class Case:
                    d.get("status", "planned"), d.get("model"), dict(d.get("traits") or {}))
 
 
+def regex(text: str, what: str) -> re.Pattern[str]:
+    """``text`` compiled; ValueError naming ``what`` (e.g. "--only") when it is not a regular expression."""
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise ValueError(f"{what} {text!r} is not a regular expression: {exc}") from None
+
+
 @dataclass
 class Sweep:
     name: str
     grids: list[dict[str, Any]]
     description: str = ""
-    problem: str = "attention"
-    range_prefix: str = "attn"
+    #: the problem its cases are (None: the one its implementations solve)
+    problem: str | None = None
+    #: the NVTX range prefix (None: the problem's)
+    range_prefix: str | None = None
     tools: tuple[str, ...] = ("ncu", "nsys")
     plugins: tuple[str, ...] = ()
     #: ncu replay: "application" reruns the (deterministic) workload per counter pass; "kernel" replays each kernel
@@ -83,10 +98,10 @@ class Sweep:
     warmup: int = 1
     #: a benchmark the capture runs as a further step: {"module": "pkg.bench", "args": [...]} (writes CSVs into the capture)
     bench: dict[str, Any] | None = None
+    #: a regex over range names: the cases the capture profiles a second time with Nsight Compute's deep sections
+    deep: str | None = None
 
     def __post_init__(self) -> None:
-        import re
-
         if not re.fullmatch(r"[A-Za-z0-9_.+-]+", self.name or ""):
             raise ValueError(f"sweep name {self.name!r} may only hold letters, digits and _ . + - (it names the capture folder)")
         bad = [t for t in self.tools if t not in TOOLS]
@@ -96,8 +111,10 @@ class Sweep:
             raise ValueError(f"replay_mode must be one of {REPLAY_MODES}, not {self.replay_mode!r}")
         if "bench" in self.tools and not (self.bench and self.bench.get("module")):
             raise ValueError("tools has 'bench' but the sweep has no [bench] module")
-        if set(self.tools) & {"ncu", "nsys"} and not self.grids:
+        if (set(self.tools) & {"ncu", "nsys"} or self.deep) and not self.grids:
             raise ValueError(f"sweep {self.name!r} has no [[grid]] of cases for ncu/nsys")
+        if self.deep is not None:
+            regex(self.deep, f"sweep {self.name!r}: deep")
         for i, g in enumerate(self.grids):
             if not g.get("impl"):
                 raise ValueError(f"sweep {self.name!r}, grid {i + 1}: no impl")
@@ -144,32 +161,32 @@ class Sweep:
         return tomli_w.dumps(self.to_dict())
 
     # -- cases
-    def schema(self) -> RangeSchema:
-        if self.problem == "attention":
-            from ..problems import attention
+    def _implementations(self, load: bool) -> list[list[Implementation]]:
+        """Each grid's implementations, resolved (importing their modules registers their problems)."""
+        if load:
+            load_plugins(self.plugins)
+        return [[resolve(str(spec)) for spec in _as_list(g["impl"])] for g in self.grids]
 
-            return attention.schema(self.range_prefix)
-        # another problem: its cases are named by the fields its grids give, typed by their values
-        fields: dict[str, str] = {}
-        for grid in self.grids:
-            for key, val in grid.items():
-                if key in ("impl", "pass", "options"):
-                    continue
-                first = _as_list(val)[0]
-                fields.setdefault(key, "bool" if isinstance(first, bool) else "int" if isinstance(first, int)
-                                  else "float" if isinstance(first, float) else "str")
-        return RangeSchema(self.range_prefix, (LABEL, PASS), fields, {}, {PASS: PASSES},
-                           f"{self.problem} case: implementation, pass, {', '.join(fields) or 'no fields'}")
+    def problem_of(self, *, load: bool = True) -> Problem:
+        """The problem the cases are: the sweep's own, else the one its implementations solve. An
+        implementation of another problem is an error."""
+        impls = [i for grid in self._implementations(load) for i in grid]
+        problem = problems.get(self.problem or problems.one_of([i.problem for i in impls], f"sweep {self.name!r}"))
+        for impl in impls:
+            if impl.problem != problem.name:
+                raise ValueError(f"sweep {self.name!r}: implementation {impl.name} solves {impl.problem}, not {problem.name}")
+        return problem
+
+    def schema(self, *, load: bool = True) -> RangeSchema:
+        return self.problem_of(load=load).schema(self.range_prefix)
 
     def cases(self, *, load: bool = True) -> list[Case]:
         """Every case of every grid, in order, each with its range name, status, work model and traits."""
-        if load:
-            load_plugins(self.plugins)
-        schema = self.schema()
+        problem = self.problem_of(load=load)
+        schema = problem.schema(self.range_prefix)
         out: dict[str, Case] = {}
-        for gi, grid in enumerate(self.grids):
-            g = dict(grid)
-            impls = _as_list(g.pop("impl"))
+        for gi, (grid, impls) in enumerate(zip(self.grids, self._implementations(False), strict=True)):
+            g = {k: v for k, v in grid.items() if k != "impl"}
             passes = _as_list(g.pop("pass", list(PASSES)))
             bad = [p for p in passes if p not in PASSES]
             if bad:
@@ -177,46 +194,41 @@ class Sweep:
             opt_grid = g.pop("options", {}) or {}
             if not isinstance(opt_grid, dict):
                 raise ValueError(f"sweep {self.name!r}, grid {gi + 1}: options must be a table, not {opt_grid!r}")
-            for impl_spec in impls:
-                impl = resolve(str(impl_spec))
+            for impl in impls:
                 for params in _product(g):
-                    params = self._normalize(params, gi)
+                    try:
+                        params = problem.normalize(params)
+                    except ValueError as exc:
+                        raise ValueError(f"sweep {self.name!r}, grid {gi + 1}: {exc}") from None
                     for options in _product(opt_grid):
                         for pass_ in passes:
-                            case = self._case(schema, impl, params, options, pass_)
+                            case = _case(schema, problem, impl, params, options, pass_)
                             out.setdefault(case.range, case)
         return list(out.values())
 
-    def _normalize(self, params: dict[str, Any], gi: int) -> dict[str, Any]:
-        if self.problem != "attention":
-            return params
-        from ..problems import attention
+    def deep_cases(self, cases: Sequence[Case], deep: str | None = None) -> list[Case]:
+        """The runnable ``cases`` whose range name matches ``deep`` (default: the sweep's own regex)."""
+        text = deep if deep is not None else self.deep
+        if not text:
+            return []
+        rx = regex(text, "--deep")
+        return [c for c in cases if c.runnable and rx.search(c.range)]
 
+
+def _case(schema: RangeSchema, problem: Problem, impl: Implementation, params: dict[str, Any],
+          options: dict[str, Any], pass_: str) -> Case:
+    why = impl.why_not(params, pass_)
+    resolved = dict(options)
+    if why is None:
         try:
-            return attention.normalize(params)
+            resolved = impl.options_for(params, options)
         except ValueError as exc:
-            raise ValueError(f"sweep {self.name!r}, grid {gi + 1}: {exc}") from None
-
-    def _case(self, schema: RangeSchema, impl: Implementation, params: dict[str, Any], options: dict[str, Any],
-              pass_: str) -> Case:
-        status = "planned"
-        why = impl.why_not(params, pass_)
-        resolved = dict(options)
-        if why is None:
-            try:
-                resolved = impl.options_for(params, options)
-            except ValueError as exc:
-                why = str(exc)
-        if why:
-            status = f"skipped: {why}"
-        name = schema.name({LABEL: impl.name, PASS: pass_, **params}, resolved)
-        work = impl.work
-        if work is None and impl.problem == "attention":
-            from ..problems import attention
-
-            work = attention.WORK
-        model = work.evaluate(params, pass_) if work is not None else None
-        return Case(impl.name, pass_, params, resolved, name, status, model, dict(impl.traits))
+            why = str(exc)
+    name = schema.name({LABEL: impl.name, PASS: pass_, **params}, resolved)
+    work = impl.work or problem.work
+    model = work.evaluate(params, pass_) if work is not None else None
+    return Case(impl.name, pass_, params, resolved, name, f"skipped: {why}" if why else "planned", model,
+                dict(impl.traits))
 
 
 def _as_list(v: Any) -> list[Any]:
@@ -259,10 +271,11 @@ def find(name_or_path: str) -> Sweep:
 
 def from_args(name: str, impls: Sequence[str], params: Mapping[str, Any], passes: Sequence[str],
               options: Mapping[str, Any], tools: Sequence[str], *, description: str = "", plugins: Sequence[str] = (),
-              range_prefix: str = "attn", replay_mode: str = "application", nsys_iters: int = 5) -> Sweep:
+              problem: str | None = None, range_prefix: str | None = None, replay_mode: str = "application",
+              nsys_iters: int = 5, deep: str | None = None) -> Sweep:
     """The sweep a capture command line describes (one grid)."""
     grid = {"impl": list(impls), "pass": list(passes), **{k: v for k, v in params.items() if v is not None}}
     if options:
         grid["options"] = dict(options)
-    return Sweep(name, [grid], description or f"{', '.join(impls)}", tools=tuple(tools), plugins=tuple(plugins),
-                 range_prefix=range_prefix, replay_mode=replay_mode, nsys_iters=nsys_iters)
+    return Sweep(name, [grid], description or f"{', '.join(impls)}", problem=problem, range_prefix=range_prefix,
+                 tools=tuple(tools), plugins=tuple(plugins), replay_mode=replay_mode, nsys_iters=nsys_iters, deep=deep)

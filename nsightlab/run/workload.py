@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
+from ..problems import problem as problems
 from ..problems.impls import Implementation, resolve
-from .sweep import Case, Sweep, find
+from .sweep import Case, Sweep, find, regex
 
 
 def _first(out: Any) -> Any:
@@ -81,16 +81,8 @@ def case_callable(impl: Implementation, case: Case, device: str = "cuda") -> tup
     import torch
 
     fn = impl.callable()
-    p = dict(case.params)
-    if impl.problem == "attention":
-        from ..problems import attention
-
-        inputs: tuple[Any, ...] = attention.make_inputs(p, device)
-        kwargs = {"causal": bool(p.get("causal", False)), **case.options}
-    elif impl.inputs is not None:
-        inputs, kwargs = tuple(impl.inputs(p, device)), dict(case.options)
-    else:
-        raise ValueError(f"{impl.name}: problem {impl.problem!r} needs the implementation's inputs(params, device)")
+    inputs, call_kwargs = problems.get(impl.problem).inputs(dict(case.params), device)
+    kwargs = {**call_kwargs, **case.options}
     if case.pass_ == "forward":
         def run() -> Any:
             with torch.no_grad():
@@ -167,11 +159,22 @@ def run_cases(cases: list[Case], *, warmup: int = 1, iters: int = 1, warmup_only
     return results
 
 
+def selected(cases: list[Case], only: list[str], sweep: str) -> list[Case]:
+    """The cases whose range name matches every regex of ``only``; ValueError if none does."""
+    for text in only:
+        rx = regex(text, "--only")
+        cases = [c for c in cases if rx.search(c.range)]
+        if not cases:
+            raise ValueError(f"--only {' --only '.join(map(repr, only))} matches no case of sweep {sweep}")
+    return cases
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m nsightlab.run.workload", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sweep", required=True, help="a sweep TOML file, or the name of a registered sweep")
-    p.add_argument("--only", help="only cases whose NVTX range name matches this regex")
+    p.add_argument("--only", action="append", default=[],
+                   help="only cases whose NVTX range name matches this regex (repeated: matches every one)")
     p.add_argument("--warmup", type=int, default=None, help="launches per case before its range (default: the sweep's)")
     p.add_argument("--warmup-only", choices=("all", "needed"), default="all",
                    help="'needed': warm up only implementations that need it (under ncu's application replay)")
@@ -181,15 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     try:
         sweep: Sweep = find(a.sweep)
-        cases = sweep.cases()
-        if a.only:
-            try:
-                rx = re.compile(a.only)
-            except re.error as exc:
-                raise ValueError(f"--only {a.only!r} is not a regular expression: {exc}") from None
-            cases = [c for c in cases if rx.search(c.range)]
-            if not cases:
-                raise ValueError(f"--only {a.only!r} matches no case of sweep {sweep.name}")
+        cases = selected(sweep.cases(), a.only, sweep.name)
     except ValueError as exc:
         p.error(str(exc))
     if a.iters < 1 or (a.warmup is not None and a.warmup < 0):
