@@ -347,8 +347,8 @@ def test_analysis_modules_import_neither_torch_nor_the_kernels():
 
 
 ROOT = Path(__file__).resolve().parent.parent
-FOREIGN = ROOT / "profiles" / "nvidia-h200" / "foreign-example" / "ncu.ncu-rep.gz"
-FULL = ROOT / "profiles" / "nvidia-h200" / "flash-mma-bwd-full" / "ncu.ncu-rep.gz"
+FOREIGN = ROOT / "profiles" / "nvidia-h200" / "foreign-example" / "ncu.ncu-rep.xz"
+FULL = ROOT / "profiles" / "nvidia-h200" / "flash-mma-bwd-full" / "ncu.ncu-rep.xz"
 
 
 @pytest.mark.skipif(not FOREIGN.exists(), reason="foreign test data not present")
