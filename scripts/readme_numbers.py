@@ -16,8 +16,8 @@ import pandas as pd
 from nsightlab.analysis import counters, l2, perf, timeline
 from nsightlab.parse.ncu import ncu_frame
 from nsightlab.parse.nsys import nsys_tables
-from nsightlab.store.read import capture_schemas, tools_of
 from nsightlab.store.captures import cases, find_file, load_bench, load_manifest, short_commit
+from nsightlab.store.read import capture_schemas, tools_of
 
 ROOT = Path(__file__).resolve().parent.parent
 #: flash_mma's FlashAttention-2 parity target: its throughput over SDPA's flash backend (N >= 2048)
