@@ -67,8 +67,9 @@ def expand_includes(path: Path, _seen: set[Path] | None = None) -> str:
     seen.add(path)
     text = path.read_text()
     # `#line` keeps each line's own file and number in the compiled module, so -lineinfo (and with it
-    # Nsight Compute's source view) points at flash_kernels/csrc/x.cu:LINE, not at load_inline's cuda.cu
-    here = f'"{path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else path}"'
+    # Nsight Compute's source view) points at .../flash_kernels/csrc/x.cu:LINE, not at load_inline's cuda.cu.
+    # The path is absolute: ncu --import-source resolves a relative one against the build folder and fails.
+    here = f'"{path.as_posix()}"'
 
     def repl(m: re.Match[str]) -> str:
         inc = path.parent / m.group(1)

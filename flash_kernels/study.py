@@ -88,7 +88,7 @@ def implementation(var: Variant) -> Implementation:
     return Implementation(
         var.name, _runner(var.name), attention.NAME, var.passes, work, _supports(var),
         lambda p, opts: var.resolve_options(opts, p["D"]),
-        {"materializes": var.materializes, "engine": "tensor cores" if var.name in ("flash_mma", "flash_wgmma") else "CUDA cores",
+        {"materializes": var.materializes, "engine": "tensor cores" if var.name in ("flash_mma", "flash_wgmma", "flash_decode") else "CUDA cores",
          # under Nsight Compute's application replay the warm-ups would run patched: our kernels need none
          "needs_warmup": False},
         var.description, setup=build)

@@ -5,7 +5,7 @@
     nsightlab report ...    render the HTML reports from the captures               (nsightlab.render.report)
     nsightlab compare ...   compare two captures, range by range                    (nsightlab.render.compare)
     nsightlab why ...       why one kernel is slower than another, from its counters (nsightlab.analysis.bottleneck)
-    nsightlab store ...     list and validate captures                              (nsightlab.store.captures)
+    nsightlab store ...     list, validate and compact captures                     (nsightlab.store.captures)
 
 ``nsightlab SUBCOMMAND --help`` documents each; ``python -m nsightlab.SUBCOMMAND`` is the same command.
 """
@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("nsightlab.render.report", "render the HTML reports from the captures"),
     "compare": ("nsightlab.render.compare", "compare two captures range by range, with verdicts"),
     "why": ("nsightlab.analysis.why", "explain why one kernel is slower than another (ranked table from Nsight's sections)"),
-    "store": ("nsightlab.store.captures", "list and validate capture folders"),
+    "store": ("nsightlab.store.captures", "list, validate and compact (xz) capture folders"),
 }
 
 

@@ -8,7 +8,7 @@ Writes OUTDIR/deep.ncu-rep, OUTDIR/<report>.{details,raw,source-<k>}.csv and OUT
 
 from __future__ import annotations
 
-import gzip
+import lzma
 import shutil
 import subprocess
 import sys
@@ -51,10 +51,10 @@ def main(out: Path) -> int:
     ncu = str(find_ncu())
     run([ncu, "--help"], out / "ncu_help.txt")
     # Nsight's own exports of the committed --set full reports
-    for cap in ("flash-mma-bwd-8warp-full", "flash-wgmma-fwd-full"):
-        src = Path("profiles/nvidia-h200") / cap / "ncu.ncu-rep.gz"
+    for cap in () if "--no-committed" in sys.argv else ("flash-mma-bwd-8warp-full", "flash-wgmma-fwd-full"):
+        src = Path("profiles/nvidia-h200") / cap / "ncu.ncu-rep.xz"
         rep = out / f"{cap}.ncu-rep"
-        with gzip.open(src) as f, rep.open("wb") as g:
+        with lzma.open(src) as f, rep.open("wb") as g:
             shutil.copyfileobj(f, g)
         exports(ncu, rep, out)
         rep.unlink()
@@ -67,7 +67,7 @@ def main(out: Path) -> int:
         toml = out / f"{sw.name}.toml"
         toml.write_text(sw.to_toml())
         wl = workload_command(toml, python=sys.executable, iters=1, warmup=1)
-        cmd = [ncu, "--nvtx", "--nvtx-include", "regex:^[^/]*/", "--clock-control", "none", "--cache-control", "all",
+        cmd = [ncu, "--nvtx", "--nvtx-include", "regex:^attn:.*/", "--clock-control", "none", "--cache-control", "all",
                "--replay-mode", "kernel", "--target-processes", "all", "--import-source", "yes"]
         for s in SECTIONS:
             cmd += ["--section", s]

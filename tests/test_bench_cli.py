@@ -36,11 +36,11 @@ def test_gqa_suite():
 
 def test_decode_suite():
     cfgs, dtypes, desc = get_suite("decode")
-    assert dtypes == ("float16",) and "decode" in desc and "causal" in desc
-    assert len(cfgs) == 3 * 3 * 2
+    assert dtypes == ("float16", "bfloat16") and "decode" in desc and "causal" in desc
+    assert len(cfgs) == 3 * 4 * 3
     assert all(c.B == 8 and c.H == 32 and c.D == 128 and not c.causal for c in cfgs)
-    assert {(c.N, c.Nk, c.Hkv) for c in cfgs} == {(nq, nk, h) for nq in (1, 4, 16) for nk in (1024, 4096, 16384)
-                                                  for h in (32, 8)}
+    assert {(c.N, c.Nk, c.Hkv) for c in cfgs} == {(nq, nk, h) for nq in (1, 4, 16)
+                                                  for nk in (1024, 4096, 16384, 65536) for h in (32, 8, 1)}
     c = {c.name: c for c in cfgs}["Nq1-Nk4096-Hkv8"]
     assert (c.N, c.Nk, c.Hkv, c.kv_heads, c.keys) == (1, 4096, 8, 8, 4096)
     # the benchmark's FLOPs and bytes: every query against every cached key; K/V dominate the bytes

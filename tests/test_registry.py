@@ -6,7 +6,7 @@ from flash_kernels.registry import VARIANTS, get_variant, unavailable_reason
 
 def test_table_of_the_issue_is_in_the_registry():
     assert list(VARIANTS) == ["naive", "tiled", "tiled_uncoalesced", "flash_fa1", "flash_simt", "flash_mma",
-                              "flash_wgmma"]
+                              "flash_wgmma", "flash_decode"]
     for v in VARIANTS.values():
         assert {64, 128} <= set(v.head_dims) and "float16" in v.dtypes and v.description
     assert VARIANTS["flash_fa1"].passes == ("forward",)

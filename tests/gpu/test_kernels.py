@@ -46,11 +46,12 @@ def _assert_close(what: str, out: torch.Tensor, ref: torch.Tensor, rel_l2: float
 
 
 def _forward_checked(variant: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                     tol: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The variant's forward on poisoned outputs, O and LSE checked against the fp64 reference."""
+                     tol: dict[str, float], **options: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """The variant's forward (with its ``options``) on poisoned outputs, O and LSE checked against the fp64
+    reference."""
     ref_o, ref_lse = reference_forward(q, k, v, causal=causal)
     with poisoned_outputs():
-        o, lse = fk.forward(q, k, v, variant=variant, causal=causal)
+        o, lse = fk.forward(q, k, v, variant=variant, causal=causal, **options)
     torch.cuda.synchronize()
     _assert_close("O", o, ref_o, tol["out_rel_l2"], tol["out_max_rel"])
     lse_err = (lse.double() - ref_lse).abs().max().item()
