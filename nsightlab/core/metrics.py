@@ -86,3 +86,12 @@ def metric_names() -> list[str]:
         for name in group.values():
             seen.setdefault(name, None)
     return list(seen)
+
+#: the deep tier's Nsight Compute sections: the ones that explain a kernel's time (stall reasons, pipes,
+#: occupancy and its limiter, memory tables, instruction mix, per-instruction source counters). A report
+#: captured with ``--set full`` or ``--set detailed`` holds them too (SourceCounters: ``full`` only).
+DEEP_SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis", "MemoryWorkloadAnalysis_Tables",
+                 "MemoryWorkloadAnalysis_Chart", "Occupancy", "LaunchStats", "SchedulerStats", "WarpStateStats",
+                 "InstructionStats", "SourceCounters")
+#: the sections without which the bottleneck analysis cannot run at all (SourceCounters only feeds hotspots)
+BOTTLENECK_SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "Occupancy", "LaunchStats", "WarpStateStats")

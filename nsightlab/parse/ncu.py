@@ -36,7 +36,7 @@ def _import_ncu_report() -> Any:
     return ncu_report
 
 
-def _load_report(path: Path) -> tuple[Any, Any]:
+def open_report(path: Path) -> tuple[Any, Any]:
     """(the ncu_report module, the opened report) of a .ncu-rep (or its compressed form)."""
     if not path.exists():
         raise ProfileError(f"{path}: no such Nsight Compute report")
@@ -98,7 +98,7 @@ def ncu_frame(path: str | Path, metrics: list[str] | None = None, schemas: Itera
     range fields, ``kernel``, ``kernel_full``, ``launch`` (order in the report) and one column per
     metric (base units; ``metrics`` None: every metric but the device attributes)."""
     path = Path(path)
-    ncu_report, ctx = _load_report(path)
+    ncu_report, ctx = open_report(path)
     schemas = tuple(schemas)
     rows: list[dict[str, Any]] = []
     units: dict[str, str] = {}
@@ -122,7 +122,7 @@ def ncu_frame(path: str | Path, metrics: list[str] | None = None, schemas: Itera
 def ncu_device(path: str | Path) -> dict[str, Any]:
     """The device attributes (``device__attribute_*``, without the prefix) of a report's first launch."""
     path = Path(path)
-    _, ctx = _load_report(path)
+    _, ctx = open_report(path)
     try:
         a = ctx.range_by_idx(0).action_by_idx(0)
     except Exception as exc:  # noqa: BLE001 - the module's own exception types

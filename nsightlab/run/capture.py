@@ -61,9 +61,7 @@ from .sweep import TOOLS, Case, Sweep, find, from_args, named_sweeps, regex
 #: the deep tier's Nsight Compute sections: what explains a kernel's time (speed of light, pipes, memory
 #: tables, occupancy and its limiter, launch facts, issue slots, warp stall reasons, instruction mix, and
 #: the per-instruction source counters behind the hotspots)
-DEEP_SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis", "MemoryWorkloadAnalysis_Tables",
-                 "MemoryWorkloadAnalysis_Chart", "Occupancy", "LaunchStats", "SchedulerStats", "WarpStateStats",
-                 "InstructionStats", "SourceCounters")
+DEEP_SECTIONS = M.DEEP_SECTIONS
 #: the deep tier replays each kernel: its ~40 passes under application replay would rerun the whole
 #: workload process (startup, kernel builds, warm-ups) ~40 times
 DEEP_REPLAY_MODE = "kernel"

@@ -1,0 +1,432 @@
+"""Why one kernel is slower than another, from Nsight Compute's own sections.
+
+:func:`load` reads a deep report (``deep.ncu-rep`` of a capture, or anyone's ``--set full`` report)
+into a :class:`Deep`; the functions below turn it into tidy frames, every value a metric of the report
+(so the page shows exactly what ``ncu --import R --page details|raw`` prints):
+
+- :func:`profile`: one row per launch: time, compute and memory speed-of-light, issue slots, warp
+  cycles per issued instruction, occupancy (theoretical, achieved, the limiter), registers, spills,
+  shared-memory bank conflicts, L1 / L2 / DRAM throughput, the busiest pipe.
+- :func:`stalls`: warp cycles per issued instruction split by stall reason (Nsight's names, each with
+  a one-line meaning); :func:`pipes`: pipe utilization; :func:`occupancy_limits`: blocks per SM each
+  resource allows.
+- :func:`explain`: two launches side by side, and a ranked table of what explains the difference in
+  time. The time ratio is split exactly (logarithmic-mean shares, which add up to the whole gap) into
+  instructions issued, warp cycles per issued instruction (by stall reason), warps per scheduler
+  (latency hiding) and the rest (idle SMs, tail, clock); :func:`verdict` says it in one sentence.
+- :func:`hotspots`: the SASS instructions and CUDA source lines with the most warp-stall samples.
+
+The model behind :func:`explain`: a scheduler issues at most one instruction per cycle, so its active
+cycles are about (instructions it issued) x (warp cycles per issued instruction) / (warps it holds).
+Nsight's ``smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio`` split the middle factor
+by reason (they add up to ``smsp__average_warp_latency_per_inst_issued.ratio``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..core.errors import ProfileError
+from ..core.ranges import RangeSchema
+from ..parse import deep as deep_parse
+
+#: Nsight Compute's warp stall reasons: (the name Nsight shows, what the warp was waiting for)
+STALLS: dict[str, tuple[str, str]] = {
+    "barrier": ("Stall Barrier", "waiting at a block-wide barrier (__syncthreads, bar.sync) for the other warps"),
+    "branch_resolving": ("Stall Branch Resolving", "waiting for a branch target to be computed"),
+    "dispatch_stall": ("Stall Dispatch", "selected, but the dispatcher could not issue (pipeline conflict)"),
+    "drain": ("Stall Drain", "after EXIT, waiting for its memory writes to drain"),
+    "gmma": ("Stall GMMA", "waiting on a warpgroup MMA (wgmma): its operands or its result"),
+    "imc_miss": ("Stall IMC Miss", "waiting for an immediate-constant cache miss"),
+    "lg_throttle": ("Stall LG Throttle", "the local/global memory instruction queue is full"),
+    "long_scoreboard": ("Stall Long Scoreboard", "waiting for an L1TEX result: global, local or texture memory"),
+    "math_pipe_throttle": ("Stall Math Pipe Throttle", "the math pipe it needs is busy with other warps' work"),
+    "membar": ("Stall Membar", "waiting at a memory fence"),
+    "mio_throttle": ("Stall MIO Throttle", "the MIO queue (shared memory, special math, ldmatrix) is full"),
+    "misc": ("Stall Misc", "other hardware reasons"),
+    "no_instruction": ("Stall No Instruction", "no instruction fetched yet: instruction-cache miss or a jump"),
+    "not_selected": ("Stall Not Selected", "eligible, but another warp issued this cycle"),
+    "selected": ("Selected", "issuing an instruction (one cycle per instruction)"),
+    "short_scoreboard": ("Stall Short Scoreboard", "waiting for an MIO result: shared memory, MUFU, ldmatrix"),
+    "sleeping": ("Stall Sleeping", "asleep (nanosleep) or waiting on an mbarrier try_wait"),
+    "tex_throttle": ("Stall Tex Throttle", "the texture / TMA unit's queue is full"),
+    "wait": ("Stall Wait", "a fixed-latency dependency: the compiler's wait count"),
+}
+STALL_METRIC = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
+
+#: the per-launch quantities of :func:`profile`: column -> the report's metric
+PROFILE_METRICS: dict[str, str] = {
+    "time_ns": "gpu__time_duration.sum",
+    "compute_sol_pct": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "memory_sol_pct": "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+    "issue_slots_busy_pct": "sm__inst_issued.avg.pct_of_peak_sustained_elapsed",
+    "eligible_pct": "smsp__issue_active.avg.pct_of_peak_sustained_active",
+    "warp_cycles_per_issued": "smsp__average_warp_latency_per_inst_issued.ratio",
+    "inst_issued": "smsp__inst_issued.sum",
+    "inst_issued_per_scheduler": "smsp__inst_issued.avg",
+    "warps_per_scheduler": "smsp__warps_active.avg.per_cycle_active",
+    "eligible_warps_per_scheduler": "smsp__warps_eligible.avg.per_cycle_active",
+    "sm_active_cycles": "sm__cycles_active.avg",
+    "elapsed_cycles": "gpc__cycles_elapsed.max",
+    "theoretical_occupancy_pct": "sm__maximum_warps_per_active_cycle_pct",
+    "achieved_occupancy_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "registers_per_thread": "launch__registers_per_thread",
+    "block_size": "launch__block_size",
+    "grid_size": "launch__grid_size",
+    "waves_per_sm": "launch__waves_per_multiprocessor",
+    "spill_requests": "derived__local_spilling_requests",
+    "shared_ld_bank_conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+    "shared_st_bank_conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+    "shared_ld_wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
+    "shared_st_wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
+    "l1_pct": "l1tex__throughput.avg.pct_of_peak_sustained_active",
+    "l2_pct": "lts__throughput.avg.pct_of_peak_sustained_elapsed",
+    "dram_pct": "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+}
+#: occupancy limits (blocks per SM that each resource allows): column -> metric
+LIMITS: dict[str, str] = {
+    "registers": "launch__occupancy_limit_registers", "shared memory": "launch__occupancy_limit_shared_mem",
+    "warps": "launch__occupancy_limit_warps", "blocks": "launch__occupancy_limit_blocks",
+    "barriers": "launch__occupancy_limit_barriers",
+}
+_PIPE = re.compile(r"^sm__(?:inst_executed_pipe_(?P<ip>\w+?)|pipe_(?P<cp>\w+?)_cycles_active)\.avg\.pct_of_peak_sustained_active$")
+
+
+@dataclass
+class Deep:
+    """A deep report, parsed: launches, section metrics, metric values, per-instruction samples."""
+
+    path: Path
+    launches: pd.DataFrame
+    sections: pd.DataFrame
+    values: pd.DataFrame
+    sass: pd.DataFrame
+
+    def value(self, launch: int, metric: str) -> float | None:
+        v = self._wide.get((launch, metric))
+        return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+    def __post_init__(self) -> None:
+        self._wide = {(int(r.launch), r.metric): r.value for r in self.values.itertuples()}
+
+
+def load(path: str | Path, schemas: Iterable[RangeSchema] = ()) -> Deep:
+    """Parse a deep report; one clear error if it lacks the sections the analysis needs."""
+    path = Path(path)
+    launches = deep_parse.launches(path, schemas)
+    deep_parse.require_sections(launches)
+    return Deep(path, launches, deep_parse.section_metrics(path), deep_parse.metric_values(path),
+                deep_parse.sass_samples(path))
+
+
+# --------------------------------------------------------------------------- one launch at a time
+
+def occupancy_limits(deep: Deep) -> pd.DataFrame:
+    """Blocks per SM that each resource allows, per launch: ``launch``, ``limit``, ``blocks``, ``limiting``."""
+    rows = []
+    for launch in deep.launches["launch"]:
+        vals = {name: deep.value(launch, m) for name, m in LIMITS.items()}
+        vals = {k: v for k, v in vals.items() if v is not None}
+        low = min(vals.values()) if vals else None
+        rows += [{"launch": launch, "limit": k, "blocks": v, "limiting": v == low} for k, v in vals.items()]
+    return pd.DataFrame(rows, columns=["launch", "limit", "blocks", "limiting"])
+
+
+def _limiter(limits: pd.DataFrame, launch: int) -> str:
+    lim = limits[(limits["launch"] == launch) & limits["limiting"]]
+    return " = ".join(lim["limit"]) if len(lim) else ""
+
+
+def _range_shares(launches: pd.DataFrame) -> pd.Series:
+    """Each launch's share of its range's time (a backward pass is several launches)."""
+    total = launches.groupby("range")["time_ns"].transform("sum")
+    return launches["time_ns"] / total
+
+
+def profile(deep: Deep) -> pd.DataFrame:
+    """One row per launch: range columns, kernel, the :data:`PROFILE_METRICS` columns, ``range_share``
+    (of its range's time), ``occupancy_limiter``, ``tensor_pipe_pct`` (the busiest tensor pipe's
+    cycles), ``top_pipe`` / ``top_pipe_pct`` and ``top_stall`` / ``top_stall_cycles``."""
+    out = deep.launches.drop(columns=["time_ns"]).copy()
+    for col, metric in PROFILE_METRICS.items():
+        out[col] = [deep.value(launch, metric) for launch in out["launch"]]
+    out["range_share"] = _range_shares(out)
+    limits = occupancy_limits(deep)
+    out["occupancy_limiter"] = [_limiter(limits, launch) for launch in out["launch"]]
+    p, s = pipes(deep), stalls(deep)
+    out["tensor_pipe_pct"] = [_tensor_busy(p, launch) for launch in out["launch"]]
+    top_p = p[p["kind"] == "instructions"].sort_values("pct", ascending=False).drop_duplicates("launch").set_index("launch")
+    out["top_pipe"] = out["launch"].map(top_p["pipe"])
+    out["top_pipe_pct"] = out["launch"].map(top_p["pct"])
+    waits = s[s["reason"] != "selected"].sort_values("cycles", ascending=False).drop_duplicates("launch").set_index("launch")
+    out["top_stall"] = out["launch"].map(waits["reason"])
+    out["top_stall_cycles"] = out["launch"].map(waits["cycles"])
+    return out
+
+
+def _tensor_busy(p: pd.DataFrame, launch: int) -> float | None:
+    t = p[(p["launch"] == launch) & (p["kind"] == "cycles active") & p["pipe"].str.startswith("tensor")]
+    return float(t["pct"].max()) if len(t) else None
+
+
+def stalls(deep: Deep) -> pd.DataFrame:
+    """Warp cycles per issued instruction by stall reason, per launch: ``launch``, ``reason``, ``name``,
+    ``meaning``, ``metric``, ``cycles``, ``share`` (of the launch's warp cycles per issued instruction)."""
+    rows = []
+    for launch in deep.launches["launch"]:
+        for reason, (name, meaning) in STALLS.items():
+            metric = STALL_METRIC.format(reason)
+            v = deep.value(launch, metric)
+            if v is not None:
+                rows.append({"launch": launch, "reason": reason, "name": name, "meaning": meaning, "metric": metric,
+                             "cycles": v})
+    df = pd.DataFrame(rows, columns=["launch", "reason", "name", "meaning", "metric", "cycles"])
+    df["share"] = df["cycles"] / df.groupby("launch")["cycles"].transform("sum")
+    return df
+
+
+def pipes(deep: Deep) -> pd.DataFrame:
+    """Pipe utilization per launch, % of peak over active cycles: ``launch``, ``pipe``, ``kind``
+    (``instructions``: issue rate into the pipe; ``cycles active``: cycles the pipe was busy), ``metric``, ``pct``."""
+    rows = []
+    for r in deep.values.itertuples():
+        m = _PIPE.match(r.metric)
+        if m:
+            kind = "instructions" if m["ip"] else "cycles active"
+            rows.append({"launch": r.launch, "pipe": m["ip"] or m["cp"], "kind": kind, "metric": r.metric, "pct": r.value})
+    return pd.DataFrame(rows, columns=["launch", "pipe", "kind", "metric", "pct"]).sort_values(
+        ["launch", "kind", "pct"], ascending=[True, True, False], ignore_index=True)
+
+
+def details(deep: Deep, launch: int, sections: Sequence[str] = ()) -> pd.DataFrame:
+    """The details page of one launch as Nsight prints it: the header table of each section
+    (``sections``: only those), with Nsight's labels and units."""
+    s = deep.sections
+    s = s[(s["launch"] == launch) & (s["part"] == "header")]
+    if sections:
+        s = s[s["section"].isin(sections)]
+    return s[["section_name", "label", "unit", "value", "metric"]].reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------- two launches side by side
+
+def _logmean(a: float, b: float) -> float:
+    """The logarithmic mean: (a - b) / ln(a / b), and a where a == b."""
+    return a if math.isclose(a, b, rel_tol=1e-12) else (a - b) / math.log(a / b)
+
+
+def _need(deep: Deep, launch: int, col: str) -> float:
+    v = deep.value(launch, PROFILE_METRICS[col])
+    if v is None or v <= 0:
+        raise ProfileError(f"{deep.path}: launch {launch} has no {PROFILE_METRICS[col]} (needed to explain its time)")
+    return float(v)
+
+
+def _terms(a: Deep, la: int, b: Deep, lb: int) -> list[dict[str, Any]]:
+    """ln(time_a / time_b) split into additive terms (see the module docstring)."""
+    q = {side: {c: _need(d, l, c) for c in ("time_ns", "inst_issued_per_scheduler", "warp_cycles_per_issued",
+                                            "warps_per_scheduler")} for side, d, l in (("a", a, la), ("b", b, lb))}
+    terms = [{"term": "instructions issued", "what": "smsp__inst_issued.avg (per scheduler)",
+              "a": q["a"]["inst_issued_per_scheduler"], "b": q["b"]["inst_issued_per_scheduler"],
+              "log": math.log(q["a"]["inst_issued_per_scheduler"] / q["b"]["inst_issued_per_scheduler"])},
+             {"term": "warps per scheduler (latency hiding)", "what": PROFILE_METRICS["warps_per_scheduler"],
+              "a": q["a"]["warps_per_scheduler"], "b": q["b"]["warps_per_scheduler"],
+              "log": -math.log(q["a"]["warps_per_scheduler"] / q["b"]["warps_per_scheduler"])}]
+    lat_a, lat_b = q["a"]["warp_cycles_per_issued"], q["b"]["warp_cycles_per_issued"]
+    mean = _logmean(lat_a, lat_b)
+    for reason, (name, meaning) in STALLS.items():
+        ra, rb = a.value(la, STALL_METRIC.format(reason)), b.value(lb, STALL_METRIC.format(reason))
+        if ra is None and rb is None:
+            continue
+        ra, rb = ra or 0.0, rb or 0.0
+        terms.append({"term": f"{name}", "reason": reason, "what": f"{meaning} (warp cycles per issued instruction)",
+                      "a": ra, "b": rb, "log": (ra - rb) / mean})
+    modelled = sum(t["log"] for t in terms)
+    total = math.log(q["a"]["time_ns"] / q["b"]["time_ns"])
+    terms.append({"term": "the rest: idle SMs, tail, clock", "what": "time not explained by the scheduler model",
+                  "a": None, "b": None, "log": total - modelled})
+    return terms
+
+
+def explain(a: Deep, la: int, b: Deep, lb: int) -> pd.DataFrame:
+    """What explains launch ``la`` of ``a`` taking longer (or shorter) than launch ``lb`` of ``b``: one row
+    per term, ranked by how much of the time gap it accounts for: ``term``, ``what``, ``a``, ``b``,
+    ``share`` (of the gap; the shares add up to 1), ``ms`` (of the gap, signed; they add up to
+    time_a - time_b). A term with a share of the same sign as the gap widens it; one of the other sign
+    narrows it."""
+    ta, tb = _need(a, la, "time_ns"), _need(b, lb, "time_ns")
+    terms = _terms(a, la, b, lb)
+    total = math.log(ta / tb)
+    gap_ms = (ta - tb) / 1e6
+    df = pd.DataFrame(terms)
+    df["share"] = df["log"] / total if total else float("nan")
+    df["ms"] = df["share"] * gap_ms if total else 0.0
+    df = df.reindex(df["ms"].abs().sort_values(ascending=False).index).reset_index(drop=True)
+    df.attrs.update({"time_a_ms": ta / 1e6, "time_b_ms": tb / 1e6, "ratio": ta / tb})
+    return df.drop(columns=["log"])[["term", "what", "a", "b", "share", "ms", *(["reason"] if "reason" in df else [])]]
+
+
+def metric_gaps(a: Deep, la: int, b: Deep, lb: int) -> pd.DataFrame:
+    """The profile quantities of the two launches beside each other: ``quantity``, ``metric``, ``a``,
+    ``b``, ``ratio`` (a / b)."""
+    pa = profile(a).set_index("launch").loc[la]
+    pb = profile(b).set_index("launch").loc[lb]
+    rows = []
+    for col in [*PROFILE_METRICS, "tensor_pipe_pct", "top_pipe_pct", "occupancy_limiter", "top_stall"]:
+        va, vb = pa.get(col), pb.get(col)
+        ratio = va / vb if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and vb else None
+        rows.append({"quantity": col, "metric": PROFILE_METRICS.get(col, ""), "a": va, "b": vb, "ratio": ratio})
+    return pd.DataFrame(rows)
+
+
+def _pct(x: float) -> str:
+    return f"{x:.0%}"
+
+
+def verdict(name_a: str, name_b: str, ranked: pd.DataFrame, gaps: pd.DataFrame | None = None) -> str:
+    """One computed sentence: the time ratio, the terms that explain most of it, and the tensor pipe."""
+    ratio = ranked.attrs["ratio"]
+    slower = ratio > 1
+    lead = (f"{name_a} takes {ratio:.2f}x the time of {name_b} ({ranked.attrs['time_a_ms']:.3f} vs "
+            f"{ranked.attrs['time_b_ms']:.3f} ms)")
+    widening = ranked[ranked["share"] > 0].head(2)
+    parts = []
+    for t in widening.itertuples():
+        if t.a is None or (isinstance(t.a, float) and math.isnan(t.a)):
+            parts.append(f"{t.term} ({_pct(t.share)} of the gap)")
+        elif t.term == "instructions issued":
+            parts.append(f"it issues {t.a / t.b:.2f}x the instructions ({_pct(t.share)} of the gap)")
+        elif t.term.startswith("warps per scheduler"):
+            parts.append(f"it keeps {t.a:.2f} warps per scheduler vs {t.b:.2f} ({_pct(t.share)} of the gap)")
+        else:
+            parts.append(f"its warps spend {t.a:.2f} cycles per instruction on {t.term} vs {t.b:.2f} "
+                         f"({_pct(t.share)} of the gap)")
+    text = lead + (": " + "; ".join(parts) if parts and slower else "") + "."
+    if gaps is not None:
+        tp = gaps.set_index("quantity").loc["tensor_pipe_pct"]
+        if tp["a"] is not None and tp["b"] is not None and not (pd.isna(tp["a"]) or pd.isna(tp["b"])):
+            text += f" Its tensor pipe is busy {tp['a']:.0f}% of active cycles vs {tp['b']:.0f}%."
+    return text
+
+
+# --------------------------------------------------------------------------- source hotspots
+
+def repo_path(file: str | None, repo: Path) -> str | None:
+    """A source file as it is in the repository (its longest suffix that exists under ``repo``), else None."""
+    if not isinstance(file, str) or not file:
+        return None
+    parts = Path(file).parts
+    for i in range(len(parts)):
+        cand = repo.joinpath(*parts[i:])
+        if cand.is_file():
+            return Path(*parts[i:]).as_posix()
+    return None
+
+
+def _top_reasons(row: pd.Series, reasons: list[str], n: int = 2) -> str:
+    vals = sorted(((row[f"stall_{r}"], r) for r in reasons if row.get(f"stall_{r}", 0) > 0), reverse=True)[:n]
+    total = row["samples"] or 1
+    return ", ".join(f"{r} {v / total:.0%}" for v, r in vals)
+
+
+def hotspots(deep: Deep, launch: int, n: int = 10, by: str = "line", repo: str | Path = ".") -> pd.DataFrame:
+    """The ``n`` SASS instructions (``by="sass"``) or CUDA source lines (``by="line"``) of one launch with
+    the most warp-state samples: ``samples``, ``share`` (of the launch's samples), ``top_stalls``,
+    ``file`` (as in the repository where found, else as the report names it), ``line``, ``source``
+    (the line's text from the repository) and, by SASS, ``address`` and ``sass``. Raises one clear
+    line when the report carries no per-instruction samples (no SourceCounters section)."""
+    s = deep.sass[deep.sass["launch"] == launch] if len(deep.sass) else deep.sass
+    if not len(s):
+        raise ProfileError(f"{deep.path}: launch {launch} carries no warp-state samples per instruction; capture "
+                           "with --section SourceCounters (the deep tier does; so does ncu --set full)")
+    reasons = [c.removeprefix("stall_") for c in s.columns if c.startswith("stall_")]
+    if by == "line":
+        s = s.groupby(["file", "line"], dropna=False, as_index=False)[["samples", *[f"stall_{r}" for r in reasons]]].sum()
+    elif by != "sass":
+        raise ValueError(f"by must be 'line' or 'sass', not {by!r}")
+    total = float(deep.sass.loc[deep.sass["launch"] == launch, "samples"].sum()) or 1.0
+    top = s.sort_values("samples", ascending=False).head(n).copy()
+    top["share"] = top["samples"] / total
+    top["top_stalls"] = [_top_reasons(r, reasons) for _, r in top.iterrows()]
+    return _with_source(top, Path(repo), by)
+
+
+def _with_source(top: pd.DataFrame, repo: Path, by: str) -> pd.DataFrame:
+    files = [repo_path(f, repo) for f in top["file"]]
+    top["source"] = [_line_text(repo / f, ln) if f and pd.notna(ln) else "" for f, ln in zip(files, top["line"], strict=True)]
+    top["file"] = [f or (str(orig) if isinstance(orig, str) else "(no source line)") for f, orig in zip(files, top["file"], strict=True)]
+    cols = ["file", "line", "source", "samples", "share", "top_stalls"]
+    if by == "sass":
+        cols = ["address", "sass", *cols]
+    out = top[cols].reset_index(drop=True)
+    out["line"] = out["line"].astype("Int64")
+    return out
+
+
+_LINES: dict[Path, list[str]] = {}
+
+
+def _line_text(path: Path, line: int) -> str:
+    if path not in _LINES:
+        _LINES[path] = path.read_text(errors="replace").split("\n")
+    lines = _LINES[path]
+    return lines[int(line) - 1].strip() if 0 < int(line) <= len(lines) else ""
+
+
+# --------------------------------------------------------------------------- choosing what to compare
+
+_TRUTH = {"true": "1", "false": "0", "yes": "1", "no": "0"}
+
+
+def parse_case(text: str) -> dict[str, str]:
+    """``"N=4096,D=128,causal=False,pass=forward"`` -> {field: value}; one clear error if malformed."""
+    out = {}
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        key, eq, value = part.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"--case takes field=value pairs separated by commas (e.g. N=4096,D=128,pass=forward), not {text!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _norm(v: Any) -> str:
+    s = str(v).strip().lower()
+    if s.endswith(".0") and s[:-2].lstrip("-").isdigit():
+        s = s[:-2]
+    return _TRUTH.get(s, s)
+
+
+def select_range(deep: Deep, variant: str, case: dict[str, str]) -> pd.DataFrame:
+    """The launches of the one range of ``variant`` whose decoded fields match ``case``, longest first.
+    Errors name what exists when nothing or several ranges match."""
+    L = deep.launches
+    unknown = [k for k in case if k not in L.columns]
+    if unknown:
+        fields = [c for c in L.columns if c not in ("range", "domain", "launch", "kernel", "kernel_full", "time_ns", "sections", "schema")]
+        raise ValueError(f"--case field(s) {', '.join(unknown)} not in this report's range names; fields: {', '.join(fields)}")
+    if variant not in set(L["variant"].dropna()):
+        raise ValueError(f"no implementation {variant!r} in {deep.path.name}; it holds: {', '.join(sorted(set(L['variant'].dropna())))}")
+    sel = L[L["variant"] == variant]
+    for k, v in case.items():
+        sel = sel[sel[k].map(_norm) == _norm(v)]
+    ranges = sorted(set(sel["range"]))
+    if len(ranges) != 1:
+        have = sorted(set(L.loc[L["variant"] == variant, "range"]))
+        what = "no range matches" if not ranges else f"{len(ranges)} ranges match"
+        raise ValueError(f"{variant}: {what} --case {','.join(f'{k}={v}' for k, v in case.items()) or '(none)'}; narrow it "
+                         f"to one of: " + "; ".join(have[:12]) + (" ..." if len(have) > 12 else ""))
+    return sel.sort_values("time_ns", ascending=False)
+
+
+def launch_table(deep: Deep, launches: pd.DataFrame) -> pd.DataFrame:
+    """The launches of one range with their time and share of the range's time (a backward is several)."""
+    t = launches[["launch", "kernel", "time_ns"]].copy()
+    t["share"] = t["time_ns"] / t["time_ns"].sum()
+    return t.reset_index(drop=True)

@@ -1,0 +1,180 @@
+"""A deep Nsight Compute report -> tidy frames: what each section says, and where the warps waited.
+
+A *deep* report carries the sections that explain time (``nsightlab.core.metrics.DEEP_SECTIONS``):
+the deep capture tier writes one (``deep.ncu-rep``), and so does anyone's ``ncu --set full`` (or
+``--set detailed``, which lacks the per-instruction source counters). Three frames, all keyed by
+``launch`` (the launch's order in the report, as Nsight Compute numbers it in its CSV ``ID`` column):
+
+- :func:`launches`: one row per profiled launch: its range columns, kernel name, duration and the
+  sections the report holds for it.
+- :func:`section_metrics`: one row per metric that a section shows: the section's identifier and
+  name, ``part`` (``header``: the table on the details page; ``body``: its charts and tables),
+  the metric's name, Nsight's label, unit and value, exactly as stored in the report.
+- :func:`metric_values`: every numeric, non-instanced metric of every launch (long form), for
+  the analysis' named quantities (stall reasons, pipes, bank conflicts) wherever a section shows them.
+- :func:`sass_samples`: one row per SASS instruction with warp-state samples: address, SASS text,
+  CUDA file and line (where the kernel was built with ``-lineinfo``), all and not-issued samples,
+  and one ``stall_<reason>`` column per stall reason (samples), as Nsight's source page shows them.
+
+Values are read from the report through the ``ncu-report`` package; nothing is recomputed, so the
+tests can hold them against ``ncu --import R --csv --page details|raw|source``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..core.errors import ProfileError
+from ..core.metrics import BOTTLENECK_SECTIONS, DEEP_SECTIONS
+from ..core.ranges import RangeSchema
+from .ncu import ncu_action_range, open_report
+from .range_columns import with_ranges
+
+#: per-instruction warp-state sampling metrics (the SourceCounters section's source of truth)
+PCSAMP_PREFIX = "smsp__pcsamp_warps_issue_stalled_"
+PCSAMP_TOTAL = "smsp__pcsamp_sample_count"
+
+
+def _actions(path: Path) -> Iterator[tuple[int, Any, Any]]:
+    ncu_report, ctx = open_report(path)
+    launch = 0
+    for ri in range(ctx.num_ranges()):
+        rng = ctx.range_by_idx(ri)
+        for ai in range(rng.num_actions()):
+            action = rng.action_by_idx(ai)
+            if action.name() is None:
+                raise ProfileError(f"{path}: launch {launch} has no kernel name or metrics; the report is truncated or corrupt")
+            yield launch, ncu_report, action
+            launch += 1
+
+
+def _value(metric: Any) -> Any:
+    """A metric's value as the report stores it: float for numbers, str for strings, None when empty."""
+    if not metric.has_value():
+        return None
+    if metric.kind() == metric.ValueKind_STRING:
+        return metric.as_string()
+    return metric.as_double()
+
+
+def launches(path: str | Path, schemas: Iterable[RangeSchema] = ()) -> pd.DataFrame:
+    """One row per profiled launch: range columns, ``launch``, ``kernel``, ``kernel_full``, ``time_ns``,
+    ``sections`` (the identifiers of the sections the report holds for it, sorted)."""
+    path = Path(path)
+    schemas = tuple(schemas)
+    rows = []
+    for launch, ncu_report, action in _actions(path):
+        rname, domain = ncu_action_range(action, schemas)
+        dur = action.metric_by_name("gpu__time_duration.sum")
+        rows.append({"range": rname, "domain": domain, "launch": launch, "kernel": action.name(),
+                     "kernel_full": action.name(ncu_report.IAction.NameBase_DEMANGLED),
+                     "time_ns": _value(dur) if dur is not None else None,
+                     "sections": tuple(sorted(s.identifier() for s in action.sections()))})
+    if not rows:
+        raise ProfileError(f"{path}: holds no profiled kernel")
+    df = with_ranges(rows, schemas)
+    df.attrs["source"] = str(path)
+    return df
+
+
+def section_metrics(path: str | Path) -> pd.DataFrame:
+    """Every metric every section shows, per launch: ``launch``, ``section`` (identifier),
+    ``section_name``, ``part`` (header|body), ``metric``, ``label``, ``unit``, ``value``."""
+    rows = []
+    for launch, _, action in _actions(Path(path)):
+        for sec in action.sections():
+            for part, metrics in (("header", sec.header_metrics()), ("body", sec.body_metrics())):
+                for m in metrics or ():
+                    rows.append({"launch": launch, "section": sec.identifier(), "section_name": sec.name(),
+                                 "part": part, "metric": m.name(), "label": m.label(), "unit": m.unit(),
+                                 "value": _value(m)})
+    return pd.DataFrame(rows, columns=["launch", "section", "section_name", "part", "metric", "label", "unit", "value"])
+
+
+_SKIP = ("device__", "nvlink__", "numa__", "c2clink__", "profiler__", "group:", "breakdown:")
+
+
+def metric_values(path: str | Path, pattern: str | None = None) -> pd.DataFrame:
+    """Every numeric, non-instanced metric per launch (``pattern``: only names it matches):
+    ``launch``, ``metric``, ``unit``, ``value``."""
+    want = re.compile(pattern) if pattern else None
+    rows = []
+    for launch, _, action in _actions(Path(path)):
+        for name in action.metric_names():
+            if name.startswith(_SKIP) or (want and not want.search(name)):
+                continue
+            m = action.metric_by_name(name)
+            if m is None or m.kind() == m.ValueKind_STRING or not m.has_value() or m.num_instances() > 1:
+                continue
+            rows.append({"launch": launch, "metric": name, "unit": m.unit(), "value": m.as_double()})
+    return pd.DataFrame(rows, columns=["launch", "metric", "unit", "value"])
+
+
+def _instanced(action: Any, name: str) -> dict[int, float]:
+    """A per-instruction metric as {address: value}."""
+    m = action.metric_by_name(name)
+    if m is None or not m.has_correlation_ids():
+        return {}
+    ids = m.correlation_ids()
+    return {ids.as_uint64(i): m.as_double(i) for i in range(m.num_instances())}
+
+
+def _stall_names(action: Any) -> list[str]:
+    """The stall reasons the report samples, in Nsight's order of names."""
+    return sorted(n.removeprefix(PCSAMP_PREFIX) for n in action.metric_names()
+                  if n.startswith(PCSAMP_PREFIX) and not n.endswith("_not_issued"))
+
+
+def _sass_rows(launch: int, action: Any) -> list[dict[str, Any]]:
+    total = _instanced(action, PCSAMP_TOTAL)
+    if not total:
+        return []
+    reasons = _stall_names(action)
+    per_reason = {r: _instanced(action, PCSAMP_PREFIX + r) for r in reasons}
+    not_issued = {r: _instanced(action, f"{PCSAMP_PREFIX}{r}_not_issued") for r in reasons}
+    rows = []
+    for pc in sorted(total):
+        info = action.source_info(pc)
+        row: dict[str, Any] = {"launch": launch, "address": pc, "sass": (action.sass_by_pc(pc) or "").strip(),
+                               "file": info.file_name() if info is not None else None,
+                               "line": info.line() if info is not None else None,
+                               "samples": total[pc],
+                               "samples_not_issued": sum(not_issued[r].get(pc, 0.0) for r in reasons)}
+        for r in reasons:
+            row[f"stall_{r}"] = per_reason[r].get(pc, 0.0)
+        rows.append(row)
+    return rows
+
+
+def sass_samples(path: str | Path) -> pd.DataFrame:
+    """One row per sampled SASS instruction of every launch that carries source counters: ``launch``,
+    ``address``, ``sass``, ``file``, ``line``, ``samples``, ``samples_not_issued``, ``stall_<reason>``.
+    Empty when the report holds no warp-state sampling (captured without the SourceCounters section)."""
+    rows: list[dict[str, Any]] = []
+    for launch, _, action in _actions(Path(path)):
+        rows.extend(_sass_rows(launch, action))
+    return pd.DataFrame(rows)
+
+
+def missing_sections(held: Iterable[str], needed: Iterable[str] = BOTTLENECK_SECTIONS) -> list[str]:
+    """The sections of ``needed`` that a launch (``held``: its section identifiers) lacks."""
+    have = set(held)
+    return [s for s in needed if s not in have]
+
+
+def require_sections(frame: pd.DataFrame, what: str = "the bottleneck analysis",
+                     needed: Iterable[str] = BOTTLENECK_SECTIONS) -> None:
+    """Raise one clear line when no launch of ``frame`` (from :func:`launches`) holds ``needed``."""
+    needed = tuple(needed)
+    lacking = sorted({s for held in frame["sections"] for s in missing_sections(held, needed)})
+    if lacking and not any(not missing_sections(held, needed) for held in frame["sections"]):
+        src = frame.attrs.get("source", "the report")
+        flags = " ".join(f"--section {s}" for s in DEEP_SECTIONS)
+        raise ProfileError(f"{src}: {what} needs the Nsight Compute sections {', '.join(lacking)}, which this report "
+                           f"lacks; capture with the deep tier (nsightlab capture ... --deep REGEX), or with "
+                           f"ncu {flags} --import-source yes (or ncu --set full)")
