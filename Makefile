@@ -16,8 +16,10 @@ $(REPORT_VENV)/.ok: pyproject.toml
 	$(REPORT_VENV)/bin/pip install -q -e .
 	touch $@
 
+# every notebook on every capture, and the comparison pages profiles/comparisons.toml declares; pages whose
+# inputs did not change are kept (--force renders them all again)
 report: $(REPORT_VENV)/.ok
-	$(REPORT_VENV)/bin/python -m nsightlab.report --profiles profiles --reports reports
+	$(REPORT_VENV)/bin/nsightlab report --profiles profiles --reports reports
 
 $(TEST_VENV)/.ok: pyproject.toml
 	$(PYTHON) -m venv $(TEST_VENV)

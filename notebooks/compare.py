@@ -19,7 +19,7 @@
 # Before and after a change to a kernel, or one GPU against another. Ranges are matched by their decoded
 # fields (implementation, pass, shape, dtype, options), ranges of foreign captures by their raw names; each
 # matched range gets a verdict on its time: **slower**, **faster** or **within noise**. The same comparison
-# gates a CI job: `python -m nsightlab.compare BASE NEW --threshold 5%` exits 1 when a range is slower.
+# gates a CI job: `nsightlab compare BASE NEW --threshold 5%` exits 1 when a range is slower.
 
 # %% tags=["parameters"]
 base: str = "nvidia-h100-80gb-hbm3/seqlen"  # the base capture: a folder, or a gpu/name label of the store
@@ -29,33 +29,32 @@ only: str = ""  # a regular expression the raw range names must match (empty: ev
 min_ms: float = 0.0  # ranges faster than this in base (ms) are judged but do not gate (0: all gate)
 title: str = ""  # the page's title (empty: "BASE → NEW")
 profiles: str = "profiles"  # where gpu/name labels are looked up
-plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative path (the committed pages: ../plotly.min.js)
+plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative path (the report's pages: ../plotly.min.js)
 
 # %%
 from IPython.display import HTML, display
 
+from nsightlab.analysis import comparison
 from nsightlab.render import compare as C
 from nsightlab.render import figures
 from nsightlab.render import page as nb
 
 figures.set_plotlyjs(plotlyjs)
-cmp = C.compare_captures(base, new, threshold, only, C.profiles_dir(profiles),
-                         min_ms=min_ms)
+cmp = comparison.compare_captures(base, new, threshold, only, profiles, min_ms=min_ms)
 nb.say(f"## {title or f'{cmp.base.label} → {cmp.new.label}'}")
 nb.say(C.headline(cmp))
-display(HTML(C.summary_html(cmp)), metadata={"nsightlab": {"summary": [cmp.summary()]}})
+display(HTML(C.summary_html(cmp)), metadata={"nsightlab": {"summary": [cmp.summary()], "comparison": cmp.facts()}})
 
 # %% [markdown]
 # ## Summary
 
 # %%
 figures.show(C.change_figure(cmp, "Time change of every matched range (bars: noise; grey band: the threshold)"))
-display(HTML(C.html_table(C.verdicts_by(cmp, "time").reset_index(names="base time"), "by-time", verdict_col="")))
+display(HTML(C.table(C.verdicts_by(cmp, "time").reset_index(names="base time"), "by-time")))
 
 # %%
-display(HTML(C.details("Verdicts by implementation and pass",
-                       C.html_table(C.verdicts_by(cmp, "impl").reset_index(), "by-impl", verdict_col=""),
-                       open_=True)))
+display(HTML(nb.details("Verdicts by implementation and pass", C.table(C.verdicts_by(cmp, "impl").reset_index(), "by-impl"),
+                        open_=True)))
 
 # %% [markdown]
 # ## The two captures
@@ -68,7 +67,7 @@ display(HTML(C.details("Verdicts by implementation and pass",
 nb.say("**Base.** " + nb.header(cmp.base.manifest, cmp.base.path))
 nb.say("**New.** " + nb.header(cmp.new.manifest, cmp.new.path))
 if cmp.compat:
-    display(HTML(C.html_table(C.compat_table(cmp), "compat", verdict_col="", wrap=True)))
+    display(HTML(C.table(C.compat_table(cmp), "compat", wrap=True)))
 else:
     nb.say("The two captures agree in GPU, tools, tool versions, metric set, clock control and replay mode.")
 for line in C.caveats(cmp):
@@ -86,7 +85,7 @@ for line in C.caveats(cmp):
 
 # %%
 with nb.section():
-    pts = C.roofline_points(cmp, "DRAM")
+    pts = comparison.roofline_points(cmp, "DRAM")
     passes = [p for p in ("forward", "backward") if "pass" in pts and p in set(pts["pass"])] or [None]
     for p in passes:
         sel = pts if p is None else pts[pts["pass"] == p]
@@ -104,12 +103,13 @@ with nb.section():
 # %%
 unfold = C.open_groups(cmp.ranges)
 for name, g in C.groups(cmp.ranges):
-    head = f"<b>{name}</b>: {len(g)} ranges, {(g['verdict'] == C.SLOWER).sum()} slower, {(g['verdict'] == C.FASTER).sum()} faster"
-    body = C.html_table(C.delta_table(g, cmp.marks, "timing"), f"ranges-{name}")
+    head = (f"<b>{name}</b>: {len(g)} ranges, {(g['verdict'] == comparison.SLOWER).sum()} slower, "
+            f"{(g['verdict'] == comparison.FASTER).sum()} faster")
+    body = C.table(C.delta_table(g, cmp.marks, "timing"), f"ranges-{name}")
     counters = C.delta_table(g, cmp.marks, "counters")
     if counters.shape[1] > 1:
-        body += "<p><i>Nsight Compute counters, base → new:</i></p>" + C.html_table(counters, f"counters-{name}")
-    display(HTML(C.details(head, body, open_=name in unfold)))
+        body += "<p><i>Nsight Compute counters, base → new:</i></p>" + C.table(counters, f"counters-{name}")
+    display(HTML(nb.details(head, body, open_=name in unfold)))
 
 # %% [markdown]
 # ## Every kernel
@@ -119,17 +119,17 @@ for name, g in C.groups(cmp.ranges):
 
 # %%
 with nb.section():
-    for name, g in C.groups(C.kernels(cmp)):
-        moved = int((g["verdict"] != C.SAME).sum())
+    for name, g in C.groups(comparison.kernels(cmp)):
+        moved = int((g["verdict"] != comparison.SAME).sum())
         head = f"<b>{name}</b>: {len(g)} kernels in {g['label'].nunique()} ranges, {moved} moved beyond noise"
         t = C.delta_table(g, cmp.marks, "timing", what="kernel")
         t.insert(0, "range", g["case"].to_numpy())
-        body = C.html_table(t, f"kernels-{name}")
+        body = C.table(t, f"kernels-{name}")
         counters = C.delta_table(g, cmp.marks, "counters", what="kernel")
         if counters.shape[1] > 1:
             counters.insert(0, "range", g["case"].to_numpy())
-            body += "<p><i>Nsight Compute counters, base → new:</i></p>" + C.html_table(counters, f"kernel-counters-{name}")
-        display(HTML(C.details(head, body)))
+            body += "<p><i>Nsight Compute counters, base → new:</i></p>" + C.table(counters, f"kernel-counters-{name}")
+        display(HTML(nb.details(head, body)))
 
 # %% [markdown]
 # ## Timing distributions
@@ -139,7 +139,7 @@ with nb.section():
 # median. Overlapping distributions are what *within noise* means.
 
 # %%
-top = C.distribution_rows(cmp, 30)
+top = comparison.distribution_rows(cmp, 30)
 figures.show(C.distribution_figure(cmp, top, f"Timing distributions: the {len(top)} moves furthest beyond their noise"))
 
 # %% [markdown]
@@ -151,7 +151,7 @@ figures.show(C.distribution_figure(cmp, top, f"Timing distributions: the {len(to
 # %%
 if len(cmp.unmatched):
     u = cmp.unmatched[["side", "range", "why"]].rename(columns={"side": "only in"})
-    display(HTML(C.details(f"{len(u)} range(s)", C.html_table(u, "unmatched", verdict_col="", wrap=True), open_=len(u) <= 20)))
+    display(HTML(nb.details(f"{len(u)} range(s)", C.table(u, "unmatched", wrap=True), open_=len(u) <= 20)))
 else:
     nb.say("Every range of either capture has a counterpart in the other.")
 

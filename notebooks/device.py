@@ -29,10 +29,11 @@ plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative
 from nsightlab.analysis import device
 from nsightlab.render import figures
 from nsightlab.render import page as nb
+from nsightlab.store import captures, read
 
 nb.check_parameters(globals())
 path, manifest = nb.prepare(capture, plotlyjs)
-cases = nb.capture_cases(manifest)
+cases = captures.cases(manifest)
 l2_bytes = float((manifest.get("gpu") or {}).get("l2_bytes") or 0)
 x = nb.sweep_field(cases) or "N"
 ws = nb.attempt(device.working_set_table, cases, l2_bytes, x)
@@ -44,8 +45,8 @@ nb.note(f"**FLOP source:** none used on this page. **Working sets:** {model}.")
 # %%
 with nb.section():
     gpu_row = None
-    if nb.nsys_files(path):
-        g = nb.load_nsys(path, manifest)["gpu"]
+    if read.nsys_files(path):
+        g = read.load_nsys(path, manifest)["gpu"]
         gpu_row = g.iloc[0].to_dict() if len(g) else None
     nb.table(device.device_table(manifest, gpu_row), name="device", title="The GPU as the capture recorded it",
              collapse=False)

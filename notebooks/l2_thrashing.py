@@ -33,11 +33,12 @@ plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative
 from nsightlab.analysis import counters, l2
 from nsightlab.render import figures
 from nsightlab.render import page as nb
+from nsightlab.store import captures, read
 
 nb.check_parameters(globals())
 path, manifest = nb.prepare(capture, plotlyjs)
-work = counters.kernel_work(nb.load_ncu(path, manifest))
-ranges = counters.attach_model(counters.per_range(work), nb.capture_cases(manifest))
+work = counters.kernel_work(read.load_ncu(path, manifest))
+ranges = counters.attach_model(counters.per_range(work), captures.cases(manifest))
 ranges = nb.select(ranges, variants, where)
 x = nb.check_field("sweep", sweep, ranges, min_values=2) or nb.sweep_field(ranges) or "N"
 style = nb.style(manifest, ranges, order=style_order)

@@ -33,10 +33,11 @@ plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative
 from nsightlab.analysis import counters, options, roofline
 from nsightlab.render import figures
 from nsightlab.render import page as nb
+from nsightlab.store import read
 
 nb.check_parameters(globals())
 path, manifest = nb.prepare(capture, plotlyjs)
-work = counters.kernel_work(nb.load_ncu(path, manifest))
+work = counters.kernel_work(read.load_ncu(path, manifest))
 study = nb.attempt(options.option_study, work)
 if study is not None:
     study = nb.select(study, variants, where)

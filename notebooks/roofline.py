@@ -38,12 +38,13 @@ plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative
 from nsightlab.analysis import counters, roofline
 from nsightlab.render import figures
 from nsightlab.render import page as nb
+from nsightlab.store import captures, read
 
 nb.check_parameters(globals())
 
 path, manifest = nb.prepare(capture, plotlyjs, mode, suite, only, live_profiles)
-work = counters.kernel_work(nb.load_ncu(path, manifest))
-ranges = counters.attach_model(counters.per_range(work, by_kernel_if_no_ranges=True), nb.capture_cases(manifest))
+work = counters.kernel_work(read.load_ncu(path, manifest))
+ranges = counters.attach_model(counters.per_range(work, by_kernel_if_no_ranges=True), captures.cases(manifest))
 ranges = nb.select(ranges, variants, where)
 style = nb.style(manifest, ranges, order=style_order)
 sweep = nb.sweep_field(ranges)

@@ -33,12 +33,13 @@ plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative
 from nsightlab.analysis import counters, timeline
 from nsightlab.render import figures
 from nsightlab.render import page as nb
+from nsightlab.store import captures, read
 
 nb.check_parameters(globals())
 path, manifest = nb.prepare(capture, plotlyjs)
-tables = nb.load_nsys(path, manifest)
+tables = read.load_nsys(path, manifest)
 kernels, nvtx = tables["kernels"], tables["ranges"]
-cases = nb.capture_cases(manifest)
+cases = captures.cases(manifest)
 shown_nvtx = nb.select(nvtx, variants, where)
 timed = shown_nvtx[shown_nvtx.index.isin(kernels.loc[kernels["range_id"] >= 0, "range_id"])]
 reference = nb.choose("reference", reference, timed["variant"].dropna().astype(str).unique())

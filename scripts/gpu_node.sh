@@ -198,7 +198,7 @@ PY
       python3 - <<'PY' 2>&1 | tee "$OUT/live.log"
 import os, time
 from pathlib import Path
-from nsightlab.render.report import render_notebook
+from nsightlab.render.execute import render_notebook
 t = time.perf_counter()
 out = Path(os.environ["OUT"]) / "live_roofline.html"
 render_notebook(Path("notebooks/roofline.ipynb"), {"mode": "live", "suite": "seqlen", "only": os.environ.get("LIVE_ONLY", "N=(1024|4096),D=64,"),

@@ -1,9 +1,10 @@
-"""nsightlab.render.compare: the verdict on synthetic frames with known deltas and noise, the committed captures
-against themselves and against the other GPU (what the data shows: memory-bound work runs slower on the
-H100, latency-bound work does not move), mismatched metric sets, tools and ranges reported rather than
-crashed on, refused captures, the command line's exit statuses, and the committed comparison pages."""
+"""nsightlab.analysis.comparison and its page and command line (nsightlab.render.compare): the verdict on
+synthetic frames with known deltas and noise, the committed captures against themselves and against the
+other GPU (what the data shows: memory-bound work runs slower on the H100, latency-bound work does not
+move), mismatched metric sets, tools and ranges reported rather than crashed on, refused captures, the
+command line's exit statuses, benchmark rows keyed by the capture's own range schema, and the comparison
+pages a profiles folder declares (comparisons.toml). The declared pages are rendered by the report tests."""
 
-import json
 import re
 import shutil
 from pathlib import Path
@@ -12,8 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nsightlab.analysis.counters import NotApplicable
-from nsightlab.render import compare as C
+from nsightlab.analysis import comparison as C
+from nsightlab.core.errors import NotApplicable, ProfileError
+from nsightlab.core.ranges import RangeSchema
+from nsightlab.render import compare as page
 
 ROOT = Path(__file__).resolve().parent.parent
 H200, H100 = "nvidia-h200", "nvidia-h100-80gb-hbm3"
@@ -137,11 +140,11 @@ def test_mismatched_metric_sets_are_reported_not_crashed_on():
     assert "L2 hit rate" in aspects["metric set"]["consequence"] and "lts__t_sector_hit_rate.pct" in aspects["metric set"]["consequence"]
     assert cmp.marks["l2_hit"].startswith("not compared") and "gpu/b" in cmp.marks["l2_hit"]
     assert "replay modes differ" in cmp.marks["dram_mb"] and "clock control differs" in cmp.marks["ncu_ms"]
-    table = C.delta_table(cmp.ranges, cmp.marks)
+    table = page.delta_table(cmp.ranges, cmp.marks)
     assert not any(c.startswith("L2 hit rate") for c in table.columns)  # not compared: left out, and said so
     assert "DRAM traffic [MB] †" in table.columns  # compared, but not like for like: marked
     assert table.loc[0, "registers / thread"] == "64 → 64"
-    assert any("L2 hit rate: not compared" in c for c in C.caveats(cmp))
+    assert any("L2 hit rate: not compared" in c for c in page.caveats(cmp))
     # the verdict still stands on the timing, which is comparable
     assert cmp.ranges.loc[0, "verdict"] == C.SAME and cmp.exit_status == 0
 
@@ -158,7 +161,7 @@ def test_nothing_in_common_is_a_clear_error():
 
 
 def test_same_capture_against_itself_is_no_regression(capsys):
-    assert C.main([f"{H200}/seqlen", f"{H200}/seqlen"]) == 0
+    assert page.main([f"{H200}/seqlen", f"{H200}/seqlen"]) == 0
     out = capsys.readouterr().out
     assert "224 ranges matched (nsys); 0 faster, 0 slower, 224 within noise" in out
     assert "SLOWER" not in out and "differs:" not in out
@@ -172,7 +175,7 @@ def test_same_capture_against_itself_is_no_regression(capsys):
 
 def test_h200_base_h100_new_flags_the_memory_bound_rows(capsys):
     """H200 (4.8 TB/s HBM3e) as base, H100 (3.35 TB/s) as new: what moves is what leans on memory."""
-    assert C.main([f"{H200}/seqlen", f"{H100}/seqlen"]) == 1
+    assert page.main([f"{H200}/seqlen", f"{H100}/seqlen"]) == 1
     out = capsys.readouterr().out
     cmp = C.compare_captures(f"{H200}/seqlen", f"{H100}/seqlen")
     r = cmp.ranges.set_index("label")
@@ -196,7 +199,7 @@ def test_h200_base_h100_new_flags_the_memory_bound_rows(capsys):
     # the benchmark: every sdpa_math forward (it materializes the scores in DRAM) of 1 ms or more is slower,
     # as are tiled's forwards at D=64 from N=1024; the CUDA-core flash kernels are not
     # (bench-mma-fwd-always-rescale: the H200's run of the same code as the H100's bench)
-    assert C.main([f"{H200}/bench-mma-fwd-always-rescale", f"{H100}/bench"]) == 1
+    assert page.main([f"{H200}/bench-mma-fwd-always-rescale", f"{H100}/bench"]) == 1
     out = capsys.readouterr().out
     b = C.compare_captures(f"{H200}/bench-mma-fwd-always-rescale", f"{H100}/bench").ranges
     long = b[b["base_ms"] >= 1]
@@ -212,7 +215,7 @@ def test_h200_base_h100_new_flags_the_memory_bound_rows(capsys):
 
 def test_different_metric_sets_and_missing_ranges_on_committed_captures(capsys):
     """The seqlen study (31 metrics) against an imported --set full report of one of its ranges."""
-    assert C.main([f"{H200}/seqlen", f"{H200}/flash-mma-bwd-8warp-full"]) == 0
+    assert page.main([f"{H200}/seqlen", f"{H200}/flash-mma-bwd-8warp-full"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"differs: metric set: 31 metrics vs \d{4} metrics", out)
     assert "only in base (223)" in out and "1 ranges matched (ncu)" in out
@@ -235,41 +238,72 @@ def test_foreign_captures_match_by_raw_name():
 
 
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
-    assert C.main(["no-such-gpu/seqlen", f"{H200}/seqlen"]) == 2
+    assert page.main(["no-such-gpu/seqlen", f"{H200}/seqlen"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: no-such-gpu/seqlen: neither a capture folder nor a label") and f"{H200}/seqlen" in err
-    assert C.main([f"{H200}/bench", f"{H200}/bench", "--threshold", "lots"]) == 2
+    assert page.main([f"{H200}/bench", f"{H200}/bench", "--threshold", "lots"]) == 2
     assert "threshold" in capsys.readouterr().err
-    assert C.main([f"{H200}/bench", f"{H200}/bench", "--only", "("]) == 2
+    assert page.main([f"{H200}/bench", f"{H200}/bench", "--only", "("]) == 2
     assert "regular expression" in capsys.readouterr().err
-    assert C.main([f"{H200}/bench", f"{H200}/blocksize"]) == 2  # benchmark CSVs against ncu only
+    assert page.main([f"{H200}/bench", f"{H200}/blocksize"]) == 2  # benchmark CSVs against ncu only
     assert "nothing to compare" in capsys.readouterr().err
     # a capture that fails validation is refused
     bad = tmp_path / "gpu" / "blocksize"
     shutil.copytree(ROOT / "profiles" / H200 / "blocksize", bad)
     with open(bad / "ncu_raw.csv", "r+b") as f:
         f.truncate(1000)
-    assert C.main([str(bad), f"{H200}/blocksize"]) == 2
+    assert page.main([str(bad), f"{H200}/blocksize"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: refusing to compare") and "ncu_raw.csv" in err and "\n" not in err
 
 
-def test_committed_comparisons_are_current():
-    """reports/compare: every page has its sidecar, the index lists them, and each sidecar's verdict is
-    what the comparison gives today (a stale page fails here)."""
-    folder = ROOT / "reports" / "compare"
-    index = json.loads((folder / "index.json").read_text())["comparisons"]
-    names = {e["name"] for e in index}
-    assert {"h100-to-h200-seqlen", "h100-to-h200-blocksize", "h100-to-h200-bench"} <= names
-    for e in index:
-        side = json.loads((folder / e["json"]).read_text())
-        page = (folder / side["html"]).read_text(encoding="utf-8")
-        assert 'src="../plotly.min.js"' in page and side["summary"] in html_text(page)
-        cmp = C.compare_captures(side["base_path"], side["new_path"], side["threshold"])
-        assert side["summary"] == cmp.summary() and side["exit_status"] == cmp.exit_status
+# --------------------------------------------------------------------------- benchmark rows and declared pages
 
 
-def html_text(page: str) -> str:
-    import html
+def test_benchmark_rows_are_keyed_by_the_captures_own_schema():
+    """Whatever fields a problem names (here a GEMM's M, N, K), a benchmark row's identity is the schema's
+    fields, the suite and the options; the row's name (config) labels it; what the CSV adds (error metrics,
+    memory) is left out; a row that did not run has no time."""
+    schema = RangeSchema("gemm", ("variant", "pass"), fields={"M": "int", "N": "int", "K": "int", "dtype": "str"})
+    df = pd.DataFrame({"suite": "s", "config": ["small", "small", "big"], "M": [64, 64, 4096], "N": 64, "K": 64,
+                       "dtype": "float16", "impl": ["cublas", "mine", "mine"], "kind": "kernel", "pass": "forward",
+                       "options": "", "status": ["ok", "ok", "skipped"], "ms": [1.0, 2.0, 3.0],
+                       "ms_min": [0.9, 1.9, 2.9], "ms_max": [1.1, 2.1, 3.1], "reps": 10, "tflops": 1.0,
+                       "max_abs": 1e-3})
+    b = C.bench_samples(df, [schema])
+    assert list(b["key"]) == ["K=64|M=64|N=64|dtype=float16|pass=forward|suite=s|variant=cublas",
+                              "K=64|M=64|N=64|dtype=float16|pass=forward|suite=s|variant=mine",
+                              "K=64|M=4096|N=64|dtype=float16|pass=forward|suite=s|variant=mine"]
+    assert "max_abs" not in b and "kind" not in b and np.isnan(b.loc[2, "ms"])
+    stats = C.timing_stats(b)
+    assert list(stats["spread"].round(3))[:2] == [0.2, 0.1] and np.isnan(stats.loc[2, "spread"])  # (max - min) / median
+    # the configuration's name spells M (each name has one M), so the label does not repeat it
+    assert list(C.labels(b)) == ["cublas forward small", "mine forward small", "mine forward big"]
 
-    return html.unescape(re.sub(r"<[^>]+>", "", page))
+
+def test_declared_comparisons_and_their_errors(tmp_path):
+    assert page.declared_comparisons(tmp_path) == []  # no comparisons.toml: none
+    toml = tmp_path / "comparisons.toml"
+    toml.write_text('[[comparison]]\nname = "a-to-b"\ntitle = "A → B"\nbase = "gpu/a"\nnew = "gpu/b"\nmin_ms = 1\n')
+    (d,) = page.declared_comparisons(tmp_path)
+    assert (d.name, d.base, d.new, d.threshold, d.min_ms) == ("a-to-b", "gpu/a", "gpu/b", "5%", 1.0)
+    for text, words in (('[[comparison]]\nname = "x"\ntitle = "t"\nbase = "a"\n', "comparison 1 lacks new"),
+                        ('[[comparison]]\nname = "x"\ntitle = "t"\nbase = "a"\nnew = "b"\ncolour = 1\n',
+                         "unknown key 'colour'"),
+                        ('[[comparison]]\nname = "x y"\ntitle = "t"\nbase = "a"\nnew = "b"\n', "name 'x y' must be"),
+                        ('[[comparison]]\nname = "x"\ntitle = "t"\nbase = "a"\nnew = "b"\nthreshold = "lots"\n',
+                         "threshold 'lots' is not a number"),
+                        ("[comparisons]\n", "it takes only [[comparison]] tables"),
+                        ("[[comparison]\n", "not valid TOML")):
+        toml.write_text(text)
+        with pytest.raises(ProfileError) as exc:
+            page.declared_comparisons(tmp_path)
+        assert words in str(exc.value) and "\n" not in str(exc.value), str(exc.value)
+        assert "each [[comparison]] takes" in str(exc.value) or "must be unique" in str(exc.value)
+
+
+def test_the_committed_comparisons_name_captures_that_exist():
+    declared = page.declared_comparisons(ROOT / "profiles")
+    assert {"h100-to-h200-seqlen", "h100-to-h200-blocksize", "h100-to-h200-bench"} <= {d.name for d in declared}
+    for d in declared:
+        assert C.load(d.base).samples and C.load(d.new).samples, d

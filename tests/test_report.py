@@ -1,9 +1,12 @@
 """The report pipeline on the committed captures and on an imported one (generic range names, no
 work model, a raw CSV export with an FMUL-only kernel): which notebooks apply and why not, every
 applicable notebook executed by papermill, every page loaded in headless Chromium with networking off
-(no console errors, every plotly figure drawn, no outside request), a broken capture reported while
-the others render; pages that open with a summary; incremental and deterministic rendering;
-``--only`` and ``--standalone``; a page copied away from its folder saying what is missing; Ctrl-C."""
+(no console errors, every plotly figure drawn, no outside request), a broken capture and a comparison of
+a capture that does not exist reported while the others render; the comparison pages a profiles folder
+declares rendered with the rest and saying what the comparison gives today; pages that open with a
+summary; quiet rendering (one line per page with the time left, no kernel warnings); incremental and
+deterministic rendering; ``--only`` and ``--standalone``; a page copied away from its folder saying
+what is missing; Ctrl-C. Everything renders into temporary folders, never into the repository's reports/."""
 
 import csv
 import html
@@ -125,7 +128,7 @@ def test_applicability_is_decided_from_the_data(tmp_path):
     assert ok == ["device"]
     assert "no Nsight Compute report" in why["roofline"] and "no Nsight Systems" in why["timeline"]
     assert "no benchmark CSV" in why["performance"]
-    shutil.copy(PROFILES / "nvidia-h200" / "blocksize" / "ncu.ncu-rep.gz", bare / "ncu.ncu-rep.gz")
+    shutil.copy(PROFILES / "nvidia-h200" / "blocksize" / "ncu.ncu-rep.xz", bare / "ncu.ncu-rep.xz")
     _, why = applicable(bare, {"gpu": {"name": "X"}})  # a report, but the manifest lists no metrics
     assert "lists no Nsight Compute metrics" in why["roofline"]
     no_flops = [m for m in M.metric_names() if m not in M.WORK.values()]
@@ -157,19 +160,23 @@ def rendered(tmp_path_factory):
     make_imported(profiles / "gpu-x" / "theirs")
     broken = profiles / "gpu-y" / "broken"
     shutil.copytree(PROFILES / "nvidia-h200" / "blocksize", broken)
-    gz = broken / "ncu.ncu-rep.gz"
-    gz.write_bytes(gz.read_bytes()[:1000])  # truncated: its checksum no longer matches
+    xz = broken / "ncu.ncu-rep.xz"
+    xz.write_bytes(xz.read_bytes()[:1000])  # truncated: its checksum no longer matches
     missing = profiles / "gpu-y" / "nomanifest"
     missing.mkdir()
     (missing / "ncu.log").write_text("x")
+    (profiles / "comparisons.toml").write_text(
+        f'[[comparison]]\nname = "{COMPARED[0]}"\ntitle = "Triton example: masking every block → the split mask"\n'
+        f'base = "{COMPARED[1]}"\nnew = "{COMPARED[2]}"\n\n'
+        '[[comparison]]\nname = "to-nowhere"\ntitle = "a capture that is not there"\nbase = "nvidia-h200/seqlen"\n'
+        'new = "gpu-z/nowhere"\n')
     reports = tmp / "reports"
-    (reports / "compare").mkdir(parents=True)
-    (reports / "compare" / "a-vs-b.html").write_text("<html><body>cmp</body></html>")
-    (reports / "compare" / "index.json").write_text(json.dumps([
-        {"file": "a-vs-b.html", "title": "A against B", "base": "gpu/a", "new": "gpu/b",
-         "summary": "B is 1.3x faster in 4 of 5 ranges"}]))
     rc = report_main(["--profiles", str(profiles), "--reports", str(reports)])
     return rc, profiles, reports
+
+
+#: the comparison the rendered profiles declare: its page's name, base and new
+COMPARED = ("split-mask", "nvidia-h200/triton-example-mask-all-blocks", "nvidia-h200/triton-example")
 
 
 def test_every_notebook_renders_and_broken_captures_are_reported(rendered):
@@ -207,8 +214,29 @@ def test_pages_and_index_open_with_a_summary_from_the_data(rendered):
         assert html.escape(meta["summary"][0]) in index, f"{page}: its finding is not on the index"
     seqlen = read_meta(reports / "nvidia-h200" / "seqlen" / "roofline.html")["summary"]
     assert re.search(r"Fastest range: \w+ .* at [\d,]+ TFLOP/s", seqlen[0]), seqlen
-    assert "Comparisons" in index and 'href="compare/a-vs-b.html"' in index and "gpu/a → gpu/b" in index
-    assert "B is 1.3x faster" in index
+    name, base, new = COMPARED
+    assert "Comparisons" in index and f'href="compare/{name}.html"' in index and f"{base} → {new}" in index
+    assert "compare/to-nowhere" in index and "gpu-z/nowhere: neither a capture folder nor a label" in index
+
+
+def test_declared_comparisons_render_with_the_rest_and_are_current(rendered):
+    """The page a profiles folder declares says what the comparison gives today, in its sidecar and on
+    the index; it shares the report's plotly.js and stylesheet."""
+    from nsightlab.analysis.comparison import compare_captures
+
+    _, profiles, reports = rendered
+    name, base, new = COMPARED
+    folder = reports / "compare"
+    side = json.loads((folder / f"{name}.json").read_text())
+    listed = json.loads((folder / "index.json").read_text())["comparisons"]
+    assert [e["name"] for e in listed] == [name] and listed[0]["summary"] == side["summary"]
+    cmp = compare_captures(profiles / base, profiles / new)
+    assert side["summary"] == cmp.summary() and side["exit_status"] == cmp.exit_status
+    assert (side["base"], side["new"]) == (base, new) and side["counts"] == cmp.counts()
+    text = (folder / f"{name}.html").read_text(encoding="utf-8")
+    assert html.escape(cmp.summary()) in text and html.escape(cmp.summary()) in (reports / "index.html").read_text()
+    assert 'src="../plotly.min.js"' in text and 'href="../nsightlab.css"' in text
+    assert read_meta(folder / f"{name}.html")["inputs"]
 
 
 def test_pages_share_their_assets_and_make_no_outside_request(rendered):
@@ -283,8 +311,8 @@ def _undrawn(dom: str) -> int:
 
 def test_every_page_loads_offline_without_errors_and_draws_every_figure(rendered, tmp_path):
     _, _, reports = rendered
-    pages = sorted(reports.glob("*/*/*.html")) + sorted((ROOT / "reports" / "live").glob("**/*.html"))
-    assert len(pages) >= 10
+    pages = sorted(reports.glob("*/*/*.html")) + sorted(reports.glob("compare/*.html"))
+    assert len(pages) >= 10 and any(p.parent.name == "compare" for p in pages)
 
     def check(ip: tuple[int, Path]) -> None:
         i, page = ip
@@ -314,7 +342,7 @@ def test_a_page_copied_alone_says_what_is_missing(rendered, tmp_path):
     assert "plotly.min.js" in dom and "--standalone" in dom
 
 
-def test_standalone_pages_travel_and_rendering_is_deterministic(tmp_path):
+def test_standalone_pages_travel_and_rendering_is_deterministic_and_quiet(tmp_path, capfd):
     small = tmp_path / "profiles" / "nvidia-h200"
     small.mkdir(parents=True)
     shutil.copytree(PROFILES / "nvidia-h200" / "blocksize", small / "blocksize")
@@ -322,6 +350,16 @@ def test_standalone_pages_travel_and_rendering_is_deterministic(tmp_path):
     for out in outs:
         assert report_main(["--profiles", str(tmp_path / "profiles"), "--reports", str(out), "--standalone",
                             "--only", "options,device"]) == 0
+    # quiet: one line per page (how far, how long so far, about how long is left), then the total; the
+    # kernels print nothing (no transport warning), and neither does papermill
+    printed, warned = capfd.readouterr()
+    assert warned == "", warned
+    lines = printed.splitlines()
+    assert len(lines) == 6, lines
+    assert re.fullmatch(r"\[1/2\] nvidia-h200/blocksize/(options|device): \d+\.\d s \(\d+:\d\d elapsed, about \d+:\d\d left\)",
+                        lines[0]), lines[0]
+    assert re.fullmatch(r"\[2/2\] nvidia-h200/blocksize/(options|device): \d+\.\d s \(\d+:\d\d elapsed\)", lines[1]), lines[1]
+    assert lines[2].startswith("2 page(s) rendered, 0 up to date, 0 failure(s) in ")
     assert not (outs[0] / "plotly.min.js").exists()
     for page in outs[0].glob("*/*/*.html"):  # the same inputs give the same bytes
         assert (outs[1] / page.relative_to(outs[0])).read_bytes() == page.read_bytes(), f"{page} is not deterministic"

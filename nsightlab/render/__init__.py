@@ -1,5 +1,7 @@
-"""render: what a person sees. Plotly figures (one colour per implementation, everywhere), page helpers for the
-notebooks (parameters, tables, numbers, summaries), report rendering with papermill, comparison pages.
+"""render: what a person sees. figures (plotly, one colour per implementation, everywhere), numbers (how a
+value is written on a page), page (what the notebooks share: parameters, tables, summaries), execute (a
+notebook run into an HTML page by papermill and nbconvert), report (every page of every capture, the index),
+compare (the comparison page, the comparisons a profiles folder declares, the ``nsightlab compare`` command).
 
-May import: every other stage.
+May import: nsightlab.core, nsightlab.problems, nsightlab.parse, nsightlab.store, nsightlab.run, nsightlab.analysis.
 """

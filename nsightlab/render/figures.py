@@ -15,8 +15,9 @@ from __future__ import annotations
 import colorsys
 import hashlib
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,6 +27,7 @@ from plotly.subplots import make_subplots
 
 from ..analysis.perf import ok_rows, ratio_to
 from ..analysis.roofline import applies
+from .numbers import fmt_num, natural_key, plain_value
 
 _EMBEDDED = {"done": False, "src": "inline"}
 TEMPLATE = "plotly_white"
@@ -142,21 +144,6 @@ def message(text: str, title: str = "") -> go.Figure:
 # --------------------------------------------------------------------------- axes, facets, legends
 
 
-def fmt_num(v: float) -> str:
-    """A number for people: thousands separated, three significant digits, an exponent only for
-    very small or very large values."""
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "—"
-    a = abs(v)
-    if a == 0:
-        return "0"
-    if a >= 1e7 or a < 1e-3:
-        return f"{v:.1e}"
-    if a >= 1000:
-        return f"{v:,.0f}"
-    return f"{v:.3g}"
-
-
 def log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
     """Tick values at powers of ten between ``lo`` and ``hi`` (with 2 and 5 between them when the
     range spans less than three decades), labelled as plain numbers (``10k``, ``1M`` once the axis
@@ -222,12 +209,6 @@ def fit_legend(fig: go.Figure, entries: int, min_height: int = 420) -> None:
     fig.update_layout(height=max(h, need, min_height))
 
 
-def natural_key(text: object) -> tuple:
-    """Sort key that orders ``block_size=4`` before ``block_size=16`` and ``64x64`` by its numbers."""
-    parts = re.split(r"(\d+(?:\.\d+)?)", str(text))
-    return tuple((0, float(p)) if re.fullmatch(r"\d+(?:\.\d+)?", p) else (1, p) for p in parts if p != "")
-
-
 def shape_label(df: pd.DataFrame, fields: Sequence[str]) -> pd.Series:
     """``D=64, causal`` style labels from the given fields (booleans by name when true)."""
     def one(r: pd.Series) -> str:
@@ -240,20 +221,16 @@ def shape_label(df: pd.DataFrame, fields: Sequence[str]) -> pd.Series:
             elif f in ("pass", "variant"):
                 out.append(str(v))
             elif pd.notna(v) and v != "":
-                out.append(f"{f}={_plain(v)}")
+                out.append(f"{f}={plain_value(v)}")
         return ", ".join(out) or "all"
 
     return df.apply(one, axis=1) if len(df) else pd.Series([], dtype=str)
 
 
-def _plain(v: object) -> str:
-    return str(int(v)) if isinstance(v, (float, np.floating)) and float(v).is_integer() else str(v)
-
-
 def _shape_order(df: pd.DataFrame, fields: Sequence[str], label: pd.Series) -> list[str]:
     """The distinct labels sorted by the fields' values (numbers numerically, false before true)."""
     keyed = df.assign(_label=label).drop_duplicates("_label")
-    keyed = keyed.sort_values(list(fields), key=lambda s: s.map(lambda v: natural_key(_plain(v))))
+    keyed = keyed.sort_values(list(fields), key=lambda s: s.map(lambda v: natural_key(plain_value(v))))
     return list(keyed["_label"])
 
 
@@ -403,7 +380,7 @@ def accuracy_strip(ok: pd.DataFrame, style: Style | None = None) -> go.Figure:
 
 
 def _label(r: pd.Series, fields: Iterable[str]) -> str:
-    return " ".join(f"{c}={_plain(r[c])}" for c in fields if c in r and pd.notna(r[c]) and r[c] != "")
+    return " ".join(f"{c}={plain_value(r[c])}" for c in fields if c in r and pd.notna(r[c]) and r[c] != "")
 
 
 def _ceiling_labels(ceil: pd.DataFrame, close: float = 1.02) -> pd.DataFrame:
@@ -513,6 +490,136 @@ def _merge_names(names: list[str]) -> str:
     return " = ".join(names)
 
 
+@dataclass(frozen=True)
+class _RoofAxes:
+    """What every panel of a roofline shares: facets, axis ranges and the geometry of its labels."""
+
+    rows: list[Any]  # facet_row values, or [None]
+    cols: list[Any]  # passes, or [None]
+    top: float  # the highest roof that holds everywhere [TFLOP/s]
+    x_lo: float
+    x_hi: float
+    y_lo: float
+    y_hi: float
+    height: int
+    px_per_decade: float  # one decade of the y axis on screen [px]
+    angle: float  # a memory roof's slope on screen [degrees]
+
+
+def _roof_axes(pts: pd.DataFrame, comp: pd.DataFrame, mem: pd.DataFrame, facet_row: str | None) -> _RoofAxes:
+    passes = [p for p in ("forward", "backward") if "pass" in pts and p in set(pts["pass"])]
+    cols = passes if len(passes) > 1 else [None]
+    rows: list[Any] = [None]
+    if facet_row and facet_row in pts and pts[facet_row].nunique() > 1:
+        rows = sorted(pts[facet_row].dropna().unique(), key=lambda v: natural_key(plain_value(v)))
+    everywhere = comp[comp["where"].isna()]
+    top = (everywhere if len(everywhere) else comp)["value"].max() / 1e12 if len(comp) else pts["tflops"].max() * 2
+    ridge = top * 1e12 / mem["value"].max() if len(mem) else pts["intensity"].min()  # where the steepest roof bends
+    x_lo, x_hi = min(pts["intensity"].min() / 4, ridge / 3), pts["intensity"].max() * 4
+    y_hi = top * 2.5
+    y_lo = max(min(pts["tflops"].min() / 4, y_hi / 10**3), top / 1e6)  # at least three decades: slopes stay legible
+    height = 110 + 470 * len(rows)
+    # label angles: one decade on each axis in pixels (the figure's width is the page's)
+    w_px = (PAGE_WIDTH - 260) / len(cols)
+    h_px = (height - 110) / len(rows) - 40
+    px_per_decade = h_px / math.log10(y_hi / y_lo)
+    slope_px = px_per_decade / (w_px / math.log10(x_hi / x_lo))
+    return _RoofAxes(rows, cols, top, x_lo, x_hi, y_lo, y_hi, height, px_per_decade, -math.degrees(math.atan(slope_px)))
+
+
+def _memory_roofs(fig: go.Figure, mem: pd.DataFrame, mem_labels: pd.DataFrame, ax: _RoofAxes, i: int, j: int,
+                  level_of: list[str | None]) -> None:
+    """The memory roofs of one panel, each rising to the top roof, labelled along its slope."""
+    xs = np.logspace(math.log10(ax.x_lo), math.log10(ax.x_hi), 120)
+    for _, m in mem.iterrows():
+        fig.add_trace(go.Scatter(x=xs, y=np.minimum(ax.top, m["value"] / 1e12 * xs), mode="lines",
+                                 showlegend=False, hoverinfo="skip",
+                                 line={"dash": "dash" if m["measured"] else "solid", "width": 1.2, "color": GREY}), i, j)
+        level_of.append(None)
+    for k, (_, m) in enumerate(mem_labels.sort_values("value", ascending=False).iterrows()):
+        bw = m["value"] / 1e12
+        # staggered heights, so that near-parallel lines keep their labels apart
+        yl = ax.y_lo * (ax.top / ax.y_lo) ** max(0.08, 0.62 - 0.2 * k)
+        xl = yl / bw
+        if xl < ax.x_lo * 1.2:
+            xl, yl = ax.x_lo * 1.2, ax.x_lo * 1.2 * bw
+        if yl < ax.top / 2:
+            fig.add_annotation(x=math.log10(xl), y=math.log10(yl), text=m["label"], showarrow=False,
+                               textangle=ax.angle, xanchor="left", yanchor="bottom",
+                               font={"size": 10, "color": "#555"}, row=i, col=j)
+        else:  # the line leaves the chart near its top: label it at its ridge point
+            fig.add_annotation(x=math.log10(max(ax.top / bw, ax.x_lo)), y=math.log10(ax.top), text=m["label"],
+                               showarrow=False, xanchor="left", yanchor="top", yshift=-14,
+                               font={"size": 10, "color": "#555"}, row=i, col=j)
+
+
+def _compute_roofs(fig: go.Figure, here: pd.DataFrame, ax: _RoofAxes, n_cols: int, i: int, j: int,
+                   level_of: list[str | None]) -> None:
+    """The compute roofs that hold for one panel, each labelled where no other label or line is."""
+    here = here.sort_values("value", ascending=False)
+    spots = _label_spots([math.log10(v / 1e12) for v in here["value"]], [6.0 * len(t) + 4 for t in here["label"]],
+                         14, ax.px_per_decade, (PAGE_WIDTH - 440) / n_cols)
+    xl = np.logspace(math.log10(ax.x_lo), math.log10(ax.x_hi), 24)
+    for (_, c), (frac, above) in zip(here.iterrows(), spots, strict=True):
+        v = c["value"] / 1e12
+        fig.add_trace(go.Scatter(x=xl, y=[v] * len(xl), mode="lines", showlegend=False, hoverinfo="text",
+                                 hovertext=f"{c['name']}: {fmt_num(v)} TFLOP/s",
+                                 line={"dash": c["dash"], "width": 1.2, "color": "#555"}), i, j)
+        level_of.append(None)
+        fig.add_annotation(x=math.log10(ax.x_lo) + frac * math.log10(ax.x_hi / ax.x_lo), y=math.log10(v), text=c["label"],
+                           showarrow=False, xanchor="right", yanchor="bottom" if above else "top",
+                           font={"size": 10, "color": "#333"}, bgcolor="rgba(255,255,255,0.6)",
+                           borderpad=0, row=i, col=j)
+
+
+def _range_points(fig: go.Figure, sub: pd.DataFrame, st: Style, label: str, fields: list[str], shown: set[str],
+                  i: int, j: int, level_of: list[str | None]) -> None:
+    """One panel's ranges: a marker per level, a range's levels joined by a faint line."""
+    series = [s for s in st if s in set(sub[label])]
+    for name in series:
+        g = sub[sub[label] == name]
+        color = st[name]["color"]
+        jx, jy = [], []
+        for _, rg in g.groupby("range", sort=False):
+            if len(rg) > 1:
+                jx += [*rg["intensity"], None]
+                jy += [*rg["tflops"], None]
+        if jx:
+            fig.add_trace(go.Scatter(x=jx, y=jy, mode="lines", showlegend=False, hoverinfo="skip",
+                                     legendgroup=name, line={"color": color, "width": 1}, opacity=0.45), i, j)
+            level_of.append("join")
+        for level, lg in g.groupby("level", sort=False):
+            hover = [f"<b>{name}</b> {_label(r, fields)}<br>{level}: {fmt_num(r.intensity)} FLOP/B, "
+                     f"{fmt_num(r.tflops)} TFLOP/s, {fmt_num(r.ms)} ms" for _, r in lg.iterrows()]
+            fig.add_trace(go.Scatter(
+                x=lg["intensity"], y=lg["tflops"], mode="markers", name=name, legendgroup=name,
+                showlegend=name not in shown, legendrank=100 + list(st).index(name), hovertext=hover, hoverinfo="text",
+                marker={"symbol": LEVEL_SYMBOL.get(str(level), "circle"), "size": lg["_size"], "color": color,
+                        "line": {"width": 0.5, "color": "white"}}), i, j)
+            shown.add(name)
+            level_of.append(str(level))
+
+
+def _marker_sizes(pts: pd.DataFrame, size_by: str | None) -> str:
+    """Marker sizes (``_size``) by ``size_by`` on a log scale; the legend's note on them ("" if none)."""
+    if size_by and size_by in pts and pts[size_by].nunique() > 1:
+        v = np.log(pts[size_by].astype(float).clip(lower=1e-9))
+        pts["_size"] = 6 + 10 * (v - v.min()) / (v.max() - v.min())
+        return f"; size: {size_by} {plain_value(pts[size_by].min())} → {plain_value(pts[size_by].max())}"
+    pts["_size"] = 9.0
+    return ""
+
+
+def _level_menu(level_of: list[str | None], levels: list[str]) -> list[dict[str, Any]]:
+    """A menu that shows one level's markers (and every roof) at a time."""
+    buttons = [{"label": "all levels", "method": "restyle", "args": [{"visible": [True] * len(level_of)}]}]
+    for lv in levels:
+        buttons.append({"label": f"{lv} only", "method": "restyle",
+                        "args": [{"visible": [t is None or t == lv for t in level_of]}]})
+    return [{"buttons": buttons, "direction": "down", "x": 1.0, "xanchor": "right", "y": 1.0, "yanchor": "bottom",
+             "pad": {"b": 22}, "showactive": True}]
+
+
 def roofline(points: pd.DataFrame, ceil: pd.DataFrame, title: str, style: Style | None = None,
              label: str = "variant", fields: Iterable[str] = (), size_by: str | None = None,
              facet_row: str | None = None, note: str = "") -> go.Figure:
@@ -530,127 +637,37 @@ def roofline(points: pd.DataFrame, ceil: pd.DataFrame, title: str, style: Style 
     pts["tflops"] = pts["flop_per_s"] / 1e12
     pts[label] = pts[label].astype(str)
     fields = [f for f in fields if f in pts]
-    passes = [p for p in ("forward", "backward") if "pass" in pts and p in set(pts["pass"])]
-    cols = passes if len(passes) > 1 else [None]
-    rows = [None]
-    if facet_row and facet_row in pts and pts[facet_row].nunique() > 1:
-        rows = sorted(pts[facet_row].dropna().unique(), key=lambda v: natural_key(_plain(v)))
-    titles = [", ".join(x for x in ((f"{facet_row}={_plain(rv)}" if rv is not None else ""), (cv or "")) if x)
-              for rv in rows for cv in cols]
-    fig = make_subplots(rows=len(rows), cols=len(cols), shared_xaxes="all", shared_yaxes="all",
-                        subplot_titles=titles if any(titles) else None, horizontal_spacing=0.05,
-                        vertical_spacing=0.08 if len(rows) > 1 else 0.02)
     labels = _ceiling_labels(ceil)
     comp, mem = labels[labels["kind"] == "compute"], labels[labels["kind"] == "memory"]
     mem_labels = _ceiling_labels(ceil[ceil["kind"] == "memory"], close=1.35)  # one label for lines this close
-    everywhere = comp[comp["where"].isna()]
-    top = (everywhere if len(everywhere) else comp)["value"].max() / 1e12 if len(comp) else pts["tflops"].max() * 2
-    comp = comp[comp["where"].isna() | (comp["value"] <= top * 1e12 * 1.05)]  # a bound above every roof binds nothing
-    ridge = top * 1e12 / mem["value"].max() if len(mem) else pts["intensity"].min()  # where the steepest roof bends
-    x_lo, x_hi = min(pts["intensity"].min() / 4, ridge / 3), pts["intensity"].max() * 4
-    y_hi = top * 2.5
-    y_lo = max(min(pts["tflops"].min() / 4, y_hi / 10**3), top / 1e6)  # at least three decades: slopes stay legible
-    height = 110 + 470 * len(rows)
-    # label angles: one decade on each axis in pixels (the figure's width is the page's)
-    w_px = (PAGE_WIDTH - 260) / len(cols)
-    h_px = (height - 110) / len(rows) - 40
-    px_per_decade = h_px / math.log10(y_hi / y_lo)
-    slope_px = px_per_decade / (w_px / math.log10(x_hi / x_lo))
-    angle = -math.degrees(math.atan(slope_px))
-    xs = np.logspace(math.log10(x_lo), math.log10(x_hi), 120)
-    st = _style(style, pts[label].unique())
-    series = [s for s in st if s in set(pts[label])]
-    size_note = ""
-    if size_by and size_by in pts and pts[size_by].nunique() > 1:
-        v = np.log(pts[size_by].astype(float).clip(lower=1e-9))
-        pts["_size"] = 6 + 10 * (v - v.min()) / (v.max() - v.min())
-        size_note = f"; size: {size_by} {_plain(pts[size_by].min())} → {_plain(pts[size_by].max())}"
-    else:
-        pts["_size"] = 9.0
+    ax = _roof_axes(pts, comp, mem, facet_row)
+    comp = comp[comp["where"].isna() | (comp["value"] <= ax.top * 1e12 * 1.05)]  # a bound above every roof binds nothing
+    titles = [", ".join(x for x in ((f"{facet_row}={plain_value(rv)}" if rv is not None else ""), (cv or "")) if x)
+              for rv in ax.rows for cv in ax.cols]
+    fig = make_subplots(rows=len(ax.rows), cols=len(ax.cols), shared_xaxes="all", shared_yaxes="all",
+                        subplot_titles=titles if any(titles) else None, horizontal_spacing=0.05,
+                        vertical_spacing=0.08 if len(ax.rows) > 1 else 0.02)
+    st = {s: v for s, v in _style(style, pts[label].unique()).items() if s in set(pts[label])}
+    size_note = _marker_sizes(pts, size_by)
     level_of: list[str | None] = []  # per trace: its level, "join", or None (a ceiling)
     shown: set[str] = set()
-    for i, rv in enumerate(rows, 1):
-        for j, cv in enumerate(cols, 1):
-            sub = pts
-            if rv is not None:
-                sub = sub[sub[facet_row] == rv]
-            if cv is not None:
-                sub = sub[sub["pass"] == cv]
-            for _, m in mem.iterrows():
-                fig.add_trace(go.Scatter(x=xs, y=np.minimum(top, m["value"] / 1e12 * xs), mode="lines",
-                                         showlegend=False, hoverinfo="skip",
-                                         line={"dash": "dash" if m["measured"] else "solid", "width": 1.2,
-                                               "color": GREY}), i, j)
-                level_of.append(None)
-            for k, (_, m) in enumerate(mem_labels.sort_values("value", ascending=False).iterrows()):
-                bw = m["value"] / 1e12
-                # staggered heights, so that near-parallel lines keep their labels apart
-                yl = y_lo * (top / y_lo) ** max(0.08, 0.62 - 0.2 * k)
-                xl = yl / bw
-                if xl < x_lo * 1.2:
-                    xl, yl = x_lo * 1.2, x_lo * 1.2 * bw
-                if yl < top / 2:
-                    fig.add_annotation(x=math.log10(xl), y=math.log10(yl), text=m["label"], showarrow=False,
-                                       textangle=angle, xanchor="left", yanchor="bottom",
-                                       font={"size": 10, "color": "#555"}, row=i, col=j)
-                else:  # the line leaves the chart near its top: label it at its ridge point
-                    fig.add_annotation(x=math.log10(max(top / bw, x_lo)), y=math.log10(top), text=m["label"],
-                                       showarrow=False, xanchor="left", yanchor="top", yshift=-14,
-                                       font={"size": 10, "color": "#555"}, row=i, col=j)
-            here = comp[[applies(w, sub) for w in comp["where"]]].sort_values("value", ascending=False)
-            spots = _label_spots([math.log10(v / 1e12) for v in here["value"]], [6.0 * len(t) + 4 for t in here["label"]],
-                                 14, px_per_decade, (PAGE_WIDTH - 440) / len(cols))
-            for (_, c), (frac, above) in zip(here.iterrows(), spots, strict=True):
-                v = c["value"] / 1e12
-                xl = np.logspace(math.log10(x_lo), math.log10(x_hi), 24)
-                fig.add_trace(go.Scatter(x=xl, y=[v] * len(xl), mode="lines", showlegend=False, hoverinfo="text",
-                                         hovertext=f"{c['name']}: {fmt_num(v)} TFLOP/s",
-                                         line={"dash": c["dash"], "width": 1.2, "color": "#555"}), i, j)
-                level_of.append(None)
-                fig.add_annotation(x=math.log10(x_lo) + frac * math.log10(x_hi / x_lo), y=math.log10(v), text=c["label"],
-                                   showarrow=False, xanchor="right", yanchor="bottom" if above else "top",
-                                   font={"size": 10, "color": "#333"}, bgcolor="rgba(255,255,255,0.6)",
-                                   borderpad=0, row=i, col=j)
-            for name in series:
-                g = sub[sub[label] == name]
-                if g.empty:
-                    continue
-                color = st[name]["color"]
-                jx, jy = [], []
-                for _, rg in g.groupby("range", sort=False):
-                    if len(rg) > 1:
-                        jx += [*rg["intensity"], None]
-                        jy += [*rg["tflops"], None]
-                if jx:
-                    fig.add_trace(go.Scatter(x=jx, y=jy, mode="lines", showlegend=False, hoverinfo="skip",
-                                             legendgroup=name, line={"color": color, "width": 1}, opacity=0.45), i, j)
-                    level_of.append("join")
-                for level, lg in g.groupby("level", sort=False):
-                    hover = [f"<b>{name}</b> {_label(r, fields)}<br>{level}: {fmt_num(r.intensity)} FLOP/B, "
-                             f"{fmt_num(r.tflops)} TFLOP/s, {fmt_num(r.ms)} ms" for _, r in lg.iterrows()]
-                    fig.add_trace(go.Scatter(
-                        x=lg["intensity"], y=lg["tflops"], mode="markers", name=name, legendgroup=name,
-                        showlegend=name not in shown, legendrank=100 + series.index(name), hovertext=hover, hoverinfo="text",
-                        marker={"symbol": LEVEL_SYMBOL.get(str(level), "circle"), "size": lg["_size"], "color": color,
-                                "line": {"width": 0.5, "color": "white"}}), i, j)
-                    shown.add(name)
-                    level_of.append(str(level))
+    for i, rv in enumerate(ax.rows, 1):
+        for j, cv in enumerate(ax.cols, 1):
+            sub = pts if rv is None else pts[pts[facet_row] == rv]
+            sub = sub if cv is None else sub[sub["pass"] == cv]
+            _memory_roofs(fig, mem, mem_labels, ax, i, j, level_of)
+            _compute_roofs(fig, comp[[applies(w, sub) for w in comp["where"]]], ax, len(ax.cols), i, j, level_of)
+            _range_points(fig, sub, st, label, fields, shown, i, j, level_of)
     levels = [lv for lv in LEVEL_SYMBOL if lv in set(pts["level"])]
-    buttons = [{"label": "all levels", "method": "restyle",
-                "args": [{"visible": [True] * len(level_of)}]}]
-    for lv in levels:
-        buttons.append({"label": f"{lv} only", "method": "restyle",
-                        "args": [{"visible": [t is None or t == lv for t in level_of]}]})
-    log_axis(fig, "x", x_lo, x_hi, pad=1.0)
-    log_axis(fig, "y", y_lo, y_hi, pad=1.0)
-    fig.update_xaxes(title_text="arithmetic intensity [FLOP/byte]", row=len(rows))
+    log_axis(fig, "x", ax.x_lo, ax.x_hi, pad=1.0)
+    log_axis(fig, "y", ax.y_lo, ax.y_hi, pad=1.0)
+    fig.update_xaxes(title_text="arithmetic intensity [FLOP/byte]", row=len(ax.rows))
     fig.update_yaxes(title_text="performance [TFLOP/s]", col=1)
     glyphs = " ".join(f"{LEVEL_GLYPH[lv]} {lv}" for lv in levels)
-    fig.update_layout(title=title + (f"<br><sup>{note}</sup>" if note else ""), template=TEMPLATE, height=height,
+    fig.update_layout(title=title + (f"<br><sup>{note}</sup>" if note else ""), template=TEMPLATE, height=ax.height,
                       legend={"title": {"text": f"marker: {glyphs}{size_note}"}, "itemsizing": "constant"},
-                      updatemenus=[{"buttons": buttons, "direction": "down", "x": 1.0, "xanchor": "right", "y": 1.0,
-                                    "yanchor": "bottom", "pad": {"b": 22}, "showactive": True}])
-    fit_legend(fig, len(series) + 2)
+                      updatemenus=_level_menu(level_of, levels))
+    fit_legend(fig, len(st) + 2)
     return fig
 
 
@@ -699,7 +716,7 @@ def l2_vs_x(l2: pd.DataFrame, l2_bytes: float, onsets: pd.DataFrame | None, titl
         g = l2[l2["variant"].astype(str) == variant].sort_values(x)
         s = st[variant]
         for j, (y, _) in enumerate(panels):
-            hover = [f"{variant} {r.get('pass') or ''} {x}={_plain(r[x])}<br>hit {r.l2_hit_rate:.1f}%, DRAM "
+            hover = [f"{variant} {r.get('pass') or ''} {x}={plain_value(r[x])}<br>hit {r.l2_hit_rate:.1f}%, DRAM "
                      f"{fmt_num(r.bytes_DRAM / 1e6)} MB"
                      + (f", working set {fmt_num(r.working_set / 2**20)} MiB ({r.working_set_over_l2:.2f} × L2)"
                         if pd.notna(r.get("working_set")) else "") for _, r in g.iterrows()]
@@ -718,7 +735,7 @@ def l2_vs_x(l2: pd.DataFrame, l2_bytes: float, onsets: pd.DataFrame | None, titl
                     fig.add_trace(go.Scatter(x=[meas.iloc[0]], y=[hit.iloc[0]], mode="markers", showlegend=False,
                                              marker={"symbol": "x-thin-open", "size": 18, "line": {"width": 3},
                                                      "color": "#c00"}, hoverinfo="text",
-                                             hovertext=f"{variant}: measured onset at {x}={_plain(meas.iloc[0])}"),
+                                             hovertext=f"{variant}: measured onset at {x}={plain_value(meas.iloc[0])}"),
                                   row=1, col=1)
     log_axis(fig, "x", l2[x].min(), l2[x].max(), pad=1.15)
     fig.update_xaxes(title_text=x, row=len(panels), col=1)
@@ -951,18 +968,6 @@ def option_bars(study: pd.DataFrame, variant: str, style: Style | None = None,
                       legend_title_text="study (fields shared by the settings)",
                       legend={"orientation": "h", "y": -0.08, "yanchor": "top"})
     fig.for_each_annotation(lambda a: a.update(font={"size": 11}))
-    return fig
-
-
-def metric_vs_option(df: pd.DataFrame, y: str, title: str, ylabel: str | None = None) -> go.Figure:
-    """A bar per option setting (natural order), grouped by study; pass in columns, each column
-    showing only its own settings."""
-    d = df[df[y].notna()] if y in df else df.iloc[0:0]
-    if d.empty:
-        return message(f"no values of {ylabel or y}", title)
-    variant = str(d["variant"].iloc[0]) if "variant" in d else ""
-    fig = option_bars(d, variant, None, [(y, ylabel or y)])
-    fig.update_layout(title=title)
     return fig
 
 

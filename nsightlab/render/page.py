@@ -1,21 +1,21 @@
-"""What the notebooks share: checking their parameters, finding the capture and its files, loading
-them, selection, the page's summary, tables and headers, and printing why a section does not apply.
+"""What the notebooks share: checking their parameters, opening the capture they are given,
+selection, the page's summary, tables and headers, and printing why a section does not apply.
 
-The notebooks hold narrative and figures only; everything they compute comes from here and from
-the analysis modules (counters, roofline, l2, timeline, options, device) and nsightlab.render.figures.
+The notebooks hold narrative and figures only; they read a capture through nsightlab.store.read
+(files, frames), compute with the analysis modules (counters, roofline, l2, timeline, options,
+device) and draw with nsightlab.render.figures; values are written by nsightlab.render.numbers.
 
 Parameters are checked before anything is drawn (:func:`check_parameters`, then :func:`select`,
 :func:`choose`, :func:`check_field` against the capture's own values): a bad one stops the notebook
 with a one-line :class:`ParameterError` naming the accepted values, under papermill and in JupyterLab
-alike.
-"""
+alike."""
 
 from __future__ import annotations
 
 import ast
 import difflib
+import hashlib
 import html as _html
-import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -24,14 +24,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis.counters import NotApplicable, range_columns
-from ..core.ranges import RangeSchema, schemas_of
-from ..store.captures import cases, find_file, load_manifest, short_commit
+from ..analysis.counters import derivations, kernel_work, per_range, range_columns
+from ..core.errors import NotApplicable, ProfileError
+from ..store.captures import load_manifest, short_commit
+from ..store.read import capture_schemas, case_names, load_ncu, resolve
 from . import figures
+from .numbers import MISSING, fmt_value, is_missing, natural_key, plain_value
 
 pd.set_option("display.max_colwidth", None)  # the tables' explanation columns are sentences
 
-REPO = Path(__file__).resolve().parents[2]
 MODES = ("replay", "live")
 
 
@@ -161,8 +162,8 @@ def check_field(name: str, value: str, frame: pd.DataFrame, *, numeric: bool = T
 
 
 def _values(frame: pd.DataFrame, col: str) -> str:
-    vals = sorted({v for v in frame[col].dropna().unique()}, key=lambda v: figures.natural_key(v))
-    shown = [figures._plain(v) for v in vals]
+    vals = sorted({v for v in frame[col].dropna().unique()}, key=natural_key)
+    shown = [plain_value(v) for v in vals]
     return ", ".join(shown[:12]) + (f" ... ({len(shown)} values)" if len(shown) > 12 else "")
 
 
@@ -224,15 +225,6 @@ def style(manifest: dict, *frames: pd.DataFrame, order: str = "") -> dict[str, d
     return figures.style_for([*csv_list(order), *implementations(manifest, *frames)])
 
 
-def resolve(capture: str | Path) -> Path:
-    """A capture folder given relative to the working directory, else to the repository root."""
-    p = Path(capture).expanduser()
-    if p.is_dir() or p.is_absolute():
-        return p
-    alt = REPO / p
-    return alt if alt.is_dir() else p
-
-
 def prepare(capture: str, plotlyjs: str = "inline", mode: str = "replay", suite: str = "", only: str = "",
             live_profiles: str = "profiles_live") -> tuple[Path, dict]:
     """The capture folder to analyse and its manifest. ``replay`` reads ``capture`` as it is;
@@ -250,119 +242,16 @@ def prepare(capture: str, plotlyjs: str = "inline", mode: str = "replay", suite:
             raise ParameterError("mode='live' needs the sweep to capture (parameter suite)")
         path = run_capture(suite, live_profiles, only=only or None)
     else:
-        path = resolve(capture)
-        if not path.is_dir():
-            places = [str(Path(capture).expanduser().resolve())]
-            if not Path(capture).expanduser().is_absolute():
-                places.append(str((REPO / capture).resolve()))
-            known = sorted(str(p.parent.relative_to(REPO)) for p in (REPO / "profiles").glob("*/*/manifest.json"))
-            raise ParameterError(f"capture={capture!r}: no such folder (looked at {' and '.join(places)}); "
-                                 f"committed captures: {', '.join(known) or 'none'}")
+        try:
+            path = resolve(capture)
+        except ProfileError as exc:
+            raise ParameterError(f"capture={capture!r}: {exc}") from None
         if not (path / "manifest.json").exists():
             raise ParameterError(f"capture={capture!r}: {path} holds no manifest.json (not a capture folder)")
     return path, load_manifest(path)
 
 
 # --------------------------------------------------------------------------- what a capture holds
-
-
-def tools_of(manifest: dict) -> list[str]:
-    """The tools a capture ran (``tools``; schema-1 manifests: ``parameters.tools``)."""
-    return list(manifest.get("tools") or (manifest.get("parameters") or {}).get("tools") or [])
-
-
-def case_names(manifest: dict) -> list[str]:
-    """The range names of the capture's cases (``cases[].range``; schema 1: ``parameters.cases``)."""
-    new = [c.get("range") for c in manifest.get("cases") or [] if isinstance(c, dict) and c.get("range")]
-    return new or [str(c) for c in (manifest.get("parameters") or {}).get("cases") or []]
-
-
-def infer_schema(names: Iterable[str]) -> RangeSchema | None:
-    """A schema for names ``prefix:label:pass:key=value,...`` that all share one prefix (schema-1
-    manifests recorded the names but not their grammar): keys every name has become typed fields,
-    the rest options. None if the names do not look like that."""
-    names = [n for n in names if n]
-    parts = [n.split(":", 3) for n in names]
-    if not parts or any(len(p) != 4 for p in parts) or len({p[0] for p in parts}) != 1:
-        return None
-    kvs = [dict(item.split("=", 1) for item in p[3].split(",") if "=" in item) for p in parts]
-    common = set.intersection(*(set(kv) for kv in kvs)) if kvs else set()
-    fields = {}
-    for key in sorted(common, key=lambda k: list(kvs[0]).index(k)):
-        vals = [kv[key] for kv in kvs]
-        fields[key] = "int" if all(re.fullmatch(r"\d+", v) for v in vals) else "str"
-    passes = tuple(sorted({p[2] for p in parts}))
-    try:
-        return RangeSchema(parts[0][0], ("variant", "pass"), fields=fields, choices={"pass": passes},
-                           description="inferred from the capture's case names")
-    except (ValueError, TypeError):
-        return None
-
-
-def capture_schemas(manifest: dict) -> tuple[RangeSchema, ...]:
-    """The range schemas to decode a capture's names with: the manifest's own, else (schema-1
-    manifests) one inferred from its case names; imported captures have none (generic decoding)."""
-    own = schemas_of(manifest)
-    if own:
-        return own
-    inferred = infer_schema(case_names(manifest))
-    return (inferred,) if inferred else ()
-
-
-def capture_cases(manifest: dict) -> pd.DataFrame:
-    """The capture's cases with their work model (:func:`nsightlab.store.captures.cases`); empty if none."""
-    return cases(manifest)
-
-
-def _reports(path: Path, suffixes: tuple[str, ...], preferred: str) -> list[Path]:
-    found = sorted(p for p in Path(path).iterdir() if p.is_file() and p.name.endswith(suffixes))
-    found.sort(key=lambda p: (not p.name.startswith(preferred), p.name))
-    return found
-
-
-def ncu_files(path: Path) -> list[Path]:
-    """The capture's Nsight Compute reports (``ncu.ncu-rep`` first), else its raw CSV exports."""
-    reps = _reports(path, (".ncu-rep", ".ncu-rep.gz"), "ncu.ncu-rep")
-    return reps or _reports(path, ("ncu_raw.csv", "ncu_raw.csv.gz"), "ncu_raw.csv")
-
-
-def nsys_files(path: Path) -> list[Path]:
-    """The capture's Nsight Systems SQLite exports (``nsys.sqlite`` first)."""
-    return _reports(path, (".sqlite", ".sqlite.gz"), "nsys.sqlite")
-
-
-def bench_files(path: Path) -> list[Path]:
-    """Benchmark CSVs: ``<suite>.csv`` with ``<suite>.manifest.json`` beside it."""
-    return [p for p in sorted(Path(path).glob("*.csv")) if p.with_suffix(".manifest.json").exists()]
-
-
-def load_ncu(path: Path, manifest: dict) -> pd.DataFrame:
-    """Every launch of the capture's Nsight Compute data (all its reports), decoded with its schemas."""
-    from ..parse import frames as parse
-
-    files = ncu_files(path)
-    if not files:
-        raise NotApplicable(f"{Path(path).name} holds no Nsight Compute report (*.ncu-rep) or raw CSV export")
-    schemas = capture_schemas(manifest)
-    frames = []
-    for f in files:
-        df = parse.ncu_csv_frame(f, schemas) if ".csv" in f.name else parse.ncu_frame(f, schemas=schemas)
-        frames.append(df)
-    out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    out.attrs = {**frames[0].attrs, "files": [f.name for f in files]}
-    for f in frames[1:]:
-        out.attrs.setdefault("units", {}).update(f.attrs.get("units", {}))
-    return out
-
-
-def load_nsys(path: Path, manifest: dict) -> dict[str, pd.DataFrame]:
-    """The capture's Nsight Systems tables (the first export), decoded with its schemas."""
-    from ..parse import frames as parse
-
-    files = nsys_files(path)
-    if not files:
-        raise NotApplicable(f"{Path(path).name} holds no Nsight Systems export (*.sqlite)")
-    return parse.nsys_tables(files[0], capture_schemas(manifest))
 
 
 def implementations(manifest: dict, *frames: pd.DataFrame) -> list[str]:
@@ -475,10 +364,6 @@ def header(manifest: dict, path: Path) -> str:
     return " · ".join(parts)
 
 
-def find_capture_file(path: Path, name: str) -> Path | None:
-    return find_file(path, name)
-
-
 class section:  # noqa: N801 - used as ``with section():``, reads as a statement
     """``with section():`` runs a notebook cell's body and, if it raises NotApplicable, prints the
     reason on the page instead of failing the notebook (other errors still fail it)."""
@@ -510,8 +395,6 @@ def need(*values: object) -> None:
 def counted_per_range(path: Path, manifest: dict) -> pd.DataFrame | None:
     """The capture's Nsight Compute FLOPs per range (for throughput without a work model), or None
     when the capture has no Nsight Compute data or it counted no FLOPs."""
-    from ..analysis.counters import kernel_work, per_range
-
     try:
         rng = per_range(kernel_work(load_ncu(path, manifest)))
     except NotApplicable:
@@ -522,27 +405,9 @@ def counted_per_range(path: Path, manifest: dict) -> pd.DataFrame | None:
 def used_derivations(work: pd.DataFrame) -> pd.DataFrame:
     """The recipes that gave this capture's quantities (:func:`nsightlab.analysis.counters.derivations`),
     only those used, most launches first within each quantity."""
-    from ..analysis.counters import derivations
-
     d = derivations(work)
     d = d[d["launches"] > 0]
     return d[~d["quantity"].str.startswith(("hz_", "cycles_"))].reset_index(drop=True)
-
-
-def fmt_value(v: Any) -> str:
-    """One table cell for people: thousands separators, three significant digits, ``—`` for
-    missing, yes/no for booleans."""
-    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA or v is pd.NaT:
-        return "—"
-    if isinstance(v, (bool, np.bool_)):
-        return "yes" if v else "no"
-    if isinstance(v, (int, np.integer)):
-        return f"{int(v):,}"
-    if isinstance(v, (float, np.floating)):
-        if float(v).is_integer() and abs(v) < 1e7:
-            return f"{int(v):,}"
-        return figures.fmt_num(float(v))
-    return str(v)
 
 
 def table(df: pd.DataFrame, formats: Mapping[str, Any] | str | None = None, name: str = "t", *,
@@ -555,18 +420,8 @@ def table(df: pd.DataFrame, formats: Mapping[str, Any] | str | None = None, name
                             open_rows=open_rows)))
 
 
-def table_html(df: pd.DataFrame, formats: Mapping[str, Any] | str | None = None, name: str = "t", *,
-               headers: Mapping[str, str] | None = None, title: str = "", collapse: bool | None = None,
-               open_rows: int = 12) -> str:
-    """``df`` as an HTML table for people: no index column, numbers formatted (``formats``: a
-    format string or callable per column, or one for all; otherwise :func:`fmt_value`), ``—`` for
-    missing values, headers renamed by ``headers`` (give units there: ``{"ms": "GPU time [ms]"}``).
-    Tables longer than ``open_rows`` (or ``collapse=True``) fold behind a ``title`` line, so the
-    figure they support comes first. The element id is fixed by the content (the same capture gives
-    the same bytes)."""
-    import hashlib
-
-    d = df.reset_index(drop=True)
+def _cell_formats(d: pd.DataFrame, formats: Mapping[str, Any] | str | None) -> dict[str, Callable[[Any], str]]:
+    """Per column: how a cell is written (``formats``' string or callable, else :func:`fmt_value`)."""
     per: dict[str, Callable[[Any], str]] = {}
     for c in d.columns:
         f = formats.get(c) if isinstance(formats, Mapping) else (
@@ -574,27 +429,47 @@ def table_html(df: pd.DataFrame, formats: Mapping[str, Any] | str | None = None,
         if f is None:
             per[c] = fmt_value
         elif callable(f):
-            per[c] = (lambda g: lambda v: "—" if _missing(v) else g(v))(f)
+            per[c] = (lambda g: lambda v: MISSING if is_missing(v) else g(v))(f)
         else:
-            per[c] = (lambda s: lambda v: "—" if _missing(v) else s.format(v))(f)
+            per[c] = (lambda s: lambda v: MISSING if is_missing(v) else s.format(v))(f)
+    return per
+
+
+def table_html(df: pd.DataFrame, formats: Mapping[str, Any] | str | None = None, name: str = "t", *,
+               headers: Mapping[str, str] | None = None, title: str = "", collapse: bool | None = None,
+               open_rows: int = 12, right: Iterable[str] | None = None,
+               cell_css: Mapping[str, Callable[[Any], str]] | None = None) -> str:
+    """``df`` as an HTML table for people: no index column, numbers formatted (``formats``: a
+    format string or callable per column, or one for all; otherwise :func:`fmt_value`), ``—`` for
+    missing values, headers renamed by ``headers`` (give units there: ``{"ms": "GPU time [ms]"}``).
+    Numeric columns (or those named in ``right``) are right-aligned and never wrap; ``cell_css``
+    styles a column's cells by their value (a comparison colours its verdicts). Tables longer than
+    ``open_rows`` (or ``collapse=True``) fold behind a ``title`` line, so the figure they support
+    comes first. The element id is fixed by the content (the same capture gives the same bytes)."""
+    d = df.reset_index(drop=True)
+    per = _cell_formats(d, formats)
     shown = pd.DataFrame({c: [per[c](v) for v in d[c]] for c in d.columns}, index=d.index)
-    shown = shown.rename(columns=dict(headers or {}))
-    uid = name + "-" + hashlib.sha256(d.to_csv().encode()).hexdigest()[:8]
-    numeric = [i for i, c in enumerate(d.columns) if pd.api.types.is_numeric_dtype(d[c])
-               and not pd.api.types.is_bool_dtype(d[c])]
-    st = shown.style.set_uuid(uid).hide(axis="index")
+    uid = re.sub(r"[^A-Za-z0-9_-]+", "-", name) + "-" + hashlib.sha256(d.to_csv().encode()).hexdigest()[:8]
+    if right is None:
+        right = [c for c in d.columns if pd.api.types.is_numeric_dtype(d[c]) and not pd.api.types.is_bool_dtype(d[c])]
+    aligned = [i for i, c in enumerate(d.columns) if c in set(right)]
+    headers = dict(headers or {})
+    st = shown.rename(columns=headers).style.set_uuid(uid).hide(axis="index")
+    for col, css in (cell_css or {}).items():
+        if col in shown:
+            st = st.map(css, subset=[headers.get(col, col)])
     body = st.to_html(table_attributes='class="nsl-table"')
-    if numeric:
-        rules = "".join(f"#T_{uid} td.col{i} {{text-align: right}} " for i in numeric)
+    if aligned:
+        rules = "".join(f"#T_{uid} td.col{i} {{text-align: right; white-space: nowrap}} " for i in aligned)
         body = f"<style>{rules}</style>{body}"
     fold = collapse if collapse is not None else len(d) > open_rows
     if fold:
         rows = f"{len(d)} row" + ("s" if len(d) != 1 else "")
-        return (f'<details class="nsl-details"><summary>{_html.escape(title or "Table")} ({rows})</summary>'
-                f'<div class="nsl-scroll">{body}</div></details>')
+        return details(f"{_html.escape(title or 'Table')} ({rows})", f'<div class="nsl-scroll">{body}</div>')
     head = f'<div class="nsl-table-title">{_html.escape(title)}</div>' if title else ""
     return f'{head}<div class="nsl-scroll">{body}</div>'
 
 
-def _missing(v: Any) -> bool:
-    return v is None or v is pd.NA or (isinstance(v, (float, np.floating)) and math.isnan(v))
+def details(summary: str, body: str, open_: bool = False) -> str:
+    """``body`` (HTML) folded behind a ``summary`` line (HTML), unfolded when ``open_``."""
+    return f'<details class="nsl-details"{" open" if open_ else ""}><summary>{summary}</summary>{body}</details>'

@@ -1,0 +1,69 @@
+"""How values read on a page: numbers (three significant digits, thousands separated, ``—`` for none),
+changes (``+4.2%``), table cells, field values (``64``, not ``64.0``) and the order they sort in
+(``block_size=4`` before ``block_size=16``). Figures, tables and comparison pages all write values
+through these, so one number reads the same everywhere."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+MISSING = "—"
+
+
+def is_missing(v: Any) -> bool:
+    """None, NA, NaT or a float NaN."""
+    return v is None or v is pd.NA or v is pd.NaT or (isinstance(v, (float, np.floating)) and math.isnan(v))
+
+
+def fmt_num(v: float | None) -> str:
+    """A number for people: thousands separated, three significant digits, an exponent only for
+    very small or very large values, ``—`` for none."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return MISSING
+    a = abs(v)
+    if a == 0:
+        return "0"
+    if a >= 1e7 or a < 1e-3:
+        return f"{v:.1e}"
+    if a >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.3g}"
+
+
+def fmt_change(v: float | None) -> str:
+    """A relative change with its sign (``+4.2%``), ``—`` for none."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return MISSING
+    return f"{v:+.1%}"
+
+
+def fmt_value(v: Any) -> str:
+    """One table cell for people: thousands separators, three significant digits, ``—`` for
+    missing, yes/no for booleans."""
+    if is_missing(v):
+        return MISSING
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if isinstance(v, (int, np.integer)):
+        return f"{int(v):,}"
+    if isinstance(v, (float, np.floating)):
+        if float(v).is_integer() and abs(v) < 1e7:
+            return f"{int(v):,}"
+        return fmt_num(float(v))
+    return str(v)
+
+
+def plain_value(v: object) -> str:
+    """A field value as written in a range name: whole floats without their ``.0``."""
+    return str(int(v)) if isinstance(v, (float, np.floating)) and float(v).is_integer() else str(v)
+
+
+def natural_key(text: object) -> tuple:
+    """Sort key that orders ``block_size=4`` before ``block_size=16`` and ``64x64`` by its numbers."""
+    parts = re.split(r"(\d+(?:\.\d+)?)", str(text))
+    return tuple((0, float(p)) if re.fullmatch(r"\d+(?:\.\d+)?", p) else (1, p) for p in parts if p != "")
