@@ -293,6 +293,9 @@ def test_declared_comparisons_and_their_errors(tmp_path):
                         ('[[comparison]]\nname = "x y"\ntitle = "t"\nbase = "a"\nnew = "b"\n', "name 'x y' must be"),
                         ('[[comparison]]\nname = "x"\ntitle = "t"\nbase = "a"\nnew = "b"\nthreshold = "lots"\n',
                          "threshold 'lots' is not a number"),
+                        ('[[comparison]]\nname = "x"\ntitle = "t"\nbase = "a"\nnew = "b"\nonly = "("\n',
+                         "comparison 1 (x): missing )"),
+                        ('comparison = [1]\n', "it takes only [[comparison]] tables"),
                         ("[comparisons]\n", "it takes only [[comparison]] tables"),
                         ("[[comparison]\n", "not valid TOML")):
         toml.write_text(text)

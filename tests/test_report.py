@@ -346,10 +346,13 @@ def test_standalone_pages_travel_and_rendering_is_deterministic_and_quiet(tmp_pa
     small = tmp_path / "profiles" / "nvidia-h200"
     small.mkdir(parents=True)
     shutil.copytree(PROFILES / "nvidia-h200" / "blocksize", small / "blocksize")
+    (tmp_path / "profiles" / "comparisons.toml").write_text(  # declared, but left out by --only
+        '[[comparison]]\nname = "same"\ntitle = "t"\nbase = "nvidia-h200/blocksize"\nnew = "nvidia-h200/blocksize"\n')
     outs = [tmp_path / "standalone", tmp_path / "again"]
     for out in outs:
         assert report_main(["--profiles", str(tmp_path / "profiles"), "--reports", str(out), "--standalone",
                             "--only", "options,device"]) == 0
+        assert not (out / "compare").exists()
     # quiet: one line per page (how far, how long so far, about how long is left), then the total; the
     # kernels print nothing (no transport warning), and neither does papermill
     printed, warned = capfd.readouterr()

@@ -18,6 +18,7 @@ import html
 import json
 import math
 import os
+import re
 import sys
 import threading
 import tomllib
@@ -389,7 +390,7 @@ def declared_comparisons(profiles: str | os.PathLike) -> list[Declared]:
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path}: not valid TOML ({exc}); {_ACCEPTED}") from None
     entries = data.get("comparison", [])
-    if set(data) - {"comparison"} or not isinstance(entries, list):
+    if set(data) - {"comparison"} or not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise ProfileError(f"{path}: holds {', '.join(sorted(data))}; it takes only [[comparison]] tables: {_ACCEPTED}")
     out: list[Declared] = []
     for i, e in enumerate(entries, 1):
@@ -404,7 +405,8 @@ def declared_comparisons(profiles: str | os.PathLike) -> list[Declared]:
         try:
             parse_threshold(e.get("threshold", "5%"))
             min_ms = float(e.get("min_ms", 0.0))
-        except (TypeError, ValueError) as exc:
+            re.compile(str(e.get("only", "")))
+        except (TypeError, ValueError, re.error) as exc:
             raise ProfileError(f"{what} ({e['name']}): {exc}; {_ACCEPTED}") from None
         out.append(Declared(e["name"], e["title"], e["base"], e["new"], str(e.get("threshold", "5%")),
                             str(e.get("only", "")), min_ms))
@@ -412,7 +414,6 @@ def declared_comparisons(profiles: str | os.PathLike) -> list[Declared]:
 
 
 def page_name(base: Side, new: Side) -> str:
-
     """``h100-to-h200-seqlen`` (GPU to GPU, same capture name) or ``h200-seqlen-to-seqlen-v2``."""
 
     def short(gpu_folder: str) -> str:

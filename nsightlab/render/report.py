@@ -666,7 +666,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
     if failed is None:
         return 130
     index.failures += failed
-    if any(j.comparison for j in jobs):
+    if (reports / "compare").is_dir():  # comparison pages rendered now or before (--only may have left them out)
         write_comparison_index(reports / "compare")
     bad = {label for label, _ in index.failures}
     for j in pages:
