@@ -1,0 +1,379 @@
+"""The bottleneck analysis against Nsight Compute's own CSV exports of the same reports (no GPU).
+
+Oracles, all committed: the two deep captures (``profiles/nvidia-h200/{bottleneck,seqlen}-deep``: their
+``deep.ncu-rep`` and ``ncu --import deep.ncu-rep --csv --page details --print-units base
+--print-metric-name name`` / ``--page raw --csv --print-units base``), and the same exports (plus ``--page
+source --csv --print-source sass``) of the two imported ``--set full`` reports under
+``tests/data/nsight_exports``. Every launch of every report is held against them: the details page, the
+columns of profile / stalls / pipes / occupancy_limits, and the per-instruction warp-state samples.
+
+ncu prints a number with thousands separators and as many decimals as it chose (2, or 0 for integers);
+a value matches when it prints the same at that precision (``_as_printed``): rounding, never a tolerance.
+
+Where Nsight Compute's CLI (2025.3.1, which wrote the CSVs) and the ``ncu-report`` module that reads the
+report disagree on what a section shows, the difference is listed below by name and checked to be the
+only one; see ``NSIGHT_ONLY`` / ``REPORT_ONLY`` and ``SASS_SYNTAX_DIFFERS``.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from nsightlab import cli
+from nsightlab.analysis import bottleneck as B
+from nsightlab.core.errors import ProfileError
+from nsightlab.core.files import local_copy
+from nsightlab.core.metrics import BOTTLENECK_SECTIONS
+from nsightlab.parse import deep as deep_parse
+from nsightlab.store.captures import find_file, load_manifest
+from nsightlab.store.read import capture_schemas
+
+ROOT = Path(__file__).resolve().parent.parent
+H200 = ROOT / "profiles" / "nvidia-h200"
+EXPORTS = ROOT / "tests" / "data" / "nsight_exports"
+
+#: report -> (capture folder, report name in it, details CSV, raw CSV, source CSV or None)
+REPORTS: dict[str, tuple[Path, str, Path, Path, Path | None]] = {
+    "bottleneck-deep": (H200 / "bottleneck-deep", "deep.ncu-rep", H200 / "bottleneck-deep" / "deep_details.csv.xz",
+                        H200 / "bottleneck-deep" / "deep_raw.csv", None),
+    "seqlen-deep": (H200 / "seqlen-deep", "deep.ncu-rep", H200 / "seqlen-deep" / "deep_details.csv.xz",
+                    H200 / "seqlen-deep" / "deep_raw.csv", None),
+    **{name: (H200 / name, "ncu.ncu-rep", EXPORTS / f"{name}.details.csv.xz", EXPORTS / f"{name}.raw.csv.xz",
+              EXPORTS / f"{name}.source-sass.csv.xz") for name in ("flash-mma-bwd-8warp-full", "flash-wgmma-fwd-full")},
+}
+IMPORTED = [name for name, spec in REPORTS.items() if spec[4] is not None]
+
+#: details-page metrics the CLI prints that the report's section header (as ncu-report reads it) lacks.
+#: On GH100 the CLI's MemoryWorkloadAnalysis shows L2 compression under the lrc__ilc names, the report
+#: module under the lts__gcomp names (REPORT_ONLY); both spellings' values are in the report.
+#: The CLI's PM Sampling header also shows the sampling interval, a profiler__ metric.
+NSIGHT_ONLY: dict[str, set[str]] = {
+    "Memory Workload Analysis": {"lrc__average_ilc_input_sector_success_rate.pct",
+                                 "lrc__average_ilc_output_sector_compression_achieved_rate.pct",
+                                 "lrc__ilc_input_sectors.sum"},
+    "PM Sampling": {"profiler__pmsampler_interval_time"},
+}
+REPORT_ONLY: dict[str, set[str]] = {
+    "Memory Workload Analysis": {"lts__average_gcomp_input_sector_success_rate.pct",
+                                 "lts__average_gcomp_output_sector_compression_achieved_rate.ratio"},
+}
+
+#: the source page's short stall column names -> the report's sampled reasons (smsp__pcsamp_warps_issue_stalled_<reason>)
+CSV_STALLS: dict[str, str] = {
+    "barrier": "barrier", "branch_resolving": "branch_resolving", "dispatch": "dispatch_stall", "drain": "drain",
+    "imc": "imc_miss", "lg": "lg_throttle", "long_sb": "long_scoreboard", "math": "math_pipe_throttle",
+    "membar": "membar", "mio": "mio_throttle", "misc": "misc", "no_inst": "no_instructions",
+    "not_selected": "not_selected", "selected": "selected", "short_sb": "short_scoreboard", "sleep": "sleeping",
+    "tex": "tex_throttle", "wait": "wait",
+}
+#: sampled reasons the CLI's source page has no column for; their samples are the rest of "All Samples"
+CSV_UNLISTED_STALLS = {"warpgroup_arrive"}
+#: opcodes whose operands the CLI's disassembler and ncu-report's print in another order or spelling
+#: (LDGSTS: shared destination first or last; HGMMA: ", gsb0" vs ".gsb0"); the opcode itself must agree
+SASS_SYNTAX_DIFFERS = {"LDGSTS", "HGMMA"}
+
+_NUMBER = re.compile(r"^-?[\d,]+(?:\.(\d+))?$")
+
+
+def _as_printed(value: object, printed: str) -> str:
+    """``value`` as ncu printed ``printed``: a string as is; a number with thousands separators and the
+    printed number of decimals."""
+    if isinstance(value, str) or value is None:
+        return "" if value is None else value
+    m = _NUMBER.match(printed)
+    decimals = len(m.group(1)) if m and m.group(1) else 0
+    return f"{float(value):,.{decimals}f}"
+
+
+def _text(path: Path) -> str:
+    return local_copy(path).read_text()
+
+
+@functools.cache
+def _loaded(name: str) -> B.Deep:
+    folder, report = REPORTS[name][:2]
+    return B.load(find_file(folder, report), capture_schemas(load_manifest(folder)))
+
+
+@pytest.fixture(scope="module", params=list(REPORTS))
+def report(request: pytest.FixtureRequest) -> tuple[str, B.Deep]:
+    return request.param, _loaded(request.param)
+
+
+@pytest.fixture(scope="module")
+def bottleneck_deep() -> B.Deep:
+    return _loaded("bottleneck-deep")
+
+
+# --------------------------------------------------------------------------- the details page
+
+def _details_csv(name: str) -> pd.DataFrame:
+    d = pd.read_csv(io.StringIO(_text(REPORTS[name][2])), dtype=str, keep_default_na=False)
+    return d[d["Metric Name"] != ""]  # rule rows (a section's advice) carry no metric
+
+
+def test_every_details_page_value_equals_nsights_csv(report):
+    name, deep = report
+    printed = _details_csv(name)
+    assert list(printed["ID"].astype(int).unique()) == list(deep.launches["launch"])
+    for launch in deep.launches["launch"]:
+        ours = B.details(deep, launch)
+        theirs = printed[printed["ID"].astype(int) == launch]
+        assert set(theirs["Section Name"]) == set(ours["section_name"]), f"launch {launch}: sections differ"
+        for section, rows in theirs.groupby("Section Name"):
+            mine = ours[ours["section_name"] == section].set_index("metric")
+            csv_metrics = set(rows["Metric Name"])
+            assert csv_metrics - set(mine.index) <= NSIGHT_ONLY.get(section, set()), (launch, section)
+            assert set(mine.index) - csv_metrics <= REPORT_ONLY.get(section, set()), (launch, section)
+            for metric, unit, value in zip(rows["Metric Name"], rows["Metric Unit"], rows["Metric Value"], strict=True):
+                if metric in mine.index:
+                    assert (mine.at[metric, "unit"], _as_printed(mine.at[metric, "value"], value)) == (unit, value), \
+                        f"launch {launch} {section} {metric}"
+                elif not metric.startswith("profiler__"):  # profiler__ metrics are the profiler's, not the launch's
+                    assert _as_printed(deep.value(launch, metric), value) == value, f"launch {launch} {metric}"
+
+
+# --------------------------------------------------------------------------- the raw page
+
+def _raw_csv(name: str) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """({metric: unit}, one {metric: printed value} per launch) of a raw page export."""
+    header, units, *rows = list(csv.reader(io.StringIO(_text(REPORTS[name][3]))))
+    assert len(set(header)) == len(header)
+    return dict(zip(header, units, strict=True)), [dict(zip(header, r, strict=True)) for r in rows]
+
+
+def _raw_columns(deep: B.Deep) -> list[tuple[int, str, str, object]]:
+    """(launch, what, metric, our value) for every column of profile, stalls, pipes and occupancy_limits."""
+    out = [(r["launch"], col, metric, r[col]) for r in B.profile(deep).to_dict("records")
+           for col, metric in B.PROFILE_METRICS.items()]
+    out += [(r.launch, f"stall {r.reason}", r.metric, r.cycles) for r in B.stalls(deep).itertuples()]
+    out += [(r.launch, f"pipe {r.pipe}", r.metric, r.pct) for r in B.pipes(deep).itertuples()]
+    out += [(r.launch, f"limit {r.limit}", B.LIMITS[r.limit], r.blocks) for r in B.occupancy_limits(deep).itertuples()]
+    return out
+
+
+def test_profile_stalls_pipes_and_limits_equal_nsights_raw_csv(report):
+    name, deep = report
+    units, rows = _raw_csv(name)
+    assert len(rows) == len(deep.launches)
+    unit_of = {m: u for m, u in zip(deep.values["metric"], deep.values["unit"], strict=True)}
+    columns = _raw_columns(deep)
+    assert len(columns) > 60 * len(rows)
+    for launch, what, metric, value in columns:
+        assert value is not None and not pd.isna(value), f"launch {launch}: no {what} ({metric})"
+        assert unit_of[metric] == units[metric], f"{metric}: unit {unit_of[metric]!r}, Nsight's {units[metric]!r}"
+        printed = rows[launch][metric]
+        assert _as_printed(value, printed) == printed, f"launch {launch} {what} ({metric})"
+
+
+def test_stalls_and_pipes_cover_every_stall_and_pipe_nsight_reports(report):
+    name, deep = report
+    units, _ = _raw_csv(name)
+    stall = re.compile(B.STALL_METRIC.format(r"(\w+?)").replace(".", r"\.") + "$")
+    csv_reasons = {m[1] for m in map(stall.match, units) if m}
+    assert csv_reasons and csv_reasons <= set(B.STALLS), csv_reasons - set(B.STALLS)
+    assert set(B.stalls(deep)["reason"]) == csv_reasons
+    assert set(B.pipes(deep)["metric"]) == {m for m in units if B._PIPE.match(m)}
+
+
+def test_profiles_derived_columns_come_from_the_same_metrics(report):
+    _, deep = report
+    prof, p, s = B.profile(deep).set_index("launch"), B.pipes(deep), B.stalls(deep)
+    for launch, row in prof.iterrows():
+        mine = p[p["launch"] == launch]
+        assert row["top_pipe_pct"] == mine.loc[mine["kind"] == "instructions", "pct"].max()
+        waits = s[(s["launch"] == launch) & (s["reason"] != "selected")]
+        assert (row["top_stall"], row["top_stall_cycles"]) == tuple(waits.loc[waits["cycles"].idxmax(), ["reason", "cycles"]])
+        assert math.isclose(s.loc[s["launch"] == launch, "share"].sum(), 1.0)
+        limits = {k: deep.value(launch, m) for k, m in B.LIMITS.items()}
+        low = min(v for v in limits.values() if v is not None)
+        assert set(row["occupancy_limiter"].split(" = ")) == {k for k, v in limits.items() if v == low}
+
+
+# --------------------------------------------------------------------------- the source page (hotspots)
+
+def _source_blocks(path: Path) -> list[tuple[str, pd.DataFrame]]:
+    """(kernel name, its table) per kernel of a ``--page source --csv`` export, in report order."""
+    blocks: list[tuple[str, list[list[str]]]] = []
+    for row in csv.reader(io.StringIO(_text(path))):
+        if row and row[0] == "Kernel Name":
+            blocks.append((row[1], []))
+        elif row:
+            blocks[-1][1].append(row)
+    return [(kernel, pd.DataFrame(rows[1:], columns=rows[0])) for kernel, rows in blocks]
+
+
+@pytest.mark.parametrize("name", IMPORTED)
+def test_sass_samples_equal_nsights_source_page(name):
+    deep = _loaded(name)
+    blocks = _source_blocks(REPORTS[name][4])
+    assert len(blocks) == len(deep.launches)
+    for launch, (kernel, table) in enumerate(blocks):
+        assert deep.launches.at[launch, "kernel"] in kernel
+        stall_cols = [c for c in table.columns if c.startswith("stall_") and not c.endswith("(Not Issued)")]
+        assert {c.removeprefix("stall_") for c in stall_cols} == set(CSV_STALLS), "map every stall column Nsight prints"
+        ours = deep.sass[deep.sass["launch"] == launch].set_index("address")
+        reasons = {c.removeprefix("stall_") for c in ours.columns if c.startswith("stall_")}
+        assert reasons == set(CSV_STALLS.values()) | CSV_UNLISTED_STALLS
+        num = table.drop(columns=["Address", "Source"]).apply(pd.to_numeric, errors="coerce")
+        num.index = [int(a, 16) for a in table["Address"]]
+        sampled = num[num["Warp Stall Sampling (All Samples)"] > 0]
+        assert sorted(sampled.index) == list(ours.index)
+        mine = ours.loc[sampled.index]
+        assert list(mine["samples"]) == list(sampled["Warp Stall Sampling (All Samples)"])
+        assert list(mine["samples_not_issued"]) == list(sampled["Warp Stall Sampling (Not-issued Samples)"])
+        for short, reason in CSV_STALLS.items():
+            assert list(mine[f"stall_{reason}"]) == list(sampled[f"stall_{short}"]), f"{short} -> {reason}"
+        unlisted = mine[[f"stall_{r}" for r in CSV_UNLISTED_STALLS]].sum(axis=1)
+        assert list(unlisted) == list(sampled["Warp Stall Sampling (All Samples)"] - sampled[stall_cols].sum(axis=1))
+        assert list(mine[[f"stall_{r}" for r in reasons]].sum(axis=1)) == list(mine["samples"])
+        _assert_same_sass(mine["sass"], table.set_index(num.index).loc[sampled.index, "Source"])
+
+
+def _assert_same_sass(ours: pd.Series, printed: pd.Series) -> None:
+    for address, mine, theirs in zip(ours.index, ours, printed.str.strip(), strict=True):
+        opcode = mine.split()[0].split(".")[0]
+        assert mine.split()[0] == theirs.split()[0], f"{address:#x}: {mine!r} vs Nsight's {theirs!r}"
+        assert mine == theirs or opcode in SASS_SYNTAX_DIFFERS, f"{address:#x}: {mine!r} vs Nsight's {theirs!r}"
+
+
+def test_hotspots_rank_the_sampled_lines(bottleneck_deep):
+    deep = bottleneck_deep
+    launch = int(deep.sass["launch"].iloc[0])
+    by_line = B.hotspots(deep, launch, n=5, repo=ROOT)
+    samples = deep.sass[deep.sass["launch"] == launch]
+    top = samples.groupby(["file", "line"])["samples"].sum().sort_values(ascending=False)
+    assert list(by_line["samples"]) == list(top.head(5))
+    assert math.isclose(by_line["share"].iloc[0], top.iloc[0] / samples["samples"].sum())
+    assert by_line["file"].iloc[0].startswith("flash_kernels/csrc/") and by_line["source"].iloc[0]
+    with pytest.raises(ValueError, match="by must be 'line' or 'sass'"):
+        B.hotspots(deep, launch, by="file", repo=ROOT)
+
+
+# --------------------------------------------------------------------------- explaining a gap
+
+FORWARD_D128 = B.parse_case("N=4096,D=128,causal=False,pass=forward")
+
+
+def test_explain_splits_the_whole_gap_and_the_verdict_names_the_ratio(bottleneck_deep):
+    deep = bottleneck_deep
+    la = B.select_range(deep, "flash_mma", FORWARD_D128)
+    lb = B.select_range(deep, "sdpa_flash", FORWARD_D128)
+    a, b = int(la["launch"].iloc[0]), int(lb["launch"].iloc[0])
+    ranked = B.explain(deep, a, deep, b)
+    ta, tb = deep.value(a, "gpu__time_duration.sum"), deep.value(b, "gpu__time_duration.sum")
+    assert math.isclose(ranked["ms"].sum(), (ta - tb) / 1e6, rel_tol=1e-9)
+    assert math.isclose(ranked["share"].sum(), 1.0, rel_tol=1e-9)
+    assert list(ranked["ms"].abs()) == sorted(ranked["ms"].abs(), reverse=True)
+    assert ranked.attrs["ratio"] == ta / tb
+    stalls = ranked.dropna(subset=["reason"]).set_index("reason")
+    for reason, row in stalls.iterrows():
+        assert (row["a"], row["b"]) == (deep.value(a, B.STALL_METRIC.format(reason)) or 0.0,
+                                        deep.value(b, B.STALL_METRIC.format(reason)) or 0.0)
+    text = B.verdict("flash_mma", "sdpa_flash", ranked, B.metric_gaps(deep, a, deep, b))
+    assert text.startswith(f"flash_mma takes {ta / tb:.2f}x the time of sdpa_flash ({ta / 1e6:.3f} vs {tb / 1e6:.3f} ms)")
+    assert "\n" not in text and "tensor pipe" in text
+
+
+def test_a_backward_range_lists_its_launches_longest_first(bottleneck_deep):
+    sel = B.select_range(bottleneck_deep, "flash_mma", {**FORWARD_D128, "pass": "backward"})
+    assert len(sel) > 1 and list(sel["time_ns"]) == sorted(sel["time_ns"], reverse=True)
+    table = B.launch_table(bottleneck_deep, sel)
+    assert math.isclose(table["share"].sum(), 1.0) and list(table["launch"]) == list(sel["launch"])
+
+
+def test_a_report_without_the_sections_names_them_and_the_flags():
+    light = find_file(H200 / "seqlen", "ncu.ncu-rep")
+    held = set().union(*deep_parse.launches(light)["sections"])
+    missing = [s for s in BOTTLENECK_SECTIONS if s not in held]
+    assert "WarpStateStats" in missing
+    with pytest.raises(ProfileError) as exc:
+        B.load(light)
+    message = str(exc.value)
+    assert "\n" not in message and f"sections {', '.join(sorted(missing))}, which this report lacks" in message
+    assert "--section WarpStateStats" in message and "--set full" in message and "--deep REGEX" in message
+
+
+@pytest.mark.parametrize(("variant", "case", "message"), [
+    ("nope", FORWARD_D128, "no implementation 'nope' in deep.ncu-rep.xz; it holds: flash_mma, flash_wgmma, sdpa_cudnn, sdpa_flash"),
+    ("flash_mma", {"Q": "1"}, "--case field(s) Q not in this report's range names; fields: "),
+    ("flash_mma", {"pass": "forward"}, "flash_mma: 2 ranges match --case pass=forward; narrow it to one of: "),
+    ("flash_mma", {"N": "7"}, "flash_mma: no range matches --case N=7; narrow it to one of: attn:flash_mma:"),
+])
+def test_select_range_errors_name_what_exists(bottleneck_deep, variant, case, message):
+    with pytest.raises(ValueError) as exc:
+        B.select_range(bottleneck_deep, variant, case)
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize(("text", "fields"), [
+    ("N=4096,D=128,causal=False,pass=forward", {"N": "4096", "D": "128", "causal": "False", "pass": "forward"}),
+    (" N = 4096 , , D=64 ", {"N": "4096", "D": "64"}),
+    ("", {}),
+])
+def test_parse_case(text, fields):
+    assert B.parse_case(text) == fields
+
+
+@pytest.mark.parametrize("text", ["N4096", "N=4096,D", "=128", "N=1, =2"])
+def test_parse_case_rejects_malformed_input_in_one_line(text):
+    with pytest.raises(ValueError, match=r"^--case takes field=value pairs separated by commas \(e\.g\. N=4096"):
+        B.parse_case(text)
+
+
+# --------------------------------------------------------------------------- the nsightlab why command
+
+def _why(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "nsightlab", "why", *argv], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["profiles/nvidia-h200/seqlen", "--a", "flash_mma", "--b", "sdpa_flash"],
+     "needs the Nsight Compute sections ComputeWorkloadAnalysis, LaunchStats, Occupancy, SpeedOfLight, WarpStateStats"),
+    (["profiles/nvidia-h200/flash-wgmma-fwd-full", "--a", "nope", "--b", "flash_wgmma"], "no implementation 'nope'"),
+    (["profiles/nvidia-h200/flash-wgmma-fwd-full", "--a", "flash_wgmma", "--b", "x", "--case", "N"],
+     "--case takes field=value pairs"),
+    (["profiles/nvidia-h200/no-such-capture", "--a", "flash_mma", "--b", "sdpa_flash"], "no-such-capture"),
+    (["profiles/nvidia-h200/flash-wgmma-fwd-full", "--a", "flash_wgmma"], "give --b"),
+])
+def test_why_bad_input_is_one_error_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["why", *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (line,) = [x for x in err.splitlines() if "error:" in x]
+    assert line.startswith("nsightlab why: error: ") and message in line
+
+
+def test_python_m_nsightlab_why_exits_2_on_bad_input():
+    done = _why("profiles/nvidia-h200/seqlen", "--a", "flash_mma", "--b", "sdpa_flash")
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    (line,) = [x for x in done.stderr.splitlines() if "error:" in x]
+    assert "WarpStateStats" in line and "--set full" in line
+
+
+def test_python_m_nsightlab_why_prints_the_verdict_and_the_ranked_table():
+    a, b = _loaded("flash-wgmma-fwd-full"), _loaded("flash-mma-bwd-8warp-full")
+    done = _why("profiles/nvidia-h200/flash-wgmma-fwd-full", "--a", "flash_wgmma", "--b", "flash_mma",
+                "--b-capture", "profiles/nvidia-h200/flash-mma-bwd-8warp-full", "--top", "5")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    ranked = B.explain(a, 0, b, 0)
+    assert lines[0] == B.verdict("flash_wgmma", "flash_mma", ranked, B.metric_gaps(a, 0, b, 0))
+    start = next(i for i, x in enumerate(lines) if x.startswith("What explains the gap"))
+    assert lines[start + 1].split() == ["term", "flash_wgmma", "flash_mma", "share", "ms"]
+    table = lines[start + 2:start + 7]
+    assert [x.strip()[:38].strip() for x in table] == [t[:38].strip() for t in ranked["term"].head(5)]
+    assert [float(x.split()[-1]) for x in table] == [round(v, 3) for v in ranked["ms"].head(5)]
