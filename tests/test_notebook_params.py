@@ -19,6 +19,7 @@ SEQLEN = "profiles/nvidia-h200/seqlen"
 BLOCKSIZE = "profiles/nvidia-h200/blocksize"
 BENCH = "profiles/nvidia-h200/bench"
 TRITON = "profiles/nvidia-h200/triton-example"
+DEEP = "profiles/nvidia-h200/bottleneck-deep"
 
 #: (notebook, parameters, words the one-line error must hold)
 BAD = [
@@ -45,6 +46,15 @@ BAD = [
      ["targets='forward=abc'", "pass:ratio", "forward, backward"]),
     ("performance", {"capture": BENCH, "impl": "flash_mma", "targets": "fwd:0.8"}, ["'fwd'", "forward, backward"]),
     ("performance", {"capture": BENCH, "targets": "forward:0.8"}, ["targets needs the implementation"]),
+    ("bottleneck", {"capture": DEEP, "a": "flash_mmma"}, ["a='flash_mmma'", "sdpa_flash", "did you mean flash_mma"]),
+    ("bottleneck", {"capture": DEEP, "a": "flash_mma", "b": "flash_mma"}, ["both 'flash_mma'", "sdpa_cudnn"]),
+    ("bottleneck", {"capture": DEEP, "case": "causal"}, ["case='causal'", "field=value"]),
+    ("bottleneck", {"capture": DEEP, "case": "E=3"}, ["field(s) E", "causal", "pass"]),
+    ("bottleneck", {"capture": DEEP, "case": "D=64"}, ["flash_mma: no range matches", "D=128"]),
+    ("bottleneck", {"capture": DEEP, "a": "flash_wgmma", "b": "sdpa_flash", "case": "pipeline=tma-ws-overlap"},
+     ["sdpa_flash: no range matches"]),
+    ("bottleneck", {"capture": TRITON}, ["WarpStateStats", "--deep", "--set full"]),
+    ("bottleneck", {"capture": DEEP, "top": "many"}, ["top takes a whole number"]),
     ("device", {"capture": "profiles/nowhere"}, ["capture='profiles/nowhere'", "looked at", "nvidia-h200/seqlen"]),
 ]
 

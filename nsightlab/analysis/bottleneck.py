@@ -90,6 +90,24 @@ PROFILE_METRICS: dict[str, str] = {
     "l2_pct": "lts__throughput.avg.pct_of_peak_sustained_elapsed",
     "dram_pct": "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
 }
+#: what each :data:`PROFILE_METRICS` column (and :func:`profile`'s derived ones) is, with its unit, for tables
+LABELS: dict[str, str] = {
+    "time_ns": "duration [ns]", "compute_sol_pct": "compute (SM) throughput [% of peak]",
+    "memory_sol_pct": "memory throughput [% of peak]", "issue_slots_busy_pct": "issue slots busy [%]",
+    "eligible_pct": "cycles with an eligible warp [%]", "warp_cycles_per_issued": "warp cycles per issued instruction",
+    "inst_issued": "instructions issued", "inst_issued_per_scheduler": "instructions issued per scheduler",
+    "warps_per_scheduler": "active warps per scheduler", "eligible_warps_per_scheduler": "eligible warps per scheduler",
+    "sm_active_cycles": "SM active cycles", "elapsed_cycles": "elapsed cycles",
+    "theoretical_occupancy_pct": "theoretical occupancy [%]", "achieved_occupancy_pct": "achieved occupancy [%]",
+    "registers_per_thread": "registers per thread", "block_size": "block size [threads]", "grid_size": "grid size [blocks]",
+    "waves_per_sm": "waves per SM", "spill_requests": "local-memory spilling requests",
+    "shared_ld_bank_conflicts": "shared loads: bank conflicts", "shared_st_bank_conflicts": "shared stores: bank conflicts",
+    "shared_ld_wavefronts": "shared loads: wavefronts", "shared_st_wavefronts": "shared stores: wavefronts",
+    "l1_pct": "L1/TEX throughput [% of peak]", "l2_pct": "L2 throughput [% of peak]",
+    "dram_pct": "DRAM throughput [% of peak]", "tensor_pipe_pct": "tensor pipe busy [% of active cycles]",
+    "top_pipe_pct": "busiest pipe, instructions [% of peak]", "occupancy_limiter": "occupancy limited by",
+    "top_stall": "largest stall reason",
+}
 #: occupancy limits (blocks per SM that each resource allows): column -> metric
 LIMITS: dict[str, str] = {
     "registers": "launch__occupancy_limit_registers", "shared memory": "launch__occupancy_limit_shared_mem",
@@ -323,7 +341,7 @@ def repo_path(file: str | None, repo: Path) -> str | None:
     if not isinstance(file, str) or not file:
         return None
     parts = Path(file).parts
-    for i in range(len(parts)):
+    for i in range(1 if Path(file).is_absolute() else 0, len(parts)):  # never the root itself: joined, it wins
         cand = repo.joinpath(*parts[i:])
         if cand.is_file():
             return Path(*parts[i:]).as_posix()
@@ -403,9 +421,9 @@ def _norm(v: Any) -> str:
     return _TRUTH.get(s, s)
 
 
-def select_range(deep: Deep, variant: str, case: dict[str, str]) -> pd.DataFrame:
-    """The launches of the one range of ``variant`` whose decoded fields match ``case``, longest first.
-    Errors name what exists when nothing or several ranges match."""
+def _matching(deep: Deep, variant: str, case: dict[str, str]) -> pd.DataFrame:
+    """The launches of ``variant`` whose decoded fields match ``case`` (errors name the fields and
+    implementations that exist)."""
     L = deep.launches
     unknown = [k for k in case if k not in L.columns]
     if unknown:
@@ -416,6 +434,14 @@ def select_range(deep: Deep, variant: str, case: dict[str, str]) -> pd.DataFrame
     sel = L[L["variant"] == variant]
     for k, v in case.items():
         sel = sel[sel[k].map(_norm) == _norm(v)]
+    return sel
+
+
+def select_range(deep: Deep, variant: str, case: dict[str, str]) -> pd.DataFrame:
+    """The launches of the one range of ``variant`` whose decoded fields match ``case``, longest first.
+    Errors name what exists when nothing or several ranges match."""
+    L = deep.launches
+    sel = _matching(deep, variant, case)
     ranges = sorted(set(sel["range"]))
     if len(ranges) != 1:
         have = sorted(set(L.loc[L["variant"] == variant, "range"]))
@@ -430,3 +456,74 @@ def launch_table(deep: Deep, launches: pd.DataFrame) -> pd.DataFrame:
     t = launches[["launch", "kernel", "time_ns"]].copy()
     t["share"] = t["time_ns"] / t["time_ns"].sum()
     return t.reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------- the bottleneck page
+
+#: the Nsight Compute section without which nothing on the bottleneck page can be said
+WARP_STATE = "WarpStateStats"
+WARP_STATE_METRIC = PROFILE_METRICS["warp_cycles_per_issued"]
+_META = ("range", "domain", "launch", "kernel", "kernel_full", "time_ns", "sections", "schema", "variant", "options")
+
+
+def lacks_warp_state(manifest: dict) -> str | None:
+    """None when a capture's manifest says its Nsight Compute report carries the WarpStateStats section
+    (the deep tier's ``deep.sections``, an imported ``--set full``/``detailed`` report, or a metric list
+    with the warp-state metrics), else the reason, with the flags that would collect it."""
+    if WARP_STATE in ((manifest.get("deep") or {}).get("sections") or []):
+        return None
+    ncu = manifest.get("ncu") or {}
+    if ncu.get("set") in ("full", "detailed") or WARP_STATE_METRIC in (ncu.get("metrics") or []):
+        return None
+    return (f"no Nsight Compute report with the {WARP_STATE} section (capture with nsightlab capture ... --deep REGEX, "
+            "or import an ncu --set full report)")
+
+
+def case_fields(deep: Deep) -> list[str]:
+    """The decoded fields every range of the report has (an implementation's own options excluded)."""
+    L = deep.launches
+    return [c for c in L.columns if c not in _META and L[c].notna().all()]
+
+
+def _shown(v: Any) -> str:
+    return str(int(v)) if isinstance(v, bool) else str(v)
+
+
+def complete_case(deep: Deep, variant: str, case: dict[str, str]) -> dict[str, str]:
+    """``case`` completed with the fields every range has, from the first range of ``variant`` (in the
+    report's order) that matches it: the page compares implementations at one case, so a partial or
+    empty ``case`` picks the first such one. Errors as :func:`select_range`'s."""
+    sel = _matching(deep, variant, case)
+    if sel.empty:
+        select_range(deep, variant, case)  # raises, naming the ranges of the implementation
+    first = sel.iloc[0]
+    return {**{k: _shown(first[k]) for k in case_fields(deep)}, **case}
+
+
+def at_case(deep: Deep, case: dict[str, str]) -> pd.DataFrame:
+    """Every implementation at ``case``: one row per implementation, its range's time
+    (``range_ms``, all its launches), its number of launches and the :func:`profile` row of its
+    longest launch. Implementations without a range at the case are left out."""
+    prof = profile(deep).set_index("launch")
+    rows = []
+    for variant in dict.fromkeys(deep.launches["variant"].dropna()):
+        try:
+            sel = select_range(deep, variant, case)
+        except ValueError:
+            continue
+        top = prof.loc[int(sel["launch"].iloc[0])]
+        rows.append({"variant": variant, "range_ms": sel["time_ns"].sum() / 1e6, "launches": len(sel),
+                     "launch": int(sel["launch"].iloc[0]), **top.to_dict()})
+    return pd.DataFrame(rows)
+
+
+def kernel_line(name: str, row: pd.Series) -> str:
+    """One sentence on one launch (a :func:`profile` row): its largest stall reason, its tensor pipe and
+    its occupancy with the limiter."""
+    tensor = row.get("tensor_pipe_pct")
+    stall = STALLS.get(str(row.get("top_stall")), (str(row.get("top_stall")), ""))[0]
+    return (f"{name} ({row['kernel']}): largest stall *{stall}* ({row['top_stall_cycles']:.2f} of "
+            f"{row['warp_cycles_per_issued']:.2f} warp cycles per issued instruction)"
+            + ("" if tensor is None or pd.isna(tensor) else f", tensor pipe busy {tensor:.0f}% of active cycles")
+            + f", occupancy {row['achieved_occupancy_pct']:.0f}% of {row['theoretical_occupancy_pct']:.0f}% "
+            f"possible (limited by {row['occupancy_limiter'] or 'nothing reported'})")

@@ -1017,3 +1017,64 @@ def working_set_vs_x(ws: pd.DataFrame, l2_bytes: float, title: str, x: str = "N"
     fig.update_layout(title=title, template=TEMPLATE, height=520, legend={"font": {"size": 11}})
     fit_legend(fig, len(curves) + 1)
     return fig
+
+
+# --------------------------------------------------------------------------- bottlenecks
+
+
+def _side_by_side_bars(frame: pd.DataFrame, y: str, x: str, hover: str, st: Style, order: list[str]) -> list[go.Bar]:
+    """One horizontal bar per implementation (``variant``) and ``y`` category, in the implementation's colour;
+    the first implementation's bar on top of each group (plotly stacks a group's first trace at the bottom)."""
+    bars = []
+    for name in reversed([s for s in st if s in set(frame["variant"])]):
+        g = frame[frame["variant"] == name].set_index(y).reindex(order)
+        bars.append(go.Bar(y=order, x=g[x], orientation="h", name=name, legendgroup=name,
+                           marker={"color": st[name]["color"]}, hovertext=g[hover], hoverinfo="text"))
+    return bars
+
+
+def stall_bars(stalls: pd.DataFrame, title: str, style: Style | None = None, floor: float = 0.01) -> go.Figure:
+    """Warp cycles per issued instruction by stall reason (nsightlab.analysis.bottleneck.stalls with a
+    ``variant`` column), implementations side by side, largest reason on top; reasons under ``floor``
+    cycles for every implementation are left out (named under the title)."""
+    if stalls.empty:
+        return message("no warp-state samples (the report lacks WarpStateStats)", title)
+    st = _style(style, stalls["variant"].astype(str).unique())
+    peak = stalls.groupby("name")["cycles"].max().sort_values()
+    order, dropped = list(peak[peak >= floor].index), list(peak[peak < floor].index)
+    d = stalls.assign(hover=[f"<b>{v}</b> {n}: {c:.3f} cycles per issued instruction ({s:.0%})<br>{m}"
+                             for v, n, c, s, m in stalls[["variant", "name", "cycles", "share", "meaning"]].itertuples(
+                                 index=False)])
+    fig = go.Figure(_side_by_side_bars(d, "name", "cycles", "hover", st, order))
+    note = f"<br><sup>under {floor} cycles for all: {', '.join(sorted(dropped))}</sup>" if dropped else ""
+    fig.update_layout(title=title + note, template=TEMPLATE, barmode="group", height=140 + 26 * len(order) * len(
+        set(stalls["variant"])) ** 0.6, xaxis_title="warp cycles per issued instruction", legend={"traceorder": "reversed"},
+        margin={"l": 200})
+    return fig
+
+
+def pipe_bars(pipes: pd.DataFrame, title: str, style: Style | None = None, floor: float = 0.5) -> go.Figure:
+    """Pipe utilization (nsightlab.analysis.bottleneck.pipes with a ``variant`` column), implementations
+    side by side: cycles each pipe was busy (left) and instructions issued to it (right), both in %
+    of peak over active cycles; pipes under ``floor`` % for every implementation are left out."""
+    if pipes.empty:
+        return message("no pipe utilization (the report lacks ComputeWorkloadAnalysis)", title)
+    st = _style(style, pipes["variant"].astype(str).unique())
+    kinds = [k for k in ("cycles active", "instructions") if k in set(pipes["kind"])]
+    fig = make_subplots(rows=1, cols=len(kinds), horizontal_spacing=0.14,
+                        subplot_titles=[f"{k} [% of peak]" for k in kinds])
+    rows = 0
+    for j, kind in enumerate(kinds, 1):
+        d = pipes[pipes["kind"] == kind]
+        peak = d.groupby("pipe")["pct"].max().sort_values()
+        order = list(peak[peak >= floor].index)
+        rows = max(rows, len(order))
+        d = d.assign(hover=[f"<b>{v}</b> {p} ({kind}): {x:.1f}% of peak<br>{m}"
+                            for v, p, x, m in d[["variant", "pipe", "pct", "metric"]].itertuples(index=False)])
+        for bar in _side_by_side_bars(d, "pipe", "pct", "hover", st, order):
+            bar.showlegend = j == 1
+            fig.add_trace(bar, 1, j)
+        fig.update_xaxes(range=[0, 100], title_text="% of peak", row=1, col=j)
+    fig.update_layout(title=title, template=TEMPLATE, barmode="group", legend={"traceorder": "reversed"},
+                      height=160 + 22 * rows * len(set(pipes["variant"])) ** 0.6)
+    return fig

@@ -41,6 +41,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..analysis.bottleneck import lacks_warp_state
 from ..analysis.counters import FLOP_TERMS, MEANING, available, needed_metrics
 from ..core.errors import ProfileError
 from ..core.ranges import decode
@@ -112,6 +113,8 @@ PAGES: tuple[Page, ...] = (
          Needs(files=("bench",))),
     Page("roofline", "hierarchical roofline (DRAM, L2, L1) with Nsight's peaks; counted FLOPs against the work model",
          Needs(files=("ncu",), quantities=(("seconds",), FLOP_QUANTITIES, ("bytes_DRAM", "bytes_L2", "bytes_L1")))),
+    Page("bottleneck", "why one kernel is slower than another: stall reasons, pipes, occupancy limiter, source hotspots",
+         Needs(files=("ncu",), check=lambda _path, manifest: lacks_warp_state(manifest))),
     Page("l2_thrashing", "L2 hit rate and DRAM traffic along the sweep, modeled and measured onset of thrashing",
          Needs(files=("ncu",), quantities=(("l2_hit_rate",), ("bytes_DRAM",)), gpu=("l2_bytes",), sweep_points=3)),
     Page("timeline", "NVTX ranges and their kernels in time (Nsight Systems), GPU time, launch gaps, throughput",
@@ -122,7 +125,7 @@ PAGES: tuple[Page, ...] = (
 NOTEBOOK_ORDER = tuple(p.name for p in PAGES)
 _PAGES = {p.name: p for p in PAGES}
 #: the order in which a capture's pages lend their findings to the index (pages not named here: none)
-SUMMARY_ORDER = ("performance", "roofline", "l2_thrashing", "timeline", "options", "correctness", "device")
+SUMMARY_ORDER = ("performance", "roofline", "bottleneck", "l2_thrashing", "timeline", "options", "correctness", "device")
 #: the comparison pages' notebook (rendered per declared comparison, not per capture)
 COMPARE = "compare"
 _FILES = {"ncu": ("Nsight Compute report (*.ncu-rep) or raw CSV export", ncu_files),
