@@ -35,7 +35,7 @@ def test_grouped_query_and_decode_rows():
     its shape; a variant that refuses the shape is a skipped row with its reason."""
     rows = []
     for suite, configs in (("decode", ["Nq1-Nk1024-Hkv8", "Nq16-Nk1024-Hkv32"]), ("gqa", ["Hkv1-N2048-causal"])):
-        rows += bench.run(suite, ["flash_mma"], ["sdpa_flash", "sdpa_math"], ["forward", "backward"], None, configs,
+        rows += bench.run(suite, ["flash_mma"], ["sdpa_flash", "sdpa_math"], ["forward", "backward"], ["float16"], configs,
                           warmup=0, reps=3, budget_ms=5.0, log=lambda _: None)
     assert len(rows) == 3 * 2 * 3
     shapes = {(r["config"], r["H"], r["Hkv"], r["N"], r["Nk"]) for r in rows}
