@@ -35,7 +35,7 @@ style_order: str = ""  # implementations in the order they take colours (empty: 
 plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative path (make report ships one copy)
 
 # %%
-from nsightlab.analysis import counters, roofline
+from nsightlab.analysis import bottleneck, counters, roofline
 from nsightlab.render import figures
 from nsightlab.render import page as nb
 from nsightlab.store import captures, read
@@ -76,7 +76,8 @@ with nb.section():
     nb.need(pts, ceil)
     for title, sel, row in roofline.views(pts, sweep):
         figures.show(figures.roofline(sel, ceil, "Hierarchical roofline" + (f", {title}" if title else ""), style,
-                                      fields=fields, size_by=sweep, facet_row=row, note=not_measured_note))
+                                      fields=fields, size_by=sweep, facet_row=row, note=not_measured_note,
+                                      hover_note=bottleneck.page_hint(manifest)))
     nb.note(roofline.tensor_peak_derivation(work, manifest, ranges))
     for line in not_measured:
         nb.note(line)

@@ -486,7 +486,7 @@ def case_fields(deep: Deep) -> list[str]:
 
 
 def _shown(v: Any) -> str:
-    return str(int(v)) if isinstance(v, bool) else str(v)
+    return str(int(v)) if pd.api.types.is_bool(v) else str(v)  # causal=0, as range names write it
 
 
 def complete_case(deep: Deep, variant: str, case: dict[str, str]) -> dict[str, str]:
@@ -527,3 +527,8 @@ def kernel_line(name: str, row: pd.Series) -> str:
             + ("" if tensor is None or pd.isna(tensor) else f", tensor pipe busy {tensor:.0f}% of active cycles")
             + f", occupancy {row['achieved_occupancy_pct']:.0f}% of {row['theoretical_occupancy_pct']:.0f}% "
             f"possible (limited by {row['occupancy_limiter'] or 'nothing reported'})")
+
+
+def page_hint(manifest: dict) -> str:
+    """A line for other pages' hovers pointing at the capture's bottleneck page ("" where it has none)."""
+    return "" if lacks_warp_state(manifest) else "why it runs at this speed: bottleneck.html (this capture)"

@@ -573,7 +573,7 @@ def _compute_roofs(fig: go.Figure, here: pd.DataFrame, ax: _RoofAxes, n_cols: in
 
 
 def _range_points(fig: go.Figure, sub: pd.DataFrame, st: Style, label: str, fields: list[str], shown: set[str],
-                  i: int, j: int, level_of: list[str | None]) -> None:
+                  i: int, j: int, level_of: list[str | None], hover_note: str = "") -> None:
     """One panel's ranges: a marker per level, a range's levels joined by a faint line."""
     series = [s for s in st if s in set(sub[label])]
     for name in series:
@@ -590,7 +590,8 @@ def _range_points(fig: go.Figure, sub: pd.DataFrame, st: Style, label: str, fiel
             level_of.append("join")
         for level, lg in g.groupby("level", sort=False):
             hover = [f"<b>{name}</b> {_label(r, fields)}<br>{level}: {fmt_num(r.intensity)} FLOP/B, "
-                     f"{fmt_num(r.tflops)} TFLOP/s, {fmt_num(r.ms)} ms" for _, r in lg.iterrows()]
+                     f"{fmt_num(r.tflops)} TFLOP/s, {fmt_num(r.ms)} ms{hover_note and '<br>' + hover_note}"
+                     for _, r in lg.iterrows()]
             fig.add_trace(go.Scatter(
                 x=lg["intensity"], y=lg["tflops"], mode="markers", name=name, legendgroup=name,
                 showlegend=name not in shown, legendrank=100 + list(st).index(name), hovertext=hover, hoverinfo="text",
@@ -622,7 +623,7 @@ def _level_menu(level_of: list[str | None], levels: list[str]) -> list[dict[str,
 
 def roofline(points: pd.DataFrame, ceil: pd.DataFrame, title: str, style: Style | None = None,
              label: str = "variant", fields: Iterable[str] = (), size_by: str | None = None,
-             facet_row: str | None = None, note: str = "") -> go.Figure:
+             facet_row: str | None = None, note: str = "", hover_note: str = "") -> go.Figure:
     """Hierarchical roofline as Nsight Compute draws it: the memory ceilings (DRAM, L2, L1 and any
     measured copy) rising to the compute ceilings, every ceiling labelled on its line (Nsight's peaks
     dotted, library GEMMs dashed, instruction microbenchmarks long-dashed, the MUFU softmax bound
@@ -630,7 +631,8 @@ def roofline(points: pd.DataFrame, ceil: pd.DataFrame, title: str, style: Style 
     ``size_by``), a range's levels joined by a line (they share its FLOP/s). A ceiling with
     ``where`` is drawn only in the facets whose points it holds for, and only up to the highest
     unconditional one. Facets: pass in columns, ``facet_row`` in rows; a menu shows one level at a
-    time. ``note`` goes under the title (e.g. the ceilings this capture did not measure)."""
+    time. ``note`` goes under the title (e.g. the ceilings this capture did not measure); ``hover_note``
+    ends every point's hover (e.g. where the page that explains the points is: plotly hovers hold no links)."""
     if points.empty or not len(ceil):
         return message("no range to place on the roofline" if points.empty else "no ceiling", title)
     pts = points.copy()
@@ -657,7 +659,7 @@ def roofline(points: pd.DataFrame, ceil: pd.DataFrame, title: str, style: Style 
             sub = sub if cv is None else sub[sub["pass"] == cv]
             _memory_roofs(fig, mem, mem_labels, ax, i, j, level_of)
             _compute_roofs(fig, comp[[applies(w, sub) for w in comp["where"]]], ax, len(ax.cols), i, j, level_of)
-            _range_points(fig, sub, st, label, fields, shown, i, j, level_of)
+            _range_points(fig, sub, st, label, fields, shown, i, j, level_of, hover_note)
     levels = [lv for lv in LEVEL_SYMBOL if lv in set(pts["level"])]
     log_axis(fig, "x", ax.x_lo, ax.x_hi, pad=1.0)
     log_axis(fig, "y", ax.y_lo, ax.y_hi, pad=1.0)

@@ -1,0 +1,85 @@
+"""The bottleneck page's pieces: which captures get the page (from the manifest, no report opened),
+choosing one case for two implementations, every implementation at that case, and the figures (one
+colour per implementation, the first implementation's bar on top, nothing empty)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from nsightlab.analysis import bottleneck as B
+from nsightlab.analysis import why
+from nsightlab.render import figures
+from nsightlab.render.report import applicable
+
+PROFILES = Path(__file__).resolve().parent.parent / "profiles" / "nvidia-h200"
+
+
+def _manifest(name: str) -> dict:
+    return json.loads((PROFILES / name / "manifest.json").read_text())
+
+
+def test_the_page_applies_where_the_report_carries_warp_state_stats():
+    for name in ("bottleneck-deep", "seqlen-deep", "flash-wgmma-fwd-full"):
+        assert B.lacks_warp_state(_manifest(name)) is None, name
+        ok, _ = applicable(PROFILES / name, _manifest(name))
+        assert "bottleneck" in ok, name
+    reason = B.lacks_warp_state(_manifest("seqlen"))
+    assert reason and "WarpStateStats" in reason and "--deep" in reason and "--set full" in reason
+    _, why_not = applicable(PROFILES / "seqlen", _manifest("seqlen"))
+    assert why_not["bottleneck"] == reason
+    assert B.page_hint(_manifest("seqlen")) == "" and "bottleneck.html" in B.page_hint(_manifest("bottleneck-deep"))
+
+
+@pytest.fixture(scope="module")
+def deep() -> B.Deep:
+    return B.load(*why.deep_report(PROFILES / "bottleneck-deep"))
+
+
+def test_a_partial_case_is_completed_from_the_first_matching_range(deep):
+    assert B.case_fields(deep) == ["pass", "B", "H", "N", "D", "dtype", "causal"]
+    case = B.complete_case(deep, "flash_wgmma", {"pass": "backward"})
+    assert case == {"pass": "backward", "B": "4", "H": "16", "N": "4096", "D": "128", "dtype": "float16", "causal": "0"}
+    assert B.select_range(deep, "sdpa_cudnn", case)["kernel"].iloc[0].startswith("cudnn_generated")
+    with pytest.raises(ValueError, match="flash_mma: no range matches --case D=64"):
+        B.complete_case(deep, "flash_mma", {"D": "64"})
+    with pytest.raises(ValueError, match="no implementation 'nope'"):
+        B.complete_case(deep, "nope", {})
+
+
+def test_every_implementation_at_a_case(deep):
+    case = B.complete_case(deep, "flash_mma", {"pass": "backward", "causal": "0"})
+    rows = B.at_case(deep, case)
+    assert list(rows["variant"]) == ["flash_mma", "sdpa_flash", "flash_wgmma", "sdpa_cudnn"]
+    assert (rows["launches"] >= 3).all()  # a backward pass is several launches
+    longest = deep.launches.set_index("launch").loc[rows["launch"], "time_ns"].to_numpy()
+    assert (rows["range_ms"].to_numpy() * 1e6 > longest).all()
+    line = B.kernel_line("flash_mma", B.profile(deep).set_index("launch").loc[int(rows["launch"].iloc[0])])
+    assert "largest stall" in line and "occupancy" in line and "limited by" in line
+    assert set(B.LABELS) >= set(B.PROFILE_METRICS)
+
+
+def test_hotspot_files_are_named_as_in_the_repository(deep):
+    launch = int(B.select_range(deep, "flash_wgmma", {"pass": "backward", "causal": "0"})["launch"].iloc[0])
+    h = B.hotspots(deep, launch, 5, "line", PROFILES.parents[1])
+    assert all(not f.startswith("/") for f in h["file"]), list(h["file"])
+    assert any(f.startswith("flash_kernels/csrc/") for f in h["file"])
+
+
+def test_figures_put_implementations_side_by_side_in_their_colours(deep):
+    case = B.complete_case(deep, "flash_wgmma", {"pass": "forward", "causal": "0"})
+    launch = {v: int(B.select_range(deep, v, case)["launch"].iloc[0]) for v in ("flash_wgmma", "sdpa_cudnn")}
+    style = figures.style_for(["flash_mma", "sdpa_flash", "flash_wgmma", "sdpa_cudnn"])
+    st, pp = B.stalls(deep), B.pipes(deep)
+    st = pd.concat([st[st["launch"] == k].assign(variant=v) for v, k in launch.items()], ignore_index=True)
+    pp = pd.concat([pp[pp["launch"] == k].assign(variant=v) for v, k in launch.items()], ignore_index=True)
+    for fig in (figures.stall_bars(st, "t", style), figures.pipe_bars(pp, "t", style)):
+        bars = [t for t in fig.data if t.type == "bar"]
+        assert bars and all(len(t.y) for t in bars)
+        assert {t.name: t.marker.color for t in bars} == {v: style[v]["color"] for v in launch}
+        assert [t.name for t in bars if t.showlegend is not False][-1] == "flash_wgmma"  # drawn last: on top
+    assert figures.stall_bars(st, "t", style).to_json() == figures.stall_bars(st, "t", style).to_json()
+    assert "no warp-state samples" in figures.stall_bars(st.iloc[0:0], "t", style).layout.annotations[0].text
