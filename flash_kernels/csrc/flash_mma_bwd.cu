@@ -32,7 +32,11 @@
 //   D = 64 (128x128 tile): 0.83-0.88 non-causal, 0.87-0.94 causal (was 0.66-0.77); the 64x128 tile
 //   reaches only 0.73-0.78 / 0.77-0.85 there.
 // Next bottleneck: one 8-warp block per SM (252 registers a thread), two block barriers per query
-// block with nothing to overlap them; the D = 64 long-sequence cells (0.83) are where it shows.
+// block with nothing to overlap them; the D = 64 long-sequence cells (0.83) are where it shows. Measured
+// (ncu deep capture profiles/nvidia-h200/bottleneck-deep, H200 at 7a78894, B=4 H=16 N=4096 D=128 fp16;
+// `nsightlab why nvidia-h200/bottleneck-deep --a flash_mma --b sdpa_flash --case "causal=0,pass=backward"`):
+// 1.21x FlashAttention-2's time at the same occupancy (2 warps per scheduler each): it issues 1.40x the
+// instructions, more than the whole gap; tensor pipe busy 41% vs 49%.
 #include "mma.cuh"
 
 namespace fk {

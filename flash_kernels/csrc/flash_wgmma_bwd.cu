@@ -37,6 +37,14 @@
 //   N = 4096-8192, 1.21-1.28x SDPA flash (flash_mma 0.85-0.93x); D = 64 (128x128): 300-312 full, 245-288
 //   causal, 1.19-1.25x (the 64x128 tile 0.88-0.97x). Every correctness check passes (the one that failed in
 //   that log was the check's own: rows that see a single key have dQ = dK = 0, now judged by absolute error).
+// Next bottleneck (ncu deep capture profiles/nvidia-h200/bottleneck-deep, H200 at 7a78894, B=4 H=16 N=4096
+// D=128 fp16; `nsightlab why nvidia-h200/bottleneck-deep --a flash_wgmma --b sdpa_cudnn --case
+// "causal=0,pass=backward"`): 1.61x cuDNN's time (1.56x causal). Half of the gap is instructions (1.29x
+// cuDNN's; the consumers also issue the cp.async copies and their index math), half is latency hiding: one
+// 256-thread block at 255 registers per SM = 2.0 warps per scheduler vs cuDNN's 2.5 (384 threads: a producer
+// warpgroup + 2 consumers, 168 registers on average). Then LG throttle on the dQ red.global.add (0.37 cycles
+// per instruction, cuDNN 0) and MIO throttle (0.41 vs 0.07). Tensor pipe busy 38% vs 66%. FlashAttention-3's
+// arrangement (TMA producer with setmaxnreg, dQ accumulated apart) targets all three.
 #include "wgmma.cuh"
 
 namespace fk {

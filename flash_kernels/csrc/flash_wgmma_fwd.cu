@@ -80,6 +80,12 @@
 //   one 384-thread block per SM the D = 64 tile has too little work per barrier round trip. In the same
 //   run the tma 128x64 tile measured 413 / 414 at D = 128 (562 at b353fa5, before step 3's edits to the
 //   shared code): not explained yet; the defaults follow this run.
+// Next bottleneck (ncu deep capture profiles/nvidia-h200/bottleneck-deep, H200 at 7a78894, B=4 H=16 N=4096
+// D=128 fp16, tma-ws-overlap 192x128; `nsightlab why nvidia-h200/bottleneck-deep --a flash_wgmma --b sdpa_cudnn
+// --case "causal=0,pass=forward"`): 1.04x cuDNN's time with the tensor pipe as busy (75% vs 76% of active
+// cycles): the gap is latency inside a warpgroup, Stall Wait 1.60 vs 0.89 cycles per issued instruction and
+// MIO throttle 0.47 vs 0.02 (the softmax's exp2 and shuffles queue behind the wgmma chain). Ping-pong of two
+// consumer warpgroups (one's softmax under the other's GEMMs) is the step that hides it.
 #include "wgmma.cuh"
 
 namespace fk {
