@@ -277,7 +277,8 @@ def sweep_field(frame: pd.DataFrame, preferred: str = "N") -> str | None:
     """The field a capture sweeps: ``preferred`` where it takes 2+ values, else the numeric decoded
     field with the most distinct values (ties: the first); None if no numeric field varies."""
     fields = [c for c in range_columns(frame) if c not in ("range", "domain", "variant", "pass", "schema", "options")]
-    numeric = [c for c in fields if pd.api.types.is_numeric_dtype(frame[c]) and frame[c].nunique() > 1]
+    numeric = [c for c in fields if pd.api.types.is_numeric_dtype(frame[c]) and not pd.api.types.is_bool_dtype(frame[c])
+               and frame[c].nunique() > 1]  # a yes/no field (causal) is no axis to sweep along
     if preferred in numeric:
         return preferred
     return max(numeric, key=lambda c: frame[c].nunique(), default=None)
