@@ -26,12 +26,12 @@ def test_the_page_applies_where_the_report_carries_warp_state_stats():
     for name in ("bottleneck-deep", "seqlen-deep", "flash-wgmma-fwd-full"):
         assert B.lacks_warp_state(_manifest(name)) is None, name
         ok, _ = applicable(PROFILES / name, _manifest(name))
-        assert "bottleneck" in ok, name
+        assert "why" in ok, name
     reason = B.lacks_warp_state(_manifest("seqlen"))
     assert reason and "WarpStateStats" in reason and "--deep" in reason and "--set full" in reason
     _, why_not = applicable(PROFILES / "seqlen", _manifest("seqlen"))
-    assert why_not["bottleneck"] == reason
-    assert B.page_hint(_manifest("seqlen")) == "" and "bottleneck.html" in B.page_hint(_manifest("bottleneck-deep"))
+    assert why_not["why"] == reason
+    assert B.page_hint(_manifest("seqlen")) == "" and "why.html" in B.page_hint(_manifest("bottleneck-deep"))
 
 
 @pytest.fixture(scope="module")

@@ -531,4 +531,4 @@ def kernel_line(name: str, row: pd.Series) -> str:
 
 def page_hint(manifest: dict) -> str:
     """A line for other pages' hovers pointing at the capture's bottleneck page ("" where it has none)."""
-    return "" if lacks_warp_state(manifest) else "why it runs at this speed: bottleneck.html (this capture)"
+    return "" if lacks_warp_state(manifest) else "why it runs at this speed: why.html (this capture)"

@@ -99,7 +99,7 @@ FLOP_QUANTITIES = tuple(f"inst_{k}" for parts in FLOP_TERMS.values() for k, _ in
 #: of Needs cannot say goes in ``check``, a function of the capture folder and its manifest that returns
 #: None when the page applies, else the reason; for a page that reads Nsight Compute's warp-state section:
 #:
-#:     Page("bottleneck", "why one kernel is slower than another: stall reasons, pipes, occupancy limiter, hotspots",
+#:     Page("mypage", "what the page shows, one line for the index",
 #:          Needs(files=("ncu",), check=has_warp_state_stats)),
 #:
 #: where ``has_warp_state_stats(path, manifest)`` returns None if the capture's Nsight Compute report
@@ -113,7 +113,7 @@ PAGES: tuple[Page, ...] = (
          Needs(files=("bench",))),
     Page("roofline", "hierarchical roofline (DRAM, L2, L1) with Nsight's peaks; counted FLOPs against the work model",
          Needs(files=("ncu",), quantities=(("seconds",), FLOP_QUANTITIES, ("bytes_DRAM", "bytes_L2", "bytes_L1")))),
-    Page("bottleneck", "why one kernel is slower than another: stall reasons, pipes, occupancy limiter, source hotspots",
+    Page("why", "why one kernel is slower than another: stall reasons, pipes, occupancy limiter, source hotspots",
          Needs(files=("ncu",), check=lambda _path, manifest: lacks_warp_state(manifest))),
     Page("l2_thrashing", "L2 hit rate and DRAM traffic along the sweep, modeled and measured onset of thrashing",
          Needs(files=("ncu",), quantities=(("l2_hit_rate",), ("bytes_DRAM",)), gpu=("l2_bytes",), sweep_points=3)),
@@ -125,7 +125,7 @@ PAGES: tuple[Page, ...] = (
 NOTEBOOK_ORDER = tuple(p.name for p in PAGES)
 _PAGES = {p.name: p for p in PAGES}
 #: the order in which a capture's pages lend their findings to the index (pages not named here: none)
-SUMMARY_ORDER = ("performance", "roofline", "bottleneck", "l2_thrashing", "timeline", "options", "correctness", "device")
+SUMMARY_ORDER = ("performance", "roofline", "why", "l2_thrashing", "timeline", "options", "correctness", "device")
 #: the comparison pages' notebook (rendered per declared comparison, not per capture)
 COMPARE = "compare"
 _FILES = {"ncu": ("Nsight Compute report (*.ncu-rep) or raw CSV export", ncu_files),
