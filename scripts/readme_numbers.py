@@ -42,9 +42,12 @@ def capture_table(gpu: Path) -> str:
         ncu, t = m.get("ncu") or {}, m.get("timings_seconds") or {}
         parts = [f"{k} {v:.0f} s" for k, v in t.items() if k not in ("total", "ncu_raw_csv") and v >= 1]
         passes = f"{ncu.get('max_passes_per_kernel')} passes" if ncu.get("max_passes_per_kernel") else "passes ?"
+        deep = m.get("deep") or {}
+        profiled = (f"{ncu['kernels_profiled']} × {passes} ({ncu.get('replay_mode') or '?'} replay)" if ncu else
+                    f"{deep['kernels_profiled']} × {deep['max_passes_per_kernel']} passes (deep tier, "
+                    f"{deep.get('replay_mode') or '?'} replay)" if deep.get("kernels_profiled") else "—")
         rows.append({"capture": f"`{cap.name}`", "origin": m.get("origin", "captured"), "tools": " + ".join(tools_of(m)),
-                     "kernels profiled": (f"{ncu['kernels_profiled']} × {passes} ({ncu.get('replay_mode') or '?'} replay)"
-                                          if ncu else "—"),
+                     "kernels profiled": profiled,
                      "time": f"{t['total']:.0f} s ({', '.join(parts)})" if t else "—",
                      "commit": short_commit(m["git_commit"], 7) if m.get("git_commit") else "—"})
     return _md(pd.DataFrame(rows))
