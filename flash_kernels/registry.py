@@ -136,9 +136,8 @@ VARIANTS: dict[str, Variant] = {
                 "tile": Option(
                     "tile", ("128x64", "128x32", "64x64"),
                     "forward tile: query rows x keys per K/V tile (4 warps; 32 rows per warp for BR=128, "
-                    "16 for BR=64)",
-                    default={64: "128x64", 128: "128x32"},
-                    head_dims={"128x64": (64,)},
+                    "16 for BR=64; at D=128 with 32 rows per warp, Q is re-read from shared memory per k-step)",
+                    default={64: "128x64", 128: "128x64"},
                 ),
                 "bwd_tile": Option(
                     "bwd_tile", ("64x128", "128x128"),

@@ -188,6 +188,31 @@ def example_table(gpu: Path, N: int = 4096) -> str:
     return _md(t)
 
 
+def tile_step_table(gpu: Path, tiles: tuple[str, ...] = ("128x32", "128x64")) -> str:
+    """flash_mma's forward tile step: its speed relative to SDPA flash and cuDNN (reference time / its time,
+    same run) per tile, from the benchmark CSVs profiles/_logs/<gpu>/bench_mma_tile_<tile>.csv (fp16
+    convention suite, forward; ``python -m flash_kernels.bench --suite convention --variants flash_mma
+    --passes forward --dtypes float16 --option tile=<tile> --refs sdpa_flash,sdpa_cudnn``)."""
+    frames = []
+    for tile in tiles:
+        path = gpu.parent / "_logs" / gpu.name / f"bench_mma_tile_{tile}.csv"
+        if not path.exists():
+            return f"(no {path.name} for this GPU)"
+        df = pd.read_csv(path)
+        df = df[(df["status"] == "ok") & (df["pass"] == "forward")]
+        ms = df.pivot_table(index=["D", "causal", "N"], columns="impl", values="ms")
+        ms["tile"] = tile
+        frames.append(ms.reset_index())
+    t = pd.concat(frames)
+    rows = []
+    for (D, causal, tile), g in t.groupby(["D", "causal", "tile"], sort=True):
+        for ref, label in (("sdpa_flash", "× SDPA flash"), ("sdpa_cudnn", "× cuDNN")):
+            row = {"D": D, "causal": "yes" if causal else "no", "tile": tile, "speed": label}
+            row.update({f"N={n}": f"{r:.2f}" for n, r in zip(g["N"], g[ref] / g["flash_mma"], strict=True)})
+            rows.append(row)
+    return _md(pd.DataFrame(rows))
+
+
 def roofline_check(rng: pd.DataFrame) -> pd.DataFrame:
     from nsightlab.analysis.roofline import flop_check
 
@@ -212,6 +237,8 @@ def main(argv: list[str]) -> int:
                 print("### grouped-query attention (gqa suite): throughput / SDPA flash's\n\n" + gqa_table(gpu) + "\n")
             if "decode" in set(df["suite"]):
                 print("### KV-cache decode (decode suite), forward\n\n" + decode_table(gpu) + "\n")
+        if (gpu.parent / "_logs" / gpu.name / "bench_mma_tile_128x64.csv").exists():
+            print("### flash_mma forward: 128x32 and 128x64 tiles (fp16 convention)\n\n" + tile_step_table(gpu) + "\n")
         if (gpu / "triton-example").exists():
             print("### the Triton example (B=4, H=16, N=4096, D=128)\n\n" + example_table(gpu) + "\n")
         if (gpu / "seqlen").exists():

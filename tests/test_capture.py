@@ -201,7 +201,7 @@ def test_capture_is_atomic_idempotent_and_keeps_the_previous_on_failure(tmp_path
     assert wl[:2] == ["-m", "nsightlab.run.workload"] and wl[wl.index("--warmup-only") + 1] == "all"  # kernel replay: keep warm-ups
     assert _ncu_argv(man)[_ncu_argv(man).index("--nvtx-include") + 1] == "regex:^fk:.*/"
     statuses = [c["status"] for c in man["cases"]]
-    assert statuses.count("ok") == 80 and sum(s.startswith("skipped:") for s in statuses) == 4
+    assert statuses.count("ok") == 82 and sum(s.startswith("skipped:") for s in statuses) == 2
     second = None
     for _ in range(2):  # re-run: replaced whole
         C.capture("blocksize", profiles, ncu=str(ncu), python=str(py), echo=lambda s: None)
@@ -214,7 +214,7 @@ def test_capture_is_atomic_idempotent_and_keeps_the_previous_on_failure(tmp_path
     assert (dest / "manifest.json").read_text() == second != ""  # the good capture survives
     failed = list(profiles.glob(".failed-blocksize-*"))
     assert len(failed) == 1 and "ERR_NVGPUCTRPERM" in (failed[0] / "FAILED.txt").read_text()
-    assert "cases finished (0 of 80)" in (failed[0] / "FAILED.txt").read_text()
+    assert "cases finished (0 of 82)" in (failed[0] / "FAILED.txt").read_text()
     monkeypatch.delenv("FAKE_NCU_FAIL")
     dest = C.capture("blocksize", profiles, ncu=str(ncu), python=str(py), replay_mode="application",
                      echo=lambda s: None)
@@ -304,7 +304,7 @@ def test_capture_list_of_a_command_line_sweep(capsys, monkeypatch):
     assert sum(":flash_mma:" in n for n in lines) == 8 and sum("causal=1" in n for n in lines) == 12
     assert _main(["--suite", "blocksize,seqlen", "--list"], monkeypatch) == 0
     out = capsys.readouterr().out
-    assert "# blocksize: 80 case(s) to run, 4 skipped" in out and "# seqlen: 224 case(s) to run, 0 skipped" in out
+    assert "# blocksize: 82 case(s) to run, 2 skipped" in out and "# seqlen: 224 case(s) to run, 0 skipped" in out
 
 
 def test_deep_tier_command_lines():

@@ -33,7 +33,7 @@ def test_options_resolve_and_reject():
     with pytest.raises(ValueError, match="accepted: '128x64'"):
         mma.resolve_options({"tile": "7x7"}, 64)
     with pytest.raises(ValueError, match="supports head dim"):
-        mma.resolve_options({"tile": "128x64"}, 128)
+        mma.resolve_options({"bwd_tile": "128x128"}, 128)
 
 
 def test_every_default_is_a_valid_choice():

@@ -13,8 +13,31 @@
 // so a score costs one FFMA and one MUFU.EX2 (it was FMUL, FADD, EX2), and O is rescaled only when a
 // row max of the warp grew in this tile (a warp vote; at D = 128 the rescale is 128 FMULs per thread
 // against 32 exponentials). D = 64: 0.80-0.83 -> 0.93-0.98; D = 128: 0.74-0.79 -> 0.80-0.85.
-// Next bottleneck (ncu, D = 128, before this change): 12.5 % occupancy (255 registers, 2 blocks of 4
-// warps per SM) with 32-key tiles; the 64-key tile spills at D = 128.
+// Next bottleneck (deep capture profiles/nvidia-h200/bottleneck-deep at 7a78894, D = 128, B=4 H=16
+// N=4096 fp16, tile 128x32): 1.24x the time of FlashAttention-2 (1.912 vs 1.545 ms), from 1.29x the
+// instructions (6.2 warp instructions per mma.sync against its 4.8); both at 255 registers and 12.5 % occupancy. Each
+// 32-key tile paid the tile-load loop (a runtime trip count: division, modulo and 64-bit pointer
+// math per 16-byte copy, ~9 % of the stall samples), two barriers and the row max and rescale.
+//
+// This step (commit after 412c710; H200, torch 2.11+cu130, fp16 convention sweep B*H*N = 2^19
+// tokens, medians of 30 with L2 flushed, flash_mma / SDPA flash time in the same run; files
+// profiles/_logs/nvidia-h200/bench_mma_tile_*.csv): D = 128 gets the 128x64 tile (FlashAttention-2's)
+// as its default, with Q re-read from shared memory at each k-step; load_tile_async (mma.cuh) has a
+// compile-time trip count, so a 16-byte copy is one LDGSTS with an immediate offset; K and V share
+// one offset register. Speed relative to SDPA flash: D = 128: 0.88-0.99 (128x32, same run) ->
+// 1.00-1.06 (128x64); D = 64 (128x64 before and after): 0.93-0.98 -> 1.04-1.10 (1.22 at N = 512
+// causal). Against cuDNN: 0.53-0.61 at D = 128, 0.65-0.71 at D = 64.
+// The price: ptxas gives <T,128,128,64,2> 255 registers and 52 bytes of spill stores / 36 of loads
+// (the row sums l, 4 stores and 5 loads per 64-key tile; FlashAttention-2's kernel spills too),
+// the one measured exception to the no-spill tests (tests/test_sources.py, tests/gpu).
+// Deep capture profiles/nvidia-h200/mma-fwd-d128-deep (B=4 H=16 N=4096 D=128 fp16, full):
+// 1.912 ms (128x32, bottleneck-deep) -> 1.528 ms, 0.98x FlashAttention-2's 1.555 ms; instructions
+// issued 1.46x fewer, now 0.88x FA2's; tensor pipe 46% -> 58% (FA2 57%).
+// Next bottleneck (`nsightlab why nvidia-h200/mma-fwd-d128-deep --a flash_mma --b sdpa_flash
+// --case causal=0,pass=forward`): with fewer instructions it stalls more per instruction (4.78
+// cycles vs FA2's 4.32): math-pipe throttle, wait and barrier stalls (0.22 vs 0.10 cycles per
+// instruction: two __syncthreads per tile) and 23x FA2's shared-load bank conflicts (1.93 M vs
+// 0.08 M; the Q re-reads). 128x32 stays an option for the before/after.
 #include "mma.cuh"
 
 namespace fk {
@@ -42,15 +65,16 @@ flash_mma_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const
   const long bh = blockIdx.y;  // b * H + h
   const int q0 = (causal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x)) * BR;
   const T* Qb = Q + bh * Nq * D;
-  const T* Kb = K + dm.kv_head(bh) * Nk * D;
-  const T* Vb = V + dm.kv_head(bh) * Nk * D;
+  // K and V of this head start at the same offset: one 64-bit register for both instead of two
+  // pointers (at 128x64, D = 128, that is one spilled value fewer)
+  const long kv = dm.kv_head(bh) * Nk * D;
   const int kv_len = causal ? min(Nk, q0 + BR) : Nk;
   const int n_kv = (kv_len + BC - 1) / BC;
 
   load_tile_async<BR, D, NT>(sQ, Qb, q0, Nq, tid);
-  load_tile_async<BC, D, NT>(sK, Kb, 0, Nk, tid);
+  load_tile_async<BC, D, NT>(sK, K + kv, 0, Nk, tid);
   cp_async_commit();
-  load_tile_async<BC, D, NT>(sV, Vb, 0, Nk, tid);
+  load_tile_async<BC, D, NT>(sV, V + kv, 0, Nk, tid);
   cp_async_commit();
 
   uint32_t qf[QR ? MT : 1][QR ? KD : 1][4];
@@ -78,7 +102,7 @@ flash_mma_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const
         for (int kd = 0; kd < KD; ++kd)
           ldsm_a<D>(qf[mt][kd], sQ, warp * RW + mt * 16, kd);
     }
-    if (t + 1 < n_kv) load_tile_async<BC, D, NT>(sK + (st ^ 1) * (BC * D * 2), Kb, (t + 1) * BC, Nk, tid);
+    if (t + 1 < n_kv) load_tile_async<BC, D, NT>(sK + (st ^ 1) * (BC * D * 2), K + kv, (t + 1) * BC, Nk, tid);
     cp_async_commit();
 
     // S = Q_i K_j^T   [RW rows x BC keys] per warp
@@ -188,7 +212,7 @@ flash_mma_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const
         }
       }
     }
-    if (t + 1 < n_kv) load_tile_async<BC, D, NT>(sV + (st ^ 1) * (BC * D * 2), Vb, (t + 1) * BC, Nk, tid);
+    if (t + 1 < n_kv) load_tile_async<BC, D, NT>(sV + (st ^ 1) * (BC * D * 2), V + kv, (t + 1) * BC, Nk, tid);
     cp_async_commit();
   }
   cp_async_wait<0>();
@@ -235,9 +259,8 @@ cudaError_t mma_forward_launch(const AttnArgs& a, cudaStream_t stream) {
 template <typename T, int D>
 cudaError_t mma_forward_tiles(const AttnArgs& a, cudaStream_t stream) {
   switch (a.option) {
-    case 0:  // at D = 128 the 32 x 128 O accumulator and 32 x 64 scores of a warp spill
-      if constexpr (D == 64) return mma_forward_launch<T, D, 128, 64, 2>(a, stream);
-      return cudaErrorInvalidValue;
+    case 0:  // D = 128: 255 registers and a small spill (the row sums l; see the header)
+      return mma_forward_launch<T, D, 128, 64, 2>(a, stream);
     case 1: return mma_forward_launch<T, D, 128, 32, 2>(a, stream);
     case 2: return mma_forward_launch<T, D, 64, 64, 1>(a, stream);
     default: return cudaErrorInvalidValue;

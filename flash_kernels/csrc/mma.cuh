@@ -153,17 +153,25 @@ __device__ __forceinline__ void stsm_c(uint8_t* tile, const float (&c)[4], int m
 }
 
 // Copy rows [r0, r0 + ROWS) of a [N][D] matrix into a swizzled [ROWS][D] shared tile with cp.async,
-// zero-filling rows >= N. NT threads cooperate.
+// zero-filling rows >= N. NT threads cooperate: thread tid copies 16-byte chunk tid % (D / 8) of rows
+// tid / (D / 8) + i * STEP. The trip count, the chunk and each step's offsets are then known at
+// compile time, so a copy costs no index division and no 64-bit pointer math of its own (a loop
+// over c = tid, tid + NT, ... has a runtime trip count: ptxas kept a loop with bounds checks).
 template <int ROWS, int D, int NT, typename T>
 __device__ __forceinline__ void load_tile_async(uint32_t tile, const T* __restrict__ src, int r0, int N, int tid) {
-  constexpr int CHUNKS = ROWS * D / 8;
+  constexpr int U = D / 8, STEP = NT / U;  // chunks per row; rows per step of all NT threads
+  static_assert(NT % U == 0 && ROWS % STEP == 0, "NT threads cover whole rows, and the tile whole steps");
+  const int row = tid / U, chunk = tid % U;
+  const T* p = src + (long(r0) + row) * D + chunk * 8;
+  if (r0 + ROWS <= N) {  // every row exists: the case of all but a ragged last tile
 #pragma unroll
-  for (int c = tid; c < CHUNKS; c += NT) {
-    const int row = c / (D / 8), chunk = c % (D / 8);
-    const int g = r0 + row;
-    const bool ok = g < N;
-    const T* p = src + long(ok ? g : 0) * D + chunk * 8;
-    cp_async_16(tile + swz<D>(row, chunk), p, ok ? 16 : 0);
+    for (int i = 0; i < ROWS / STEP; ++i) cp_async_16(tile + swz<D>(row + i * STEP, chunk), p + i * STEP * D, 16);
+  } else {
+#pragma unroll
+    for (int i = 0; i < ROWS / STEP; ++i) {
+      const bool ok = r0 + row + i * STEP < N;
+      cp_async_16(tile + swz<D>(row + i * STEP, chunk), ok ? p + i * STEP * D : src, ok ? 16 : 0);
+    }
   }
 }
 
