@@ -19,7 +19,7 @@
 // 32-key tile paid the tile-load loop (a runtime trip count: division, modulo and 64-bit pointer
 // math per 16-byte copy, ~9 % of the stall samples), two barriers and the row max and rescale.
 //
-// This step (commit after 412c710; H200, torch 2.11+cu130, fp16 convention sweep B*H*N = 2^19
+// This step (662754f; H200, torch 2.11+cu130, fp16 convention sweep B*H*N = 2^19
 // tokens, medians of 30 with L2 flushed, flash_mma / SDPA flash time in the same run; files
 // profiles/_logs/nvidia-h200/bench_mma_tile_*.csv): D = 128 gets the 128x64 tile (FlashAttention-2's)
 // as its default, with Q re-read from shared memory at each k-step; load_tile_async (mma.cuh) has a
