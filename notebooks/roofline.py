@@ -18,10 +18,14 @@
 #
 # Every measured range (one implementation × case × pass, all its kernels summed) placed at three levels of
 # the memory hierarchy, as Nsight Compute's roofline places a kernel: its FLOPs over the bytes moved at DRAM,
-# L2 (L2→SM) and L1, against its FLOP/s. FLOPs are *counted* by the hardware, never assumed; the ceilings
-# are Nsight Compute's own peaks at the recorded clocks (the tensor peak the dense one, derived below the
-# figure) and what the capture measured on this GPU: cuBLAS GEMMs and a device copy, and in captures that have
-# them, the `mma.sync` and `wgmma` tensor instructions and the MUFU exp2 rate that bounds softmax.
+# L2 (L2→SM) and L1, against its FLOP/s. The FLOPs are the *useful* ones, the work model's, where the capture
+# declares one, so that two implementations of one case rank as their times do; the FLOPs the hardware
+# *counted* are in every point's hover, and a point whose kernel executes more than 1.1× the model (recomputation,
+# masked or padded tiles) is ringed; the last section says where the excess comes from. The ceilings are Nsight
+# Compute's own peaks per cycle at one clock per GPU (its maximum SM clock; the tensor peak the dense one,
+# derived below the figure; a range's share of a peak is taken at the clock it ran at) and what the capture
+# measured on this GPU: cuBLAS GEMMs and a device copy, and in captures that have them, the `mma.sync` and
+# `wgmma` tensor instructions and the MUFU exp2 rate that bounds softmax.
 
 # %% tags=["parameters"]
 capture: str = "profiles/nvidia-h200/seqlen"  # capture folder (python -m nsightlab.store list); relative paths: cwd, then the repo
@@ -56,15 +60,18 @@ not_measured, not_measured_note = roofline.instruction_status(manifest)
 nb.summary([*(roofline.findings(pts, ceil, fc, fields=fields) if pts is not None and ceil is not None else []),
             *not_measured[:1]])
 nb.note(nb.header(manifest, path))
-nb.note(f"**FLOP source:** {counters.flop_counter_summary(work)} (Nsight Compute, this capture). "
+nb.note(f"**FLOPs:** {roofline.basis_text(pts) if pts is not None else 'none'}; counted by "
+        f"{counters.flop_counter_summary(work)} (Nsight Compute, this capture). "
         f"{len(ranges)} ranges grouped by {ranges.attrs.get('grouped_by')}; "
         f"{ranges.attrs.get('outside', 0)} launches outside every range left out.")
+for line in roofline.caveats(manifest, pts):
+    nb.note(line)
 
 # %% [markdown]
 # ## The roofline
 #
 # Marker shape is the memory level, colour the implementation, size the swept field; a range's three
-# markers share its FLOP/s and are joined. The menu at the top right shows one level at a time; click a
+# markers share its FLOP/s and are joined; a black ring marks a range that counts more than 1.1× its model's FLOPs. The menu at the top right shows one level at a time; click a
 # legend entry to hide an implementation. The horizontal roofs: dotted, the hardware's peaks (Nsight
 # Compute's, at the recorded clocks); long-dashed, what the warp-level `mma.sync` and the warpgroup `wgmma`
 # tensor instructions reach on this GPU in microbenchmarks (a kernel built on `mma.sync` stays under its roof;
@@ -100,8 +107,10 @@ nb.table(nb.used_derivations(work), name="derivations", headers={"launches": "la
 #
 # Where the capture declares a work model for its cases (the FLOPs an implementation is credited with), the
 # counters must come close to it. They see every floating-point instruction: elementwise arithmetic,
-# recomputation in a backward pass and padded tiles show up as counted > model. Disagreements beyond 10 % are
-# flagged and explained from the case's own fields and traits.
+# recomputation beyond what the model credits, masked and padded tiles show up as counted > model.
+# Disagreements beyond 10 % are flagged and explained by computation: the tensor-core and other shares of the
+# excess, and the range's counted FLOPs against those of its siblings (the same case in the other pass, or
+# without the mask) where those agree with their model.
 
 # %%
 with nb.section():

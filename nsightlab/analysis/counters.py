@@ -274,7 +274,8 @@ COMPUTED = frozenset([*RECIPES, *(f"flop_{t}" for t in FLOP_TERMS), "flop", "flo
                       "tflops", "flop_source", "flop_used", "compulsory", "working_set", "dram_over_compulsory",
                       "dram_over_l2", "working_set_over_l2", "intensity", "flop_per_s", "bytes", "level",
                       "counted_over_model", "flag", "explanation", "speedup", "reference", "reference_ms", "range_id",
-                      "option", "study", "sweep", "main_ms", "launches", "share", "main", "impl", "status"])
+                      "option", "study", "sweep", "main_ms", "launches", "share", "main", "impl", "status", "basis",
+                      "counted_flop", "counted_flop_per_s", "cycles_sm", "hz_sm"])
 
 
 def short_kernel_name(full: str) -> str:
@@ -380,7 +381,7 @@ def flop_counter_summary(work: pd.DataFrame) -> str:
 # --------------------------------------------------------------------------- per range
 
 _SUMS = ("flop", "flop_fp32", "flop_fp16", "flop_fp64", "flop_tensor", "bytes_DRAM", "bytes_L2", "bytes_L1",
-         "bytes_shared", "dram_read", "dram_write", "lts_sectors", "_hit_sectors", "_hit_weight", "seconds")
+         "bytes_shared", "dram_read", "dram_write", "lts_sectors", "_hit_sectors", "_hit_weight", "seconds", "cycles_sm")
 
 
 def option_columns(df: pd.DataFrame) -> list[str]:
@@ -415,6 +416,8 @@ def per_range(work: pd.DataFrame, *, by_kernel_if_no_ranges: bool = False) -> pd
     # the range's hit rate: the launches' rates weighted by their L2 sectors (Nsight's own definition);
     # reports without sector counts (the roofline sections have only their rates) weight by L2 bytes, else time
     weight = next(c for c in ("lts_sectors", "bytes_L2", "seconds") if w[c].notna().all() or c == "seconds")
+    # each launch's duration in cycles of the SM clock it ran at: a range's clock is their time-weighted mean
+    w["cycles_sm"] = w["seconds"] * w["hz_sm"] if "hz_sm" in w else np.nan
     w["_hit_sectors"] = w["l2_hit_rate"] / 100 * w[weight]
     w["_hit_weight"] = w[weight].where(w["l2_hit_rate"].notna())
     keys = ["range"]
@@ -424,6 +427,7 @@ def per_range(work: pd.DataFrame, *, by_kernel_if_no_ranges: bool = False) -> pd
     first = g[fields].first().reset_index(drop=True) if fields else pd.DataFrame(index=out.index)
     out = pd.concat([out[["range"]], first, out.drop(columns="range")], axis=1)
     out["kernels"] = g.size().to_numpy()
+    out["hz_sm"] = out.pop("cycles_sm") / out["seconds"]
     out["l2_hit_rate"] = 100 * out.pop("_hit_sectors") / out.pop("_hit_weight")
     t = w.groupby(["range", "kernel"], sort=False)["seconds"].sum().reset_index()
     t["share"] = t["seconds"] / t.groupby("range")["seconds"].transform("sum")

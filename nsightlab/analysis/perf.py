@@ -157,7 +157,17 @@ def findings(df: pd.DataFrame, reference: str, impl: str = "", targets: Mapping[
     peaks = ok[ok["impl"] == top].groupby("pass")["tflops"].max()
     peak_txt = ", ".join(f"{_t(peaks[p])} TFLOP/s {p}" for p in ("forward", "backward") if p in peaks)
     out.append(f"**{top}** is the fastest in {wins.iloc[0]} of {len(best)} configurations"
-               + (f" (peak {peak_txt})" if peak_txt else "") + ".")
+               + (f" (its highest: {peak_txt})" if peak_txt else "") + ".")
+    # the highest throughput of the whole run may belong to another implementation: say whose it is
+    highest = []
+    for p in ("forward", "backward"):
+        g = ok[ok["pass"] == p]
+        if len(g) and g["tflops"].notna().any():
+            r = g.loc[g["tflops"].idxmax()]
+            if str(r["impl"]) != top:
+                highest.append(f"{p} {_t(r['tflops'])} TFLOP/s by **{r['impl']}** ({r.get('config', '')})")
+    if highest:
+        out.append("The highest throughput of the run: " + "; ".join(highest) + ".")
     r = ratio_to(ok, reference)
     r = r[r["impl"] != reference]
     if len(r):

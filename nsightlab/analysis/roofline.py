@@ -9,6 +9,8 @@ ceilings where the capture made them: cuBLAS GEMMs and a copy, and the instructi
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 import numpy as np
@@ -54,6 +56,43 @@ def _source(entry: dict) -> str:
     return f"{what}; {launch}; median of timed launches, checked against torch; this capture"
 
 
+def nominal_sm_hz(work: pd.DataFrame, manifest: dict | None = None) -> tuple[float, str]:
+    """The one SM clock a GPU's compute peaks are stated at: its maximum (``nvidia-smi``'s
+    ``clocks.max.sm``, recorded in the manifest), else the highest clock a launch of the capture ran
+    at; with where it comes from. NaN when neither is known."""
+    smi = (((manifest or {}).get("gpu") or {}).get("nvidia_smi") or {}) if isinstance(manifest, dict) else {}
+    m = re.match(r"\s*([\d.]+)\s*MHz", str(smi.get("clocks.max.sm", "")))
+    if m and float(m.group(1)) > 0:
+        return float(m.group(1)) * 1e6, "the GPU's maximum SM clock, nvidia-smi clocks.max.sm"
+    hz = work["hz_sm"].dropna() if "hz_sm" in work else pd.Series(dtype=float)
+    if len(hz):
+        return float(hz.max()), "the highest SM clock a launch of this capture ran at (no nvidia-smi maximum recorded)"
+    return float("nan"), ""
+
+
+def clock_range(work: pd.DataFrame) -> str:
+    """The SM clocks the capture's launches ran at, as text ("1.740–1.973 GHz over 56 launches")."""
+    hz = work["hz_sm"].dropna() if "hz_sm" in work else pd.Series(dtype=float)
+    if not len(hz):
+        return "no recorded clock"
+    return f"{hz.min() / 1e9:.3f}–{hz.max() / 1e9:.3f} GHz over {len(hz)} launches"
+
+
+#: the dtype names of a case's ``dtype`` field, as the measured ceilings' keys spell them
+_DTYPE_KEYS = {"float16": "fp16", "half": "fp16", "fp16": "fp16", "bfloat16": "bf16", "bf16": "bf16",
+               "float32": "fp32", "fp32": "fp32"}
+
+
+def _dtype_ok(key: str, points: pd.DataFrame | None) -> bool:
+    """Whether a measured FP16/BF16 ceiling matches the dtypes of the points (FP32 ones always do:
+    CUDA-core kernels accumulate in FP32 whatever their inputs)."""
+    kind = key.rsplit("_", 1)[-1]
+    if kind not in ("fp16", "bf16") or points is None or "dtype" not in points:
+        return True
+    have = {_DTYPE_KEYS.get(str(d).lower()) for d in points["dtype"].dropna().unique()}
+    return not (have - {None}) or kind in have
+
+
 def ceilings(work: pd.DataFrame, manifest: dict | None = None, points: pd.DataFrame | None = None) -> pd.DataFrame:
     """The roofline's ceilings: compute in FLOP/s and bandwidth in B/s, each the median over the
     report's launches of Nsight's peak at the clock it recorded (``per_cycle``: the compute peak per
@@ -65,6 +104,9 @@ def ceilings(work: pd.DataFrame, manifest: dict | None = None, points: pd.DataFr
     out. NotApplicable if there is no ceiling at all."""
     rows = []
     used_pipes = {t for t in FLOP_TERMS if f"flop_{t}" in work and (work[f"flop_{t}"].fillna(0) > 0).any()}
+    hz, hz_source = nominal_sm_hz(work, manifest)
+    clock = (f" × {hz / 1e9:.3f} GHz ({hz_source}; the launches ran at {clock_range(work)}, and each range is "
+             "compared with a peak at its own clock)" if np.isfinite(hz) else " × recorded clock (median)")
     for kind, col, label in PEAK_LABELS:
         v = work[col].dropna() if col in work else pd.Series(dtype=float)
         if not len(v):
@@ -72,15 +114,16 @@ def ceilings(work: pd.DataFrame, manifest: dict | None = None, points: pd.DataFr
         if col == "peak_fp64" and "fp64" not in used_pipes:
             continue
         per_cycle = float((work[col] / work["hz_sm"]).median()) if kind == "compute" else float("nan")
-        source = "Nsight Compute peak × recorded clock"
+        value = per_cycle * hz if kind == "compute" and np.isfinite(hz) and np.isfinite(per_cycle) else float(v.median())
+        source = "Nsight Compute peak per cycle" + clock if kind == "compute" else "Nsight Compute peak × recorded clock"
         if col == "peak_tensor":
-            source = ("Nsight Compute dense (sparsity off) tensor peak × recorded clock" if _dense_in_report(work) else
-                      f"Nsight Compute tensor-path peak × {TENSOR_DENSE_FACTOR:g} (dense) × recorded clock")
-        rows.append({"kind": kind, "name": label, "value": float(v.median()), "per_cycle": per_cycle,
+            source = ("Nsight Compute dense (sparsity off) tensor peak per cycle" if _dense_in_report(work) else
+                      f"Nsight Compute tensor-path peak per cycle × {TENSOR_DENSE_FACTOR:g} (dense)") + clock
+        rows.append({"kind": kind, "name": label, "value": value, "per_cycle": per_cycle,
                      "source": source, "where": None})
     meas = (manifest or {}).get("ceilings") or {}
     for key, label in MEASURED_COMPUTE:
-        if isinstance(meas.get(key), dict) and "flop_per_s" in meas[key]:
+        if isinstance(meas.get(key), dict) and "flop_per_s" in meas[key] and _dtype_ok(key, points):
             rows.append({"kind": "compute", "name": label, "value": float(meas[key]["flop_per_s"]), "per_cycle": np.nan,
                          "source": _source(meas[key]), "where": None})
     mufu = meas.get("mufu_ex2")
@@ -125,15 +168,16 @@ def tensor_peak_derivation(work: pd.DataFrame, manifest: dict | None = None, ran
     """How the dense tensor peak follows from this report's own counters and clocks, as text (markdown)."""
     if "peak_tensor" not in work or work["peak_tensor"].isna().all():
         return ("**Tensor peak:** not in this report (" + (missing_message(work, ["peak_tensor"]) or "") + ").")
-    hz = work["hz_sm"].dropna()
     sms = work["sm_count"].dropna() if "sm_count" in work else pd.Series(dtype=float)
     n_sm = int(sms.median()) if len(sms) else (manifest or {}).get("gpu", {}).get("sm_count")
-    value = float(work["peak_tensor"].median())
-    clock = (f"the SM clock Nsight Compute recorded for each launch (`sm__cycles_elapsed.avg.per_second`, median "
-             f"{hz.median() / 1e9:.3f} GHz; {hz.min() / 1e9:.3f}–{hz.max() / 1e9:.3f} GHz over {len(hz)} launches)")
+    hz, hz_source = nominal_sm_hz(work, manifest)
+    per_cycle_all = float((work["peak_tensor"] / work["hz_sm"]).median())
+    value = per_cycle_all * hz
+    clock = (f"{hz / 1e9:.3f} GHz ({hz_source}). One peak per GPU, whatever clock a capture's launches ran at "
+             f"(here {clock_range(work)}, from `sm__cycles_elapsed.avg.per_second`): a range's share of it is "
+             "taken at the range's own clock, so a kernel that ran slower clocks is not counted as less efficient")
     if _dense_in_report(work):
-        per_cycle = float((work["peak_tensor"] / work["hz_sm"]).median())
-        return (f"**Dense tensor peak, from this report:** `{TENSOR_DENSE_PEAK}` = {per_cycle:,.0f} FLOP per cycle "
+        return (f"**Dense tensor peak, from this report:** `{TENSOR_DENSE_PEAK}` = {per_cycle_all:,.0f} FLOP per cycle "
                 f"(all SMs) × {clock} = **{value / 1e12:,.0f} TFLOP/s**.")
     path = work["peak_tensor_path"] / work["hz_sm"] if "peak_tensor_path" in work else pd.Series(dtype=float)
     path_cycle = float(path.median()) if path.notna().any() else float("nan")
@@ -149,7 +193,7 @@ def tensor_peak_derivation(work: pd.DataFrame, manifest: dict | None = None, ran
            f"{per:,.0f} × {TENSOR_DENSE_FACTOR:g} = {per * TENSOR_DENSE_FACTOR:,.0f} FLOP per {unit}"
            + (f" × {n_sm} SMs" if n_sm else "") + f" × {clock} = **{value / 1e12:,.0f} TFLOP/s**, drawn as "
            f"*Tensor FP16 dense*. Nsight Compute's own tensor roof, unhalved, would be "
-           f"{float(work['peak_tensor_path'].median()) / 1e12:,.0f} TFLOP/s.")
+           f"{path_cycle * hz / 1e12:,.0f} TFLOP/s.")
     cc = str((manifest or {}).get("gpu", {}).get("compute_capability", ""))
     if cc == "9.0" and n_sm and abs(per * TENSOR_DENSE_FACTOR - 4096) < 1:
         txt += (" Cross-check (not an input): 4,096 FLOP per SM per cycle is NVIDIA's published dense FP16 rate for "
@@ -189,25 +233,56 @@ def _tensor_count_ratio(ranges: pd.DataFrame | None) -> float | None:
 
 
 def roofline_points(rng: pd.DataFrame) -> pd.DataFrame:
-    """One point per range and memory level: arithmetic intensity (counted FLOP / bytes moved at
-    that level) and FLOP/s (counted FLOP / the range's kernel time). NotApplicable, naming the
-    missing metrics, without counted FLOPs, durations or bytes at any level."""
+    """One point per range and memory level: arithmetic intensity (FLOP / bytes moved at that level)
+    and FLOP/s (FLOP / the range's kernel time). The FLOPs are the *useful* ones, the work model's
+    (``model_flop``, from :func:`nsightlab.analysis.counters.attach_model`), where the range has one, so
+    that two implementations of one case rank as their times do; else the counted ones (``basis``
+    says which). The counted FLOP/s ride along (``counted_flop_per_s``, ``counted_over_model``):
+    a kernel that executes more than the model (recomputation, masked or padded tiles) is fast on
+    the counters without being fast. NotApplicable, naming the missing metrics, without FLOPs,
+    durations or bytes at any level."""
     require(rng, "flop", "seconds", what="the roofline")
     levels = [lv for lv in LEVELS if f"bytes_{lv}" in rng and rng[f"bytes_{lv}"].notna().any()]
     if not levels:
         require(rng, "bytes_DRAM", "bytes_L2", "bytes_L1", what="the roofline")
-    keep = ["range", *identity_columns(rng), "flop_counters", *[f"flop_{t}" for t in FLOP_TERMS]]
+    keep = ["range", *identity_columns(rng), "flop_counters", *[f"flop_{t}" for t in FLOP_TERMS], "hz_sm"]
+    model = (pd.to_numeric(rng["model_flop"], errors="coerce") if "model_flop" in rng
+             else pd.Series(np.nan, index=rng.index))
     rows = []
-    for _, r in rng.iterrows():
+    for (_, r), m in zip(rng.iterrows(), model, strict=True):
+        useful = bool(np.isfinite(m) and m > 0)
+        used = float(m) if useful else r["flop"]
         for level in levels:
             b = r[f"bytes_{level}"]
-            if not (b > 0 and r["seconds"] > 0 and r["flop"] > 0):
+            if not (b > 0 and r["seconds"] > 0 and used > 0):
                 continue
-            rows.append({**{k: r[k] for k in keep if k in r}, "level": level, "intensity": r["flop"] / b,
-                         "flop_per_s": r["flop"] / r["seconds"], "bytes": b, "flop": r["flop"], "ms": r["seconds"] * 1e3})
+            counted = r["flop"] if r["flop"] == r["flop"] else np.nan
+            rows.append({**{k: r[k] for k in keep if k in r}, "level": level, "intensity": used / b,
+                         "flop_per_s": used / r["seconds"], "bytes": b, "flop": used, "ms": r["seconds"] * 1e3,
+                         "basis": "useful" if useful else "counted", "counted_flop": counted,
+                         "counted_flop_per_s": counted / r["seconds"],
+                         "counted_over_model": counted / m if useful else np.nan})
     if not rows:
-        raise NotApplicable("no range has counted FLOPs, bytes and a duration above zero (nothing to place)")
+        raise NotApplicable("no range has FLOPs, bytes and a duration above zero (nothing to place)")
     return pd.DataFrame(rows)
+
+
+def basis_text(points: pd.DataFrame) -> str:
+    """What the points' FLOP/s are, for an axis title or a note."""
+    bases = set(points["basis"]) if "basis" in points else {"counted"}
+    if bases == {"useful"}:
+        return "useful FLOP/s: the work model's FLOPs over the measured time"
+    if bases == {"counted"}:
+        return "counted FLOP/s: the FLOPs Nsight Compute counted over the measured time (no work model)"
+    return "useful FLOP/s (the work model's) where a case has a work model, counted FLOP/s elsewhere"
+
+
+def _share_of_peak(flop_per_s: float, hz: Any, peak: float, per_cycle: Any) -> float:
+    """A range's share of a compute peak, at the clock the range ran at when both are known."""
+    if isinstance(per_cycle, (int, float)) and np.isfinite(per_cycle) and per_cycle > 0 and \
+            isinstance(hz, (int, float)) and np.isfinite(hz) and hz > 0:
+        return flop_per_s / (per_cycle * hz)
+    return flop_per_s / peak
 
 
 def attainable(intensity: float | np.ndarray, peak_flops: float, peak_bw: float) -> Any:
@@ -233,30 +308,88 @@ def flop_check(rng: pd.DataFrame, tolerance: float = 0.10) -> pd.DataFrame:
     out = out[pd.to_numeric(out["model_flop"], errors="coerce").notna()]
     out["counted_over_model"] = out["flop"] / out["model_flop"]
     out["flag"] = (out["counted_over_model"] - 1).abs() > tolerance
-    out["explanation"] = [explain(r, tolerance) for _, r in out.iterrows()]
+    out["explanation"] = [explain(r, tolerance, _sibling_text(r, out, tolerance)) for _, r in out.iterrows()]
     return out.reset_index(drop=True)
+
+
+def _sibling_text(r: pd.Series, fc: pd.DataFrame, tolerance: float) -> str:
+    """What the range's siblings say about its excess FLOPs, computed: ranges of the same implementation
+    whose fields differ only in ``pass`` or in one yes/no field (``causal``) and whose counters agree
+    with their own model. The range's counted FLOPs as a multiple of the sibling's, against the
+    multiple the work model credits, say how many of the sibling's operations it performs beyond the
+    model (a backward pass recomputing more than the model's forward products; a masked case computing
+    the masked part). "" without such a sibling or without excess."""
+    ratio = r["counted_over_model"]
+    if not (np.isfinite(ratio) and ratio > 1 + tolerance):
+        return ""
+    fields = [c for c in identity_columns(fc) if c in fc and c not in ("options",)]
+    from .counters import option_columns
+
+    fields = [c for c in fields if c not in option_columns(fc)]
+    out = []
+    for f in fields:
+        if f == "variant" or f not in r.index:
+            continue
+        others = [c for c in fields if c != f]
+        same = np.ones(len(fc), dtype=bool)
+        for c in others:
+            same &= (fc[c].astype(str) == str(r[c])).to_numpy()
+        sib = fc[same & (fc[f].astype(str) != str(r[f])).to_numpy() & ~fc["flag"].to_numpy()]
+        if sib.empty or not (f == "pass" or set(fc[f].dropna().astype(str)) <= {"True", "False", "0", "1"}):
+            continue
+        s = sib.iloc[0]
+        counted, credited = r["flop"] / s["flop"], r["model_flop"] / s["model_flop"]
+        if not counted > credited * (1 + tolerance / 2):
+            continue  # the sibling does not account for this range's excess
+        what = f"the {s[f]} pass" if f == "pass" else f"the same case with {f}={plain(s[f])}"
+        txt = (f"it counts {counted:.2f}× the FLOPs of {what} (which agrees with its model) where the model credits "
+               f"{credited:.2f}×")
+        if f != "pass" and credited < 1 < 1 / credited and counted > credited:
+            # a masked case computed by tiles: whole tiles along the mask's edge add 1/n of the unmasked
+            # work per n tiles, so the excess names the tile
+            n_field = next((c for c in ("N", "Nk") if c in r.index and isinstance(r[c], (int, np.integer))), None)
+            excess = counted / credited - 1
+            if n_field and excess > 0:
+                tile = r[n_field] * excess
+                pow2 = 2 ** round(math.log2(tile)) if tile > 0 else 0
+                if pow2 >= 16 and abs(tile / pow2 - 1) < 0.1:
+                    txt += (f"; the excess ({excess:.1%}) is what computing whole tiles of {pow2} along the mask's "
+                            f"edge adds at {n_field}={r[n_field]}")
+        elif f == "pass":
+            txt += f": {counted - credited:.2f}× {what}'s operations beyond the model (recomputed or redundant products)"
+        out.append(txt)
+    return "; ".join(out)
+
+
+def plain(v: object) -> str:
+    return str(v)
 
 
 ALL_COUNTERS = tuple(k for parts in FLOP_TERMS.values() for k, _ in parts)
 
 
-def explain(r: pd.Series, tolerance: float = 0.10) -> str:
-    """Why counted and modeled FLOPs differ, from generic rules over the row's columns: the pass,
-    ``trait_materializes``, the tensor share of the counted FLOPs, N not a multiple of 64, and the
-    FLOP counters the capture lacks. Never from an implementation's name."""
+def explain(r: pd.Series, tolerance: float = 0.10, siblings: str = "") -> str:
+    """Why counted and modeled FLOPs differ, computed from the row's counters and columns: the tensor
+    and other shares of the excess, what siblings of the range say (``siblings``, from
+    :func:`flop_check`), ``trait_materializes``, N not a multiple of 64, and the FLOP counters the
+    capture lacks. Never from an implementation's name."""
     ratio = r["counted_over_model"]
     if not np.isfinite(ratio):
         return "no counted FLOPs"
     if abs(ratio - 1) <= tolerance:
         return f"agrees within {tolerance:.0%}"
     flop = r.get("flop", 0) or 0
-    tensor_share = (r.get("flop_tensor", 0) or 0) / flop if flop else 0.0
+    tensor = r.get("flop_tensor", 0) or 0
+    tensor = 0.0 if tensor != tensor else float(tensor)
+    tensor_share = tensor / flop if flop else 0.0
     n = r.get("N")
     parts = []
     if ratio > 1:
-        if r.get("pass") == "backward":
-            parts.append("backward pass: work models count the gradient's matrix products only; recomputed forward "
-                         "products and the gradient's elementwise arithmetic are counted too")
+        model = float(r["model_flop"])
+        parts.append(f"tensor-core FLOPs {tensor / model:.2f}× the model, other FLOPs {(flop - tensor) / model:.2f}×"
+                     + (f" ({r.get('pass')} pass)" if r.get("pass") else ""))
+        if siblings:
+            parts.append(siblings)
         if _true(r.get("trait_materializes")):
             parts.append("materializes intermediates: elementwise arithmetic on every stored element (e.g. a softmax's "
                          "max, exp, sum and scaling) counts as FP32 instructions")
@@ -306,6 +439,7 @@ def nearest_roof(points: pd.DataFrame, ceil: pd.DataFrame) -> pd.DataFrame:
     level's peak; compute: FLOP/s over the Nsight peak of the pipe that did most of its counted
     FLOPs, else the highest one) and the nearest one (``nearest``, ``fraction``)."""
     peaks = {r["name"]: r["value"] for _, r in ceil.iterrows() if not str(r["name"]).startswith("measured")}
+    per_cycle = {r["name"]: r.get("per_cycle") for _, r in ceil.iterrows()}
     pipe_peak = {col.removeprefix("peak_"): label for kind, col, label in PEAK_LABELS if kind == "compute"}
     comp = ceil[(ceil["kind"] == "compute") & ~ceil["name"].str.startswith("measured")]
     top_name = comp.loc[comp["value"].idxmax(), "name"] if len(comp) else None
@@ -320,10 +454,9 @@ def nearest_roof(points: pd.DataFrame, ceil: pd.DataFrame) -> pd.DataFrame:
         by_pipe = {t: first.get(f"flop_{t}") for t in FLOP_TERMS}
         by_pipe = {t: v for t, v in by_pipe.items() if isinstance(v, (int, float)) and v == v and v > 0}
         name = pipe_peak.get(max(by_pipe, key=by_pipe.get)) if by_pipe else top_name
-        if name in peaks:
-            fr[f"{name} peak"] = first["flop_per_s"] / peaks[name]
-        elif top_name:
-            fr[f"{top_name} peak"] = first["flop_per_s"] / peaks[top_name]
+        name = name if name in peaks else top_name
+        if name:
+            fr[f"{name} peak"] = _share_of_peak(first["flop_per_s"], first.get("hz_sm"), peaks[name], per_cycle.get(name))
         if not fr:
             continue
         name, val = max(fr.items(), key=lambda kv: kv[1])
@@ -345,10 +478,21 @@ def findings(points: pd.DataFrame, ceil: pd.DataFrame, fc: pd.DataFrame | None =
     comp = ceil[(ceil["kind"] == "compute") & (ceil["value"] >= best["flop_per_s"])]
     if "where" in comp:  # the shares of the roofs that hold everywhere (the MUFU bounds have their own section)
         comp = comp[comp["where"].isna()]
-    shares = [f"{best['flop_per_s'] / c['value']:.0%} of {c['name']}"
+    clock = best.get("hz_sm")
+    at_clock = (f" at the {clock / 1e9:.2f} GHz it ran at" if isinstance(clock, float) and np.isfinite(clock) else "")
+    shares = [f"{_share_of_peak(best['flop_per_s'], clock, c['value'], c.get('per_cycle')):.0%} of {c['name']}"
+              + (at_clock if np.isfinite(c.get("per_cycle", np.nan)) else "")
               for _, c in comp.sort_values("value", ascending=False).iterrows()]
+    useful = best.get("basis") == "useful"
+    counted = best.get("counted_flop_per_s")
+    extra = []
+    if shares:
+        extra.append(", ".join(shares[:2]))
+    if useful and isinstance(counted, float) and np.isfinite(counted):
+        extra.append(f"the counters saw {counted / 1e12:,.0f}")
     out.append(f"Fastest range: **{best[label]}** ({_fields_text(best, fields)}) at "
-               f"{best['flop_per_s'] / 1e12:,.0f} TFLOP/s" + (f" — {', '.join(shares[:2])}" if shares else "") + ".")
+               f"{best['flop_per_s'] / 1e12:,.0f} {'useful ' if useful else ''}TFLOP/s"
+               + (f" ({'; '.join(extra)})" if extra else "") + ".")
     near = nearest_roof(points, ceil)
     if len(near):
         top = near.loc[near.groupby(near[label].astype(str), sort=False)["flop_per_s"].idxmax()]
@@ -363,7 +507,8 @@ def findings(points: pd.DataFrame, ceil: pd.DataFrame, fc: pd.DataFrame | None =
         n_ok = int((~fc["flag"]).sum())
         more = int((fc["counted_over_model"] > 1.1).sum())
         out.append(f"Counted FLOPs agree with the work model within 10% for {n_ok} of {len(fc)} ranges"
-                   + (f"; {more} count more than the model (see the last section)" if more else "") + ".")
+                   + (f"; {more} count more than the model (ringed on the roofline, which plots the model's useful "
+                      "FLOPs; the last section says where the excess comes from)" if more else "") + ".")
     return out
 
 
@@ -426,3 +571,30 @@ def ceiling_table(ceil: pd.DataFrame) -> pd.DataFrame:
                                     for w in ceil["where"]])
     return out
 
+
+
+def caveats(manifest: dict | None, points: pd.DataFrame | None = None) -> list[str]:
+    """What changes the meaning of this capture's roofline, in words for the page: how Nsight Compute
+    treated the caches between kernels, and what the L1 level counts."""
+    man = manifest if isinstance(manifest, dict) else {}
+    ncu = man.get("ncu") or man.get("deep") or {}
+    cache = ncu.get("cache_control") if isinstance(ncu, dict) else None
+    if cache is None and man.get("origin", "captured") == "captured" and ncu:
+        cache = "all"  # `nsightlab capture` has always passed --cache-control all (nsightlab.run.capture)
+    out = []
+    if cache == "all":
+        out.append("**Caches flushed before every kernel** (`ncu --cache-control all`): each profiled kernel starts "
+                   "with a cold L2, so its DRAM bytes are a cold start's, and reuse across kernels (one launch finding "
+                   "in L2 what the previous one left) cannot appear here; the nsys timings are of warm runs.")
+    elif cache == "none":
+        out.append("**Caches not flushed between kernels** (`ncu --cache-control none`): a kernel may find its inputs "
+                   "in L2, left by the launch before it, so its DRAM bytes can be below a cold start's.")
+    else:
+        out.append("**Cache control between kernels: not recorded** for this capture (Nsight Compute's default "
+                   "flushes every cache before each kernel).")
+    if points is None or "L1" in set(points.get("level", [])):
+        out.append("**What the L1 level counts:** the bytes of global and local loads and stores through the LSU "
+                   "(`l1tex__..._mem_lgds`). Data a TMA copy (`cp.async.bulk`) brings into shared memory, and "
+                   "operands `wgmma` reads straight from shared memory, are not in it: a TMA/wgmma kernel's L1 point "
+                   "sits far to the right of where its shared-memory traffic would put it.")
+    return out

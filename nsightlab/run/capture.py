@@ -65,6 +65,8 @@ DEEP_SECTIONS = M.DEEP_SECTIONS
 #: the deep tier replays each kernel: its ~40 passes under application replay would rerun the whole
 #: workload process (startup, kernel builds, warm-ups) ~40 times
 DEEP_REPLAY_MODE = "kernel"
+#: ncu flushes every cache before each profiled kernel (each starts cold: the pages say so)
+CACHE_CONTROL = "all"
 
 
 # --------------------------------------------------------------------------- command lines
@@ -107,7 +109,7 @@ def ncu_command(ncu: str | os.PathLike, workload: Sequence[str], export: str | o
     if replay_mode not in ("kernel", "application"):
         raise ValueError(f"replay_mode must be 'kernel' or 'application', not {replay_mode!r}")
     cmd = [str(ncu), "--nvtx", "--nvtx-include", nvtx_include, "--clock-control", clock_control,
-           "--cache-control", "all", "--replay-mode", replay_mode, "--target-processes", "all"]
+           "--cache-control", CACHE_CONTROL, "--replay-mode", replay_mode, "--target-processes", "all"]
     if kernel_regex:
         cmd += ["--kernel-name", f"regex:{kernel_regex}"]
     cmd += list(extra)
@@ -349,7 +351,7 @@ class _Steps:
             self.run("ncu-raw-csv", ncu_raw_csv_command(self.tools["ncu"], self.folder / "ncu.ncu-rep"),
                      log="ncu_raw_csv.log", stdout_to="ncu_raw.csv", env=self.env)
         return {"version": tool_version(self.tools["ncu"]), "path": str(self.tools["ncu"]), "metrics": M.metric_names(),
-                "clock_control": self.clock_control, "nvtx_include": include, "replay_mode": self.replay_mode,
+                "clock_control": self.clock_control, "cache_control": CACHE_CONTROL, "nvtx_include": include, "replay_mode": self.replay_mode,
                 **_ncu_cost(text)}
 
     def nsys(self) -> dict[str, Any]:
@@ -389,7 +391,7 @@ class _Steps:
                      stdout_to="deep_raw.csv", env=self.env)
         return {"regex": self.plan.sweep.deep, "cases": [c.range for c in self.plan.deep],
                 "version": tool_version(ncu), "path": str(ncu), "sections": list(DEEP_SECTIONS), "import_source": True,
-                "replay_mode": DEEP_REPLAY_MODE, "clock_control": self.clock_control, "nvtx_include": include,
+                "replay_mode": DEEP_REPLAY_MODE, "clock_control": self.clock_control, "cache_control": CACHE_CONTROL, "nvtx_include": include,
                 "seconds": round(self.timings["deep"], 2), "export_seconds": round(self.timings["deep_csv"], 2),
                 "report_bytes": report_bytes, **_ncu_cost(text)}
 
