@@ -10,12 +10,12 @@ from flash_kernels.sources import (
     MODULES,
     cu_arch,
     cu_files,
-    unexpected_spills,
     expand_includes,
     find_nvcc,
     parse_ptxas,
     ptxas_report,
     readable_kernel_name,
+    unexpected_spills,
 )
 
 NVCC = find_nvcc()
