@@ -435,8 +435,49 @@ def test_bad_arguments_give_a_one_line_error(argv, message, capsys, monkeypatch)
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
-    (line,) = [x for x in err.splitlines() if "error:" in x]
+    (line,) = err.splitlines()  # one line, no usage block before it
     assert line.startswith("nsightlab capture: error: ") and message in line
+    assert line.endswith(" (see nsightlab capture --help)")
+
+
+def test_an_implementation_whose_module_needs_torch_says_so(tmp_path, capsys, monkeypatch):
+    """--list needs no GPU, but it imports a module:callable implementation: without torch, say that torch
+    is missing (not "is it on PYTHONPATH?"); a module that is not there still gets the PYTHONPATH hint."""
+    (tmp_path / "impl_that_needs_torch.py").write_text("import torch\n\n\ndef attn(q, k, v, *, causal=False, "
+                                                       "scale=None):\n    return q\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
+    for spec, words, not_words in (("impl_that_needs_torch:attn", "needs torch, which is not installed here: "
+                                    "pip install torch", "PYTHONPATH"),
+                                   ("no_such_module_xyz:attn", "No module named 'no_such_module_xyz' (is it on "
+                                    "PYTHONPATH", "pip install")):
+        with pytest.raises(SystemExit) as exc:
+            _main(["--impl", spec, "-N", "64", "--list"], monkeypatch)
+        assert exc.value.code == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert words in line and not_words not in line, line
+
+
+def test_a_sweep_that_would_run_no_case_exits_2_saying_why(capsys, monkeypatch):
+    """Every case refused (an option the implementation does not take): --list shows the cases with their
+    reasons, then one error line, exit 2; a capture does not start."""
+    argv = ["--impl", "flash_mma", "-B", "1", "-H", "1", "-N", "1024", "-D", "64", "--option", "bogus=1"]
+    with pytest.raises(SystemExit) as exc:
+        _main([*argv, "--list"], monkeypatch)
+    assert exc.value.code == 2
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0] == "# custom: 0 case(s) to run, 2 skipped" and out.count("[skipped: flash_mma: unknown") == 2
+    (line,) = err.splitlines()
+    assert line.startswith("nsightlab capture: error: no case would run: all 2 case(s) of sweep custom are skipped "
+                           "(flash_mma: unknown option(s) bogus; accepted: "), line
+    with pytest.raises(SystemExit) as exc:
+        _main(argv, monkeypatch)
+    assert exc.value.code == 2 and "no case would run" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # nothing matching --only: the same
+        _main(["--suite", "seqlen", "--only", "zzz", "--list"], monkeypatch)
+    assert exc.value.code == 2 and "no case would run: sweep seqlen matching --only 'zzz' has no case" in \
+        capsys.readouterr().err
+    assert _main(["--suite", "bench", "--list"], monkeypatch) == 0  # a benchmark-only sweep has no cases to run
 
 
 def test_store_validation_errors(tmp_path):

@@ -135,6 +135,13 @@ def test_import_foreign_sqlite(tmp_path, sqlite):
     assert {c: (k.at[c, "range"], k.at[c, "domain"]) for c in EXPECTED} == EXPECTED
 
 
+def test_import_says_what_it_imported_in_proper_plurals(tmp_path, sqlite, capsys):
+    assert importer.main([str(sqlite), "--profiles", str(tmp_path / "p"), "--name", "one"]) == 0
+    out = capsys.readouterr().out
+    assert f"imported 1 report from {GPU_NAME} into " in out and out.rstrip().endswith("(nsys; 1 file)"), out
+    assert "(s)" not in out and "1 files" not in out
+
+
 def test_import_replaces_an_earlier_capture_only_when_complete(tmp_path, sqlite):
     profiles = tmp_path / "p"
     first = importer.import_reports([sqlite], profiles, name="run")

@@ -219,3 +219,42 @@ def test_unit_scale():
     assert ncu.unit_scale("%/Kbyte") == (1e3, "%/byte")
     assert np.isnan(ncu.parse_number("n/a")) and ncu.parse_number("1,081,344") == 1081344
     assert re.fullmatch(r"\d+", "12")
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:")) / 1024
+
+
+def test_reading_reports_does_not_grow_the_reading_process():
+    """ncu-report keeps about 1.4 MB of every launch it decoded until its process ends (closing the report
+    frees nothing): the readers run in a process of their own (nsightlab.parse.isolated), so reading the
+    124-launch blocksize report and the 36-launch deep one twice leaves this process as it was. In process
+    that was about 2 x (124 + 2 x 36) x 1.4 MB = 550 MB for good."""
+    from nsightlab.parse import deep
+
+    light = ROOT / "profiles" / "nvidia-h200" / "blocksize"
+    rep, schemas = find_file(light, "ncu.ncu-rep"), schemas_of(load_manifest(light))
+    deep_rep = find_file(ROOT / "profiles" / "nvidia-h200" / "bottleneck-deep", "deep.ncu-rep")
+    ncu.ncu_frame(rep, metrics=["gpu__time_duration.sum"], schemas=schemas)  # imports and caches warmed
+    before = _rss_mb()
+    for _ in range(2):
+        df = ncu.ncu_frame(rep, schemas=schemas)
+        launches, values = deep.launches(deep_rep), deep.metric_values(deep_rep)
+    grew = _rss_mb() - before
+    assert len(df) == 124 and len(launches) == 36 and len(values) > 1000
+    assert grew < 80, f"reading grew this process by {grew:.0f} MB"
+
+
+def test_the_reading_process_hands_back_results_and_errors_and_survives_a_crash():
+    import os
+
+    from nsightlab.parse import isolated
+
+    assert isolated.call(divmod, 7, 2) == (3, 1)
+    with pytest.raises(ValueError, match="invalid literal"):
+        isolated.call(int, "x")  # the reader's own exception, raised here
+    with pytest.raises(ProfileError, match="its process ended with status 3"):
+        isolated.call(os._exit, 3)  # a reader that takes its process down (a crash inside Nsight's library)
+    assert isolated.call(divmod, 9, 4) == (2, 1)  # the next read gets a fresh process
+

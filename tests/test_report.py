@@ -194,7 +194,7 @@ def test_every_notebook_renders_and_broken_captures_are_reported(rendered):
         for nb, reason in why.items():
             assert f"{nb}: not applicable &mdash; {html.escape(reason)}" in index
     theirs = (reports / "gpu-x" / "theirs" / "roofline.html").read_text()
-    assert "FLOP source:" in theirs and "FMUL" in theirs and "no work model" in theirs
+    assert "FLOPs:" in theirs and "counted FLOP/s" in theirs and "FMUL" in theirs and "no work model" in theirs
     assert "gpu-y/broken" in index and "truncated" in index
     assert "gpu-y/nomanifest" in index and "no manifest.json" in index
     assert not list(reports.glob("**/.render-*")), "temporary render folders left behind"
@@ -213,7 +213,7 @@ def test_pages_and_index_open_with_a_summary_from_the_data(rendered):
         assert meta["summary"] and meta["inputs"], f"{page}: no summary or inputs hash beside it"
         assert html.escape(meta["summary"][0]) in index, f"{page}: its finding is not on the index"
     seqlen = read_meta(reports / "nvidia-h200" / "seqlen" / "roofline.html")["summary"]
-    assert re.search(r"Fastest range: \w+ .* at [\d,]+ TFLOP/s", seqlen[0]), seqlen
+    assert re.search(r"Fastest range: \w+ .* at [\d,]+ useful TFLOP/s", seqlen[0]), seqlen
     name, base, new = COMPARED
     assert "Comparisons" in index and f'href="compare/{name}.html"' in index and f"{base} → {new}" in index
     assert "compare/to-nowhere" in index and "gpu-z/nowhere: neither a capture folder nor a label" in index
@@ -237,6 +237,24 @@ def test_declared_comparisons_render_with_the_rest_and_are_current(rendered):
     assert html.escape(cmp.summary()) in text and html.escape(cmp.summary()) in (reports / "index.html").read_text()
     assert 'src="../plotly.min.js"' in text and 'href="../nsightlab.css"' in text
     assert read_meta(folder / f"{name}.html")["inputs"]
+
+
+def test_make_report_renders_the_declared_comparisons_again(rendered):
+    """`make report` runs `nsightlab report --profiles profiles --reports reports` (no --only), which renders
+    the comparison pages the profiles folder declares (comparisons.toml), and renders one again, the same
+    bytes, when its page is gone."""
+    rc0, profiles, reports = rendered
+    recipe = re.search(r"^report:.*\n\t(.+)$", (ROOT / "Makefile").read_text(), re.M).group(1).split()
+    assert recipe[0].endswith("/bin/nsightlab") and recipe[1:] == ["report", "--profiles", "profiles", "--reports",
+                                                                   "reports"]
+    argv = [str(profiles) if a == "profiles" else str(reports) if a == "reports" else a for a in recipe[2:]]
+    name = COMPARED[0]
+    page, side = reports / "compare" / f"{name}.html", reports / "compare" / f"{name}.json"
+    before = page.read_bytes(), side.read_bytes()
+    page.unlink()
+    side.unlink()
+    assert report_main(argv) == rc0
+    assert (page.read_bytes(), side.read_bytes()) == before
 
 
 def test_pages_share_their_assets_and_make_no_outside_request(rendered):
@@ -371,6 +389,33 @@ def test_standalone_pages_travel_and_rendering_is_deterministic_and_quiet(tmp_pa
     assert "../../" not in markup and not re.findall(r'(?:src|href)=["\']?(?:https?:)?//', markup)
     dom, errors = load_in_chromium(page, tmp_path / "chrome")
     assert not errors and _undrawn(dom) == 0 and len(re.findall(r'class="plotly-graph-div', dom)) >= 2
+
+
+def test_figures_and_tables_give_the_same_bytes_whatever_the_last_digits():
+    """Values that differ only beyond the 7th significant digit (two CPUs, two numpy builds) give the same
+    figure and table bytes, ids included; a change a reader could see still shows."""
+    import numpy as np
+    import pandas as pd
+    import plotly.graph_objects as go
+
+    from nsightlab.render import figures
+    from nsightlab.render.page import table_html
+
+    def fig_html(e: float) -> str:
+        y = np.array([0.123456789, 12.3456789, 1234.56789]) * (1 + e)
+        fig = go.Figure(go.Scatter(x=[256, 1024, 4096], y=y, customdata=np.stack([y, 2 * y], axis=1)))
+        fig.add_trace(go.Bar(x=[1.0 * (1 + e), 2.0], y=[3.0, 4.0 / 3.0 * (1 + e)]))
+        fig.update_yaxes(type="log", range=[float(np.log10(y.min())), float(np.log10(y.max()))])
+        figures.set_plotlyjs("../../plotly.min.js")
+        return figures.html(fig)
+
+    def table(e: float) -> str:
+        return table_html(pd.DataFrame({"N": [1024, 4096], "ms": np.array([1.23456789, 9.87654321]) * (1 + e)}), name="t")
+
+    base = fig_html(0.0)
+    assert fig_html(4e-9) == fig_html(-4e-9) == base
+    assert fig_html(1e-4) != base
+    assert table(4e-9) == table(-4e-9) == table(0.0)
 
 
 def test_ctrl_c_stops_the_runner_and_leaves_no_render_folder(tmp_path):

@@ -58,6 +58,18 @@ def test_bad_arguments_exit_2_saying_what_is_wrong(argv, message, capsys):
     assert message in err and "Traceback" not in err
 
 
+def test_a_sweep_whose_every_case_is_skipped_exits_2_saying_why(tmp_path, capsys):
+    path = tmp_path / "s.toml"
+    path.write_text(from_args("s", ["flash_mma"], {"N": 64}, ["forward"], {"bogus": 1}, ["nsys"]).to_toml())
+    for argv in (["--sweep", str(path), "--list"], ["--sweep", str(path)]):  # listing, or running (before torch)
+        with pytest.raises(SystemExit) as exc:
+            workload.main(argv)
+        assert exc.value.code == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert "error: no case would run: all 1 case(s) of sweep s are skipped (flash_mma: unknown option(s) bogus" \
+            in line, line
+
+
 def test_without_a_gpu_it_says_so(tmp_path, capsys):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():

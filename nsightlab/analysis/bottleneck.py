@@ -138,10 +138,9 @@ class Deep:
 def load(path: str | Path, schemas: Iterable[RangeSchema] = ()) -> Deep:
     """Parse a deep report; one clear error if it lacks the sections the analysis needs."""
     path = Path(path)
-    launches = deep_parse.launches(path, schemas)
-    deep_parse.require_sections(launches)
-    return Deep(path, launches, deep_parse.section_metrics(path), deep_parse.metric_values(path),
-                deep_parse.sass_samples(path))
+    frames = deep_parse.read(path, schemas)  # one pass over the report, every frame
+    deep_parse.require_sections(frames["launches"])
+    return Deep(path, frames["launches"], frames["sections"], frames["values"], frames["sass"])
 
 
 # --------------------------------------------------------------------------- one launch at a time

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..core.args import ArgumentParser
 from ..core.errors import ProfileError
 from ..problems import problem as problems
 from ..store.captures import find_file, load_manifest
@@ -42,7 +43,7 @@ def deep_report(capture: str | Path) -> tuple[Path, tuple]:
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("capture", help="capture folder (profiles/<gpu>/<name>) or .ncu-rep file with the deep sections")
     p.add_argument("--a", required=True, help="the implementation to explain (a range's variant)")
     p.add_argument("--b", help="the implementation to compare with (default: --a, in --b-capture)")

@@ -16,6 +16,8 @@ the deep capture tier writes one (``deep.ncu-rep``), and so does anyone's ``ncu 
   CUDA file and line (where the kernel was built with ``-lineinfo``), all and not-issued samples,
   and one ``stall_<reason>`` column per stall reason (samples), as Nsight's source page shows them.
 
+:func:`read` gives any of them in one pass over the report.
+
 Values are read from the report through the ``ncu-report`` package; nothing is recomputed, so the
 tests can hold them against ``ncu --import R --csv --page details|raw|source``.
 """
@@ -31,7 +33,8 @@ import pandas as pd
 
 from ..core.errors import ProfileError
 from ..core.metrics import BOTTLENECK_SECTIONS, DEEP_SECTIONS
-from ..core.ranges import RangeSchema
+from ..core.ranges import RangeSchema, registered
+from . import isolated
 from .ncu import ncu_action_range, open_report
 from .range_columns import with_ranges
 
@@ -65,54 +68,105 @@ def _value(metric: Any) -> Any:
 def launches(path: str | Path, schemas: Iterable[RangeSchema] = ()) -> pd.DataFrame:
     """One row per profiled launch: range columns, ``launch``, ``kernel``, ``kernel_full``, ``time_ns``,
     ``sections`` (the identifiers of the sections the report holds for it, sorted)."""
-    path = Path(path)
-    schemas = tuple(schemas)
-    rows = []
-    for launch, ncu_report, action in _actions(path):
-        rname, domain = ncu_action_range(action, schemas)
-        dur = action.metric_by_name("gpu__time_duration.sum")
-        rows.append({"range": rname, "domain": domain, "launch": launch, "kernel": action.name(),
-                     "kernel_full": action.name(ncu_report.IAction.NameBase_DEMANGLED),
-                     "time_ns": _value(dur) if dur is not None else None,
-                     "sections": tuple(sorted(s.identifier() for s in action.sections()))})
-    if not rows:
-        raise ProfileError(f"{path}: holds no profiled kernel")
-    df = with_ranges(rows, schemas)
-    df.attrs["source"] = str(path)
-    return df
+    return read(path, schemas, parts=("launches",))["launches"]
 
 
 def section_metrics(path: str | Path) -> pd.DataFrame:
     """Every metric every section shows, per launch: ``launch``, ``section`` (identifier),
     ``section_name``, ``part`` (header|body), ``metric``, ``label``, ``unit``, ``value``."""
-    rows = []
-    for launch, _, action in _actions(Path(path)):
-        for sec in action.sections():
-            for part, metrics in (("header", sec.header_metrics()), ("body", sec.body_metrics())):
-                for m in metrics or ():
-                    rows.append({"launch": launch, "section": sec.identifier(), "section_name": sec.name(),
-                                 "part": part, "metric": m.name(), "label": m.label(), "unit": m.unit(),
-                                 "value": _value(m)})
-    return pd.DataFrame(rows, columns=["launch", "section", "section_name", "part", "metric", "label", "unit", "value"])
-
-
-_SKIP = ("device__", "nvlink__", "numa__", "c2clink__", "profiler__", "group:", "breakdown:")
+    return read(path, parts=("sections",))["sections"]
 
 
 def metric_values(path: str | Path, pattern: str | None = None) -> pd.DataFrame:
     """Every numeric, non-instanced metric per launch (``pattern``: only names it matches):
     ``launch``, ``metric``, ``unit``, ``value``."""
+    return read(path, parts=("values",), pattern=pattern)["values"]
+
+
+def sass_samples(path: str | Path) -> pd.DataFrame:
+    """One row per sampled SASS instruction of every launch that carries source counters: ``launch``,
+    ``address``, ``sass``, ``file``, ``line``, ``samples``, ``samples_not_issued``, ``stall_<reason>``.
+    Empty when the report holds no warp-state sampling (captured without the SourceCounters section)."""
+    return read(path, parts=("sass",))["sass"]
+
+
+PARTS = ("launches", "sections", "values", "sass")
+_COLUMNS = {"sections": ["launch", "section", "section_name", "part", "metric", "label", "unit", "value"],
+            "values": ["launch", "metric", "unit", "value"]}
+
+
+def read(path: str | Path, schemas: Iterable[RangeSchema] = (), parts: Iterable[str] = PARTS,
+         pattern: str | None = None) -> dict[str, pd.DataFrame]:
+    """The frames ``parts`` names (of :data:`PARTS`: :func:`launches`, :func:`section_metrics`,
+    :func:`metric_values`, :func:`sass_samples`) read in one pass over the report, in a process of its own
+    (:mod:`nsightlab.parse.isolated`: ncu-report keeps what it read until its process ends)."""
+    path, schemas, parts = Path(path), tuple(schemas), tuple(parts)
+    bad = [x for x in parts if x not in PARTS]
+    if bad:
+        raise ValueError(f"deep.read: no part {bad}; the parts are {', '.join(PARTS)}")
+    rows = isolated.call(_rows, path, parts, (*schemas, *registered()), pattern)
+    out = {}
+    for part, got in rows.items():
+        if part == "launches":
+            out[part] = with_ranges(got, schemas)
+            out[part].attrs["source"] = str(path)
+        else:
+            out[part] = pd.DataFrame(got, columns=_COLUMNS.get(part))
+    return out
+
+
+def _rows(path: Path, parts: tuple[str, ...], schemas: tuple[RangeSchema, ...],
+          pattern: str | None) -> dict[str, list[dict[str, Any]]]:
+    """:func:`read`'s rows, each launch of the report visited once."""
     want = re.compile(pattern) if pattern else None
+    out: dict[str, list[dict[str, Any]]] = {part: [] for part in parts}
+    for launch, ncu_report, action in _actions(path):
+        if "launches" in out:
+            out["launches"].append(_launch_row(launch, ncu_report, action, schemas))
+        if "sections" in out:
+            out["sections"] += _section_rows(launch, action)
+        if "values" in out:
+            out["values"] += _value_rows(launch, action, want)
+        if "sass" in out:
+            out["sass"] += _sass_rows(launch, action)
+    if "launches" in out and not out["launches"]:
+        raise ProfileError(f"{path}: holds no profiled kernel")
+    return out
+
+
+def _launch_row(launch: int, ncu_report: Any, action: Any, schemas: tuple[RangeSchema, ...]) -> dict[str, Any]:
+    rname, domain = ncu_action_range(action, schemas)
+    dur = action.metric_by_name("gpu__time_duration.sum")
+    return {"range": rname, "domain": domain, "launch": launch, "kernel": action.name(),
+            "kernel_full": action.name(ncu_report.IAction.NameBase_DEMANGLED),
+            "time_ns": _value(dur) if dur is not None else None,
+            "sections": tuple(sorted(s.identifier() for s in action.sections()))}
+
+
+def _section_rows(launch: int, action: Any) -> list[dict[str, Any]]:
     rows = []
-    for launch, _, action in _actions(Path(path)):
-        for name in action.metric_names():
-            if name.startswith(_SKIP) or (want and not want.search(name)):
-                continue
-            m = action.metric_by_name(name)
-            if m is None or m.kind() == m.ValueKind_STRING or not m.has_value() or m.num_instances() > 1:
-                continue
-            rows.append({"launch": launch, "metric": name, "unit": m.unit(), "value": m.as_double()})
-    return pd.DataFrame(rows, columns=["launch", "metric", "unit", "value"])
+    for sec in action.sections():
+        for part, metrics in (("header", sec.header_metrics()), ("body", sec.body_metrics())):
+            for m in metrics or ():
+                rows.append({"launch": launch, "section": sec.identifier(), "section_name": sec.name(),
+                             "part": part, "metric": m.name(), "label": m.label(), "unit": m.unit(),
+                             "value": _value(m)})
+    return rows
+
+
+_SKIP = ("device__", "nvlink__", "numa__", "c2clink__", "profiler__", "group:", "breakdown:")
+
+
+def _value_rows(launch: int, action: Any, want: re.Pattern[str] | None) -> list[dict[str, Any]]:
+    rows = []
+    for name in action.metric_names():
+        if name.startswith(_SKIP) or (want and not want.search(name)):
+            continue
+        m = action.metric_by_name(name)
+        if m is None or m.kind() == m.ValueKind_STRING or not m.has_value() or m.num_instances() > 1:
+            continue
+        rows.append({"launch": launch, "metric": name, "unit": m.unit(), "value": m.as_double()})
+    return rows
 
 
 def _instanced(action: Any, name: str) -> dict[int, float]:
@@ -149,16 +203,6 @@ def _sass_rows(launch: int, action: Any) -> list[dict[str, Any]]:
             row[f"stall_{r}"] = per_reason[r].get(pc, 0.0)
         rows.append(row)
     return rows
-
-
-def sass_samples(path: str | Path) -> pd.DataFrame:
-    """One row per sampled SASS instruction of every launch that carries source counters: ``launch``,
-    ``address``, ``sass``, ``file``, ``line``, ``samples``, ``samples_not_issued``, ``stall_<reason>``.
-    Empty when the report holds no warp-state sampling (captured without the SourceCounters section)."""
-    rows: list[dict[str, Any]] = []
-    for launch, _, action in _actions(Path(path)):
-        rows.extend(_sass_rows(launch, action))
-    return pd.DataFrame(rows)
 
 
 def missing_sections(held: Iterable[str], needed: Iterable[str] = BOTTLENECK_SECTIONS) -> list[str]:

@@ -21,7 +21,8 @@ import pandas as pd
 
 from ..core.errors import ProfileError
 from ..core.files import local_copy
-from ..core.ranges import RangeSchema, decode
+from ..core.ranges import RangeSchema, decode, registered
+from . import isolated
 from .range_columns import DEFAULT_DOMAIN, with_ranges
 
 
@@ -96,10 +97,22 @@ def _launch_row(ncu_report: Any, action: Any, launch: int, metrics: list[str] | 
 def ncu_frame(path: str | Path, metrics: list[str] | None = None, schemas: Iterable[RangeSchema] = ()) -> pd.DataFrame:
     """One row per kernel launch of a .ncu-rep (or .ncu-rep.xz / .gz): ``range``, ``domain``, decoded
     range fields, ``kernel``, ``kernel_full``, ``launch`` (order in the report) and one column per
-    metric (base units; ``metrics`` None: every metric but the device attributes)."""
+    metric (base units; ``metrics`` None: every metric but the device attributes). The report is read
+    in a process of its own (:mod:`nsightlab.parse.isolated`: ncu-report keeps what it read until its
+    process ends)."""
     path = Path(path)
-    ncu_report, ctx = open_report(path)
     schemas = tuple(schemas)
+    rows, units = isolated.call(_launch_rows, path, metrics, (*schemas, *registered()))
+    df = with_ranges(rows, schemas)
+    df.attrs["units"] = units
+    df.attrs["source"] = str(path)
+    return df
+
+
+def _launch_rows(path: Path, metrics: list[str] | None,
+                 schemas: tuple[RangeSchema, ...]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """:func:`ncu_frame`'s rows (range names not yet decoded) and the metrics' units, read from the report."""
+    ncu_report, ctx = open_report(path)
     rows: list[dict[str, Any]] = []
     units: dict[str, str] = {}
     for ri in range(ctx.num_ranges()):
@@ -113,15 +126,16 @@ def ncu_frame(path: str | Path, metrics: list[str] | None = None, schemas: Itera
     if not rows:
         raise ProfileError(f"{path}: holds no profiled kernel (an empty or truncated report: Nsight Compute "
                            "reads a report cut short as one with no launches)")
-    df = with_ranges(rows, schemas)
-    df.attrs["units"] = units
-    df.attrs["source"] = str(path)
-    return df
+    return rows, units
 
 
 def ncu_device(path: str | Path) -> dict[str, Any]:
-    """The device attributes (``device__attribute_*``, without the prefix) of a report's first launch."""
-    path = Path(path)
+    """The device attributes (``device__attribute_*``, without the prefix) of a report's first launch
+    (read in a process of its own, as :func:`ncu_frame`)."""
+    return isolated.call(_device, Path(path))
+
+
+def _device(path: Path) -> dict[str, Any]:
     _, ctx = open_report(path)
     try:
         a = ctx.range_by_idx(0).action_by_idx(0)

@@ -94,13 +94,27 @@ def _load_attr(spec: str) -> Any:
     try:
         mod = importlib.import_module(module)
     except ImportError as exc:
-        raise ValueError(f"cannot import {module!r} for {spec!r}: {exc} (is it on PYTHONPATH, or run from its folder?)") from None
+        raise ValueError(_import_failure(module, spec, exc)) from None
     obj: Any = mod
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise ValueError(f"module {module!r} has no attribute {attr!r} (for {spec!r})")
         obj = getattr(obj, part)
     return obj
+
+
+def _import_failure(module: str, spec: str, exc: ImportError) -> str:
+    """Why ``module`` does not import, in one line: the module itself is not found (PYTHONPATH), or it
+    is there but imports a package that is not installed here (torch, most often: say so)."""
+    missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+    if not missing or module == missing or module.startswith(missing + "."):
+        return f"cannot import {module!r} for {spec!r}: {exc} (is it on PYTHONPATH, or run from its folder?)"
+    top = missing.split(".")[0]
+    if top == "torch":
+        return (f"{module!r} (for {spec!r}) needs torch, which is not installed here: pip install torch "
+                "(listing the cases needs no GPU, but it imports the implementation's module)")
+    return (f"{module!r} (for {spec!r}) needs the module {missing!r}, which is not installed here: install the "
+            f"package that provides it (often pip install {top})")
 
 
 def resolve(spec: str) -> Implementation:

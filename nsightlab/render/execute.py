@@ -185,18 +185,37 @@ def page_title(node: Any, default: str) -> str:
     return default
 
 
+#: what jupyter_client says when a kernel process ends before it answers its first message (two kernels
+#: started at once can race for a port): the notebook has not run a cell yet, so it is started once more
+KERNEL_START_FAILED = ("Kernel died before replying to kernel_info", "Kernel didn't respond to heartbeats")
+
+
+def execute(nb: Path, out: Path, params: dict, kernel: str = "python3", cwd: Path | None = None) -> None:
+    """Run notebook ``nb`` with ``params`` under papermill into ``out`` (working directory: the repository,
+    or ``cwd``), with the kernel manager of :func:`_kernel_manager_class`; a kernel that dies before it
+    has run anything is started once more."""
+    import papermill as pm
+
+    for attempt in (1, 2):
+        try:
+            pm.execute_notebook(str(nb), str(out), parameters=params, kernel_name=kernel, progress_bar=False,
+                                cwd=str(cwd or REPO), kernel_manager_class=_kernel_manager_class(), log_output=False)
+            return
+        except RuntimeError as exc:
+            if attempt == 2 or not any(m in str(exc) for m in KERNEL_START_FAILED):
+                raise
+
+
 def render_notebook(nb: Path, params: dict, out_html: Path, kernel: str = "python3", *, reports: Path | None = None,
                     standalone: bool = False, stop: threading.Event | None = None) -> dict[str, Any]:
     """Execute ``nb`` with ``params`` (papermill, working directory: the repository) and write its
     page to ``out_html`` atomically. Returns the page's summary, title and :func:`page_metadata`."""
     import nbformat
-    import papermill as pm
 
     out_html.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_html.parent, prefix=".render-") as tmp:
         executed = Path(tmp) / nb.name
-        pm.execute_notebook(str(nb), str(executed), parameters=params, kernel_name=kernel, progress_bar=False,
-                            cwd=str(REPO), kernel_manager_class=_kernel_manager_class())
+        execute(nb, executed, params, kernel)
         node = nbformat.read(executed, as_version=4)
         for i, cell in enumerate(node.cells):  # papermill gives its injected cell a random id: pages must not churn
             if "injected-parameters" in cell.get("metadata", {}).get("tags", []):

@@ -5,6 +5,7 @@ through these, so one number reads the same everywhere."""
 
 from __future__ import annotations
 
+import base64
 import math
 import re
 from typing import Any
@@ -13,6 +14,9 @@ import numpy as np
 import pandas as pd
 
 MISSING = "—"
+#: significant digits a page keeps of the numbers inside its figures: the last digits of a computed float can
+#: differ between two CPUs or numpy builds, and a page must not
+PAGE_DIGITS = 6
 
 
 def is_missing(v: Any) -> bool:
@@ -58,6 +62,12 @@ def fmt_value(v: Any) -> str:
     return str(v)
 
 
+def no_empty_brackets(text: str) -> str:
+    """``text`` without empty brackets after a word: ``gemm:fwd ()`` reads ``gemm:fwd`` (a label whose
+    fields are all empty); a call such as ``f()`` is left alone."""
+    return re.sub(r"\s+\(\s*\)", "", str(text))
+
+
 def plain_value(v: object) -> str:
     """A field value as written in a range name: whole floats without their ``.0``."""
     return str(int(v)) if isinstance(v, (float, np.floating)) and float(v).is_integer() else str(v)
@@ -67,3 +77,26 @@ def natural_key(text: object) -> tuple:
     """Sort key that orders ``block_size=4`` before ``block_size=16`` and ``64x64`` by its numbers."""
     parts = re.split(r"(\d+(?:\.\d+)?)", str(text))
     return tuple((0, float(p)) if re.fullmatch(r"\d+(?:\.\d+)?", p) else (1, p) for p in parts if p != "")
+
+
+def _round_float(x: float, digits: int) -> float:
+    # through the shortest decimal string: correctly rounded by Python itself, the same on every machine
+    return float(f"{x:.{digits}g}") if math.isfinite(x) else x
+
+
+def rounded(value: Any, digits: int = PAGE_DIGITS) -> Any:
+    """``value`` (JSON-like: dicts, lists, numbers; a figure as plotly's JSON, its typed arrays
+    ``{"dtype": "f8", "bdata": <base64>}`` included) with every float rounded to ``digits`` significant
+    digits; integers, strings and the rest as they are. What a page writes of a figure, so that values
+    that differ only in their last digits give the same bytes."""
+    if isinstance(value, float):
+        return _round_float(value, digits)
+    if isinstance(value, dict):
+        if isinstance(value.get("bdata"), str) and str(value.get("dtype", "")).lstrip("<").startswith("f"):
+            arr = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+            out = np.array([_round_float(x, digits) for x in arr.tolist()], dtype=arr.dtype)
+            return {**value, "bdata": base64.b64encode(out.tobytes()).decode("ascii")}
+        return {k: rounded(v, digits) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [rounded(v, digits) for v in value]
+    return value

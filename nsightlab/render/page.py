@@ -29,7 +29,7 @@ from ..core.errors import NotApplicable, ProfileError
 from ..store.captures import load_manifest, short_commit
 from ..store.read import capture_schemas, case_names, load_ncu, resolve
 from . import figures
-from .numbers import MISSING, fmt_value, is_missing, natural_key, plain_value
+from .numbers import MISSING, fmt_value, is_missing, natural_key, no_empty_brackets, plain_value
 
 pd.set_option("display.max_colwidth", None)  # the tables' explanation columns are sentences
 
@@ -313,7 +313,7 @@ def summary(lines: Iterable[str], title: str = "At a glance") -> None:
     with the output (metadata ``nsightlab.summary``), so the report index can quote them."""
     from IPython.display import HTML, display
 
-    lines = [str(x) for x in lines if x]
+    lines = [no_empty_brackets(str(x)) for x in lines if x]
     if not lines:
         lines = ["nothing in this capture for this page to summarize (see the sections below)"]
     items = "".join(f"<li>{_inline_md(x)}</li>" for x in lines)
@@ -450,7 +450,8 @@ def table_html(df: pd.DataFrame, formats: Mapping[str, Any] | str | None = None,
     d = df.reset_index(drop=True)
     per = _cell_formats(d, formats)
     shown = pd.DataFrame({c: [per[c](v) for v in d[c]] for c in d.columns}, index=d.index)
-    uid = re.sub(r"[^A-Za-z0-9_-]+", "-", name) + "-" + hashlib.sha256(d.to_csv().encode()).hexdigest()[:8]
+    # the id from the cells as written (not the raw floats, whose last digits differ between machines)
+    uid = re.sub(r"[^A-Za-z0-9_-]+", "-", name) + "-" + hashlib.sha256(shown.to_csv().encode()).hexdigest()[:8]
     if right is None:
         right = [c for c in d.columns if pd.api.types.is_numeric_dtype(d[c]) and not pd.api.types.is_bool_dtype(d[c])]
     aligned = [i for i, c in enumerate(d.columns) if c in set(right)]

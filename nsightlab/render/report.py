@@ -43,6 +43,7 @@ import pandas as pd
 
 from ..analysis.bottleneck import lacks_warp_state
 from ..analysis.counters import FLOP_TERMS, MEANING, available, needed_metrics
+from ..core.args import ArgumentParser
 from ..core.errors import ProfileError
 from ..core.ranges import decode
 from ..store.captures import Capture, list_captures, load_bench, short_commit, validate
@@ -246,8 +247,8 @@ def _declared(notebook: str, _mtime: int) -> tuple[str, ...]:
 
 def style_order(captures: list[tuple[Any, dict]]) -> list[str]:
     """Every implementation of every capture, captures taken in the order they were made (so a new
-    capture's new names come last and no colour already on a page moves): one colour per name on
-    every page."""
+    capture's new names come last): the order legends list them in on every page. Colours do not depend
+    on it: each name's colour is its own (:func:`nsightlab.render.figures.impl_style`)."""
     names: dict[str, None] = {}
     for cap, man in sorted(captures, key=lambda cm: (str(cm[1].get("created", "")), cm[0].label)):
         for n in implementations(man):
@@ -491,7 +492,7 @@ def _clock(seconds: float) -> str:
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--profiles", default=str(REPO / "profiles"))
     p.add_argument("--reports", default=str(REPO / "reports"))
     p.add_argument("--kernel", default="python3", help="Jupyter kernel name for papermill")

@@ -44,9 +44,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..core import metrics as M
+from ..core.args import ArgumentParser
 from ..core.environment import git_commit
 from ..core.errors import CaptureError, ToolError
 from ..core.ranges import RangeSchema
@@ -56,7 +57,7 @@ from ..problems.impls import load_plugins, resolve
 from ..problems.problem import DEFAULT_PROBLEM, PASSES, Problem
 from ..store import manifest
 from ..store.captures import gpu_slug
-from .sweep import TOOLS, Case, Sweep, find, from_args, named_sweeps, regex
+from .sweep import TOOLS, Case, Sweep, find, from_args, named_sweeps, nothing_to_run, regex
 
 #: the deep tier's Nsight Compute sections: what explains a kernel's time (speed of light, pipes, memory
 #: tables, occupancy and its limiter, launch facts, issue slots, warp stall reasons, instruction mix, and
@@ -545,15 +546,25 @@ def _problem(name: str | None, impl_specs: Sequence[str]) -> Problem:
     return problems.get(problems.one_of([resolve(s).problem for s in impl_specs], "--impl"))
 
 
+class _Quiet(ArgumentParser):
+    """A parser that raises ValueError instead of exiting (a first look at a command line)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ValueError(message)
+
+
 def _problem_of_flags(argv: Sequence[str]) -> tuple[Problem, str | None]:
     """The problem whose parameters are this command line's shape flags (``--problem``, else the one its
     ``--impl`` implementations solve, else the default), and the error met choosing it (the parser,
     built with the default problem's flags, reports it)."""
-    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre = _Quiet(add_help=False, allow_abbrev=False)
     pre.add_argument("--problem")
     pre.add_argument("--impl", action="append", default=[])
     pre.add_argument("--plugin", action="append", default=[])
-    known, _ = pre.parse_known_args(argv)
+    try:
+        known, _ = pre.parse_known_args(argv)
+    except ValueError:  # e.g. --impl without a value: the command's own parser says so
+        return problems.get(DEFAULT_PROBLEM), None
     try:
         load_plugins(known.plugin)
         return _problem(known.problem, _impl_specs(known.impl)), None
@@ -563,8 +574,8 @@ def _problem_of_flags(argv: Sequence[str]) -> tuple[Problem, str | None]:
 
 def parser(prog: str, problem: Problem) -> argparse.ArgumentParser:
     """The capture command's parser, its shape flags from ``problem``'s parameters."""
-    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                allow_abbrev=False)
+    p = ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       allow_abbrev=False)
     src = p.add_argument_group("what to capture (one of)")
     src.add_argument("--suite", help="registered sweep names, comma-separated (see --list-suites)")
     src.add_argument("--sweep", help="a sweep TOML file")
@@ -649,6 +660,18 @@ def _checked(sweeps: list[Sweep], a: argparse.Namespace) -> list[Sweep]:
     return sweeps
 
 
+def _idle(sweeps: Sequence[Sweep], only: str | None) -> str | None:
+    """Why some sweep would run no case (every one skipped: options its implementation refuses, shapes it
+    does not support; or none matching --only), or None. A sweep that only runs its benchmark has no cases."""
+    for s in sweeps:
+        cases = plan_cases(s, only)[0]
+        if cases or set(s.tools) & {"ncu", "nsys"}:
+            why = nothing_to_run(s.name + (f" matching --only {only!r}" if only else ""), cases)
+            if why:
+                return why
+    return None
+
+
 def _print_cases(sweeps: Sequence[Sweep], only: str | None) -> None:
     for s in sweeps:
         cases, deep_cases = plan_cases(s, only)
@@ -685,9 +708,11 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab capture") -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     problem, error = _problem_of_flags(argv)
     p = parser(prog, problem)
-    a = p.parse_args(argv)
-    if error:
+    a, extra = p.parse_known_args(argv)
+    if error:  # before "unrecognized arguments": the shape flags of a problem that could not be chosen
         p.error(error)
+    if extra:
+        p.error(f"unrecognized arguments: {' '.join(extra)}")
     import signal
 
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `--list | head` ends quietly
@@ -701,5 +726,7 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab capture") -> int:
         p.error(str(exc))
     if a.list:
         _print_cases(sweeps, a.only)
-        return 0
-    return _capture_all(sweeps, a)
+    idle = _idle(sweeps, a.only)
+    if idle:  # after the listing, which shows each case's reason
+        p.error(idle)
+    return 0 if a.list else _capture_all(sweeps, a)

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..core.args import ArgumentParser
 from ..problems.attention import FLOP_PER_EXP_PER_D, softmax_bound
 
 CSRC = Path(__file__).resolve().parents[1] / "csrc" / "ceilings.cu"
@@ -384,8 +385,8 @@ def _config_text(entry: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m nsightlab.run.ceilings", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog="python -m nsightlab.run.ceilings", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="the JSON file to write ({'ceilings': ..., 'environment': ...})")
     a = p.parse_args(argv)
     import torch

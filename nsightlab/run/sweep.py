@@ -81,6 +81,18 @@ def regex(text: str, what: str) -> re.Pattern[str]:
         raise ValueError(f"{what} {text!r} is not a regular expression: {exc}") from None
 
 
+def nothing_to_run(sweep: str, cases: Sequence[Case]) -> str | None:
+    """None if some case of ``cases`` (a sweep's, after any --only) would run; else the line that says no case
+    would run and why (the implementations' reasons for skipping them, each once)."""
+    if any(c.runnable for c in cases):
+        return None
+    if not cases:
+        return f"no case would run: sweep {sweep} has no case"
+    reasons = list(dict.fromkeys(c.status.removeprefix("skipped:").strip() for c in cases))
+    why = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} other reason(s)" if len(reasons) > 3 else "")
+    return f"no case would run: all {len(cases)} case(s) of sweep {sweep} are skipped ({why})"
+
+
 @dataclass
 class Sweep:
     name: str

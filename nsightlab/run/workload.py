@@ -23,9 +23,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..core.args import ArgumentParser
 from ..problems import problem as problems
 from ..problems.impls import Implementation, resolve
-from .sweep import Case, Sweep, find, regex
+from .sweep import Case, Sweep, find, nothing_to_run, regex
 
 
 def _first(out: Any) -> Any:
@@ -170,8 +171,8 @@ def selected(cases: list[Case], only: list[str], sweep: str) -> list[Case]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m nsightlab.run.workload", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog="python -m nsightlab.run.workload", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sweep", required=True, help="a sweep TOML file, or the name of a registered sweep")
     p.add_argument("--only", action="append", default=[],
                    help="only cases whose NVTX range name matches this regex (repeated: matches every one)")
@@ -192,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.list:
         for c in cases:
             print(c.range + ("" if c.runnable else f"    [{c.status}]"))
+    idle = nothing_to_run(sweep.name, cases)
+    if idle:  # after the listing, which shows each case's reason
+        p.error(idle)
+    if a.list:
         return 0
     import torch
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..core.args import ArgumentParser
 from ..core.errors import ProfileError
 from ..core.files import COMPRESSIONS, MANIFEST, file_table, sha256, uncompressed_name, write_xz
 from ..core.ranges import format_options
@@ -102,15 +103,74 @@ def find_file(capture: Path, name: str) -> Path | None:
     return None
 
 
+#: the manifest fields whose JSON type the readers rely on -> the types accepted (None: null). Fields not
+#: named here, and fields left out, are not checked (schema-1 and imported manifests lack some).
+MANIFEST_FIELDS: dict[str, tuple[type | None, ...]] = {
+    "schema": (int,), "name": (str,), "suite": (str,), "description": (str,), "origin": (str,), "created": (str,),
+    "git_commit": (str, None), "files": (dict,), "gpu": (dict, None), "environment": (dict, None),
+    "tools": (list, None), "cases": (list, None), "range_schemas": (list, None), "commands": (list, None),
+    "ncu": (dict, None), "nsys": (dict, None), "deep": (dict, None), "sweep": (dict, None), "reports": (dict, None),
+    "parameters": (dict, None), "timings_seconds": (dict, None), "ceilings": (dict, None), "compacted": (dict, None),
+}
+#: list fields whose every entry must be an object, or a string
+_ENTRIES: dict[str, type] = {"cases": dict, "range_schemas": dict, "commands": dict, "tools": str}
+_JSON_NAMES = {dict: "an object", list: "an array", str: "a string", int: "an integer", float: "a number",
+               bool: "true or false", None: "null"}
+
+
+def _json_type(value: Any) -> str:
+    return _JSON_NAMES[None if value is None else bool if isinstance(value, bool) else type(value)]
+
+
+def _is(value: Any, accepted: tuple[type | None, ...]) -> bool:
+    if value is None:
+        return None in accepted
+    if isinstance(value, bool):  # JSON true/false is no integer here
+        return bool in accepted
+    return any(t is not None and isinstance(value, t) for t in accepted)
+
+
+def check_manifest(man: Any, path: Path | str) -> dict:
+    """``man`` (a manifest as JSON gave it) if its shape is what the readers rely on (:data:`MANIFEST_FIELDS`:
+    an object, its known fields of their types, ``files`` an object of ``{"bytes": int, "sha256": str}``);
+    else ProfileError in one line: the file, the field that is wrong, what it is and what is accepted."""
+    if not isinstance(man, dict):
+        raise ProfileError(f"{path}: the manifest is {_json_type(man)}, not an object; accepted: a JSON object with "
+                           "the capture's fields (schema, name, gpu, files, ...), as nsightlab capture and import write it")
+    for key, accepted in MANIFEST_FIELDS.items():
+        if key in man and not _is(man[key], accepted):
+            raise ProfileError(f"{path}: field {key!r} is {_json_type(man[key])}; accepted: "
+                               + " or ".join(_JSON_NAMES[t] for t in accepted)
+                               + (' ({"<file name>": {"bytes": <size>, "sha256": "<hex digest>"}, ...})'
+                                  if key == "files" else ""))
+    for key, kind in _ENTRIES.items():
+        bad = next((i for i, v in enumerate(man.get(key) or []) if not _is(v, (kind,))), None)
+        if bad is not None:
+            raise ProfileError(f"{path}: {key}[{bad}] is {_json_type(man[key][bad])}; accepted: {_JSON_NAMES[kind]} "
+                               f"per entry of {key!r}")
+    for name, meta in (man.get("files") or {}).items():
+        if not isinstance(meta, dict):
+            raise ProfileError(f"{path}: files[{name!r}] is {_json_type(meta)}; accepted: an object "
+                               '{"bytes": <size>, "sha256": "<hex digest>"} per file')
+        for key, accepted in (("bytes", (int,)), ("sha256", (str,))):
+            if key in meta and not _is(meta[key], accepted):
+                raise ProfileError(f"{path}: files[{name!r}].{key} is {_json_type(meta[key])}; accepted: "
+                                   f"{_JSON_NAMES[accepted[0]]}")
+    return man
+
+
 def load_manifest(capture: Path) -> dict:
+    """The capture's manifest, checked by :func:`check_manifest`; ProfileError (one line) when it is
+    missing, not JSON, or not of the shape the readers rely on."""
     path = Path(capture) / MANIFEST
     if not path.exists():
         raise ProfileError(f"{capture}: no {MANIFEST}; a capture folder is written by 'python -m nsightlab.capture' "
                            "and is complete only with its manifest")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
+        man = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ProfileError(f"{path}: not valid JSON ({exc})") from None
+    return check_manifest(man, path)
 
 
 def validate(capture: Path, *, open_reports: bool = True) -> dict:
@@ -214,7 +274,7 @@ def compact(capture: Path) -> list[str]:
 
 def _list_line(c: Capture, open_reports: bool) -> str:
     man = load_manifest(c.path)
-    return (f"{c.label:32s} {man.get('created', '?'):16s} commit {short_commit(man.get('git_commit'), 10)}  "
+    return (f"{c.label:32s} {man.get('created') or '?':16s} commit {short_commit(man.get('git_commit'), 10)}  "
             f"{len(man.get('files', {}))} files  {man.get('timings_seconds', {}).get('total', '?')} s")
 
 
@@ -235,11 +295,10 @@ _COMMANDS = {"list": _list_line, "validate": _validate_line, "compact": _compact
 
 
 def main(argv: list[str] | None = None, prog: str = "nsightlab store") -> int:
-    import argparse
     import sys
 
-    p = argparse.ArgumentParser(prog=prog, description="List, validate and compact captures (compact: store the "
-                                "large exports xz-compressed, the manifest rewritten to match).")
+    p = ArgumentParser(prog=prog, description="List, validate and compact captures (compact: store the "
+                       "large exports xz-compressed, the manifest rewritten to match).")
     p.add_argument("command", choices=tuple(_COMMANDS))
     p.add_argument("root", nargs="?", default="profiles")
     p.add_argument("--no-open", action="store_true", help="check checksums only, do not open the reports")

@@ -31,6 +31,7 @@ from typing import Any
 import pandas as pd
 
 from ..core import ranges, tools
+from ..core.args import ArgumentParser
 from ..core.errors import ProfileError
 from ..core.errors import ToolError as _ToolError
 from ..core.files import local_copy, place, sha256
@@ -450,8 +451,8 @@ def _ncu_report_version() -> str | None:
 
 def main(argv: list[str] | None = None, prog: str = "nsightlab import") -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    p = argparse.ArgumentParser(prog=prog, description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog=prog, description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("reports", nargs="+", metavar="REPORT", help=f"reports to import ({', '.join(ACCEPTED)})")
     p.add_argument("--profiles", default="profiles", help="profile store root (default: profiles)")
     p.add_argument("--name", help="capture name (default: the first report's file name without its suffix)")
@@ -472,6 +473,11 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab import") -> int:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     man = store.load_manifest(dest)
-    print(f"imported {len(man['imported_from'])} report(s) from {man['gpu']['name']} into {dest} "
-          f"({', '.join(man['tools'])}; {len(man['files'])} files)")
+    print(f"imported {_count(len(man['imported_from']), 'report')} from {man['gpu']['name']} into {dest} "
+          f"({', '.join(man['tools'])}; {_count(len(man['files']), 'file')})")
     return 0
+
+
+def _count(n: int, word: str) -> str:
+    """'1 file', '2 files'."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
