@@ -22,7 +22,7 @@
 
 # %% tags=["parameters"]
 capture: str = "profiles/nvidia-h200/bench"  # capture folder with <suite>.csv + <suite>.manifest.json per benchmark suite
-style_order: str = ""  # implementations in the order they take colours (empty: this capture's order)
+style_order: str = ""  # the order legends list implementations in (colours follow the name alone; empty: this capture's order)
 plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative path (make report ships one copy)
 
 # %%

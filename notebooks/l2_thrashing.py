@@ -26,7 +26,7 @@ capture: str = "profiles/nvidia-h200/seqlen"  # capture folder (python -m nsight
 variants: str = ""  # comma-separated implementations to show (empty: all)
 where: str = ""  # a pandas query over the range fields (e.g. D > 64 and not causal); empty: all ranges
 sweep: str = ""  # the swept range field (empty: N where it varies, else the numeric field with most values)
-style_order: str = ""  # implementations in the order they take colours (empty: this capture's order)
+style_order: str = ""  # the order legends list implementations in (colours follow the name alone; empty: this capture's order)
 plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative path (make report ships one copy)
 
 # %%

@@ -26,14 +26,14 @@
 capture: str = "profiles/nvidia-h200/blocksize"  # capture folder (python -m nsightlab.store list); relative paths: cwd, then the repo
 variants: str = ""  # comma-separated implementations to show (empty: all)
 where: str = ""  # a pandas query over the range fields (e.g. D > 64 and not causal); empty: all ranges
-style_order: str = ""  # implementations in the order they take colours (empty: this capture's order)
+style_order: str = ""  # the order legends list implementations in (colours follow the name alone; empty: this capture's order)
 plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative path (make report ships one copy)
 
 # %%
 from nsightlab.analysis import counters, options, roofline
 from nsightlab.render import figures
 from nsightlab.render import page as nb
-from nsightlab.store import read
+from nsightlab.store import captures, read
 
 nb.check_parameters(globals())
 path, manifest = nb.prepare(capture, plotlyjs)
@@ -42,9 +42,11 @@ study = nb.attempt(options.option_study, work)
 if study is not None:
     study = nb.select(study, variants, where)
 style = nb.style(manifest, work, order=style_order)
-nb.summary(options.findings(study) if study is not None else [])
+others = options.beside_others(work, study) if study is not None else None
+nb.summary((options.findings(study) + options.ladder_findings(others)) if study is not None else [])
 nb.note(nb.header(manifest, path))
-nb.note(f"**FLOP source:** {counters.flop_counter_summary(work)} (Nsight Compute, this capture; the roofline below).")
+nb.note("**FLOPs** (the roofline below): the work model's (useful) where the cases carry one, else the counted; "
+        f"counted by {counters.flop_counter_summary(work)} (Nsight Compute, this capture).")
 
 # %%
 with nb.section():
@@ -63,21 +65,48 @@ with nb.section():
              title="Every option setting: time and its main kernel's launch statistics", collapse=True)
 
 # %% [markdown]
-# ## Roofline position per option setting
+# ## Each setting beside the other implementations of its case
 #
-# Each setting in a shade of its implementation's colour; marker shape is the memory level.
+# Where other implementations ran a study's case (the same fields, their own options), each setting's GPU time is
+# drawn against theirs: a dashed line per implementation, in its colour. A ladder of settings (how K and V reach
+# shared memory, say) reads as steps between the kernel below it and the one above.
 
 # %%
 with nb.section():
     nb.need(study)
-    ranges = counters.per_range(work)
+    if others is None or others.empty:
+        nb.say("_No other implementation ran the case of any study in this capture._")
+    else:
+        for (v, p), _ in others.groupby(["variant", "pass"], sort=False):
+            figures.show(figures.option_ladder(study, others, str(v), str(p), style))
+        nb.table(others, {"other_ms": "{:.3f}", "best_ms": "{:.3f}", "speed": "{:.2f}"}, "ladder",
+                 headers={"variant": "implementation", "study": "study", "other": "other implementation",
+                          "other_ms": "its GPU time [ms]", "best_option": "best setting",
+                          "best_ms": "best setting's GPU time [ms]", "speed": "best setting's speed / other's"},
+                 title="Each study's best setting against the other implementations of the case", collapse=True)
+
+# %% [markdown]
+# ## Roofline position per option setting
+#
+# One roofline per implementation. Its option settings go from light to dark grey in their natural order (greys are
+# no implementation's colour on any page: a colour here never means another implementation); marker shape is the
+# memory level.
+
+# %%
+with nb.section():
+    nb.need(study)
+    ranges = counters.attach_model(counters.per_range(work), captures.cases(manifest))
     ranges = ranges[ranges["range"].isin(study["range"])]
     pts = roofline.roofline_points(ranges)
     pts = pts.merge(study[["range", "option"]], on="range")
     pts["setting"] = pts["variant"].astype(str) + " " + pts["option"]
-    for title, sel, row in roofline.views(pts, nb.sweep_field(ranges), label="setting"):
-        figures.show(figures.roofline(sel, roofline.ceilings(work, manifest),
-                                      "Roofline position per option setting" + (f", {title}" if title else ""),
-                                      figures.sub_style(sel, "setting", style), label="setting",
-                                      fields=counters.identity_columns(ranges), size_by=nb.sweep_field(ranges),
-                                      facet_row=row))
+    # colour by setting on a sequential grey scale, one figure per implementation (its name in the title): the
+    # implementations' colours (figures.IMPL_STYLE) stay theirs alone
+    for v in [s for s in style if s in set(pts["variant"].astype(str))]:
+        one = pts[pts["variant"].astype(str) == v]
+        for title, sel, row in roofline.views(one, nb.sweep_field(ranges), label="setting"):
+            figures.show(figures.roofline(sel, roofline.ceilings(work, manifest, sel),
+                                          f"{v}: roofline position per option setting" + (f", {title}" if title else ""),
+                                          figures.sequence_style(sel["setting"]), label="setting",
+                                          fields=counters.identity_columns(ranges), size_by=nb.sweep_field(ranges),
+                                          facet_row=row))

@@ -26,7 +26,7 @@ dtype: str = ""  # dtype of the figures, as the CSVs write it (e.g. float16); em
 impl: str = ""  # the implementation whose ratio to the reference is tracked (empty: none)
 reference: str = ""  # the implementation the others are compared with (empty: the one fastest in most configurations)
 targets: str = ""  # ratio targets of impl per pass, comma-separated pass:ratio (e.g. forward:0.8,backward:0.6); empty: none
-style_order: str = ""  # implementations in the order they take colours (empty: this capture's order)
+style_order: str = ""  # the order legends list implementations in (colours follow the name alone; empty: this capture's order)
 plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative path (make report ships one copy)
 
 # %%
@@ -108,6 +108,27 @@ if impl:
                           "target": "target", "met": "met"}, title=f"{impl} against its targets (N ≥ 2048)")
 else:
     nb.say("_No implementation is tracked against the reference (parameter `impl`)._")
+
+# %% [markdown]
+# ## Memory-bound suites: bandwidth against the memory roof
+#
+# A suite whose work is below this GPU's ridge (the measured GEMM's FLOP/s over the measured copy's bytes per
+# second; decoding one query against a long KV cache is far below it) is limited by memory, so its speed is
+# read as the compulsory bytes (each input read once, each output written once) per second, against what a
+# device-to-device copy reaches on this GPU. A kernel at the roof cannot get faster without moving fewer bytes.
+
+# %%
+roof = perf.bandwidth_roof(manifest)
+bound = perf.memory_bound_suites(df, manifest)
+if not bound:
+    nb.say("_No suite of this capture is memory-bound by that measure"
+           + ("" if roof else " (the capture measured no copy bandwidth to compare with)") + "._")
+for suite in bound:
+    for dt in dtypes:
+        for pass_ in ("forward", "backward"):
+            rows = perf.ok_rows(df[(df["suite"] == suite) & (df["dtype"] == dt) & (df["pass"] == pass_)])
+            if len(rows):
+                figures.show(figures.bandwidth_vs_config(df, suite, dt, pass_, roof, style))
 
 # %% [markdown]
 # ## The implementations in these CSVs, and what was skipped

@@ -35,7 +35,7 @@ mode: str = "replay"  # "replay": analyse the capture as it is; "live": capture 
 suite: str = "seqlen"  # live mode: the sweep to capture (name or TOML path)
 only: str = ""  # live mode: regex of range names to capture (empty: the whole sweep)
 live_profiles: str = "profiles_live"  # live mode: where the new capture is written
-style_order: str = ""  # implementations in the order they take colours (empty: this capture's order)
+style_order: str = ""  # the order legends list implementations in (colours follow the name alone; empty: this capture's order)
 plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative path (make report ships one copy)
 
 # %%

@@ -26,7 +26,7 @@ variants: str = ""  # comma-separated implementations to show (empty: all)
 where: str = ""  # a pandas query over the range fields (e.g. D > 64 and not causal); empty: all ranges
 reference: str = ""  # the implementation others are compared with (empty: the one fastest in most configurations)
 show: str = ""  # a pandas query choosing the ranges drawn on the time axis (empty: the configuration most implementations ran)
-style_order: str = ""  # implementations in the order they take colours (empty: this capture's order)
+style_order: str = ""  # the order legends list implementations in (colours follow the name alone; empty: this capture's order)
 plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative path (make report ships one copy)
 
 # %%
@@ -92,9 +92,12 @@ with nb.section():
     else:
         nb.say("No FLOPs for these ranges (no work model, no Nsight Compute counts): throughput is not shown.")
     ref = summary.attrs["reference"]
-    figures.show(figures.lines_vs_x(summary[summary["variant"] != ref], "speedup",
-                                    f"Speed relative to {ref} (same capture; > 1 is faster)", x, style,
-                                    ylabel=f"{ref} time / time", facet_candidates=facet))
+    others = summary[summary["variant"] != ref]
+    if "speedup" in others and others["speedup"].notna().any():
+        figures.show(figures.lines_vs_x(others, "speedup", f"Speed relative to {ref} (same capture; > 1 is faster)", x,
+                                        style, ylabel=f"{ref} time / time", facet_candidates=facet))
+    else:
+        nb.say(f"No speed comparison: no other implementation ran a configuration that {ref} ran.")
     cols = ["variant", "pass", *[c for c in facet if c not in ("variant", "pass", x)], x, "gpu_ms", "tflops",
             "speedup", "kernels", "gap_ms", "iters", "flop_source"]
     t = summary[[c for c in dict.fromkeys(cols) if c in summary and summary[c].nunique(dropna=False) > 1

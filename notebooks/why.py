@@ -29,7 +29,7 @@ a: str = ""  # the implementation to explain (empty: the capture's first)
 b: str = ""  # the implementation to compare it with (empty: the capture's second)
 case: str = ""  # the case, as nsightlab why --case takes it: comma-separated field-equals-value pairs (empty: the first range of a)
 top: int = 10  # source lines and SASS instructions listed per kernel
-style_order: str = ""  # implementations in the order they take colours (empty: this capture's order)
+style_order: str = ""  # the order legends list implementations in (colours follow the name alone; empty: this capture's order)
 plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative path (make report ships one copy)
 
 # %%

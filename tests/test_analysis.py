@@ -301,6 +301,32 @@ def test_option_study_uses_the_largest_time_share_not_kernel_names():
         options.option_study(work_of(launch()))
 
 
+def test_a_ladder_of_settings_reads_against_the_other_implementations_of_its_case():
+    rows = []
+    for pipe, ns in (("a", 4e6), ("b", 2e6)):
+        for n in (1024, 2048):
+            rows.append(launch(rng=f"t:mine:forward:B=1,N={n},D=64,pipeline={pipe}", kernel="k", ns=ns * n / 1024))
+    rows.append(launch(rng="t:lib:forward:B=1,N=1024,D=64", kernel="lk", ns=3e6))  # the case of one study only
+    rows.append(launch(rng="t:lib:forward:B=1,N=1024,D=128", kernel="lk", ns=1e6))  # another case: not beside it
+    rows.append(launch(rng="t:old:forward:B=1,N=2048,D=64,tile=8", kernel="ok", ns=8e6))  # its own options differ
+    w = work_of(*rows)
+    st = options.option_study(w)
+    o = options.beside_others(w, st).set_index(["study", "other"])
+    assert sorted(o.index) == [("N=1024", "lib"), ("N=2048", "old")]
+    lib = o.loc[("N=1024", "lib")]
+    assert lib["best_option"] == "pipeline=b" and lib["best_ms"] == pytest.approx(2.0)
+    assert lib["other_ms"] == pytest.approx(3.0) and lib["speed"] == pytest.approx(1.5)
+    assert o.loc[("N=2048", "old"), "speed"] == pytest.approx(2.0)
+    assert options.ladder_findings(options.beside_others(w, st))[0] == \
+        "**mine** forward, its best setting in each study: 1.50× lib's speed (> 1: faster; 1 study)."
+    fig = figures.option_ladder(st, options.beside_others(w, st), "mine", "forward", figures.style_for(["mine"]))
+    names = [t.name for t in fig.data]
+    assert names.count("mine") == 2 and {"lib", "old"} <= set(names)
+    assert {t.line.color for t in fig.data if t.name == "lib"} == {figures.impl_style("lib")["color"]}
+    assert options.beside_others(work_of(*rows[:4]), options.option_study(work_of(*rows[:4]))).empty
+    assert figures.is_empty(figures.option_ladder(st, options.beside_others(w, st), "mine", "backward"))
+
+
 # --------------------------------------------------------------------------- device, figures, schemas
 
 

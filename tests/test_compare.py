@@ -310,3 +310,39 @@ def test_the_committed_comparisons_name_captures_that_exist():
     assert {"h100-to-h200-seqlen", "h100-to-h200-blocksize", "h100-to-h200-bench"} <= {d.name for d in declared}
     for d in declared:
         assert C.load(d.base).samples and C.load(d.new).samples, d
+
+
+def test_reference_drift_is_reported_apart_and_the_headline_leads_with_the_code_under_test():
+    """sdpa_cudnn (a reference: library code) 0.57x as fast below 0.1 ms between two captures of one GPU and
+    library is drift, not a regression; the headline names flash_mma's change, the largest under test."""
+    gpu = {"gpu": {"name": "GPU"}, "environment": {"torch": "2.9"}}
+    base = _side("gpu/before", [("flash_mma", "forward", 1024, _spread(2.0, 0.004)),
+                                ("flash_fa1", "forward", 1024, _spread(5.0, 0.004)),
+                                ("sdpa_cudnn", "forward", 1024, _spread(0.057, 0.004))], manifest=gpu)
+    new = _side("gpu/after", [("flash_mma", "forward", 1024, _spread(1.6, 0.004)),
+                              ("flash_fa1", "forward", 1024, _spread(5.05, 0.004)),
+                              ("sdpa_cudnn", "forward", 1024, _spread(0.1, 0.004))], manifest=gpu)
+    cmp = C.compare(base, new, "5%")
+    verdicts = dict(zip(cmp.ranges["variant"], cmp.ranges["verdict"], strict=True))
+    assert verdicts == {"flash_mma": C.FASTER, "flash_fa1": C.SAME, "sdpa_cudnn": C.DRIFT}
+    assert cmp.drift and cmp.exit_status == 0 and cmp.regressions.empty
+    assert cmp.counts() == {C.SLOWER: 0, C.FASTER: 1, C.SAME: 1, C.DRIFT: 1}
+    assert C.is_reference("sdpa_cudnn") and C.is_reference("SDPA flash") and not C.is_reference("flash_mma")
+    head = page.headline(cmp)
+    assert "**Largest change** of an implementation under test: **flash_mma forward -20.0%**" in head
+    assert "Largest slowdowns" not in head and "Largest speed-ups: flash_mma" in head
+    drift = next(p for p in head.split("\n\n") if p.startswith("**Reference drift**"))
+    assert "sdpa_cudnn" in drift and "+75.4%" in drift and "neither gate nor lead" in drift
+    assert head.index("flash_mma") < head.index("sdpa_cudnn")
+    assert "biggest moves: flash_mma forward -20.0%" in cmp.summary() and "1 reference drift" in cmp.summary()
+    assert set(page.verdicts_by(cmp, "impl").columns) >= {C.DRIFT}
+    # another GPU (or library): the references are part of what is compared, and gate
+    other = _side("gpu2/after", [(v, p, n, t) for v, p, n, t in
+                                 [("flash_mma", "forward", 1024, _spread(1.6, 0.004)),
+                                  ("flash_fa1", "forward", 1024, _spread(5.05, 0.004)),
+                                  ("sdpa_cudnn", "forward", 1024, _spread(0.1, 0.004))]],
+                  manifest={"gpu": {"name": "Other GPU"}, "environment": {"torch": "2.9"}})
+    cross = C.compare(base, other, "5%")
+    assert not cross.drift and cross.exit_status == 1 and list(cross.regressions["variant"]) == ["sdpa_cudnn"]
+    head = page.headline(cross)
+    assert "**Largest change** of an implementation under test: **flash_mma" in head and "**References** (sdpa_cudnn" in head

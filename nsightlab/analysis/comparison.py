@@ -43,7 +43,7 @@ from ..core.ranges import RangeSchema
 from ..store.captures import cases, load_bench, load_manifest, short_commit, validate
 from ..store.read import PROFILES, bench_files, capture_schemas, load_ncu, load_nsys, ncu_files, nsys_files, resolve
 from . import roofline as rf
-from .counters import available, identity_columns, kernel_work, needed_metrics, option_columns, per_range
+from .counters import attach_model, available, identity_columns, kernel_work, needed_metrics, option_columns, per_range
 from .timeline import range_timing
 
 #: default regression threshold (relative change of the time)
@@ -56,7 +56,16 @@ UNKNOWN_NOISE = 0.03
 
 _KSEP = " ::kernel:: "
 SLOWER, FASTER, SAME = "slower", "faster", "within noise"
-VERDICTS = (SLOWER, FASTER, SAME)
+#: the verdict of a reference implementation's range that moved beyond noise while nothing it runs on changed
+DRIFT = "reference drift"
+VERDICTS = (SLOWER, FASTER, SAME, DRIFT)
+#: implementations that are yardsticks, not code under test: the problems' references (attention: the SDPA
+#: backends, :attr:`nsightlab.problems.problem.Problem.references`), any ``sdpa_*`` and the benchmark's CPU one
+REFERENCE_PREFIXES = ("sdpa_",)
+REFERENCE_NAMES = frozenset({"torch_cpu"})
+#: the differences between two captures (:func:`compatibility` aspects) that change what a reference runs:
+#: with none of them, a reference's move is drift (clocks, thermals, the machine), not the change under test
+REFERENCE_CHANGES = ("GPU", "torch", "CUDA runtime", "driver")
 #: timing sources, best first
 SOURCES = ("nsys", "bench", "ncu")
 SOURCE_TEXT = {"nsys": "Nsight Systems, every measured launch of each range",
@@ -88,6 +97,38 @@ TIMING: dict[str, tuple[str, str]] = {
 
 
 # --------------------------------------------------------------------------- threshold, keys, labels
+
+
+def is_reference(name: object) -> bool:
+    """Whether implementation ``name`` is a reference (:data:`REFERENCE_PREFIXES`, :data:`REFERENCE_NAMES`,
+    the registered problems' references); an imported report's ``SDPA flash`` is ``sdpa_flash``."""
+    if name is None or (isinstance(name, float) and math.isnan(name)):
+        return False
+    key = re.sub(r"[\s\-]+", "_", str(name).strip().lower())
+    return key.startswith(REFERENCE_PREFIXES) or key in REFERENCE_NAMES or key in _problem_references()
+
+
+@functools.lru_cache(maxsize=1)
+def _problem_references() -> frozenset[str]:
+    from ..problems import problem as P
+
+    return frozenset(r.lower() for p in P.known().values() for r in p.references)
+
+
+def reference_rows(frame: pd.DataFrame) -> pd.Series:
+    """Per row of ``frame`` (ranges or kernels of a comparison): whether its implementation is a reference."""
+    if "variant" not in frame or frame.empty:
+        return pd.Series(False, index=frame.index)
+    return frame["variant"].map(is_reference).astype(bool)
+
+
+def with_drift(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with the verdict of every reference row that moved beyond noise (slower or faster) made
+    :data:`DRIFT`: the reference ran the same code on the same machine, so it measures drift, not the change."""
+    if frame.empty or "verdict" not in frame:
+        return frame
+    moved = reference_rows(frame) & frame["verdict"].isin([SLOWER, FASTER])
+    return frame.assign(verdict=frame["verdict"].where(~moved, DRIFT))
 
 
 def parse_threshold(text: str | float) -> float:
@@ -419,7 +460,8 @@ def load(capture: str | os.PathLike, profiles: str | os.PathLike = PROFILES, *, 
     capture whose files fail validation (sizes, checksums): ProfileError saying which."""
     p = resolve(capture, profiles)
     try:
-        return _load_cached(str(p), (p / "manifest.json").stat().st_mtime, check)
+        stamp = (p / "manifest.json").stat().st_mtime if (p / "manifest.json").exists() else 0.0  # none: the loader says so
+        return _load_cached(str(p), stamp, check)
     except ProfileError as exc:
         raise ProfileError(f"refusing to compare {p}: {exc}") from None
 
@@ -605,6 +647,18 @@ class Comparison:
     only: str = ""
     #: ranges whose base time is below this are judged but do not gate (launch overhead territory)
     min_ms: float = 0.0
+    #: the references' moves are drift (:data:`DRIFT`): nothing they run on differs between the captures
+    drift: bool = False
+
+    @property
+    def references(self) -> pd.DataFrame:
+        """The matched ranges of reference implementations (:func:`is_reference`)."""
+        return self.ranges[reference_rows(self.ranges)]
+
+    @property
+    def under_test(self) -> pd.DataFrame:
+        """The matched ranges of the implementations under test (every one but the references)."""
+        return self.ranges[~reference_rows(self.ranges)]
 
     @property
     def regressions(self) -> pd.DataFrame:
@@ -620,10 +674,12 @@ class Comparison:
         v = self.ranges["verdict"].value_counts()
         return {k: int(v.get(k, 0)) for k in VERDICTS}
 
-    def biggest(self, n: int = 3, judged: bool = True) -> pd.DataFrame:
-        """The ``n`` largest moves by |log(new/base)|: among the rows judged faster or slower
-        (``judged``), else among all."""
-        r = self.ranges[self.ranges["verdict"] != SAME] if judged else self.ranges
+    def biggest(self, n: int = 3, judged: bool = True, references: bool = False) -> pd.DataFrame:
+        """The ``n`` largest moves by |log(new/base)| of the implementations under test (and of the
+        references, with ``references``): among the rows judged faster or slower (``judged``), else
+        among all."""
+        r = self.ranges if references else self.under_test
+        r = r[r["verdict"].isin([SLOWER, FASTER])] if judged else r
         if r.empty:
             return r
         r = r.assign(_m=np.abs(np.log(r["ratio"])))
@@ -633,7 +689,8 @@ class Comparison:
         """One line: what was compared, how many faster / slower / within noise, the biggest moves."""
         c = self.counts()
         parts = [f"{self.base.label} -> {self.new.label}: {len(self.ranges)} ranges matched ({self.source})",
-                 f"{c[FASTER]} faster, {c[SLOWER]} slower, {c[SAME]} within noise (threshold {self.threshold:.0%})"]
+                 f"{c[FASTER]} faster, {c[SLOWER]} slower, {c[SAME]} within noise (threshold {self.threshold:.0%})"
+                 + (f", {c[DRIFT]} reference drift" if c[DRIFT] else "")]
         if self.min_ms > 0:
             parts.append(f"{len(self.regressions)} slower at {self.min_ms:g} ms or more (what gates)")
         ob = int((self.unmatched["side"] == "base").sum()) if len(self.unmatched) else 0
@@ -643,7 +700,7 @@ class Comparison:
         big = self.biggest(3)
         if len(big):
             parts.append("biggest moves: " + ", ".join(f"{r.label} {r.change:+.1%}" for r in big.itertuples()))
-        elif len(self.ranges):
+        elif len(self.under_test):
             r = next(self.biggest(1, judged=False).itertuples())
             parts.append(f"no range moved beyond its noise and the threshold (largest change: {r.label} {r.change:+.1%})")
         return "; ".join(parts)
@@ -736,7 +793,11 @@ def compare(base: Side, new: Side, threshold: float | str = DEFAULT_THRESHOLD, o
     ranges = sort_rows(ranges)
     unmatched = _unmatched(bs, ns, bstat, nstat, set(ranges["key"]))
     kernels = _kernel_rows(base, new, source, pairs, thr, floor, unknown, only, ranges, marks)
-    return Comparison(base, new, thr, source, ranges, kernels, unmatched, compat, marks, notes, only, float(min_ms))
+    drift = not {r["aspect"] for r in compat} & set(REFERENCE_CHANGES)
+    if drift:
+        ranges, kernels = with_drift(ranges), with_drift(kernels)
+    return Comparison(base, new, thr, source, ranges, kernels, unmatched, compat, marks, notes, only, float(min_ms),
+                      drift)
 
 
 def _identity(keys: pd.Series, bs: pd.DataFrame, ns: pd.DataFrame) -> pd.DataFrame:
@@ -880,14 +941,16 @@ def kernels(cmp: Comparison) -> pd.DataFrame:
 
 
 def roofline_points(cmp: Comparison, level: str = "DRAM") -> pd.DataFrame:
-    """One row per matched range with a base and a new roofline point at ``level``: intensity (counted
-    FLOP / bytes at that level) and FLOP/s (counted FLOP / ncu duration), as Nsight Compute measured them."""
+    """One row per matched range with a base and a new roofline point at ``level``: intensity (FLOP /
+    bytes at that level) and FLOP/s over the ncu duration, where the FLOPs are the work model's (useful)
+    if the side's cases carry one, else the counted ones (:func:`nsightlab.analysis.roofline.roofline_points`);
+    ``basis`` says which."""
     if cmp.base.ncu_ranges is None or cmp.new.ncu_ranges is None:
         raise NotApplicable("the overlaid roofline needs Nsight Compute data on both sides")
     pts = {}
     for pre, side in (("base", cmp.base), ("new", cmp.new)):
         try:
-            p = rf.roofline_points(side.ncu_ranges)
+            p = rf.roofline_points(attach_model(side.ncu_ranges, cases(side.manifest) if side.manifest else None))
         except NotApplicable as exc:
             raise NotApplicable(f"{side.label}: {exc}") from None
         p = p[p["level"] == level].drop(columns="key", errors="ignore")
@@ -903,6 +966,7 @@ def roofline_points(cmp: Comparison, level: str = "DRAM") -> pd.DataFrame:
         t = pts[pre]
         out[f"{pre}_x"] = keys.map(t["intensity"]).to_numpy()
         out[f"{pre}_y"] = keys.map(t["flop_per_s"]).to_numpy()
+        out[f"{pre}_basis"] = keys.map(t["basis"]).to_numpy() if "basis" in t else "counted"
     out = out.dropna(subset=["base_x", "base_y", "new_x", "new_y"])
     if out.empty:
         raise NotApplicable(f"no matched range has a {level} roofline point on both sides")

@@ -102,3 +102,43 @@ def findings(study: pd.DataFrame) -> list[str]:
                    f"studies; the slowest setting ({wslot['option']}, {wslot['study']}) takes {worst:.1f}× its "
                    "study's best.")
     return out
+
+
+def beside_others(work: pd.DataFrame, study: pd.DataFrame) -> pd.DataFrame:
+    """The other implementations that ran a study's case (every field equal but the implementation and
+    its options), so that a ladder of settings reads against them: one row per study and other
+    implementation, with ``other_ms`` (its GPU time), the study's ``best_option`` and ``best_ms``, and
+    ``speed`` = other_ms / best_ms (> 1: the study's best setting is faster). Empty if no other
+    implementation ran a study's case."""
+    cols = ["variant", "pass", "study", "other", "other_ms", "best_option", "best_ms", "speed"]
+    w = work[work["range"].fillna("").astype(str) != ""]
+    if study is None or study.empty or w.empty:
+        return pd.DataFrame(columns=cols)
+    opts = set(option_columns(w)) | set(option_columns(study))
+    case = [c for c in identity_columns(w) if c not in ("options", "variant") and c not in opts]
+    per = w.groupby("range", sort=False).agg(**{c: (c, "first") for c in ["variant", *case]},
+                                             seconds=("seconds", "sum")).reset_index()
+    rows = []
+    for (variant, pass_, name), g in study.groupby(["variant", "pass", "study"], sort=False, dropna=False):
+        first = g.iloc[0]
+        same = per[per["variant"].astype(str) != str(variant)]
+        for c in case:
+            same = same[same[c].isna()] if pd.isna(first.get(c)) else same[same[c] == first.get(c)]
+        best = g.loc[g["ms"].idxmin()]
+        for other, o in same.groupby("variant", sort=False):
+            ms = float(o["seconds"].min()) * 1e3  # one range per case; the fastest if an option study of its own
+            rows.append({"variant": variant, "pass": pass_, "study": name, "other": str(other), "other_ms": ms,
+                         "best_option": best["option"], "best_ms": float(best["ms"]), "speed": ms / float(best["ms"])})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def ladder_findings(others: pd.DataFrame) -> list[str]:
+    """Per implementation, pass and other implementation: how its best settings compare, the range of
+    ``speed`` over its studies."""
+    out = []
+    for (variant, pass_, other), g in others.groupby(["variant", "pass", "other"], sort=False):
+        lo, hi = g["speed"].min(), g["speed"].max()
+        span = f"{lo:.2f}×" if abs(hi - lo) < 0.005 else f"{lo:.2f}–{hi:.2f}×"
+        out.append(f"**{variant}** {pass_}, its best setting in each study: {span} {other}'s speed "
+                   f"(> 1: faster; {len(g)} {'study' if len(g) == 1 else 'studies'}).")
+    return out

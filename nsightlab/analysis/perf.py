@@ -199,3 +199,33 @@ def accuracy_findings(df: pd.DataFrame) -> list[str]:
         parts.append(f"{dt} {w['rel_l2']:.1e} ({w['impl']} {w['pass']}, {w['config']})")
     out.append("Worst relative L2 error per dtype: " + "; ".join(parts) + ".")
     return out
+
+
+def bandwidth_roof(manifest: dict | None) -> tuple[float, str] | None:
+    """The memory roof of a benchmark capture: the device-to-device copy the capture measured (bytes
+    read + written per second), with its label; None without one."""
+    copy = ((manifest or {}).get("ceilings") or {}).get("copy_d2d") if isinstance(manifest, dict) else None
+    if isinstance(copy, dict) and isinstance(copy.get("bytes_per_s"), (int, float)) and copy["bytes_per_s"] > 0:
+        return float(copy["bytes_per_s"]), "HBM: measured device-to-device copy (read + write)"
+    return None
+
+
+def memory_bound_suites(df: pd.DataFrame, manifest: dict | None, ridge: float | None = None) -> list[str]:
+    """Suites whose median arithmetic intensity (model FLOPs per compulsory byte, from the CSVs'
+    ``tflops`` and ``gbps``) is below the ridge of this GPU: the measured tensor GEMM over the
+    measured copy (or ``ridge``). Their speed is a bandwidth, best read in GB/s against the memory roof."""
+    if ridge is None:
+        ceil = (manifest or {}).get("ceilings") or {}
+        roof = bandwidth_roof(manifest)
+        flops = max((float(v["flop_per_s"]) for k, v in ceil.items()
+                     if k.startswith("gemm_") and isinstance(v, dict) and isinstance(v.get("flop_per_s"), (int, float))),
+                    default=0.0)
+        if roof is None or not flops:
+            return []
+        ridge = flops / roof[0]
+    ok = ok_rows(df)
+    if not {"tflops", "gbps"} <= set(ok):
+        return []
+    ok = ok[(ok["gbps"] > 0) & ok["tflops"].notna()]
+    intensity = (ok["tflops"] * 1e3 / ok["gbps"]).groupby(ok["suite"]).median()
+    return [s for s in dict.fromkeys(ok["suite"]) if s in intensity and intensity[s] < ridge]

@@ -490,7 +490,8 @@ def findings(points: pd.DataFrame, ceil: pd.DataFrame, fc: pd.DataFrame | None =
         extra.append(", ".join(shares[:2]))
     if useful and isinstance(counted, float) and np.isfinite(counted):
         extra.append(f"the counters saw {counted / 1e12:,.0f}")
-    out.append(f"Fastest range: **{best[label]}** ({_fields_text(best, fields)}) at "
+    where = _fields_text(best, fields)
+    out.append(f"Fastest range: **{best[label]}**{f' ({where})' if where else ''} at "
                f"{best['flop_per_s'] / 1e12:,.0f} {'useful ' if useful else ''}TFLOP/s"
                + (f" ({'; '.join(extra)})" if extra else "") + ".")
     near = nearest_roof(points, ceil)

@@ -34,6 +34,7 @@ import plotly.graph_objects as go
 from ..analysis import roofline as rf
 from ..analysis.comparison import (
     COUNTERS,
+    DRIFT,
     FASTER,
     SAME,
     SLOWER,
@@ -46,11 +47,12 @@ from ..analysis.comparison import (
     match_pairs,
     parse_threshold,
 )
+from ..core.args import ArgumentParser
 from ..core.errors import NotApplicable, ProfileError
 from ..store.captures import gpu_slug
 from ..store.read import PROFILES, REPO, in_repo, resolve
 from .execute import render_notebook, write_if_changed
-from .figures import TEMPLATE, message, style_for
+from .figures import TEMPLATE, log_axis, message, style_for
 from .numbers import MISSING, fmt_change, fmt_num
 from .page import table_html
 
@@ -58,7 +60,8 @@ NOTEBOOK = REPO / "notebooks" / "compare.ipynb"
 #: the comparisons a profiles folder asks ``nsightlab report`` to render, beside its captures
 DECLARED = "comparisons.toml"
 #: the colours of a verdict in a table
-VERDICT_CSS = {SLOWER: "background-color:#fbe3e3;color:#8a1c1c", FASTER: "background-color:#e2f3e4;color:#1d5e2a"}
+VERDICT_CSS = {SLOWER: "background-color:#fbe3e3;color:#8a1c1c", FASTER: "background-color:#e2f3e4;color:#1d5e2a",
+               DRIFT: "background-color:#f1f1f1;color:#555;font-style:italic"}
 
 
 # --------------------------------------------------------------------------- tables for the page
@@ -136,12 +139,30 @@ def table(df: pd.DataFrame, name: str, wrap: bool = False) -> str:
                       cell_css={"verdict": lambda v: VERDICT_CSS.get(v, "color:#666")})
 
 
+def _moves(r: pd.DataFrame, sign: int, n: int = 5) -> str:
+    """The ``n`` largest moves of ``r``: slowdowns first (``sign`` 1), speed-ups first (-1), or either (0)."""
+    m = np.log(r["ratio"])
+    r = r.assign(_m=sign * m if sign else np.abs(m)).sort_values(["_m", "label"], ascending=[False, True]).head(n)
+    return "; ".join(f"{x.label} {x.change:+.1%} ({fmt_num(x.base_ms)} → {fmt_num(x.new_ms)} ms)" for x in r.itertuples())
+
+
 def headline(cmp: Comparison) -> str:
-    """The page's opening paragraph (Markdown): counts, what gates, the biggest moves each way."""
+    """The page's opening paragraph (Markdown): counts, what gates, the largest change of an
+    implementation under test, the biggest moves each way among them; the references' moves (SDPA's
+    backends: :func:`nsightlab.analysis.comparison.is_reference`) in a line of their own, as drift where
+    nothing they run on changed between the captures (they then neither gate nor lead)."""
     c = cmp.counts()
     n = len(cmp.ranges)
     lines = [f"**{n} ranges matched** ({SOURCE_TEXT[cmp.source]}): **{c[SLOWER]} slower**, **{c[FASTER]} faster**, "
-             f"{c[SAME]} within noise, at a threshold of {cmp.threshold:.0%} on the time."]
+             f"{c[SAME]} within noise" + (f", {c[DRIFT]} reference drift" if c[DRIFT] else "")
+             + f", at a threshold of {cmp.threshold:.0%} on the time."]
+    ut = cmp.under_test
+    if len(ut):
+        top = next(cmp.biggest(1, judged=False).itertuples())
+        moved = top.verdict in (SLOWER, FASTER)
+        lines.append(f"**Largest change** of an implementation under test: **{top.label} {top.change:+.1%}** "
+                     f"({fmt_num(top.base_ms)} → {fmt_num(top.new_ms)} ms, "
+                     + ("beyond its noise" if moved else "within its noise and the threshold") + ").")
     ob = int((cmp.unmatched["side"] == "base").sum()) if len(cmp.unmatched) else 0
     on = int((cmp.unmatched["side"] == "new").sum()) if len(cmp.unmatched) else 0
     if ob or on:
@@ -152,14 +173,24 @@ def headline(cmp: Comparison) -> str:
     lines.append(gate_text + "`nsightlab compare`)"
                  + (f"; ranges under {cmp.min_ms:g} ms in base do not gate" if cmp.min_ms else "") + ".")
     for what, sign, name in ((SLOWER, 1, "Largest slowdowns"), (FASTER, -1, "Largest speed-ups")):
-        r = cmp.ranges[cmp.ranges["verdict"] == what]
+        r = ut[ut["verdict"] == what]
         if len(r):
-            r = r.assign(_m=sign * np.log(r["ratio"])).sort_values(["_m", "label"], ascending=[False, True]).head(5)
-            moves = "; ".join(f"{x.label} {x.change:+.1%} ({fmt_num(x.base_ms)} → {fmt_num(x.new_ms)} ms)" for x in r.itertuples())
-            lines.append(f"{name}: {moves}.")
-    if not len(cmp.ranges[cmp.ranges["verdict"] != SAME]) and n:
-        r = next(cmp.biggest(1, judged=False).itertuples())
-        lines.append(f"Nothing moved beyond its noise and the threshold; the largest change is {r.label} {r.change:+.1%}.")
+            lines.append(f"{name}: {_moves(r, sign)}.")
+    refs = cmp.references
+    moved = refs[refs["verdict"].isin([SLOWER, FASTER, DRIFT])]
+    if len(moved):
+        names = ", ".join(sorted(set(moved["variant"].astype(str))))
+        big = _moves(moved, 0, 3)
+        if cmp.drift:
+            lines.append(f"**Reference drift** (not a verdict on the change: the references ran the same library on "
+                         f"the same GPU and driver in both captures): {len(moved)} range(s) of {names} moved beyond "
+                         f"their noise, up to {big}. They neither gate nor lead this summary.")
+        else:
+            lines.append(f"**References** ({names}; their library, GPU or driver differs between the captures, so "
+                         f"their moves are part of the comparison): {len(moved)} range(s) moved beyond their noise, "
+                         f"the largest {big}.")
+    if not len(ut[ut["verdict"].isin([SLOWER, FASTER])]) and len(ut):
+        lines.append("No implementation under test moved beyond its noise and the threshold.")
     return "\n\n".join(lines)
 
 
@@ -213,15 +244,16 @@ def _style(names: Iterable[str]) -> dict[str, dict[str, str]]:
 
 
 def style(cmp: Comparison) -> dict[str, dict[str, str]]:
-    """One colour and marker per implementation of the comparison, the same in every figure of the page."""
+    """One colour and marker per implementation of the comparison: its own on every page (by its name alone,
+    :func:`nsightlab.render.figures.impl_style`), whichever implementations the comparison holds."""
     names = [*cmp.ranges.get("variant", pd.Series(dtype=str)), *cmp.unmatched.get("variant", pd.Series(dtype=str))]
     return _style(names)
 
 
 def change_figure(cmp: Comparison, title: str = "") -> Any:
     """Every matched range: new/base time (log axis, so 2× slower and 2× faster are equally far from 1)
-    against its base time, coloured by implementation, ▲ slower / ▼ faster; bars: the noise; the
-    grey band: the threshold."""
+    against its base time, coloured by implementation, ▲ slower / ▼ faster (hollow: a reference's drift);
+    bars: the noise; the grey band: the threshold."""
     r = cmp.ranges
     if r.empty:
         return message("no matched range", title)
@@ -229,11 +261,14 @@ def change_figure(cmp: Comparison, title: str = "") -> Any:
     fig = go.Figure()
     for name, g in r.groupby(r.get("variant", pd.Series("range", index=r.index)).astype(str), sort=True):
         s = st.get(name, {"color": "#444", "symbol": "circle"})
-        sym = [s["symbol"] if v == SAME else ("triangle-up" if v == SLOWER else "triangle-down") for v in g["verdict"]]
+        # colour: the implementation (figures.impl_style, as on every page); marker: the verdict (a reference's
+        # drift hollow, pointing the way it moved)
+        sym = [s["symbol"] if v == SAME else ("triangle-up" if v == SLOWER else "triangle-down") if v != DRIFT else
+               ("triangle-up-open" if q > 1 else "triangle-down-open") for v, q in zip(g["verdict"], g["ratio"], strict=True)]
         fig.add_trace(go.Scatter(
             x=g["base_ms"], y=g["ratio"], mode="markers", name=name,
             marker={"color": s["color"], "symbol": sym, "size": [6 if v == SAME else 10 for v in g["verdict"]],
-                    "line": {"width": 0}},
+                    "line": {"width": [1.6 if v == DRIFT else 0 for v in g["verdict"]], "color": s["color"]}},
             error_y={"type": "data", "symmetric": False, "array": g["ratio"] * g["noise"],
                      "arrayminus": g["ratio"] * (1 - 1 / (1 + g["noise"])), "thickness": 0.8, "width": 0,
                      "color": s["color"]},
@@ -245,8 +280,17 @@ def change_figure(cmp: Comparison, title: str = "") -> Any:
     fig.add_hline(y=1, line={"color": "#666", "width": 1})
     lo, hi = float(r["ratio"].min()), float(r["ratio"].max())
     span = max(1 / lo, hi, 1 + 2 * cmp.threshold) * 1.15
-    ticks = [t for t in (0.25, 0.33, 0.5, 0.67, 0.8, 0.9, 0.95, 1, 1.05, 1.1, 1.25, 1.5, 2, 3, 4) if 1 / span <= t <= span]
-    fig.update_xaxes(type="log", title=f"base time [ms] ({cmp.base.label})")
+    # ticks outward from 1, each at least 1/14 of the axis from the last (labels never overlap)
+    gap = 2 * math.log10(span) / 14
+    ticks = [1.0]
+    for side in ((1.05, 1.1, 1.25, 1.5, 2, 3, 4), (0.95, 0.9, 0.8, 0.67, 0.5, 0.33, 0.25)):
+        last = 1.0
+        for t in side:
+            if 1 / span <= t <= span and abs(math.log10(t / last)) >= gap:
+                ticks.append(t)
+                last = t
+    ticks.sort()
+    log_axis(fig, "x", float(r["base_ms"].min()), float(r["base_ms"].max()), f"base time [ms] ({cmp.base.label})", pad=1.3)
     fig.update_yaxes(type="log", title="new time / base time (above 1: slower)", range=[-math.log10(span), math.log10(span)],
                      tickvals=ticks, ticktext=[f"{t:g}×" for t in ticks])
     fig.update_layout(title=title, template=TEMPLATE, height=480, legend={"title": "implementation"})
@@ -308,7 +352,9 @@ def roofline_figure(cmp: Comparison, pts: pd.DataFrame, title: str, level: str =
                                arrowsize=1, arrowwidth=1.2, arrowcolor=s["color"], opacity=0.8, text="")
     ys = np.concatenate([pts["base_y"].to_numpy(), pts["new_y"].to_numpy()]) / 1e12
     fig.update_xaxes(type="log", title=f"arithmetic intensity [FLOP / {level} byte]", range=[np.log10(lo), np.log10(hi)])
-    fig.update_yaxes(type="log", title="performance [TFLOP/s] (counted FLOPs / ncu duration)",
+    useful = set(pts["base_basis"]) | set(pts["new_basis"]) == {"useful"} if "base_basis" in pts else False
+    fig.update_yaxes(type="log", title=("useful performance [TFLOP/s, work model / ncu duration]" if useful
+                                        else "performance [TFLOP/s] (FLOPs / ncu duration; counted where no work model)"),
                      range=[np.log10(ys.min() / 3), np.log10(ys.max() * 4)])
     fig.update_layout(title=title, template=TEMPLATE, height=650, legend={"font": {"size": 11}})
     return fig
@@ -327,7 +373,8 @@ def distribution_figure(cmp: Comparison, rows: pd.DataFrame, title: str) -> Any:
         pairs = match_pairs(cmp.base.samples[src], cmp.new.samples[src])
         nkey = {v: k for k, v in pairs.items()}
     order = list(rows["label"])
-    for pre, side, color in (("base", cmp.base, "#7f7f7f"), ("new", cmp.new, "#1f5fbf")):
+    # base and new are no implementations: light grey and black (greys are no implementation's colour)
+    for pre, side, color in (("base", cmp.base, "#a6a6a6"), ("new", cmp.new, "#222222")):
         s = side.samples[src]
         ys, xs, q = [], [], {"lowerfence": [], "q1": [], "median": [], "q3": [], "upperfence": [], "y": []}
         for r in rows.itertuples():
@@ -482,10 +529,10 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="exit status: 0 no regression, 1 a matched range is slower than the threshold "
-                                       "beyond its noise, 2 bad input")
+    p = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="exit status: 0 no regression, 1 a matched range is slower than the threshold "
+                              "beyond its noise, 2 bad input")
     p.add_argument("base", help="the base capture: a folder, or a gpu/name label under --profiles")
     p.add_argument("new", help="the new capture, the same way")
     p.add_argument("--threshold", default="5%", help="regression threshold on the time (default 5%%; 0.05 works too)")

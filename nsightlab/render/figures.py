@@ -1,10 +1,14 @@
 """Plotly figures for the reports, and the offline HTML embedding of them.
 
-One colour and one marker per implementation, the same in every figure: :func:`style_for` assigns
-them from an ordered list of implementations (the report runner passes every capture's, so pages
-agree; a notebook on its own uses its capture's). Sub-series of one implementation (its option
-settings, its problem sizes) take shades of its colour (:func:`shades`), never another
-implementation's colour. A figure without data says so (:func:`message`), never an empty chart.
+One colour and one marker per implementation, the same in every figure of every page: fixed by the
+implementation's name (:data:`IMPL_STYLE`; unknown names by a hash of the name, :func:`impl_style`),
+never by which other implementations a page holds. Whatever else varies is drawn in another channel:
+the series of one implementation (its head dimensions, its dtypes) as line dashes (:data:`DASHES`)
+with its colour, named "flash_mma D=128"; its option studies as bar patterns (:data:`PATTERNS`); option
+settings on a roofline on a sequential grey scale (:func:`sequence_style`), greys being no
+implementation's colour. A line trace is one series: every field that varies besides the x axis
+splits or facets the traces (:func:`split_series`). A figure without data is no chart: :func:`show`
+writes the sentence :func:`message` carries instead.
 
 Axes that span decades are logarithmic with ticks at powers of ten written as plain numbers in the
 axis unit (TFLOP/s, MiB, ms), so no tick mixes ``10^15`` with ``100T``.
@@ -12,9 +16,10 @@ axis unit (TFLOP/s, MiB, ms), so no tick mixes ``10^15`` with ``100T``.
 
 from __future__ import annotations
 
-import colorsys
 import hashlib
+import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,16 +30,45 @@ import plotly.express as px
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..analysis.counters import identity_columns
 from ..analysis.perf import ok_rows, ratio_to
 from ..analysis.roofline import applies
-from .numbers import fmt_num, natural_key, plain_value
+from .numbers import fmt_num, natural_key, plain_value, rounded
 
 _EMBEDDED = {"done": False, "src": "inline"}
 TEMPLATE = "plotly_white"
-#: D3's ten, then colours far from all of them (a later implementation must not pass for an earlier one)
-PALETTE = (*px.colors.qualitative.D3, "#1a237e", "#ad1457", "#00897b", "#f9a825", "#8b0000", "#546e7a", "#64dd17",
-           "#6a1b9a", "#ff6e40", "#80deea", *px.colors.qualitative.Dark24)
+#: The colour and marker of every implementation the project knows, keyed by its name: the same on every
+#: page (captures, imported reports, comparisons, option studies), whatever else a figure draws beside it.
+#: Greys and black are never an implementation's: they are kept for what is not one (ceilings, bands,
+#: base / new, option settings on a sequential grey scale, annotations).
+IMPL_STYLE: dict[str, tuple[str, str]] = {
+    # flash_kernels' variants
+    "naive": ("#1F77B4", "circle"),
+    "tiled": ("#FF7F0E", "square"),
+    "tiled_uncoalesced": ("#2CA02C", "diamond"),
+    "flash_fa1": ("#D62728", "triangle-up"),
+    "flash_simt": ("#9467BD", "cross"),
+    "flash_mma": ("#8C564B", "x"),
+    "flash_wgmma": ("#00897B", "hexagram"),
+    "flash_decode": ("#F9A825", "bowtie"),
+    # the references and other libraries
+    "sdpa_flash": ("#E377C2", "triangle-down"),
+    "sdpa_cudnn": ("#1A237E", "pentagon"),
+    "sdpa_efficient": ("#BCBD22", "star"),
+    "sdpa_math": ("#17BECF", "hexagon"),
+    "triton_fa2": ("#6A1B9A", "star-triangle-up"),
+    "torch_gemm": ("#AD1457", "hourglass"),
+    "torch_cpu": ("#827717", "circle-x"),
+}
+#: colours for names IMPL_STYLE lacks (a hash of the name picks one): each at least ΔE 20 (CIELAB) from every
+#: colour above and from the greys, so an unknown implementation never passes for a known one
+SPARE_COLORS = ("#511CFB", "#AA0DFE", "#FE00CE", "#3283FE", "#FF0092", "#F97B72", "#862A16", "#6F4070", "#117733",
+                "#CC6677", "#B10DA1", "#00B5F7", "#80BA5A", "#B68E00", "#6C4516", "#11A579")
 MARKERS = ("circle", "square", "diamond", "triangle-up", "cross", "x", "triangle-down", "pentagon", "star", "hexagon")
+#: line dashes of the series of one implementation (its head dimensions, say): the colour stays the implementation's
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+#: marker fill patterns of the groups of one implementation's bars (its option studies)
+PATTERNS = ("", "/", "x", ".", "\\", "+", "-", "|")
 LEVEL_SYMBOL = {"DRAM": "circle", "L2": "square", "L1": "diamond"}
 LEVEL_GLYPH = {"DRAM": "●", "L2": "■", "L1": "◆"}
 #: width the page gives a figure (px): used to angle the labels of sloped lines
@@ -52,35 +86,64 @@ def set_plotlyjs(src: str) -> None:
 
 
 def html(fig: go.Figure) -> str:
-    """The figure as an HTML fragment that works offline and keeps plotly's interactivity; the div
-    id is derived from the figure itself, so the same data gives the same bytes."""
+    """The figure as an HTML fragment that works offline and keeps plotly's interactivity. Its numbers
+    are written to :data:`~nsightlab.render.numbers.PAGE_DIGITS` significant digits and the div id is
+    derived from them, so the same data gives the same bytes on every machine (last-digit differences
+    between CPUs or numpy builds do not reach the page)."""
+    import plotly.io as pio
+
     first = not _EMBEDDED["done"]
     _EMBEDDED["done"] = True
     src = _EMBEDDED["src"]
     include = (True if src == "inline" else src) if first else False
-    div = "fig-" + hashlib.sha256(fig.to_json().encode()).hexdigest()[:16]
-    return fig.to_html(full_html=False, include_plotlyjs=include, div_id=div,
+    spec = rounded(json.loads(fig.to_json()))
+    div = "fig-" + hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+    return pio.to_html(spec, full_html=False, include_plotlyjs=include, div_id=div, validate=False,
                        config={"displaylogo": False, "responsive": True})
 
 
 def show(fig: go.Figure) -> None:
+    """Put ``fig`` on the page; a figure with nothing to draw (:func:`message`) as one sentence instead."""
     from IPython.display import HTML, display
 
+    if is_empty(fig):
+        import html as _html
+
+        display(HTML(f'<p class="nsl-note nsl-empty">{_html.escape(empty_sentence(fig))}</p>'))
+        return
     display(HTML(html(fig)))
 
 
 # --------------------------------------------------------------------------- style
 
 
+def impl_key(name: object) -> str:
+    """The name an implementation's style is looked up by: lower case, blanks and dashes as ``_``
+    (an imported report's ``SDPA flash`` range is ``sdpa_flash``)."""
+    return re.sub(r"[\s\-]+", "_", str(name).strip().lower())
+
+
+def impl_style(name: object) -> dict[str, str]:
+    """The colour and marker of implementation ``name``: :data:`IMPL_STYLE`'s for a known name, else
+    picked from :data:`SPARE_COLORS` and :data:`MARKERS` by a hash of the name (two independent picks,
+    so two unknown names that share a colour rarely share the marker too). Depends on the name alone."""
+    key = impl_key(name)
+    if key in IMPL_STYLE:
+        color, symbol = IMPL_STYLE[key]
+        return {"color": color, "symbol": symbol}
+    h = hashlib.sha256(key.encode()).digest()
+    return {"color": SPARE_COLORS[int.from_bytes(h[:4], "big") % len(SPARE_COLORS)],
+            "symbol": MARKERS[int.from_bytes(h[4:8], "big") % len(MARKERS)]}
+
+
 def style_for(names: Iterable[str]) -> dict[str, dict[str, str]]:
-    """A fixed colour and marker per name, by position in ``names`` (deduplicated, order kept):
-    pass the full list of implementations so every figure agrees."""
+    """The colour and marker of each name (:func:`impl_style`: by the name alone, never by its position or
+    by the other names), deduplicated, in the order given (the order legends list them)."""
     out: dict[str, dict[str, str]] = {}
     for name in names:
         if name is None or (isinstance(name, float) and np.isnan(name)) or str(name) in out:
             continue
-        i = len(out)
-        out[str(name)] = {"color": PALETTE[i % len(PALETTE)], "symbol": MARKERS[i % len(MARKERS)]}
+        out[str(name)] = impl_style(name)
     return out
 
 
@@ -101,44 +164,96 @@ def _symbols(style: Style) -> dict[str, str]:
     return {k: v["symbol"] for k, v in style.items()}
 
 
-def shades(color: str, n: int) -> list[str]:
-    """``n`` shades of ``color`` from light to dark (the middle one close to ``color`` itself): the
-    sub-series of one implementation keep its hue."""
-    if n <= 1:
-        return [color]
-    r, g, b = (int(color.lstrip("#")[i:i + 2], 16) / 255 for i in (0, 2, 4))
-    h, lum, s = colorsys.rgb_to_hls(r, g, b)
-    out = []
-    for i in range(n):
-        t = i / (n - 1)
-        li = min(0.78, max(0.18, lum + 0.28 - 0.5 * t))
-        rr, gg, bb = colorsys.hls_to_rgb(h, li, s)
-        out.append(f"#{int(rr * 255):02x}{int(gg * 255):02x}{int(bb * 255):02x}")
+def sequence_style(values: Iterable[object], symbol: str = "circle") -> dict[str, dict[str, str]]:
+    """A sequential grey scale over ``values`` in their natural order (light to dark), for colouring by
+    something that is not an implementation (an implementation's option settings): greys are no
+    implementation's colour, so such a figure cannot be read as one implementation per colour."""
+    labels = sorted(dict.fromkeys(str(v) for v in values), key=natural_key)
+    n = len(labels)
+    out = {}
+    for i, lab in enumerate(labels):
+        level = 0x1a if n == 1 else round(0xb4 - (0xb4 - 0x1a) * i / (n - 1))
+        out[lab] = {"color": f"#{level:02x}{level:02x}{level:02x}", "symbol": symbol}
     return out
 
 
-def sub_style(frame: pd.DataFrame, label: str, style: Style | None = None, parent: str = "variant") -> Style:
-    """A style for the values of ``label`` (an implementation's option settings, say): each in a
-    shade of its ``parent`` implementation's colour, with the parent's marker."""
-    base = _style(style, frame[parent].astype(str).unique())
-    out: dict[str, dict[str, str]] = {}
-    for p, g in frame.groupby(frame[parent].astype(str), sort=False):
-        labels = sorted(g[label].astype(str).unique(), key=natural_key)
-        for lab, c in zip(labels, shades(base[p]["color"], len(labels)), strict=True):
-            out[lab] = {"color": c, "symbol": base[p]["symbol"]}
-    order = {p: i for i, p in enumerate(base)}
-    return dict(sorted(out.items(), key=lambda kv: (order.get(str(frame.loc[frame[label].astype(str) == kv[0],
-                                                                          parent].iloc[0]), 99), natural_key(kv[0]))))
+def _series_value(field: str, v: object) -> str:
+    if field == "causal" or isinstance(v, (bool, np.bool_)):
+        return field if bool(v) else f"non-{field}"
+    if field == "options":
+        return "default options" if v is None or v == "" or (isinstance(v, float) and np.isnan(v)) else str(v)
+    if field in ("pass", "dtype", "variant"):
+        return str(v)
+    return f"{field}={plain_value(v)}"
+
+
+def series_fields(d: pd.DataFrame, x: str, fields: Iterable[str], by: Sequence[str] = ("variant",)) -> list[str]:
+    """The ``fields`` that split ``d``'s lines (traces are ``by`` and facets): each field that, within one
+    line so far (``by`` and the fields chosen before it), takes two values at one ``x``, where a single
+    line would zig-zag between them. A field that changes with ``x`` alone (B as N grows) splits nothing,
+    nor does one that follows from those chosen (a tile option per head dimension)."""
+    keys = [c for c in by if c in d]
+    out: list[str] = []
+    for c in fields:
+        if c not in d or c == x or c in keys or c in out or d[c].nunique(dropna=False) < 2:
+            continue
+        n = d.groupby([*keys, *out, x], dropna=False, sort=False)[c].nunique(dropna=False)
+        if (n > 1).any():
+            out.append(c)
+    return out
+
+
+def split_series(d: pd.DataFrame, x: str, fields: Iterable[str], by: Sequence[str] = ("variant",)) -> pd.DataFrame:
+    """``d`` with ``_series`` (the row's values of the :func:`series_fields`: ``D=128``; "" where no field
+    splits) and ``_trace`` (``flash_mma D=128``: the line's name), and ``attrs["series"]``: the series
+    labels in their fields' natural order (D=64 before D=128, non-causal before causal)."""
+    split = series_fields(d, x, list(fields), by)
+    out = d.copy()
+    if split:
+        out["_series"] = [" ".join(_series_value(f, v) for f, v in zip(split, row, strict=True))
+                          for row in out[split].itertuples(index=False, name=None)]
+        order = _shape_order(out, split, out["_series"])
+    else:
+        out["_series"] = ""
+        order = [""]
+    name = out[by[0]].astype(str) if by and by[0] in out else pd.Series("", index=out.index)
+    out["_trace"] = (name + " " + out["_series"]).str.strip()
+    out.attrs["series"] = order
+    out.attrs["series_fields"] = split
+    return out
+
+
+def series_dash(order: Sequence[str]) -> dict[str, str]:
+    """The dash of each series label (the first solid): the same series, the same dash, in every colour."""
+    return {s: DASHES[i % len(DASHES)] for i, s in enumerate(order)}
 
 
 def message(text: str, title: str = "") -> go.Figure:
-    """A small figure that says why there is nothing to draw."""
+    """Why there is nothing to draw (``text``: a sentence's end for users, e.g. "sdpa_cudnn ran no float32
+    case"). :func:`show` writes it as a sentence instead of drawing a figure; the figure itself (a note in
+    an empty frame) is for callers that embed it anyway. ``layout.meta["empty"]`` holds the text."""
     fig = go.Figure()
     fig.add_annotation(text=text, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False, font={"size": 14})
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
-    fig.update_layout(title=title, template=TEMPLATE, height=180, margin={"t": 40, "b": 10})
+    fig.update_layout(title=title, template=TEMPLATE, height=180, margin={"t": 40, "b": 10},
+                      meta={"empty": text, "title": title})
     return fig
+
+
+def is_empty(fig: go.Figure) -> bool:
+    """Whether ``fig`` is a :func:`message` (nothing drawn)."""
+    meta = fig.layout.meta
+    return isinstance(meta, dict) and bool(meta.get("empty"))
+
+
+def empty_sentence(fig: go.Figure) -> str:
+    """A :func:`message` figure as one sentence for the page: ``No figure for “<title>”: <text>.``"""
+    meta = fig.layout.meta
+    text = str(meta.get("empty", "")).rstrip(".")
+    title = re.sub(r"<[^>]+>", " ", str(meta.get("title") or "")).strip()
+    title = re.sub(r"\s+", " ", title)
+    return f"No figure for “{title}”: {text}." if title else f"No figure: {text}."
 
 
 # --------------------------------------------------------------------------- axes, facets, legends
@@ -240,48 +355,71 @@ _ORDER = {"pass": ["forward", "backward"]}
 # --------------------------------------------------------------------------- benchmark CSVs
 
 _HOVER = ["config", "B", "H", "N", "D", "causal", "dtype", "options", "ms", "tflops", "gbps", "rel_l2"]
+#: the benchmark fields besides N that can tell two rows of one implementation apart (:func:`split_series`)
+_BENCH_FIELDS = ("D", "causal", "H", "Hkv", "B", "Nk", "options")
+
+
+def _trace_style(d: pd.DataFrame, st: Style, name: str) -> tuple[list[str], dict[str, str], dict[str, str], dict[str, str]]:
+    """For a frame from :func:`split_series`: its traces (implementations in the style's order, then
+    series), and each trace's colour and marker (its implementation's) and dash (its series')."""
+    dash = series_dash(d.attrs.get("series") or [""])
+    rank = {n: i for i, n in enumerate(st)}
+    srank = {s: i for i, s in enumerate(dash)}
+    first = d.drop_duplicates("_trace")
+    rows = sorted(zip(first["_trace"], first[name].astype(str), first["_series"], strict=True),
+                  key=lambda t: (rank.get(t[1], len(rank)), srank.get(t[2], 0)))
+    traces = [t for t, _, _ in rows]
+    colors = {t: st[n]["color"] for t, n, _ in rows}
+    symbols = {t: st[n]["symbol"] for t, n, _ in rows}
+    dashes = {t: dash.get(s, "solid") for t, _, s in rows}
+    return traces, colors, symbols, dashes
 
 
 def throughput_vs_n(df: pd.DataFrame, suite: str, dtype: str, title: str, style: Style | None = None) -> go.Figure:
     """TFLOP/s against N (both log), one line per implementation, faceted by pass (columns) and
-    D × causal (rows, D ascending, causal after non-causal)."""
+    D × causal (rows, D ascending, causal after non-causal); any other field that varies at one N
+    splits an implementation's line ("flash_mma H=32", dashed)."""
     ok = ok_rows(df)
     ok = ok[(ok["suite"] == suite) & (ok["dtype"] == dtype) & (ok["tflops"] > 0)].sort_values("N")
     if ok.empty:
-        return message(f"no successful rows for suite {suite}, {dtype}", title)
+        return message(f"no {dtype} case of {suite} ran successfully", title)
     ok["shape"] = shape_label(ok, ["D", "causal"])
     shapes = _shape_order(ok, ["D", "causal"], ok["shape"])
     st = _style(style, ok["impl"].unique())
-    impls = [i for i in st if i in set(ok["impl"])]
-    fig = px.line(ok, x="N", y="tflops", color="impl", symbol="impl", facet_col="pass", facet_row="shape",
-                  markers=True, hover_data=[c for c in _HOVER if c in ok], title=title,
-                  labels={"tflops": "TFLOP/s", "N": "sequence length N", "impl": "implementation"},
-                  color_discrete_map=_colors(st), symbol_map=_symbols(st),
-                  category_orders={**_ORDER, "impl": impls, "shape": shapes}, facet_row_spacing=0.04)
+    ok = split_series(ok, "N", [f for f in _BENCH_FIELDS if f in ok and f not in ("D", "causal")],
+                      by=("impl", "pass", "shape"))
+    traces, colors, symbols, dashes = _trace_style(ok, st, "impl")
+    fig = px.line(ok, x="N", y="tflops", color="_trace", symbol="_trace", line_dash="_trace", facet_col="pass",
+                  facet_row="shape", markers=True, hover_data=[c for c in _HOVER if c in ok], title=title,
+                  labels={"tflops": "TFLOP/s", "N": "sequence length N", "_trace": "implementation"},
+                  color_discrete_map=colors, symbol_map=symbols, line_dash_map=dashes,
+                  category_orders={**_ORDER, "_trace": traces, "shape": shapes}, facet_row_spacing=0.04)
     clean_facet_labels(fig)
     log_axis(fig, "y", ok["tflops"].min(), ok["tflops"].max())
     log_axis(fig, "x", ok["N"].min(), ok["N"].max(), pad=1.15)
     fig.update_yaxes(title_text="")
     fig.update_yaxes(title_text="TFLOP/s", col=1)
     fig.update_layout(height=80 + 300 * len(shapes), template=TEMPLATE)
-    rank_legend(fig, impls)
-    fit_legend(fig, len(impls))
+    rank_legend(fig, traces)
+    fit_legend(fig, len(traces))
     return fig
 
 
 def ratio_vs_n(df: pd.DataFrame, suite: str, dtype: str, impl: str, reference: str,
                targets: Mapping[str, float] | None = None, style: Style | None = None) -> go.Figure:
     """``impl``'s throughput over ``reference``'s against N, one facet per pass, one line per
-    D × causal in shades of ``impl``'s colour, with the pass's target as a line."""
+    D × causal (and any other field that varies at one N), all in ``impl``'s colour, told apart by
+    dash and marker, with the pass's target as a line."""
     r = ratio_to(df[(df["suite"] == suite) & (df["dtype"] == dtype)], reference)
     r = r[r["impl"] == impl].sort_values("N")
     title = f"{impl} relative to {reference}, same run ({suite}, {dtype})"
     if r.empty:
-        return message(f"no configuration where both {impl} and {reference} ran", title)
+        return message(f"{impl} and {reference} ran no {dtype} configuration of {suite} in common", title)
     r["shape"] = shape_label(r, ["D", "causal"])
-    shapes = _shape_order(r, ["D", "causal"], r["shape"])
+    r = split_series(r, "N", [f for f in _BENCH_FIELDS if f in r and f not in ("D", "causal")], by=("shape", "pass"))
+    r["shape"] = (r["shape"] + " " + r["_series"]).str.strip()
+    shapes = _shape_order(r, ["D", "causal", *r.attrs.get("series_fields", [])], r["shape"])
     color = _style(style, [impl])[impl]["color"]
-    cmap = dict(zip(shapes, shades(color, len(shapes)), strict=True))
     passes = [p for p in ("forward", "backward") if p in set(r["pass"])]
     fig = make_subplots(rows=1, cols=len(passes), subplot_titles=passes, shared_yaxes=True, horizontal_spacing=0.06)
     for j, p in enumerate(passes, 1):
@@ -290,34 +428,40 @@ def ratio_vs_n(df: pd.DataFrame, suite: str, dtype: str, impl: str, reference: s
             if g.empty:
                 continue
             fig.add_trace(go.Scatter(x=g["N"], y=g["ratio"], mode="lines+markers", name=shp, legendgroup=shp,
-                                     showlegend=j == 1, line={"color": cmap[shp], "dash": ("solid", "dash", "dot",
-                                                                                          "dashdot")[k % 4]},
+                                     showlegend=j == 1, line={"color": color, "dash": DASHES[k % len(DASHES)]},
                                      marker={"symbol": MARKERS[k % len(MARKERS)]},
                                      hovertemplate=f"{shp} N=%{{x}}<br>ratio %{{y:.0%}}<extra>{p}</extra>"), 1, j)
         t = (targets or {}).get(p)
         if t is not None:
-            fig.add_hline(y=t, line_dash="dot", line_color="#c00", annotation_text=f"target {t:.0%}",
+            fig.add_hline(y=t, line_dash="dot", line_color="#222222", annotation_text=f"target {t:.0%}",
                           annotation_position="top left", row=1, col=j)
     fig.update_yaxes(tickformat=".0%", title_text=f"{impl} / {reference}", col=1)
     log_axis(fig, "x", r["N"].min(), r["N"].max(), "sequence length N", pad=1.15)
-    fig.update_layout(title=title, template=TEMPLATE, height=420, legend_title_text="shape")
+    fig.update_layout(title=title, template=TEMPLATE, height=420, legend_title_text=f"{impl}: shape")
     return fig
 
 
 def latency_bars(df: pd.DataFrame, suite: str, dtype: str, pass_: str, style: Style | None = None) -> go.Figure:
+    """Median time per configuration (rows), one marker per implementation on a logarithmic time axis:
+    a dot plot, since a bar's length on a log axis means nothing."""
     ok = ok_rows(df)
     ok = ok[(ok["suite"] == suite) & (ok["dtype"] == dtype) & (ok["pass"] == pass_)]
     title = f"{suite}: {pass_} latency, {dtype}"
     if ok.empty:
-        return message(f"no successful {pass_} rows", title)
+        return message(f"no {pass_} case of {suite} ran successfully in {dtype}", title)
     st = _style(style, ok["impl"].unique())
     impls = [i for i in st if i in set(ok["impl"])]
-    fig = px.bar(ok, x="config", y="ms", color="impl", barmode="group",
-                 hover_data=[c for c in _HOVER if c in ok], title=title,
-                 labels={"ms": "median time [ms]", "impl": "implementation", "config": "configuration"},
-                 color_discrete_map=_colors(st), category_orders={"impl": impls})
-    log_axis(fig, "y", ok["ms"].min(), ok["ms"].max(), "median time [ms] (log)", pad=1.3)
-    fig.update_layout(template=TEMPLATE, height=460)
+    configs = list(dict.fromkeys(ok["config"]))
+    fig = px.scatter(ok, x="ms", y="config", color="impl", symbol="impl",
+                     hover_data=[c for c in _HOVER if c in ok], title=title,
+                     labels={"ms": "median time [ms]", "impl": "implementation", "config": ""},
+                     color_discrete_map=_colors(st), symbol_map=_symbols(st),
+                     category_orders={"impl": impls, "config": configs})
+    log_axis(fig, "x", ok["ms"].min(), ok["ms"].max(), "median time [ms] (log)", pad=1.3)
+    fig.update_yaxes(autorange="reversed", tickfont={"size": 12}, showgrid=True)
+    fig.update_traces(marker={"size": 10, "line": {"width": 0.5, "color": "white"}})
+    fig.update_layout(template=TEMPLATE, height=max(320, 150 + 26 * len(configs)))
+    rank_legend(fig, impls)
     fit_legend(fig, len(impls))
     return fig
 
@@ -325,7 +469,8 @@ def latency_bars(df: pd.DataFrame, suite: str, dtype: str, pass_: str, style: St
 def speedup_vs_reference(df: pd.DataFrame, suite: str, dtype: str, reference: str,
                          style: Style | None = None) -> go.Figure:
     """Time of ``reference`` over time of each implementation, per configuration (log; > 1 is
-    faster than the reference), one facet per pass."""
+    faster than the reference), one facet per pass; configurations in rows, so their names read
+    horizontally at full size."""
     ok = ok_rows(df)
     ok = ok[(ok["suite"] == suite) & (ok["dtype"] == dtype)]
     title = f"{suite} ({dtype}): speed relative to {reference} (> 1: faster)"
@@ -333,24 +478,25 @@ def speedup_vs_reference(df: pd.DataFrame, suite: str, dtype: str, reference: st
     d = ok.merge(ref, on=["config", "pass"])
     d = d[d["impl"] != reference]
     if d.empty:
-        return message(f"no configuration where {reference} and another implementation ran", title)
+        why = (f"{reference} ran no {dtype} case of {suite}" if ref.empty else
+               f"no other implementation ran a {dtype} configuration of {suite} that {reference} ran")
+        return message(why, title)
     d["speedup"] = d["ref_ms"] / d["ms"]
     st = _style(style, d["impl"].unique())
     impls = [i for i in st if i in set(d["impl"])]
-    configs = list(dict.fromkeys(ok["config"]))
-    fig = px.scatter(d, x="config", y="speedup", color="impl", symbol="impl", facet_col="pass",
+    configs = list(dict.fromkeys(c for c in ok["config"] if c in set(d["config"])))
+    fig = px.scatter(d, x="speedup", y="config", color="impl", symbol="impl", facet_col="pass",
                      category_orders={**_ORDER, "impl": impls, "config": configs}, title=title,
                      labels={"speedup": f"× {reference}", "impl": "implementation", "config": ""},
                      hover_data=["ms", "ref_ms", "N", "D", "causal"], color_discrete_map=_colors(st),
                      symbol_map=_symbols(st))
     clean_facet_labels(fig)
-    fig.add_hline(y=1, line_color=GREY, line_width=1)
-    log_axis(fig, "y", d["speedup"].min(), max(d["speedup"].max(), 1.0), pad=1.5)
-    fig.update_yaxes(title_text="")
-    fig.update_yaxes(title_text=f"{reference} time / time", col=1)
-    fig.update_xaxes(tickangle=-60, tickfont={"size": 9})
-    fig.update_traces(marker={"size": 8})
-    fig.update_layout(template=TEMPLATE, height=520)
+    fig.add_vline(x=1, line_color=GREY, line_width=1)
+    log_axis(fig, "x", d["speedup"].min(), max(d["speedup"].max(), 1.0), pad=1.5)
+    fig.update_xaxes(title_text=f"{reference} time / time")
+    fig.update_yaxes(autorange="reversed", tickfont={"size": 12}, showgrid=True)
+    fig.update_traces(marker={"size": 9, "line": {"width": 0.5, "color": "white"}})
+    fig.update_layout(template=TEMPLATE, height=max(360, 160 + 24 * len(configs)))
     rank_legend(fig, impls)
     fit_legend(fig, len(impls))
     return fig
@@ -590,15 +736,30 @@ def _range_points(fig: go.Figure, sub: pd.DataFrame, st: Style, label: str, fiel
             level_of.append("join")
         for level, lg in g.groupby("level", sort=False):
             hover = [f"<b>{name}</b> {_label(r, fields)}<br>{level}: {fmt_num(r.intensity)} FLOP/B, "
-                     f"{fmt_num(r.tflops)} TFLOP/s, {fmt_num(r.ms)} ms{hover_note and '<br>' + hover_note}"
+                     f"{fmt_num(r.tflops)} {'useful ' if r.get('basis') == 'useful' else ''}TFLOP/s, "
+                     f"{fmt_num(r.ms)} ms{_counted_hover(r)}{hover_note and '<br>' + hover_note}"
                      for _, r in lg.iterrows()]
+            ringed = lg["_excess"].to_numpy()
             fig.add_trace(go.Scatter(
                 x=lg["intensity"], y=lg["tflops"], mode="markers", name=name, legendgroup=name,
                 showlegend=name not in shown, legendrank=100 + list(st).index(name), hovertext=hover, hoverinfo="text",
                 marker={"symbol": LEVEL_SYMBOL.get(str(level), "circle"), "size": lg["_size"], "color": color,
-                        "line": {"width": 0.5, "color": "white"}}), i, j)
+                        "line": {"width": [2.5 if x else 0.5 for x in ringed],
+                                 "color": ["#111" if x else "white" for x in ringed]}}), i, j)
             shown.add(name)
             level_of.append(str(level))
+
+
+#: counted / model FLOPs above which a roofline point is ringed: the kernel executes work the model does not credit
+EXCESS_RATIO = 1.1
+
+
+def _counted_hover(r: pd.Series) -> str:
+    ratio = r.get("counted_over_model")
+    if r.get("basis") != "useful" or not isinstance(ratio, float) or not np.isfinite(ratio):
+        return ""
+    return (f"<br>counted: {fmt_num(r['counted_flop_per_s'] / 1e12)} TFLOP/s ({ratio:.2f}× the model's FLOPs"
+            + ("; ringed: work beyond the model" if ratio > EXCESS_RATIO else "") + ")")
 
 
 def _marker_sizes(pts: pd.DataFrame, size_by: str | None) -> str:
@@ -638,6 +799,9 @@ def roofline(points: pd.DataFrame, ceil: pd.DataFrame, title: str, style: Style 
     pts = points.copy()
     pts["tflops"] = pts["flop_per_s"] / 1e12
     pts[label] = pts[label].astype(str)
+    ratio = pts["counted_over_model"] if "counted_over_model" in pts else pd.Series(np.nan, index=pts.index)
+    pts["_excess"] = ratio.fillna(0) > EXCESS_RATIO
+    useful = "basis" in pts and (pts["basis"] == "useful").any()
     fields = [f for f in fields if f in pts]
     labels = _ceiling_labels(ceil)
     comp, mem = labels[labels["kind"] == "compute"], labels[labels["kind"] == "memory"]
@@ -664,10 +828,12 @@ def roofline(points: pd.DataFrame, ceil: pd.DataFrame, title: str, style: Style 
     log_axis(fig, "x", ax.x_lo, ax.x_hi, pad=1.0)
     log_axis(fig, "y", ax.y_lo, ax.y_hi, pad=1.0)
     fig.update_xaxes(title_text="arithmetic intensity [FLOP/byte]", row=len(ax.rows))
-    fig.update_yaxes(title_text="performance [TFLOP/s]", col=1)
+    fig.update_yaxes(title_text="useful performance [TFLOP/s, work model]" if useful else "performance [TFLOP/s]",
+                     col=1)
     glyphs = " ".join(f"{LEVEL_GLYPH[lv]} {lv}" for lv in levels)
+    ring = f"<br>ringed: counts > {EXCESS_RATIO:g}× the model's FLOPs" if pts["_excess"].any() else ""
     fig.update_layout(title=title + (f"<br><sup>{note}</sup>" if note else ""), template=TEMPLATE, height=ax.height,
-                      legend={"title": {"text": f"marker: {glyphs}{size_note}"}, "itemsizing": "constant"},
+                      legend={"title": {"text": f"marker: {glyphs}{size_note}{ring}"}, "itemsizing": "constant"},
                       updatemenus=_level_menu(level_of, levels))
     fit_legend(fig, len(st) + 2)
     return fig
@@ -703,8 +869,9 @@ def flop_check(fc: pd.DataFrame, title: str, x: str, style: Style | None = None,
 def l2_vs_x(l2: pd.DataFrame, l2_bytes: float, onsets: pd.DataFrame | None, title: str, x: str = "N",
             style: Style | None = None) -> go.Figure:
     """L2 hit rate, DRAM / compulsory bytes and DRAM / L2-to-SM bytes against ``x``, one line per
-    implementation; each one's modeled onset (working set = L2) as a dotted vertical line and its
-    measured onset as a cross."""
+    implementation and every other field that varies at one ``x`` ("flash_mma D=128", dashed:
+    :func:`split_series`); each one's modeled onset (working set = L2) as a dotted vertical line in
+    its colour and its measured onset as a black cross."""
     if l2.empty:
         return message("no ranges", title)
     panels = [("l2_hit_rate", "L2 hit rate [%]"), ("dram_over_compulsory", "DRAM bytes / compulsory bytes"),
@@ -713,32 +880,40 @@ def l2_vs_x(l2: pd.DataFrame, l2_bytes: float, onsets: pd.DataFrame | None, titl
     fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.07,
                         subplot_titles=[p[1] for p in panels])
     st = _style(style, l2["variant"].astype(str).unique())
-    names = [s for s in st if s in set(l2["variant"].astype(str))]
-    for variant in names:
-        g = l2[l2["variant"].astype(str) == variant].sort_values(x)
+    d = split_series(l2.assign(variant=l2["variant"].astype(str)), x, identity_columns(l2))
+    traces, _, _, dashes = _trace_style(d, st, "variant")
+    drawn: set[tuple[str, float]] = set()
+    for trace in traces:
+        g = d[d["_trace"] == trace].sort_values(x)
+        variant = str(g["variant"].iloc[0])
         s = st[variant]
         for j, (y, _) in enumerate(panels):
-            hover = [f"{variant} {r.get('pass') or ''} {x}={plain_value(r[x])}<br>hit {r.l2_hit_rate:.1f}%, DRAM "
+            hover = [f"{trace} {r.get('pass') or ''} {x}={plain_value(r[x])}<br>hit {r.l2_hit_rate:.1f}%, DRAM "
                      f"{fmt_num(r.bytes_DRAM / 1e6)} MB"
                      + (f", working set {fmt_num(r.working_set / 2**20)} MiB ({r.working_set_over_l2:.2f} × L2)"
                         if pd.notna(r.get("working_set")) else "") for _, r in g.iterrows()]
-            fig.add_trace(go.Scatter(x=g[x], y=g[y], mode="lines+markers", name=variant, legendgroup=variant,
-                                     showlegend=j == 0, line={"color": s["color"]}, marker={"symbol": s["symbol"]},
-                                     hovertext=hover, hoverinfo="text"), row=j + 1, col=1)
-        if onsets is not None and len(onsets):
-            on = onsets[onsets["variant"].astype(str) == variant]
-            mod = on["modeled_onset"].dropna() if "modeled_onset" in on else pd.Series(dtype=float)
-            if len(mod) and l2[x].min() <= mod.iloc[0] <= l2[x].max() * 1.5:
-                fig.add_vline(x=float(mod.iloc[0]), line={"color": s["color"], "dash": "dot", "width": 1.5})
-            meas = on["measured_onset"].dropna() if "measured_onset" in on else pd.Series(dtype=float)
-            if len(meas):
-                hit = g[g[x] == meas.iloc[0]]["l2_hit_rate"]
-                if len(hit):
-                    fig.add_trace(go.Scatter(x=[meas.iloc[0]], y=[hit.iloc[0]], mode="markers", showlegend=False,
-                                             marker={"symbol": "x-thin-open", "size": 18, "line": {"width": 3},
-                                                     "color": "#c00"}, hoverinfo="text",
-                                             hovertext=f"{variant}: measured onset at {x}={plain_value(meas.iloc[0])}"),
-                                  row=1, col=1)
+            fig.add_trace(go.Scatter(x=g[x], y=g[y], mode="lines+markers", name=trace, legendgroup=trace,
+                                     showlegend=j == 0, line={"color": s["color"], "dash": dashes[trace]},
+                                     marker={"symbol": s["symbol"]}, hovertext=hover, hoverinfo="text"),
+                          row=j + 1, col=1)
+        if onsets is None or not len(onsets):
+            continue
+        on = onsets[onsets["variant"].astype(str) == variant]
+        if "sweep" in on and "sweep" in g:
+            on = on[on["sweep"].isin(set(g["sweep"]))]
+        for _, o in on.iterrows():
+            mod = o.get("modeled_onset")
+            if pd.notna(mod) and l2[x].min() <= mod <= l2[x].max() * 1.5 and (variant, float(mod)) not in drawn:
+                drawn.add((variant, float(mod)))
+                fig.add_vline(x=float(mod), line={"color": s["color"], "dash": "dot", "width": 1.5})
+            meas = o.get("measured_onset")
+            hit = g[g[x] == meas]["l2_hit_rate"] if pd.notna(meas) else pd.Series(dtype=float)
+            if len(hit):
+                fig.add_trace(go.Scatter(x=[meas], y=[hit.iloc[0]], mode="markers", showlegend=False,
+                                         marker={"symbol": "x-thin-open", "size": 18, "line": {"width": 3},
+                                                 "color": "#111111"}, hoverinfo="text",
+                                         hovertext=f"{trace}: measured onset at {x}={plain_value(meas)}"),
+                              row=1, col=1)
     log_axis(fig, "x", l2[x].min(), l2[x].max(), pad=1.15)
     fig.update_xaxes(title_text=x, row=len(panels), col=1)
     for j, (y, _) in enumerate(panels):
@@ -749,8 +924,8 @@ def l2_vs_x(l2: pd.DataFrame, l2_bytes: float, onsets: pd.DataFrame | None, titl
             if len(v):
                 log_axis(fig, "y", v.min(), v.max(), row=j + 1, col=1)
     fig.update_layout(title=title + f"<br><sup>dotted: modeled working set = L2 ({l2_bytes / 2**20:.0f} MiB); "
-                      "red ×: measured onset</sup>", template=TEMPLATE, height=290 * len(panels) + 110)
-    fit_legend(fig, len(names))
+                      "black ×: measured onset</sup>", template=TEMPLATE, height=290 * len(panels) + 110)
+    fit_legend(fig, len(traces))
     return fig
 
 
@@ -810,20 +985,31 @@ def range_durations(ranges: pd.DataFrame, kernels: pd.DataFrame, title: str, sty
     names = [s for s in st if s in med.index]
     med = med.loc[names]
     fastest = med["gpu"][med["gpu"] > 0].min()
+    # markers, not bars: on a log axis a bar's length means nothing (it starts at an arbitrary power of ten)
     fig = go.Figure()
-    fig.add_trace(go.Bar(y=names, x=med["wall"], orientation="h", name="NVTX range (wall)", marker={
-        "color": [st[n]["color"] for n in names], "opacity": 0.35}, hovertemplate="%{y}: range %{x:.3f} ms<extra></extra>"))
-    fig.add_trace(go.Bar(y=names, x=med["gpu"], orientation="h", name="its kernels (GPU time)",
-                         marker={"color": [st[n]["color"] for n in names]},
-                         text=[f"{fmt_num(v)} ms" + (f" ({v / fastest:.1f}×)" if fastest and v > fastest * 1.05 else "")
-                               for v in med["gpu"]], textposition="outside", cliponaxis=False,
-                         hovertemplate="%{y}: kernels %{x:.3f} ms<extra></extra>"))
+    for n in names:
+        w, g = float(med.loc[n, "wall"]), float(med.loc[n, "gpu"])
+        if g > 0:
+            fig.add_trace(go.Scatter(x=[g, w], y=[n, n], mode="lines", line={"color": st[n]["color"], "width": 2},
+                                     opacity=0.45, hoverinfo="skip", showlegend=False))
+    gpu_text = [f"{fmt_num(v)} ms" + (f" ({v / fastest:.1f}×)" if fastest and v > fastest * 1.05 else "")
+                if v > 0 else "no kernel" for v in med["gpu"]]
+    fig.add_trace(go.Scatter(y=names, x=med["wall"], mode="markers+text", name="NVTX range (wall)",
+                             marker={"color": [st[n]["color"] for n in names], "symbol": "line-ns-open", "size": 16,
+                                     "line": {"width": 2.5, "color": [st[n]["color"] for n in names]}},
+                             text=gpu_text, textposition="middle right", textfont={"size": 12}, cliponaxis=False,
+                             hovertemplate="%{y}: range %{x:.3f} ms<extra></extra>"))
+    fig.add_trace(go.Scatter(y=names, x=med["gpu"].where(med["gpu"] > 0), mode="markers", name="its kernels (GPU time)",
+                             marker={"color": [st[n]["color"] for n in names],
+                                     "symbol": [st[n]["symbol"] for n in names], "size": 13,
+                                     "line": {"width": 0.5, "color": "white"}},
+                             hovertemplate="%{y}: kernels %{x:.3f} ms<extra></extra>"))
     v = _finite([*med["wall"], *med["gpu"]])
     log_axis(fig, "x", v.min(), v.max(), "time [ms] (log; median over the range's repeats)", pad=2.5)
-    fig.update_yaxes(autorange="reversed")
-    fig.update_layout(title=f"{title}<br><sup>pale: the NVTX range (wall time); solid: its kernels (GPU time); "
-                      "× the fastest</sup>", template=TEMPLATE, barmode="overlay", height=max(240, 150 + 34 * len(names)),
-                      showlegend=False, bargap=0.25)
+    fig.update_yaxes(autorange="reversed", tickfont={"size": 12})
+    fig.update_layout(title=f"{title}<br><sup>marker: its kernels' GPU time (written, × the fastest); bar |: the "
+                      "NVTX range's wall time</sup>", template=TEMPLATE, height=max(240, 150 + 34 * len(names)),
+                      showlegend=False, margin={"r": 140})
     return fig
 
 
@@ -884,35 +1070,45 @@ def timeline(kernels: pd.DataFrame, ranges: pd.DataFrame, title: str, style: Sty
 def lines_vs_x(df: pd.DataFrame, y: str, title: str, x: str = "N", style: Style | None = None, log_y: bool = True,
                ylabel: str | None = None, facet_candidates: Iterable[str] = ()) -> go.Figure:
     """``y`` against the sweep field ``x``, one line per implementation, faceted by pass (columns)
-    and one other varying field (rows, in its natural order)."""
+    and one other varying field (rows, in its natural order); any further field that varies at one
+    ``x`` (D beside H, say) splits an implementation's line ("flash_mma D=128", dashed:
+    :func:`split_series`), so no line joins two shapes."""
     d = df[df[y].notna()] if y in df else df.iloc[0:0]
     if d.empty:
-        return message(f"no values of {ylabel or y}", title)
+        return message(f"no range has a value of {ylabel or y}", title)
     d = d.sort_values(x).copy()
-    st = _style(style, d["variant"].astype(str).unique())
-    names = [s for s in st if s in set(d["variant"].astype(str))]
-    if not pd.api.types.is_numeric_dtype(d[x]):  # no sweep: a bar per range
-        fig = px.bar(d, x=y, y=x, color="variant", orientation="h", title=title, log_x=log_y,
-                     labels={y: ylabel or y, x: "", "variant": "implementation"},
-                     hover_data=[c for c in ("gpu_ms", "tflops", "kernels", "gap_ms") if c in d],
-                     color_discrete_map=_colors(st), category_orders={"variant": names})
+    d["variant"] = d["variant"].astype(str)
+    st = _style(style, d["variant"].unique())
+    names = [s for s in st if s in set(d["variant"])]
+    if not pd.api.types.is_numeric_dtype(d[x]):  # no sweep: a marker per range (a log axis takes no bars)
+        fig = px.scatter(d, x=y, y=x, color="variant", symbol="variant", title=title, log_x=log_y,
+                         labels={y: ylabel or y, x: "", "variant": "implementation"},
+                         hover_data=[c for c in ("gpu_ms", "tflops", "kernels", "gap_ms") if c in d],
+                         color_discrete_map=_colors(st), symbol_map=_symbols(st), category_orders={"variant": names})
         v = _finite(d[y])
         if log_y and len(v):
             log_axis(fig, "x", v.min(), v.max(), ylabel or y, pad=2)
-        fig.update_layout(template=TEMPLATE, height=160 + 30 * len(d))
+        fig.update_yaxes(autorange="reversed", tickfont={"size": 12}, showgrid=True)
+        fig.update_traces(marker={"size": 11, "line": {"width": 0.5, "color": "white"}})
+        fig.update_layout(template=TEMPLATE, height=160 + 30 * d[x].nunique())
         fit_legend(fig, len(names), 300)
         return fig
     col = "pass" if "pass" in d and d["pass"].nunique() > 1 else None
     row = next((c for c in facet_candidates if c in d and c not in (x, "pass", "variant")
                 and 1 < d[c].nunique() <= 4), None)
-    orders = {**_ORDER, "variant": names}
     if row:
         d["facet"] = shape_label(d, [row])
+    d = split_series(d, x, [c for c in identity_columns(d) if c not in ("variant", "facet")],
+                     by=("variant", *([col] if col else []), *([row] if row else [])))
+    traces, colors, symbols, dashes = _trace_style(d, st, "variant")
+    orders = {**_ORDER, "_trace": traces}
+    if row:
         orders["facet"] = _shape_order(d, [row], d["facet"])
-    fig = px.line(d, x=x, y=y, color="variant", symbol="variant", facet_col=col, facet_row="facet" if row else None,
-                  markers=True, title=title, labels={y: ylabel or y, "variant": "implementation"},
+    fig = px.line(d, x=x, y=y, color="_trace", symbol="_trace", line_dash="_trace", facet_col=col,
+                  facet_row="facet" if row else None, markers=True, title=title,
+                  labels={y: ylabel or y, "_trace": "implementation"},
                   hover_data=[c for c in ("range", "gpu_ms", "tflops", "kernels", "gap_ms") if c in d],
-                  color_discrete_map=_colors(st), symbol_map=_symbols(st), category_orders=orders)
+                  color_discrete_map=colors, symbol_map=symbols, line_dash_map=dashes, category_orders=orders)
     clean_facet_labels(fig)
     if pd.api.types.is_numeric_dtype(d[x]):
         log_axis(fig, "x", d[x].min(), d[x].max(), pad=1.15)
@@ -922,8 +1118,8 @@ def lines_vs_x(df: pd.DataFrame, y: str, title: str, x: str = "N", style: Style 
     fig.update_yaxes(title_text="")
     fig.update_yaxes(title_text=ylabel or y, col=1)
     fig.update_layout(template=TEMPLATE, height=310 * (d["facet"].nunique() if row else 1) + 130)
-    rank_legend(fig, names)
-    fit_legend(fig, len(names))
+    rank_legend(fig, traces)
+    fit_legend(fig, len(traces))
     return fig
 
 
@@ -937,7 +1133,9 @@ def option_bars(study: pd.DataFrame, variant: str, style: Style | None = None,
                 metrics: Sequence[tuple[str, str]] = OPTION_METRICS) -> go.Figure:
     """One implementation's option study: per pass (columns), a bar per option setting (only the
     settings run in that pass, in natural order) for each metric (rows), grouped by study (the
-    fields the settings share: N, D ...), the studies in shades of the implementation's colour."""
+    fields the settings share: N, D ...). Every bar is in the implementation's colour; the studies are
+    told apart by the bars' fill pattern (:data:`PATTERNS`), not by colour, which means implementation
+    on every page."""
     d = study[study["variant"].astype(str) == variant].copy()
     title = f"{variant}: option settings"
     if d.empty:
@@ -946,7 +1144,7 @@ def option_bars(study: pd.DataFrame, variant: str, style: Style | None = None,
     passes = [p for p in ("forward", "backward") if p in set(d["pass"])] or [None]
     color = _style(style, [variant])[variant]["color"]
     studies = sorted(d["study"].unique(), key=natural_key)
-    cmap = dict(zip(studies, shades(color, len(studies)), strict=True))
+    pattern = {s: PATTERNS[k % len(PATTERNS)] for k, s in enumerate(studies)}
     fig = make_subplots(rows=len(metrics), cols=len(passes), shared_xaxes=False, vertical_spacing=0.08,
                         horizontal_spacing=0.06, column_titles=[p or "" for p in passes],
                         row_titles=[lab for _, lab in metrics])
@@ -957,7 +1155,8 @@ def option_bars(study: pd.DataFrame, variant: str, style: Style | None = None,
             for s in studies:
                 g = dp[dp["study"] == s].set_index("option").reindex(order)
                 fig.add_trace(go.Bar(x=order, y=g[m], name=s, legendgroup=s, showlegend=(i == 1 and j == 1),
-                                     marker={"color": cmap[s]},
+                                     marker={"color": color, "line": {"color": color, "width": 1},
+                                             "pattern": {"shape": pattern[s], "fgcolor": "white", "solidity": 0.45}},
                                      customdata=np.stack([g["ms"].to_numpy(dtype=float)], axis=-1),
                                      hovertemplate=f"{s}<br>%{{x}}: {lab} %{{y:.3g}}<br>GPU time %{{customdata[0]:.3f}} ms"
                                                    "<extra></extra>"), i, j)
@@ -1079,4 +1278,87 @@ def pipe_bars(pipes: pd.DataFrame, title: str, style: Style | None = None, floor
         fig.update_xaxes(range=[0, 100], title_text="% of peak", row=1, col=j)
     fig.update_layout(title=title, template=TEMPLATE, barmode="group", legend={"traceorder": "reversed"},
                       height=160 + 22 * rows * len(set(pipes["variant"])) ** 0.6)
+    return fig
+
+
+def bandwidth_vs_config(df: pd.DataFrame, suite: str, dtype: str, pass_: str, roof: tuple[float, str] | None,
+                        style: Style | None = None) -> go.Figure:
+    """A memory-bound suite's speed as bandwidth: the compulsory bytes (inputs read once, outputs
+    written once) per second of each implementation, one marker per configuration (linear axis),
+    against the measured memory roof; the hover has the time."""
+    from ..analysis.perf import ok_rows
+
+    d = ok_rows(df)
+    d = d[(d["suite"] == suite) & (d["dtype"] == dtype) & (d["pass"] == pass_) & (d["gbps"] > 0)]
+    title = f"{suite}, {pass_} ({dtype}): compulsory bytes per second against the memory roof"
+    if d.empty:
+        return message(f"no {pass_} row of {suite} ran in {dtype}", title)
+    configs = list(dict.fromkeys(d["config"]))
+    st = _style(style, d["impl"].unique())
+    fig = go.Figure()
+    for name in [s for s in st if s in set(d["impl"])]:
+        g = d[d["impl"] == name].set_index("config").reindex(configs).dropna(subset=["gbps"])
+        fig.add_trace(go.Scatter(
+            x=list(g.index), y=g["gbps"] / 1e3, mode="markers+lines", name=name, line={"width": 1, "color": st[name]["color"]},
+            marker={"size": 9, "color": st[name]["color"], "symbol": st[name].get("symbol", "circle")},
+            hovertext=[f"<b>{name}</b> {c}<br>{fmt_num(r.gbps / 1e3)} TB/s, {fmt_num(r.ms * 1e3)} µs" for c, r in g.iterrows()],
+            hoverinfo="text"))
+    top = d["gbps"].max() / 1e3
+    if roof is not None:
+        bw = roof[0] / 1e12
+        fig.add_hline(y=bw, line={"dash": "dash", "color": "#555", "width": 1.2},
+                      annotation={"text": f"{roof[1]}: {bw:.2f} TB/s", "font": {"size": 11, "color": "#333"}},
+                      annotation_position="top left")
+        top = max(top, bw)
+    fig.update_yaxes(title_text="compulsory bytes per second [TB/s]", range=[0, top * 1.15], rangemode="tozero")
+    fig.update_xaxes(title_text="configuration", tickfont={"size": 11}, automargin=True)
+    fig.update_layout(title=title, template=TEMPLATE, height=460)
+    fit_legend(fig, len(st))
+    return fig
+
+
+def option_ladder(study: pd.DataFrame, others: pd.DataFrame, variant: str, pass_: str,
+                  style: Style | None = None) -> go.Figure:
+    """One implementation's option settings as a ladder, per study (one panel each): a bar per setting
+    (GPU time, the implementation's colour), and each other implementation that ran the same case as a
+    horizontal line in its own colour, labelled with its time: where each step of the ladder stands
+    against the kernels below and above it."""
+    d = study[(study["variant"].astype(str) == variant) & (study["pass"] == pass_)]
+    title = f"{variant} {pass_}: each option setting's GPU time beside the other implementations of the case"
+    if d.empty:
+        return message(f"no option study of {variant} {pass_}", title)
+    o = others[(others["variant"].astype(str) == variant) & (others["pass"] == pass_)]
+    studies = sorted(d["study"].unique(), key=natural_key)
+    order = sorted(d["option"].unique(), key=natural_key)
+    st = _style(style, [variant, *o["other"].unique()])
+    cols = min(len(studies), 2)
+    rows = -(-len(studies) // cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=studies, vertical_spacing=0.16 if rows > 1 else 0.1,
+                        horizontal_spacing=0.08)
+    shown: set[str] = set()
+    for k, s in enumerate(studies):
+        r, c = k // cols + 1, k % cols + 1
+        g = d[d["study"] == s].set_index("option").reindex(order)
+        color = st[variant]["color"]
+        fig.add_trace(go.Bar(x=order, y=g["ms"], name=variant, legendgroup=variant, showlegend=variant not in shown,
+                             marker={"color": color}, text=[fmt_num(v) if pd.notna(v) else "" for v in g["ms"]],
+                             textposition="outside", textfont={"size": 11},
+                             hovertemplate=f"{s}<br>%{{x}}: %{{y:.3f}} ms<extra>{variant}</extra>"), r, c)
+        shown.add(variant)
+        top = float(g["ms"].max())
+        for _, row in o[o["study"] == s].iterrows():
+            name = str(row["other"])
+            oc = st[name]["color"]
+            # a line across the panel: a scatter (not a shape) so that it has a legend entry and a hover
+            fig.add_trace(go.Scatter(x=[order[0], order[-1]], y=[row["other_ms"]] * 2, mode="lines", name=name,
+                                     legendgroup=name, showlegend=name not in shown,
+                                     line={"color": oc, "width": 2, "dash": "dash"},
+                                     hovertemplate=f"{s}<br>{name}: {row['other_ms']:.3f} ms<extra></extra>"), r, c)
+            shown.add(name)
+            top = max(top, float(row["other_ms"]))
+        fig.update_yaxes(range=[0, top * 1.18], title_text="GPU time [ms]" if c == 1 else None, row=r, col=c)
+        fig.update_xaxes(categoryorder="array", categoryarray=order, tickfont={"size": 11}, row=r, col=c)
+    fig.update_layout(title=title, template=TEMPLATE, height=120 + 330 * rows, bargap=0.35)
+    fig.for_each_annotation(lambda a: a.update(font={"size": 12}))
+    fit_legend(fig, len(shown))
     return fig
