@@ -36,6 +36,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from nsightlab.core.args import ArgumentParser
+
 from . import _ops, model
 from .bench_suites import SUITES, Config, get_suite
 from .reference import reference_backward, reference_forward
@@ -472,8 +474,8 @@ class Selection:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m flash_kernels.bench", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog="python -m flash_kernels.bench", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", default="convention", help=f"one of {', '.join(SUITES)} (comma-separated for several)")
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated registry names")
     p.add_argument("--refs", default=",".join(REFERENCES), help=f"comma-separated, from {', '.join(REFERENCES)}")
