@@ -14,9 +14,12 @@
 //  - K and V of a 64-key tile travel together in a cp.async ring of 3 stages (D = 128: 32 KB each, two
 //    blocks per SM) or 4 (D = 64: 16 KB each, three per SM): two or three tiles in flight per block while
 //    one is used, with one barrier per tile (flash_mma: double buffering, two barriers per tile).
-// Expected: a decode step (Nq <= 16) streams K and V near the HBM limit (target: >= 80 % of it in compulsory
-// K + V bytes at Nk >= 8k), where flash_mma moves 0.8 TB/s at Hkv = 8 (bench at 1ebba72); larger Nq run as
-// flash_mma's forward with 64-row blocks, plus the splits. Measured: not yet (to be run on the H200).
+// Bought (H200, 7a78894, `python -m flash_kernels.bench --suite decode --passes forward`, B=8 H=32 D=128, in one
+// run with SDPA's backends; CSV profiles/_logs/nvidia-h200/bench_decode_7a78894.csv): with 32 KV heads 4.0-4.6 TB/s
+// of compulsory K + V bytes at Nk >= 4k (92-95 % of HBM at Nk >= 16k), 0.94-1.32x the best SDPA backend; with 8 KV
+// heads and Nq <= 4 3.9-4.4 TB/s at Nk >= 16k (80-91 %), 0.99-3.1x, where flash_mma moved 0.6 TB/s (bench at
+// 1ebba72). Missed: rows per group > 64 (Hkv = 8 with Nq = 16: 3.1 TB/s, 64 %; Hkv = 1) re-read K/V once per
+// 64-row block. Next step: loop a group's row blocks inside one block over each K/V tile in shared memory.
 // Causal masking is top-left, as everywhere here (query i sees keys j <= i): a causal decode row sees the
 // first i + 1 keys only, so only those min(Nk, Nq) keys are split and read.
 #include <algorithm>
