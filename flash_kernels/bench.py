@@ -380,6 +380,22 @@ def _row_line(row: dict[str, Any]) -> str:
     return f"{head} {row['ms']:9.3f} ms {row['tflops']:7.1f} TFLOP/s  rel_l2 {row['rel_l2']:.1e}"
 
 
+def _reference_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                        causal: bool, free: float | None = None) -> tuple[torch.Tensor, ...]:
+    """The fp64 reference of the backward, one batch element at a time where the whole batch would not fit
+    in half of the GPU's free memory: a long decode backward (B=8, H=32, Nk=64k, D=128) holds 16 GiB per
+    fp64 K/V-shaped tensor (k, v, dK, dV and their temporaries: about 75 GB, more than an H100 has)."""
+    per_kv = 8 * k.numel()
+    need = 8 * (3 * q.numel()) + 6 * per_kv
+    if free is None:  # bytes free on the inputs' device
+        free = torch.cuda.mem_get_info(q.device)[0] if q.is_cuda else float("inf")
+    if need < free / 2 or q.shape[0] == 1:
+        return reference_backward(q, k, v, g, causal=causal)
+    parts = [reference_backward(q[b:b + 1], k[b:b + 1], v[b:b + 1], g[b:b + 1], causal=causal)
+             for b in range(q.shape[0])]
+    return tuple(torch.cat(ts, dim=0) for ts in zip(*parts, strict=True))
+
+
 def _run_config(run: _Run, cfg: Config, dtype: str, impls: list[str], passes: list[str],
                 log: Callable[[str], None]) -> list[dict[str, Any]]:
     """Every implementation and pass on one configuration's inputs, drawn once and checked against one
@@ -392,7 +408,7 @@ def _run_config(run: _Run, cfg: Config, dtype: str, impls: list[str], passes: li
     if "forward" in passes:
         expected["forward"] = reference_forward(q, k, v, causal=cfg.causal)[:1]
     if "backward" in passes:
-        expected["backward"] = reference_backward(q, k, v, g, causal=cfg.causal)
+        expected["backward"] = _reference_backward(q, k, v, g, cfg.causal)
     torch.cuda.synchronize()
     t_ref = time.perf_counter() - t_cfg
     rows = []

@@ -168,3 +168,25 @@ def test_run_on_the_cpu_checks_times_and_skips(monkeypatch):
     assert all(r["status"] == "ok" and r["rel_l2"] < 1e-5 for r in rows if r["impl"] == "torch_cpu")
     assert all(r["speed_vs_sdpa_flash"] != r["speed_vs_sdpa_flash"] for r in rows)  # NaN: no SDPA flash row
     assert "skipped: flash_mma does not support float32" in lines[0] and "config done" in lines[-1]
+
+
+def test_the_fp64_backward_reference_goes_one_batch_element_at_a_time_where_it_would_not_fit(monkeypatch):
+    """A long decode backward's fp64 reference (B=8, H=32, Nk=64k: 16 GiB per K/V-shaped tensor) does not fit
+    an 80 GB GPU whole: it is computed per batch element, to the same values."""
+    import torch
+
+    from flash_kernels import reference
+
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randn(3, 4, 5, 16, generator=gen, dtype=torch.float64) + 0.3
+    k, v = (torch.randn(3, 2, 37, 16, generator=gen, dtype=torch.float64) + 0.3 for _ in range(2))
+    g = torch.randn(3, 4, 5, 16, generator=gen, dtype=torch.float64) + 0.3
+    calls = []
+    real = reference.reference_backward
+    monkeypatch.setattr(bench, "reference_backward", lambda *a, **kw: calls.append(a[0].shape[0]) or real(*a, **kw))
+    whole = bench._reference_backward(q, k, v, g, True)
+    assert calls == [3]
+    calls.clear()
+    split = bench._reference_backward(q, k, v, g, True, free=1.0)  # one byte free: nothing fits whole
+    assert calls == [1, 1, 1]
+    assert all(torch.equal(a, b) for a, b in zip(whole, split, strict=True))
