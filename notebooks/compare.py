@@ -78,8 +78,10 @@ for line in C.caveats(cmp):
 # %% [markdown]
 # ## Rooflines, base → new
 #
-# Each matched range at its DRAM arithmetic intensity (counted FLOPs / DRAM bytes) and TFLOP/s (counted FLOPs /
-# Nsight Compute duration), as each capture measured it: hollow markers are the base, filled the new, an arrow
+# Each matched range at its DRAM arithmetic intensity (FLOPs / DRAM bytes) and TFLOP/s (FLOPs / Nsight Compute
+# duration), as each capture measured it. The FLOPs are the work model's (useful) where the captures declare one,
+# so that a kernel that does more arithmetic for the same work does not rise; else the counted ones (the y axis
+# says which). Hollow markers are the base, filled the new, an arrow
 # joins them where the point moved. Each side's roof is drawn, its DRAM bandwidth up to its highest Nsight
 # compute peak (base dashed, new solid; dotted: the capture's measured device-to-device copy). A point that
 # moves up at the same intensity ran faster on the same work; one that moves sideways moved a different number

@@ -112,8 +112,9 @@ else:
 # %% [markdown]
 # ## Memory-bound suites: bandwidth against the memory roof
 #
-# A suite whose work is below this GPU's ridge (the measured GEMM's FLOP/s over the measured copy's bytes per
-# second; decoding one query against a long KV cache is far below it) is limited by memory, so its speed is
+# A suite whose configurations are (three in four at least) below this GPU's ridge (the measured GEMM's FLOP/s
+# over the measured copy's bytes per second; decoding one query against a long KV cache is far below it) is
+# limited by memory, so its speed is
 # read as the compulsory bytes (each input read once, each output written once) per second, against what a
 # device-to-device copy reaches on this GPU. A kernel at the roof cannot get faster without moving fewer bytes.
 

@@ -69,7 +69,7 @@ nb.note(f"{len(kernels)} kernels, {len(nvtx)} NVTX ranges; {inside} kernels laun
 
 # %%
 with nb.section():
-    ks, rs, what = timeline.window(kernels, shown_nvtx, show)
+    ks, rs, what = timeline.window(kernels, shown_nvtx, show, prefer=timeline.headline_case(summary, x))
     figures.show(figures.range_durations(rs, ks, f"{what}: time per range", style))
     figures.show(figures.timeline(ks, rs, f"{what}: each range on its own time axis", style))
 

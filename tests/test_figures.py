@@ -303,7 +303,7 @@ def test_memory_bound_suites_are_drawn_as_bandwidth_against_the_measured_copy(be
     assert roof is not None and roof[0] == man["ceilings"]["copy_d2d"]["bytes_per_s"]
     bound = perf.memory_bound_suites(bench, man)
     # decoding one query against a long KV cache sits far below the ridge; the 4k-token convention suite far above
-    assert "decode" in bound and "convention" not in bound and "d128" not in bound
+    assert bound == ["decode"]  # the mixed suite's small shapes are below the ridge, its large ones above: not
     # the rule is the ridge: every suite is below an absurdly high one, none below zero
     assert set(perf.memory_bound_suites(bench, man, ridge=1e12)) == set(bench["suite"])
     assert perf.memory_bound_suites(bench, man, ridge=0.0) == []
@@ -349,3 +349,20 @@ def test_roofline_figures_follow_the_rules_too(seqlen):
         counters.per_range(gwork, by_kernel_if_no_ranges=True), captures.cases(gman)))
     first = roofline.findings(gpts, roofline.ceilings(gwork, gman, gpts), fields=["N"])[0]  # N is 4096 in all
     assert first.startswith("Fastest range: **") and "()" not in first
+
+
+def test_the_timeline_draws_the_configuration_its_summary_speaks_of(seqlen):
+    _, man, _, tables = seqlen
+    kernels, nvtx = tables["kernels"], tables["ranges"]
+    summary = timeline.speedup_vs(timeline.timing_summary(timeline.range_timing(kernels, nvtx), captures.cases(man)), "")
+    case = timeline.headline_case(summary, "N")
+    assert case["N"] == 8192 and case["pass"] == "forward"
+    first = timeline.findings(summary, "N")[0]
+    assert first.startswith(f"At N={case['N']}, forward, H={case['H']}, D={case['D']}:"), first
+    _, rs, what = timeline.window(kernels, nvtx, "", prefer=case)
+    for field in ("N", "H", "D", "pass"):
+        assert set(rs[field]) == {case[field]}, field
+    assert f"N={case['N']}" in what and rs["variant"].nunique() >= 5
+    # an explicit query still wins, and a preferred case nobody ran falls back to the most-run configuration
+    assert set(timeline.window(kernels, nvtx, "N == 1024 and D == 64", prefer=case)[1]["N"]) == {1024}
+    assert len(timeline.window(kernels, nvtx, "", prefer={"N": 3})[1])

@@ -210,10 +210,17 @@ def bandwidth_roof(manifest: dict | None) -> tuple[float, str] | None:
     return None
 
 
-def memory_bound_suites(df: pd.DataFrame, manifest: dict | None, ridge: float | None = None) -> list[str]:
-    """Suites whose median arithmetic intensity (model FLOPs per compulsory byte, from the CSVs'
-    ``tflops`` and ``gbps``) is below the ridge of this GPU: the measured tensor GEMM over the
-    measured copy (or ``ridge``). Their speed is a bandwidth, best read in GB/s against the memory roof."""
+#: the share of a suite's configurations that must lie below the ridge for the suite to count as memory-bound
+MEMORY_BOUND_SHARE = 0.75
+
+
+def memory_bound_suites(df: pd.DataFrame, manifest: dict | None, ridge: float | None = None,
+                        share: float = MEMORY_BOUND_SHARE) -> list[str]:
+    """Suites with at least ``share`` of their configurations below the ridge of this GPU (the measured
+    tensor GEMM over the measured copy, or ``ridge``) in arithmetic intensity (model FLOPs per compulsory
+    byte, from the CSVs' ``tflops`` and ``gbps``). Their speed is a bandwidth, best read in GB/s against the
+    memory roof. A suite that only mixes small shapes (latency-bound, not bandwidth-bound) with large ones
+    does not qualify."""
     if ridge is None:
         ceil = (manifest or {}).get("ceilings") or {}
         roof = bandwidth_roof(manifest)
@@ -227,5 +234,6 @@ def memory_bound_suites(df: pd.DataFrame, manifest: dict | None, ridge: float | 
     if not {"tflops", "gbps"} <= set(ok):
         return []
     ok = ok[(ok["gbps"] > 0) & ok["tflops"].notna()]
-    intensity = (ok["tflops"] * 1e3 / ok["gbps"]).groupby(ok["suite"]).median()
-    return [s for s in dict.fromkeys(ok["suite"]) if s in intensity and intensity[s] < ridge]
+    per_config = (ok["tflops"] * 1e3 / ok["gbps"]).groupby([ok["suite"], ok["config"]]).median()
+    below = (per_config < ridge).groupby(level=0).mean()
+    return [s for s in dict.fromkeys(ok["suite"]) if s in below and below[s] >= share]

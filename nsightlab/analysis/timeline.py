@@ -7,6 +7,9 @@ which in ``flop_source``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -103,18 +106,24 @@ def speedup_vs(summary: pd.DataFrame, reference: str = "") -> pd.DataFrame:
     return out
 
 
-def window(kernels: pd.DataFrame, ranges: pd.DataFrame, query: str = "") -> tuple[pd.DataFrame, pd.DataFrame, str]:
+def window(kernels: pd.DataFrame, ranges: pd.DataFrame, query: str = "",
+           prefer: Mapping[str, Any] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     """The ranges (and their kernels) to draw on one time axis: those matching ``query`` (a pandas
-    query over the decoded fields), else the configuration with the most implementations (the
+    query over the decoded fields), else those of the configuration ``prefer`` (the page's headline case,
+    :func:`headline_case`) where some ran it, else the configuration with the most implementations (the
     middle one of those, in sorted order). Returns (kernels, ranges, a description)."""
     timed = ranges.loc[sorted(set(kernels.loc[kernels["range_id"] >= 0, "range_id"]))] if "range_id" in kernels else ranges
     if timed.empty:
         raise NotApplicable("no range launched a kernel")
+    preferred = _matching(timed, prefer) if prefer and not query else timed.iloc[0:0]
     if query:
         sel = timed.query(query)
         if sel.empty:
             raise NotApplicable(f"no range matches {query!r}")
         what = query
+    elif len(preferred):
+        keys = [c for c in config_columns(timed) if c in prefer]
+        sel, what = preferred, ", ".join(f"{c}={prefer[c]}" for c in keys if prefer[c] == prefer[c])
     else:
         keys = config_columns(timed)
         shared = keys and int(timed.groupby(keys, dropna=False)["variant"].nunique().max()) > 1
@@ -138,6 +147,34 @@ def has_flops(summary: pd.DataFrame) -> bool:
     return "tflops" in summary and summary["tflops"].notna().any()
 
 
+def headline_case(summary: pd.DataFrame, x: str = "N") -> dict[str, Any]:
+    """The configuration the page's headline speaks of (and its one-configuration figures draw): the
+    largest ``x`` that most implementations ran, and there the configuration most of them ran (the last in
+    sorted order). Its fields and values; empty where the summary has no numeric ``x``."""
+    if summary is None or summary.empty or x not in summary or not pd.api.types.is_numeric_dtype(summary[x]):
+        return {}
+    keys = [c for c in config_columns(summary) if c != x]
+    counts = summary.groupby(x)["variant"].nunique()
+    top = max(counts[counts == counts.max()].index)
+    s = summary[summary[x] == top]
+    case: dict[str, Any] = {x: top}
+    if keys:
+        g = s.groupby(keys, dropna=False)["variant"].nunique()
+        best = sorted(g[g == g.max()].index, key=str)[-1]
+        case.update(zip(keys, best if isinstance(best, tuple) else (best,), strict=True))
+    return case
+
+
+def _matching(frame: pd.DataFrame, case: Mapping[str, Any]) -> pd.DataFrame:
+    """The rows of ``frame`` equal to ``case`` in each of its fields (NaN matches NaN)."""
+    m = pd.Series(True, index=frame.index)
+    for c, v in case.items():
+        if c not in frame:
+            return frame.iloc[0:0]
+        m &= frame[c].isna() if (isinstance(v, float) and np.isnan(v)) else frame[c] == v
+    return frame[m]
+
+
 def findings(summary: pd.DataFrame, x: str = "N") -> list[str]:
     """The timeline page's findings: at the largest ``x`` that most implementations ran, each
     one's GPU time against the fastest; the throughput peak; launch gaps where a range has several
@@ -154,20 +191,7 @@ def findings(summary: pd.DataFrame, x: str = "N") -> list[str]:
             out.append(f"Highest throughput: {t['range']} at {t['tflops']:,.0f} TFLOP/s ({t['flop_source']}).")
         return out
     keys = [c for c in config_columns(summary) if c != x]
-    s = summary
-    if x in s and pd.api.types.is_numeric_dtype(s[x]):
-        counts = s.groupby(x)["variant"].nunique()
-        xs = counts[counts == counts.max()].index
-        s = s[s[x] == max(xs)]
-    if keys:
-        g = s.groupby(keys, dropna=False)["variant"].nunique()
-        best = sorted(g[g == g.max()].index, key=str)[-1]
-        best = best if isinstance(best, tuple) else (best,)
-        m = pd.Series(True, index=s.index)
-        for c, v in zip(keys, best, strict=True):
-            m &= s[c].isna() if (isinstance(v, float) and np.isnan(v)) else s[c] == v
-        s = s[m]
-    s = s.sort_values("gpu_ms")
+    s = _matching(summary, headline_case(summary, x)).sort_values("gpu_ms")
     if len(s):
         fast = s.iloc[0]
         shown = [c for c in [x, *keys] if c in summary and (c == x or summary[c].nunique(dropna=True) > 1)]
