@@ -366,3 +366,23 @@ def test_the_timeline_draws_the_configuration_its_summary_speaks_of(seqlen):
     # an explicit query still wins, and a preferred case nobody ran falls back to the most-run configuration
     assert set(timeline.window(kernels, nvtx, "N == 1024 and D == 64", prefer=case)[1]["N"]) == {1024}
     assert len(timeline.window(kernels, nvtx, "", prefer={"N": 3})[1])
+
+
+def test_lines_that_lie_on_one_another_are_drawn_as_nested_stripes(seqlen):
+    """The seqlen study's one-head backward: naive, tiled and tiled_uncoalesced move the same DRAM bytes (to
+    0.1 %), so their DRAM/compulsory lines coincide; each stays visible, widest first."""
+    _, man, ranges, _ = seqlen
+    l2_bytes = float(man["gpu"]["l2_bytes"])
+    traffic = l2.with_sweeps(l2.l2_traffic(ranges, l2_bytes), "N")
+    sel = next(s for title, s in l2.panels(traffic, "N") if title.startswith("backward, H=1"))
+    fig = F.l2_vs_x(sel, l2_bytes, None, "t", "N", nb.style(man, ranges))
+    panel = [t for t in fig.data if t.yaxis == "y2"]  # DRAM bytes / compulsory bytes
+    widths = {t.name: t.line.width for t in panel}
+    assert set(widths) == {"naive", "tiled", "tiled_uncoalesced"}
+    assert widths["naive"] > widths["tiled"] > widths["tiled_uncoalesced"] >= 2
+    assert all("lies on" in h for t in panel for h in t.hovertext)
+    assert "nested stripes" in fig.layout.title.text
+    hit = [t for t in fig.data if t.yaxis == "y"]  # their hit rates differ: drawn as usual
+    assert {t.line.width for t in hit} == {None}
+    two = go.Figure([go.Scatter(x=[1, 2], y=[1.0, 2.0], name="a"), go.Scatter(x=[1, 2], y=[1.0, 2.1], name="b")])
+    assert F.reveal_coinciding(two) == []  # 5 % apart: not the same line

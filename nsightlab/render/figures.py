@@ -317,6 +317,41 @@ def rank_legend(fig: go.Figure, names: Sequence[str]) -> None:
     fig.for_each_trace(lambda t: t.update(legendrank=100 + pos[t.name]) if t.name in pos else None)
 
 
+def reveal_coinciding(fig: go.Figure, rtol: float = 0.01) -> list[list[str]]:
+    """Line traces on the same axes that lie on one another (the same x values, every y within ``rtol``)
+    are drawn as nested stripes, so that no implementation hides under another: the first drawn widest,
+    each later one narrower on top of it (markers likewise), and each one's hover names the others.
+    Returns the groups found (trace names, in drawing order)."""
+    seen: dict[tuple, list[Any]] = {}
+    for t in fig.data:
+        if t.type not in ("scatter", "scattergl") or "lines" not in (t.mode or "lines") or t.x is None or t.y is None:
+            continue
+        x = tuple(None if v is None or (isinstance(v, float) and np.isnan(v)) else v for v in t.x)
+        y = np.asarray(t.y, dtype=float)
+        for (axes, gx), group in seen.items():
+            first = group[0]
+            if axes == (t.xaxis, t.yaxis) and gx == x and np.allclose(y, np.asarray(first.y, dtype=float),
+                                                                  rtol=rtol, equal_nan=True):
+                group.append(t)
+                break
+        else:
+            seen[((t.xaxis, t.yaxis), x)] = [t]
+    groups = [g for g in seen.values() if len(g) > 1]
+    for group in groups:
+        names = [str(t.name) for t in group]
+        for k, t in enumerate(group):
+            wider = len(group) - 1 - k
+            t.line.width = 2 + 2.5 * wider
+            t.marker.size = 6 + 4 * wider
+            others = ", ".join(n for n in names if n != str(t.name))
+            note = f"<br>(lies on {others}: drawn as nested stripes)"
+            if t.hovertext is not None and not isinstance(t.hovertext, str):
+                t.hovertext = [f"{h}{note}" for h in t.hovertext]
+            elif isinstance(t.hovertext, str):
+                t.hovertext = t.hovertext + note
+    return [[str(t.name) for t in g] for g in groups]
+
+
 def fit_legend(fig: go.Figure, entries: int, min_height: int = 420) -> None:
     """Tall enough that the legend's ``entries`` never scroll."""
     need = 110 + 21 * entries
@@ -923,8 +958,10 @@ def l2_vs_x(l2: pd.DataFrame, l2_bytes: float, onsets: pd.DataFrame | None, titl
             v = _finite(l2[y])
             if len(v):
                 log_axis(fig, "y", v.min(), v.max(), row=j + 1, col=1)
+    nested = reveal_coinciding(fig)
     fig.update_layout(title=title + f"<br><sup>dotted: modeled working set = L2 ({l2_bytes / 2**20:.0f} MiB); "
-                      "black ×: measured onset</sup>", template=TEMPLATE, height=290 * len(panels) + 110)
+                      "black ×: measured onset" + ("; nested stripes: lines that lie on one another" if nested else "")
+                      + "</sup>", template=TEMPLATE, height=290 * len(panels) + 110)
     fit_legend(fig, len(traces))
     return fig
 
