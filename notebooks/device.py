@@ -26,7 +26,7 @@ style_order: str = ""  # the order legends list implementations in (colours foll
 plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative path (make report ships one copy)
 
 # %%
-from nsightlab.analysis import device
+from nsightlab.analysis import counters, device
 from nsightlab.render import figures
 from nsightlab.render import page as nb
 from nsightlab.store import captures, read
@@ -39,7 +39,8 @@ x = nb.sweep_field(cases) or "N"
 ws = nb.attempt(device.working_set_table, cases, l2_bytes, x)
 nb.summary(device.findings(manifest, ws, x))
 nb.note(nb.header(manifest, path))
-model = "; ".join(sorted({s for s in cases.get("model_source", []) if s})) or "none: the capture declares no work model"
+model = (counters.sources_text(cases["model_source"]) if "model_source" in cases else "") or \
+    "none: the capture declares no work model"
 nb.note(f"**FLOP source:** none used on this page. **Working sets:** {model}.")
 
 # %%

@@ -400,3 +400,11 @@ def test_a_set_full_report_gives_the_roofline_quantities():
     assert w["flop_tensor"] == pytest.approx(4 * 4 * 16 * 4096**2 * 128 * 2.5, rel=1e-6)  # B=4 H=16 N=4096 D=128 backward
     assert w["bytes_DRAM"] == pytest.approx(w["dram_read"] + w["dram_write"], rel=1e-3)
     assert w["peak_L2"] > 0 and w["peak_tensor"] > 0 and w["flop_fp32"] > 0
+
+
+def test_sources_are_named_once_with_what_each_adds():
+    s = pd.Series(["A; B"] * 3 + ["A; B; C"] * 2 + [""])
+    assert C.sources_text(s) == "A; B, for 5 cases (2 of them add: C)"
+    assert C.sources_text(pd.Series(["X"] * 4), "ranges") == "X (4 ranges)"
+    assert C.sources_text(pd.Series(["X", "Y", "Y"])) == "Y (2 cases); X (1 case)"
+    assert C.sources_text(pd.Series(["", ""])) == ""

@@ -474,3 +474,27 @@ def identity_columns(df: pd.DataFrame, drop: Iterable[str] = ()) -> list[str]:
     """Range fields that identify a case, minus ``drop`` (and the bookkeeping ones)."""
     skip = {"range", "domain", "schema", *drop}
     return [c for c in range_columns(df) if c not in skip]
+
+
+def sources_text(sources: pd.Series, unit: str = "cases") -> str:
+    """One line naming the model (or FLOP) sources of a page's rows, with how many rows use each. Sources
+    are "; "-separated clauses; the clauses every source begins with are written once, then what each
+    adds: "A; B (70 cases); with C: A; B; C (154 cases)" reads "A; B, for 224 cases; 154 of them add: C"."""
+    counts = sources[sources.astype(bool)].astype(str).value_counts()
+
+    def many(n: int) -> str:
+        return f"{n} {unit if n != 1 else unit.removesuffix('s')}"
+
+    if counts.empty:
+        return ""
+    if len(counts) == 1:
+        return f"{counts.index[0]} ({many(counts.iloc[0])})"
+    parts = [s.split("; ") for s in counts.index]
+    shared = 0
+    while all(len(p) > shared for p in parts) and len({p[shared] for p in parts}) == 1:
+        shared += 1
+    if shared == 0:
+        return "; ".join(f"{src} ({many(n)})" for src, n in counts.items())
+    rest = [(("; ".join(p[shared:])), n) for p, n in zip(parts, counts, strict=True)]
+    extra = [f"{n} of them add: {r}" for r, n in rest if r]
+    return "; ".join(parts[0][:shared]) + f", for {many(int(counts.sum()))}" + (f" ({'; '.join(extra)})" if extra else "")

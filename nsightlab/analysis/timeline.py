@@ -13,7 +13,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .counters import NotApplicable, attach_model, has_model, identity_columns, option_columns, range_columns
+from .counters import (
+    NotApplicable,
+    attach_model,
+    has_model,
+    identity_columns,
+    option_columns,
+    range_columns,
+    sources_text,
+)
 
 TIMES = ["gpu_ms", "wall_ms", "span_ms", "gap_ms", "kernels"]
 
@@ -67,8 +75,7 @@ def timing_summary(rt: pd.DataFrame, cases: pd.DataFrame | None = None, counted:
 
 def flop_sources(summary: pd.DataFrame) -> str:
     """One line for the page: which FLOP source the throughputs use, with counts."""
-    counts = summary["flop_source"].value_counts()
-    return "; ".join(f"{src} ({n} ranges)" for src, n in counts.items())
+    return sources_text(summary["flop_source"], "ranges")
 
 
 def config_columns(summary: pd.DataFrame) -> list[str]:
