@@ -320,8 +320,15 @@ def _errors(result: Any, expected: tuple[torch.Tensor, ...], pass_: str) -> dict
     """The worst error metrics of a call's outputs against the reference's: O for the forward (the
     kernels return (O, LSE), SDPA O alone), dQ, dK and dV for the backward."""
     if pass_ == "forward":
-        return _worst([error_metrics(result[0] if isinstance(result, tuple) else result, expected[0])])
-    return _worst([error_metrics(a, b) for a, b in zip(result, expected, strict=False)])
+        return _worst([error_metrics(_beside(result[0] if isinstance(result, tuple) else result, expected[0]),
+                                     expected[0])])
+    return _worst([error_metrics(_beside(a, b), b) for a, b in zip(result, expected, strict=False)])
+
+
+def _beside(out: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """``out`` on the reference's device where the reference was kept in host memory (too large for the
+    GPU beside the inputs): compared there, instead of copying the fp64 reference back to the GPU."""
+    return out.to(ref.device) if ref.device.type == "cpu" and out.device != ref.device else out
 
 
 def _repeats(run: _Run, fn: Callable[[], Any], key: tuple[str, str, str], flop: float, config: str,
@@ -384,14 +391,19 @@ def _reference_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
                         causal: bool, free: float | None = None) -> tuple[torch.Tensor, ...]:
     """The fp64 reference of the backward, one batch element at a time where the whole batch would not fit
     in half of the GPU's free memory: a long decode backward (B=8, H=32, Nk=64k, D=128) holds 16 GiB per
-    fp64 K/V-shaped tensor (k, v, dK, dV and their temporaries: about 75 GB, more than an H100 has)."""
+    fp64 K/V-shaped tensor (k, v, dK, dV and their temporaries: about 75 GB, more than an H100 has). Where
+    the results themselves would take more than a quarter of it, they are kept in host memory (and the
+    implementations' gradients are compared there)."""
     per_kv = 8 * k.numel()
     need = 8 * (3 * q.numel()) + 6 * per_kv
     if free is None:  # bytes free on the inputs' device
         free = torch.cuda.mem_get_info(q.device)[0] if q.is_cuda else float("inf")
     if need < free / 2 or q.shape[0] == 1:
         return reference_backward(q, k, v, g, causal=causal)
-    parts = [reference_backward(q[b:b + 1], k[b:b + 1], v[b:b + 1], g[b:b + 1], causal=causal)
+    # the results (dQ, dK, dV in fp64) alone would crowd out the implementations' own buffers: host memory
+    keep = "cpu" if 8 * (q.numel() + 2 * k.numel()) > free / 4 else q.device
+    parts = [tuple(t.to(keep) for t in reference_backward(q[b:b + 1], k[b:b + 1], v[b:b + 1], g[b:b + 1],
+                                                          causal=causal))
              for b in range(q.shape[0])]
     return tuple(torch.cat(ts, dim=0) for ts in zip(*parts, strict=True))
 

@@ -190,3 +190,7 @@ def test_the_fp64_backward_reference_goes_one_batch_element_at_a_time_where_it_w
     split = bench._reference_backward(q, k, v, g, True, free=1.0)  # one byte free: nothing fits whole
     assert calls == [1, 1, 1]
     assert all(torch.equal(a, b) for a, b in zip(whole, split, strict=True))
+    # results compared where the reference lives
+    assert bench._beside(whole[0], split[0]) is whole[0]
+    errs = bench._errors(tuple(t.float() for t in whole), split, "backward")
+    assert errs["rel_l2"] < 1e-6
