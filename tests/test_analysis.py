@@ -405,6 +405,6 @@ def test_a_set_full_report_gives_the_roofline_quantities():
 def test_sources_are_named_once_with_what_each_adds():
     s = pd.Series(["A; B"] * 3 + ["A; B; C"] * 2 + [""])
     assert C.sources_text(s) == "A; B, for 5 cases (2 of them add: C)"
-    assert C.sources_text(pd.Series(["X"] * 4), "ranges") == "X (4 ranges)"
+    assert C.sources_text(pd.Series(["X"] * 4), "range") == "X (4 ranges)"
     assert C.sources_text(pd.Series(["X", "Y", "Y"])) == "Y (2 cases); X (1 case)"
     assert C.sources_text(pd.Series(["", ""])) == ""

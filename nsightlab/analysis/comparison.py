@@ -40,6 +40,7 @@ import pandas as pd
 
 from ..core.errors import NotApplicable, ProfileError
 from ..core.ranges import RangeSchema
+from ..core.text import impl_key
 from ..store.captures import cases, load_bench, load_manifest, short_commit, validate
 from ..store.read import PROFILES, bench_files, capture_schemas, load_ncu, load_nsys, ncu_files, nsys_files, resolve
 from . import roofline as rf
@@ -104,7 +105,7 @@ def is_reference(name: object) -> bool:
     the registered problems' references); an imported report's ``SDPA flash`` is ``sdpa_flash``."""
     if name is None or (isinstance(name, float) and math.isnan(name)):
         return False
-    key = re.sub(r"[\s\-]+", "_", str(name).strip().lower())
+    key = impl_key(name)
     return key.startswith(REFERENCE_PREFIXES) or key in REFERENCE_NAMES or key in _problem_references()
 
 

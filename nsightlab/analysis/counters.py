@@ -23,14 +23,16 @@ shows which one each quantity came from).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ..core import metrics as M
 from ..core.errors import NotApplicable
+from ..core.text import plural
 
 # --------------------------------------------------------------------------- recipes
 
@@ -476,25 +478,32 @@ def identity_columns(df: pd.DataFrame, drop: Iterable[str] = ()) -> list[str]:
     return [c for c in range_columns(df) if c not in skip]
 
 
-def sources_text(sources: pd.Series, unit: str = "cases") -> str:
+def matching(frame: pd.DataFrame, case: Mapping[str, Any]) -> pd.DataFrame:
+    """The rows of ``frame`` equal to ``case`` in each of its fields (NaN matches NaN); none if ``frame``
+    lacks one of them."""
+    m = pd.Series(True, index=frame.index)
+    for c, v in case.items():
+        if c not in frame:
+            return frame.iloc[0:0]
+        m &= frame[c].isna() if pd.isna(v) else frame[c] == v
+    return frame[m]
+
+
+def sources_text(sources: pd.Series, unit: str = "case") -> str:
     """One line naming the model (or FLOP) sources of a page's rows, with how many rows use each. Sources
     are "; "-separated clauses; the clauses every source begins with are written once, then what each
-    adds: "A; B (70 cases); with C: A; B; C (154 cases)" reads "A; B, for 224 cases; 154 of them add: C"."""
+    adds: "A; B" for 154 cases and "A; B; C" for 70 read "A; B, for 224 cases (70 of them add: C)"."""
     counts = sources[sources.astype(bool)].astype(str).value_counts()
-
-    def many(n: int) -> str:
-        return f"{n} {unit if n != 1 else unit.removesuffix('s')}"
-
     if counts.empty:
         return ""
     if len(counts) == 1:
-        return f"{counts.index[0]} ({many(counts.iloc[0])})"
+        return f"{counts.index[0]} ({plural(counts.iloc[0], unit)})"
     parts = [s.split("; ") for s in counts.index]
     shared = 0
     while all(len(p) > shared for p in parts) and len({p[shared] for p in parts}) == 1:
         shared += 1
     if shared == 0:
-        return "; ".join(f"{src} ({many(n)})" for src, n in counts.items())
+        return "; ".join(f"{src} ({plural(n, unit)})" for src, n in counts.items())
     rest = [(("; ".join(p[shared:])), n) for p, n in zip(parts, counts, strict=True)]
     extra = [f"{n} of them add: {r}" for r, n in rest if r]
-    return "; ".join(parts[0][:shared]) + f", for {many(int(counts.sum()))}" + (f" ({'; '.join(extra)})" if extra else "")
+    return "; ".join(parts[0][:shared]) + f", for {plural(int(counts.sum()), unit)}" + (f" ({'; '.join(extra)})" if extra else "")

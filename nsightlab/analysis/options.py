@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .counters import NotApplicable, identity_columns, option_columns, require
+from ..core.text import plural
+from .counters import NotApplicable, identity_columns, matching, option_columns, require
 
 STATS = ("occupancy", "registers", "smem_bytes", "threads_per_block", "blocks_per_grid")
 
@@ -40,6 +41,12 @@ def _fmt(v: object) -> str:
     return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
 
 
+def _per_range(w: pd.DataFrame, fields: list[str]) -> pd.DataFrame:
+    """One row per range of launches ``w``: its ``fields`` (the first launch's) and ``seconds`` (summed)."""
+    return w.groupby("range", sort=False).agg(**{c: (c, "first") for c in fields},
+                                              seconds=("seconds", "sum")).reset_index()
+
+
 def option_study(work: pd.DataFrame) -> pd.DataFrame:
     """One row per range of every study (ranges equal in every field but their options, with at
     least two option settings): ``study`` (the shared fields), ``option`` (the options that vary
@@ -56,9 +63,7 @@ def option_study(work: pd.DataFrame) -> pd.DataFrame:
     fields = [c for c in identity_columns(w) if c != "options"]
     opts = option_columns(w)
     shared = [c for c in fields if c not in opts]
-    per = w.groupby("range", sort=False).agg(**{c: (c, "first") for c in [*fields, "options"]},
-                                             seconds=("seconds", "sum")).reset_index()
-    per = per.merge(main, on="range", how="left")
+    per = _per_range(w, [*fields, "options"]).merge(main, on="range", how="left")
     rows = []
     for _, g in per.groupby(shared, dropna=False, sort=True) if shared else [((), per)]:
         if g["options"].nunique() < 2:
@@ -116,14 +121,11 @@ def beside_others(work: pd.DataFrame, study: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     opts = set(option_columns(w)) | set(option_columns(study))
     case = [c for c in identity_columns(w) if c not in ("options", "variant") and c not in opts]
-    per = w.groupby("range", sort=False).agg(**{c: (c, "first") for c in ["variant", *case]},
-                                             seconds=("seconds", "sum")).reset_index()
+    per = _per_range(w, ["variant", *case])
     rows = []
     for (variant, pass_, name), g in study.groupby(["variant", "pass", "study"], sort=False, dropna=False):
         first = g.iloc[0]
-        same = per[per["variant"].astype(str) != str(variant)]
-        for c in case:
-            same = same[same[c].isna()] if pd.isna(first.get(c)) else same[same[c] == first.get(c)]
+        same = matching(per[per["variant"].astype(str) != str(variant)], {c: first.get(c) for c in case})
         best = g.loc[g["ms"].idxmin()]
         for other, o in same.groupby("variant", sort=False):
             ms = float(o["seconds"].min()) * 1e3  # one range per case; the fastest if an option study of its own
@@ -140,5 +142,5 @@ def ladder_findings(others: pd.DataFrame) -> list[str]:
         lo, hi = g["speed"].min(), g["speed"].max()
         span = f"{lo:.2f}×" if abs(hi - lo) < 0.005 else f"{lo:.2f}–{hi:.2f}×"
         out.append(f"**{variant}** {pass_}, its best setting in each study: {span} {other}'s speed "
-                   f"(> 1: faster; {len(g)} {'study' if len(g) == 1 else 'studies'}).")
+                   f"(> 1: faster; {plural(len(g), 'study', 'studies')}).")
     return out

@@ -18,6 +18,7 @@ from .counters import (
     attach_model,
     has_model,
     identity_columns,
+    matching,
     option_columns,
     range_columns,
     sources_text,
@@ -75,7 +76,7 @@ def timing_summary(rt: pd.DataFrame, cases: pd.DataFrame | None = None, counted:
 
 def flop_sources(summary: pd.DataFrame) -> str:
     """One line for the page: which FLOP source the throughputs use, with counts."""
-    return sources_text(summary["flop_source"], "ranges")
+    return sources_text(summary["flop_source"], "range")
 
 
 def config_columns(summary: pd.DataFrame) -> list[str]:
@@ -122,7 +123,7 @@ def window(kernels: pd.DataFrame, ranges: pd.DataFrame, query: str = "",
     timed = ranges.loc[sorted(set(kernels.loc[kernels["range_id"] >= 0, "range_id"]))] if "range_id" in kernels else ranges
     if timed.empty:
         raise NotApplicable("no range launched a kernel")
-    preferred = _matching(timed, prefer) if prefer and not query else timed.iloc[0:0]
+    preferred = matching(timed, prefer) if prefer and not query else timed.iloc[0:0]
     if query:
         sel = timed.query(query)
         if sel.empty:
@@ -141,10 +142,7 @@ def window(kernels: pd.DataFrame, ranges: pd.DataFrame, query: str = "",
             best = sorted(g[g == g.max()].index, key=str)
             pick = best[len(best) // 2]
             pick = pick if isinstance(pick, tuple) else (pick,)
-            m = pd.Series(True, index=timed.index)
-            for c, v in zip(keys, pick, strict=True):
-                m &= timed[c].isna() if (isinstance(v, float) and np.isnan(v)) else timed[c] == v
-            sel = timed[m]
+            sel = matching(timed, dict(zip(keys, pick, strict=True)))
             what = ", ".join(f"{c}={v}" for c, v in zip(keys, pick, strict=True) if v == v and v is not None)
     ks = kernels[kernels["range_id"].isin(sel.index)] if "range_id" in kernels else kernels.iloc[0:0]
     return ks, sel, what
@@ -172,16 +170,6 @@ def headline_case(summary: pd.DataFrame, x: str = "N") -> dict[str, Any]:
     return case
 
 
-def _matching(frame: pd.DataFrame, case: Mapping[str, Any]) -> pd.DataFrame:
-    """The rows of ``frame`` equal to ``case`` in each of its fields (NaN matches NaN)."""
-    m = pd.Series(True, index=frame.index)
-    for c, v in case.items():
-        if c not in frame:
-            return frame.iloc[0:0]
-        m &= frame[c].isna() if (isinstance(v, float) and np.isnan(v)) else frame[c] == v
-    return frame[m]
-
-
 def findings(summary: pd.DataFrame, x: str = "N") -> list[str]:
     """The timeline page's findings: at the largest ``x`` that most implementations ran, each
     one's GPU time against the fastest; the throughput peak; launch gaps where a range has several
@@ -198,7 +186,7 @@ def findings(summary: pd.DataFrame, x: str = "N") -> list[str]:
             out.append(f"Highest throughput: {t['range']} at {t['tflops']:,.0f} TFLOP/s ({t['flop_source']}).")
         return out
     keys = [c for c in config_columns(summary) if c != x]
-    s = _matching(summary, headline_case(summary, x)).sort_values("gpu_ms")
+    s = matching(summary, headline_case(summary, x)).sort_values("gpu_ms")
     if len(s):
         fast = s.iloc[0]
         shown = [c for c in [x, *keys] if c in summary and (c == x or summary[c].nunique(dropna=True) > 1)]

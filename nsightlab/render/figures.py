@@ -33,6 +33,7 @@ from plotly.subplots import make_subplots
 from ..analysis.counters import identity_columns
 from ..analysis.perf import ok_rows, ratio_to
 from ..analysis.roofline import applies
+from ..core.text import impl_key
 from .numbers import fmt_num, natural_key, plain_value, rounded
 
 _EMBEDDED = {"done": False, "src": "inline"}
@@ -115,12 +116,6 @@ def show(fig: go.Figure) -> None:
 
 
 # --------------------------------------------------------------------------- style
-
-
-def impl_key(name: object) -> str:
-    """The name an implementation's style is looked up by: lower case, blanks and dashes as ``_``
-    (an imported report's ``SDPA flash`` range is ``sdpa_flash``)."""
-    return re.sub(r"[\s\-]+", "_", str(name).strip().lower())
 
 
 def impl_style(name: object) -> dict[str, str]:
@@ -1323,8 +1318,6 @@ def bandwidth_vs_config(df: pd.DataFrame, suite: str, dtype: str, pass_: str, ro
     """A memory-bound suite's speed as bandwidth: the compulsory bytes (inputs read once, outputs
     written once) per second of each implementation, one marker per configuration (linear axis),
     against the measured memory roof; the hover has the time."""
-    from ..analysis.perf import ok_rows
-
     d = ok_rows(df)
     d = d[(d["suite"] == suite) & (d["dtype"] == dtype) & (d["pass"] == pass_) & (d["gbps"] > 0)]
     title = f"{suite}, {pass_} ({dtype}): compulsory bytes per second against the memory roof"
@@ -1357,9 +1350,9 @@ def bandwidth_vs_config(df: pd.DataFrame, suite: str, dtype: str, pass_: str, ro
 def option_ladder(study: pd.DataFrame, others: pd.DataFrame, variant: str, pass_: str,
                   style: Style | None = None) -> go.Figure:
     """One implementation's option settings as a ladder, per study (one panel each): a bar per setting
-    (GPU time, the implementation's colour), and each other implementation that ran the same case as a
-    horizontal line in its own colour, labelled with its time: where each step of the ladder stands
-    against the kernels below and above it."""
+    (GPU time, the implementation's colour, its value written above it), and each other implementation
+    that ran the same case as a dashed horizontal line in its own colour (in the legend; its time in the
+    hover): where each step of the ladder stands against the kernels below and above it."""
     d = study[(study["variant"].astype(str) == variant) & (study["pass"] == pass_)]
     title = f"{variant} {pass_}: each option setting's GPU time beside the other implementations of the case"
     if d.empty:

@@ -46,6 +46,7 @@ from ..analysis.counters import FLOP_TERMS, MEANING, available, needed_metrics
 from ..core.args import ArgumentParser
 from ..core.errors import ProfileError
 from ..core.ranges import decode
+from ..core.text import plural
 from ..store.captures import Capture, list_captures, load_bench, short_commit, validate
 from ..store.read import REPO, bench_files, capture_schemas, case_names, ncu_files, nsys_files, resolve, tools_of
 from .compare import Declared, comparison_entries, declared_comparisons, publish
@@ -384,10 +385,6 @@ def _capture_section(cap: str, pages: list[tuple[str, str]], index: Index) -> tu
             finds[0] if finds else None)
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
 def write_index(reports: Path, index: Index) -> bool:
     """reports/index.html: a short summary of the captures; the reports grouped by capture, each
     capture captioned from its manifest with its findings (from its pages' summaries), each page with
@@ -406,9 +403,9 @@ def write_index(reports: Path, index: Index) -> bool:
         if lead:
             headlines.append((cap, lead))
     gpus = sorted({c.split("/", 1)[0] for c in groups if "/" in c})
-    top = (f"<p>{_plural(len(groups), 'capture')} on {_plural(len(gpus), 'GPU')} ({', '.join(gpus)}), "
+    top = (f"<p>{plural(len(groups), 'capture')} on {plural(len(gpus), 'GPU')} ({', '.join(gpus)}), "
            f"{sum(len(v) for v in groups.values())} pages"
-           + (f", {_plural(len(index.comparisons), 'comparison')}" if index.comparisons else "")
+           + (f", {plural(len(index.comparisons), 'comparison')}" if index.comparisons else "")
            + (f"; <b class='bad'>{len(index.failures)} failed to render</b>" if index.failures else "") + ".</p>")
     if headlines:
         top += "<ul>" + "".join(f'<li><a href="#{html.escape(c)}">{html.escape(c)}</a>: {html.escape(f)}</li>'

@@ -36,6 +36,7 @@ from ..core.errors import ProfileError
 from ..core.errors import ToolError as _ToolError
 from ..core.files import local_copy, place, sha256
 from ..core.ranges import RangeSchema
+from ..core.text import plural
 from ..parse.ncu import ncu_device, ncu_frame
 from ..parse.ncu_session import ncu_session, ncu_settings
 from ..parse.nsys import nsys_tables
@@ -473,11 +474,6 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab import") -> int:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     man = store.load_manifest(dest)
-    print(f"imported {_count(len(man['imported_from']), 'report')} from {man['gpu']['name']} into {dest} "
-          f"({', '.join(man['tools'])}; {_count(len(man['files']), 'file')})")
+    print(f"imported {plural(len(man['imported_from']), 'report')} from {man['gpu']['name']} into {dest} "
+          f"({', '.join(man['tools'])}; {plural(len(man['files']), 'file')})")
     return 0
-
-
-def _count(n: int, word: str) -> str:
-    """'1 file', '2 files'."""
-    return f"{n} {word}{'' if n == 1 else 's'}"
