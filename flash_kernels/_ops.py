@@ -16,7 +16,8 @@ _MAX_BH = 65535  # grid dimension limit of the kernels' batch*head axis
 
 _FWD_TILES = {"128x64": 0, "128x32": 1, "64x64": 2}
 _WG_TILES = {"128x128": 0, "128x64": 1, "192x128": 2, "192x64": 3}
-_WG_PIPELINES = {"cp.async": 0, "tma": 1, "tma-ws": 2, "tma-ws-overlap": 3}  # option code bits 4.. (flash_wgmma_fwd.cu)
+_WG_PIPELINES = {"cp.async": 0, "tma": 1, "tma-ws": 2, "tma-ws-overlap": 3, "tma-ws-pingpong": 4, "tma-ws-persistent": 5,
+                 "tma-ws-persistent-pingpong": 6}  # option code bits 4.. (flash_wgmma_fwd.cu)
 _BWD_TILES = {"64x128": 0, "128x128": 1}
 _WG_BWD_TILES = {"64x128": 0, "128x128": 1}  # flash_wgmma_bwd.cu: option code bits 0..3 (bits 4..7: pipeline)
 #: the materializing variants' (module, option code): tiled_uncoalesced is tiled.cu's option 1

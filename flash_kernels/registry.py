@@ -163,12 +163,17 @@ VARIANTS: dict[str, Variant] = {
                     default={64: "128x128", 128: "192x128"},
                 ),
                 "pipeline": Option(
-                    "pipeline", ("cp.async", "tma", "tma-ws", "tma-ws-overlap"),
+                    "pipeline", ("cp.async", "tma", "tma-ws", "tma-ws-overlap", "tma-ws-pingpong", "tma-ws-persistent",
+                                 "tma-ws-persistent-pingpong"),
                     "how K/V reach shared memory: cp.async = every thread copies, double-buffered, block "
                     "barriers (step 1); tma = the copy engine (cp.async.bulk.tensor) completing on mbarriers, "
                     "issued by one thread (step 2); tma-ws = a producer warpgroup issuing the copies and "
                     "consumer warpgroups computing, full/empty mbarriers per stage, setmaxnreg (step 3); "
-                    "tma-ws-overlap = tma-ws with the softmax overlapping O += P V in each warpgroup",
+                    "tma-ws-overlap = tma-ws with the softmax overlapping O += P V in each warpgroup; tma-ws-pingpong = "
+                    "tma-ws-overlap with the consumer warpgroups taking turns to issue their products (named "
+                    "barriers), one's softmax under the other's GEMMs; tma-ws-persistent = tma-ws-overlap with one "
+                    "block per SM looping over the work tiles (two Q buffers, the K/V ring running on from one "
+                    "tile to the next); tma-ws-persistent-pingpong = both",
                     default={64: "tma", 128: "tma-ws-overlap"},
                 ),
                 "wg_bwd_tile": Option(

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything the GPU node needs, in one call (the node is lent bare: nothing survives a call).
 #   NSIGHTLAB_GIT_COMMIT=<sha from the dev machine, pasted literally: the node's copy of .git may be stale> STEPS="build test sanitize bench" bash scripts/gpu_node.sh
+#   (SMOKE_ARGS="--passes forward --pipelines tma,tma-ws-pingpong" STEPS="build smoke": scripts/wgmma_smoke.py)
 #   (TEST_PATHS=tests/gpu/test_x.py: some GPU tests only)
 # Installs the wheels carried in .whl/ (if any), builds the kernels, runs the GPU tests, the
 # compute-sanitizer checks and the benchmark suites, and writes logs and results under $OUT.
@@ -71,6 +72,11 @@ PY
     sanitize)
       step sanitize
       python3 -m pytest tests/gpu/test_sanitizer.py -q -p no:cacheprovider 2>&1 | tee "$OUT/sanitizer.log" | tail -20
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    smoke)
+      # flash_wgmma's options against the fp64 reference, then timed beside flash_mma, SDPA flash and cuDNN
+      step smoke
+      python3 scripts/wgmma_smoke.py ${SMOKE_ARGS:-} 2>&1 | tee "$OUT/wgmma_smoke.log" | grep -vE "^  PASS" | tail -80
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     bench)
       step bench

@@ -44,7 +44,8 @@ DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 #: key blocks no query sees), grouped-query and multi-query, several key and query blocks
 CHECK_SHAPES = [(1, 2, 2, 1, 1), (1, 2, 2, 77, 77), (2, 3, 3, 300, 300), (1, 2, 2, 1000, 1000),
                 (1, 4, 2, 77, 300), (1, 4, 1, 300, 77), (2, 4, 4, 1, 1000), (1, 2, 2, 128, 128),
-                (1, 8, 2, 1000, 129), (1, 4, 1, 513, 700), (1, 2, 2, 257, 1)]
+                (1, 8, 2, 1000, 129), (1, 4, 1, 513, 700), (1, 2, 2, 257, 1),
+                (2, 16, 4, 1100, 1300)]  # more work tiles than SMs: persistent blocks run several
 #: (B, H, N): 16k tokens per batch (FlashAttention's convention)
 TIME_SHAPES = [(16, 16, 1024), (4, 16, 4096), (2, 16, 8192)]
 #: the options each pass sweeps, by command-line flag
@@ -203,9 +204,9 @@ def median_ms(impl: str, cfg: Config, inputs: bench.Inputs, pass_: str, options:
 
 
 def timing(pass_: str, chosen: dict[str, list[str]], tally: Tally) -> None:
-    """Each setting, flash_mma and SDPA flash at the TIME_SHAPES (fp16), each setting first checked on
+    """Each setting, flash_mma, SDPA flash and cuDNN at the TIME_SHAPES (fp16), each setting first checked on
     one head of the same inputs."""
-    print(f"\n== {pass_} timing, fp16 (TFLOP/s; median of up to 20, L2 flushed; x/sdpa: SDPA flash's time over it) ==")
+    print(f"\n== {pass_} timing, fp16 (TFLOP/s; median of up to 20, L2 flushed; x/cudnn: SDPA cuDNN's time over it) ==")
     flush = bench.L2Flusher()
     for D, causal, (B, H, N) in itertools.product((64, 128), (False, True), TIME_SHAPES):
         cfg = Config(f"B{B}-H{H}-N{N}-D{D}", B, H, N, D, causal)
@@ -217,11 +218,11 @@ def timing(pass_: str, chosen: dict[str, list[str]], tally: Tally) -> None:
             if diagnosis:
                 tally.fail(f"{label(setting)} D={D} causal={causal} N={N} (B=1, H=1 slice)", metrics, diagnosis)
             ms[label(setting)] = median_ms(VARIANT, cfg, inputs, pass_, setting, flush)
-        for ref in ("flash_mma", "sdpa_flash"):
+        for ref in ("flash_mma", "sdpa_flash", "sdpa_cudnn"):
             ms[ref] = median_ms(ref, cfg, inputs, pass_, {}, flush)
         flop = model.flops(B, H, N, D, causal=causal, pass_=pass_)
         cols = "  ".join(f"{n} {model.tflops(flop, t):6.1f}" for n, t in ms.items())
-        ratios = "  ".join(f"{n}/sdpa {ms['sdpa_flash'] / t:4.2f}" for n, t in ms.items() if n != "sdpa_flash")
+        ratios = "  ".join(f"{n}/cudnn {ms['sdpa_cudnn'] / t:4.2f}" for n, t in ms.items() if n != "sdpa_cudnn")
         print(f"  D={D:<3d} {'causal' if causal else 'full  '} B={B:<2d} H={H} N={N:<5d} {cols}  {ratios}")
 
 

@@ -47,7 +47,9 @@ def test_flash_wgmma_compiles_for_sm90a_only():
     # (setmaxnreg then moves registers from the producer to the consumers); 192x128 at D=128 runs
     # tma-ws-overlap without the overlap: one kernel for both
     ws = [r for r in rows if r.kernel.startswith("flash_wgmma_ws_forward_kernel<")]
-    assert len(ws) == 30, [r.kernel for r in ws]
+    # tma-ws-pingpong, tma-ws-persistent(-pingpong): 16 more each (the 192x128 tile at D=128 without
+    # the overlap: 8 of them shared)
+    assert len(ws) == 78, [r.kernel for r in ws]
     assert all(r.registers <= (128 if ",192," in r.kernel else 168) for r in ws), [(r.kernel, r.registers) for r in ws]
     with pytest.raises(RuntimeError, match="wgmma"):
         ptxas_report(next(p for p in cu_files() if p.name == "flash_wgmma_fwd.cu"), "sm_90")

@@ -86,6 +86,25 @@
 // cycles): the gap is latency inside a warpgroup, Stall Wait 1.60 vs 0.89 cycles per issued instruction and
 // MIO throttle 0.47 vs 0.02 (the softmax's exp2 and shuffles queue behind the wgmma chain). Ping-pong of two
 // consumer warpgroups (one's softmax under the other's GEMMs) is the step that hides it.
+//
+// pipeline "tma-ws-pingpong" (step 4a): tma-ws-overlap plus FlashAttention-3's inter-warpgroup
+// ping-pong: the consumer warpgroups take turns to issue their products (named barriers 4.., one per
+// consumer; a warpgroup waits for its turn, issues S_t = Q K_t^T and O += P_{t-1} V_{t-1}, and
+// passes the turn on), so one's softmax runs under the other's GEMMs by construction rather than by
+// chance. Every consumer takes one turn per K/V tile of the block, the causal tiles after its rows
+// included, so the rotation never waits for a warpgroup that has finished.
+//   Measured (H100 80GB HBM3, torch 2.11.0+cu130, `SMOKE_ARGS="--passes forward --pipelines
+//   tma,tma-ws-overlap,tma-ws-pingpong" STEPS="build smoke" bash scripts/gpu_node.sh` at dab5fb4 + this
+//   step, log profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_pingpong_dab5fb4-dirty.log; fp16, TFLOP/s,
+//   B*N = 16k, H = 16, at N = 1024 / 4096 / 8192, in one run with cuDNN): D = 128 full, 128x128 overlap
+//   459 / 556 / 544 -> ping-pong 478 / 540 / 526; 192x128 (3 consumers, no overlap) 486 / 623 / 646 ->
+//   486 / 598 / 574; cuDNN 592 / 655 / 664. D = 64 128x128: 275 / 320 / 325 -> 297 / 349 / 357 (tma 410 /
+//   479 / 486, cuDNN 423 / 474 / 482). So the ping-pong pays only for short blocks (N = 1024, +4 %) and
+//   at D = 64; where blocks are long it costs 3-11 %: the forced turns add a wait the free-running
+//   warpgroups did not have. Not a default. What the 128x128 tiles lose against 192x128 is, by the
+//   arithmetic of this launch, the block's start and end: one 384-thread block per SM, 15 waves of
+//   16 us blocks at N = 4096, each starting with Q and the first K/V from memory and ending with O's
+//   store, none of it overlapped with another block's work; hence the persistent step below.
 #include "wgmma.cuh"
 
 namespace fk {
@@ -427,11 +446,17 @@ flash_wgmma_tma_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
 
 // ------------------------------------------------------------------------------ step 3: warp specialization
 
+// Shared memory of the warp-specialized kernel: QBUF Q tiles, the K/V ring, 1 KB of slack for the
+// 1024-byte alignment of the SW128 tiles, the mbarriers.
+template <int D, int BM, int BN, int QBUF, int STAGES>
+constexpr int ws_smem() {
+  return (QBUF * BM * D + 2 * STAGES * BN * D) * 2 + 1024 + 8 * (2 * QBUF + 4 * STAGES);
+}
 // K/V stages of the warp-specialized kernel: 3 where the shared memory of a block (227 KB) holds
 // them, else 2.
-template <int D, int BM, int BN>
+template <int D, int BM, int BN, int QBUF = 1>
 constexpr int ws_stages() {
-  return (BM * D + 2 * 3 * BN * D) * 2 + 1024 + 8 * (1 + 4 * 3) <= 227 * 1024 ? 3 : 2;
+  return ws_smem<D, BM, BN, QBUF, 3>() <= 227 * 1024 ? 3 : 2;
 }
 
 // mbar_arrive by the threads where `pred` holds, as a predicated instruction (no branch).
@@ -446,14 +471,18 @@ __device__ __forceinline__ void mbar_arrive_if(uint32_t bar, bool pred) {
 // arrival, the producer's expect_tx) and empty_k / empty_v (NWG arrivals, one per consumer
 // warpgroup once its wgmma reading the stage has completed). OVERLAP: a consumer issues S_t =
 // Q K_t^T and O += P_{t-1} V_{t-1} back to back and runs the softmax of S_t while the second is in
-// flight (FlashAttention-3's intra-warpgroup pipelining).
-template <typename T, int D, int BM, int BN, int STAGES, bool OVERLAP>
+// flight (FlashAttention-3's intra-warpgroup pipelining). PINGPONG: the consumer warpgroups take turns
+// to issue their wgmma (FlashAttention-3's inter-warpgroup "ping-pong"): warpgroup c waits at named
+// barrier kSchedBar + c for its turn, issues the tile's products and arrives at the next warpgroup's
+// barrier, so the tensor cores run one warpgroup's GEMMs while the other does its softmax.
+constexpr int kSchedBar = 4;  // named barriers 4 .. 4 + NWG - 1 (1 .. NWG: store_rows; 0: __syncthreads)
+template <typename T, int D, int BM, int BN, int STAGES, bool OVERLAP, bool PINGPONG = false, int QBUF = 1>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                               const __grid_constant__ CUtensorMap tmV, T* __restrict__ O, float* __restrict__ LSE,
-                              Dims dm, float scale_log2, int causal) {
+                              Dims dm, int batch_heads, float scale_log2, int causal) {
   static_assert(BM % 64 == 0 && (BN == 64 || BN == 128) && (D == 64 || D == 128), "tile shape");
-  static_assert(STAGES >= 2, "K/V ring");
+  static_assert(STAGES >= 2 && (QBUF == 1 || QBUF == 2), "K/V ring, Q buffers");
   constexpr int NWG = BM / 64;  // consumer warpgroups
   constexpr int KB = BN / 16, NS = BN / 2, NO = D / 2;
   constexpr uint32_t TQ = BM * D * 2, TKV = BN * D * 2;
@@ -462,23 +491,45 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
   static_assert(128 * PRODUCER_REGS + NWG * 128 * CONSUMER_REGS <= 65536, "register split");
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
-  const uint32_t sQ = (raw + 1023u) & ~1023u;    // [BM][D]
-  const uint32_t sK = sQ + TQ;                   // [STAGES][BN][D]
+  const uint32_t sQ = (raw + 1023u) & ~1023u;    // [QBUF][BM][D]
+  const uint32_t sK = sQ + QBUF * TQ;            // [STAGES][BN][D]
   const uint32_t sV = sK + STAGES * TKV;         // [STAGES][BN][D]
-  const uint32_t bar_q = sV + STAGES * TKV;      // mbarriers: Q, full_k, full_v, empty_k, empty_v [STAGES]
-  const uint32_t full_k = bar_q + 8, full_v = full_k + 8 * STAGES;
+  // mbarriers: full_q, empty_q [QBUF]; full_k, full_v, empty_k, empty_v [STAGES]
+  const uint32_t full_q = sV + STAGES * TKV, empty_q = full_q + 8 * QBUF;
+  const uint32_t full_k = empty_q + 8 * QBUF, full_v = full_k + 8 * STAGES;
   const uint32_t empty_k = full_v + 8 * STAGES, empty_v = empty_k + 8 * STAGES;
   uint8_t* const smem = smem_raw + (sQ - raw);
 
   const int tid = threadIdx.x, wg = tid >> 7;
   const int Nq = dm.Nq, Nk = dm.Nk;
-  const int bh = blockIdx.y;
-  const int q0 = (causal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x)) * BM;
-  const int kv_len = causal ? min(Nk, q0 + BM) : Nk;
-  const int n_kv = (kv_len + BN - 1) / BN;
+  // Work tiles: (head bh, query block j); block b takes tiles b, b + gridDim.x, ... (one tile each unless
+  // the launch is persistent, QBUF = 2). One block per tile: the order a 2-D grid (query blocks x heads)
+  // would launch them, heaviest query block of a head first when causal; consecutive tiles share a head's
+  // K/V (L2 reuse). Persistent and causal: the heaviest query blocks of all heads first, so that each
+  // round of gridDim.x tiles is of about equal work (a head-major order deals every SM the same query
+  // block whenever gridDim.x is a multiple of the query blocks per head: 292 against 546 TFLOP/s, H100,
+  // 192x128, N = 4096).
+  const int n_qb = (Nq + BM - 1) / BM, n_tiles = n_qb * batch_heads;
+  auto tile_of = [&](int i, int& bh, int& q0, int& n_kv) {
+    int j;
+    if (QBUF == 2 && causal) {
+      j = i / batch_heads;
+      bh = i - j * batch_heads;
+    } else {
+      bh = i / n_qb;
+      j = i - bh * n_qb;
+    }
+    q0 = (causal ? n_qb - 1 - j : j) * BM;
+    const int kv_len = causal ? min(Nk, q0 + BM) : Nk;
+    n_kv = (kv_len + BN - 1) / BN;
+  };
 
   if (tid == 0) {
-    mbar_init(bar_q, 1);
+#pragma unroll
+    for (int b = 0; b < QBUF; ++b) {
+      mbar_init(full_q + 8 * b, 1);
+      mbar_init(empty_q + 8 * b, NWG * 128);  // every consumer thread, after its last read of the tile
+    }
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full_k + 8 * s, 1);
@@ -494,25 +545,33 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
     // ---------------------------------------------------------------- producer
     setmaxnreg_dec<PRODUCER_REGS>();
     if (tid == 0) {
-      const int kvh = int(dm.kv_head(bh));
       tma_prefetch_map(&tmQ);
       tma_prefetch_map(&tmK);
       tma_prefetch_map(&tmV);
-      mbar_arrive_expect_tx(bar_q, TQ);
-      tma_load_tile<D, BM>(sQ, &tmQ, bar_q, q0, bh);
-      int st = 0;
-      uint32_t ph = 0;  // parity of tile t's phase of its stage's barriers: (t / STAGES) & 1
-      for (int t = 0; t < n_kv; ++t) {
-        // refilling stage st waits for its release of tile t - STAGES (the previous phase)
-        if (t >= STAGES) mbar_wait(empty_k + 8 * st, ph ^ 1);
-        mbar_arrive_expect_tx(full_k + 8 * st, TKV);
-        tma_load_tile<D, BN>(sK + st * TKV, &tmK, full_k + 8 * st, t * BN, kvh);
-        if (t >= STAGES) mbar_wait(empty_v + 8 * st, ph ^ 1);
-        mbar_arrive_expect_tx(full_v + 8 * st, TKV);
-        tma_load_tile<D, BN>(sV + st * TKV, &tmV, full_v + 8 * st, t * BN, kvh);
-        if (++st == STAGES) {
-          st = 0;
-          ph ^= 1;
+      int st = 0, loaded = 0;  // the ring runs on across work tiles: stage, K/V tiles issued so far
+      uint32_t ph = 0;         // parity of the current phase of stage st's barriers: (loaded / STAGES) & 1
+      int it = 0;
+      for (int i = blockIdx.x; i < n_tiles; i += gridDim.x, ++it) {
+        int bh, q0, n_kv;
+        tile_of(i, bh, q0, n_kv);
+        const int kvh = int(dm.kv_head(bh));
+        const int qb = it % QBUF;
+        // Q buffer qb is free once every consumer has stored the rows it staged there (work tile it - QBUF)
+        if (it >= QBUF) mbar_wait(empty_q + 8 * qb, ((it / QBUF) & 1) ^ 1);
+        mbar_arrive_expect_tx(full_q + 8 * qb, TQ);
+        tma_load_tile<D, BM>(sQ + qb * TQ, &tmQ, full_q + 8 * qb, q0, bh);
+        for (int t = 0; t < n_kv; ++t, ++loaded) {
+          // refilling stage st waits for its release of the tile STAGES loads ago (the previous phase)
+          if (loaded >= STAGES) mbar_wait(empty_k + 8 * st, ph ^ 1);
+          mbar_arrive_expect_tx(full_k + 8 * st, TKV);
+          tma_load_tile<D, BN>(sK + st * TKV, &tmK, full_k + 8 * st, t * BN, kvh);
+          if (loaded >= STAGES) mbar_wait(empty_v + 8 * st, ph ^ 1);
+          mbar_arrive_expect_tx(full_v + 8 * st, TKV);
+          tma_load_tile<D, BN>(sV + st * TKV, &tmV, full_v + 8 * st, t * BN, kvh);
+          if (++st == STAGES) {
+            st = 0;
+            ph ^= 1;
+          }
         }
       }
     }
@@ -520,121 +579,148 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
     // ---------------------------------------------------------------- consumers
     setmaxnreg_inc<CONSUMER_REGS>();
     const int c = wg - 1, t128 = tid & 127, warp = t128 >> 5, lane = tid & 31;
-    const int wg_row0 = q0 + c * 64;
-    const int row0 = wg_row0 + warp * 16 + (lane >> 2);
-    // causal: tiles from n_wg on start after this warpgroup's last row and contribute nothing
-    const int n_wg = causal ? min(n_kv, (wg_row0 + 64 + BN - 1) / BN) : n_kv;
-    const uint64_t dQ = desc_kmajor(sQ + c * 64 * 128);
     const uint64_t dK = desc_kmajor(sK);
     const uint64_t dV = desc_mnmajor(sV, BN * 128);
     // one arrival per warpgroup: its wgmma reading the stage have completed (wgmma_wait)
     auto release = [&](uint32_t bar) { mbar_arrive_if(bar, t128 == 0); };
-
-    float o[NO];
-#pragma unroll
-    for (int i = 0; i < NO; ++i) o[i] = 0.f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-
-    mbar_wait(bar_q, 0);
-    int st = 0;
-    uint32_t ph = 0;
-    if constexpr (!OVERLAP) {
-      for (int t = 0; t < n_wg; ++t) {
-        uint32_t pf[KB][4];
-        {
-          float s[NS];
-          mbar_wait(full_k + 8 * st, ph);
-          issue_scores<T, D, BM, BN>(s, dQ, desc_add(dK, st * TKV));
-          wgmma_wait<0>();
-          fence_regs(s);
-          release(empty_k + 8 * st);
-          float alpha[2];
-          if (softmax_tile<T, BN>(s, pf, m, l, alpha, t * BN, Nk, causal, wg_row0, row0, lane, scale_log2))
-            rescale_o(o, alpha);
-        }
-        mbar_wait(full_v + 8 * st, ph);
-        issue_pv<T, D, BN>(o, pf, desc_add(dV, st * TKV));
-        wgmma_wait<0>();
-        fence_regs(o);
-        release(empty_v + 8 * st);
-        if (++st == STAGES) {
-          st = 0;
-          ph ^= 1;
-        }
-      }
-    } else {
-      // P_{t-1} (in pf) waits for V_{t-1} in stage vst while S_t is computed; n_wg >= 1
-      uint32_t pf[KB][4];
-      {
-        float s[NS];
-        mbar_wait(full_k, 0);
-        issue_scores<T, D, BM, BN>(s, dQ, dK);
-        wgmma_wait<0>();
-        fence_regs(s);
-        release(empty_k);
-        float alpha[2];
-        softmax_scores<BN>(s, m, l, alpha, 0, Nk, causal, wg_row0, row0, lane, scale_log2);  // O = 0: no rescale
-        pack_p<T, BN>(s, pf);
-      }
-      int vst = 0;
-      uint32_t vph = 0;
-      st = 1;  // st, ph: the stage and parity of tile t (STAGES >= 2)
-      // One tile t >= 1. Between wgmma_wait<1> and wgmma_wait<0> the code must not branch: ptxas
-      // then waits for every wgmma before the branch (seen in the SASS: WARPGROUP.DEPBAR.LE gsb0, 0x0
-      // right after 0x1), and the softmax no longer overlaps O += P V. Hence the predicated arrival
-      // and the masking mode fixed at compile time. S is a fresh array per tile (not loop-carried).
-      auto step = [&](int t, auto mask) {
-        float s[NS];
-        mbar_wait(full_k + 8 * st, ph);
-        issue_scores<T, D, BM, BN>(s, dQ, desc_add(dK, st * TKV));  // S_t
-        mbar_wait(full_v + 8 * vst, vph);
-        issue_pv<T, D, BN>(o, pf, desc_add(dV, vst * TKV));         // O += P_{t-1} V_{t-1}
-        wgmma_wait<1>();                                            // S_t done, O += P V in flight
-        fence_regs(s);
-        release(empty_k + 8 * st);
-        float alpha[2];
-        const bool grew = softmax_scores<BN, decltype(mask)::value>(s, m, l, alpha, t * BN, Nk, causal, wg_row0,
-                                                                     row0, lane, scale_log2);
-        fence_regs(s);  // the softmax is computed here, while O += P V runs, not sunk past the wait
-        fence_regs(l);
-        fence_regs(alpha);
-        wgmma_wait<0>();
-        fence_regs(o);
-#pragma unroll
-        for (int kk = 0; kk < KB; ++kk) fence_regs(pf[kk]);  // P_{t-1} is read until here
-        release(empty_v + 8 * vst);
-        if (grew) rescale_o(o, alpha);
-        pack_p<T, BN>(s, pf);
-        vst = st;
-        vph = ph;
-        if (++st == STAGES) {
-          st = 0;
-          ph ^= 1;
-        }
-      };
-      // Every tile is masked, branch-free (compares and selects, whether or not it reaches past Nk
-      // or the diagonal): with a separate loop of unmasked tiles, ptxas 13.0 put
-      // WARPGROUP.DEPBAR.LE gsb0, 0x0 before that loop's exponentials, for reasons not understood.
-      for (int t = 1; t < n_wg; ++t) step(t, std::integral_constant<MaskMode, kMaskAlways>{});
-      mbar_wait(full_v + 8 * vst, vph);
-      issue_pv<T, D, BN>(o, pf, desc_add(dV, vst * TKV));
-      wgmma_wait<0>();
-      fence_regs(o);
-      release(empty_v + 8 * vst);
+    // ping-pong turns: every consumer warpgroup takes exactly n_kv turns per work tile (one per K/V tile,
+    // the causal tiles after its rows included, with nothing issued), so the rotation never waits for a
+    // warpgroup that has finished; each barrier meets 128 waiting and 128 arriving threads
+    auto turn_wait = [&] {
+      if constexpr (PINGPONG) bar_sync(kSchedBar + c, 256);
+    };
+    auto turn_pass = [&] {
+      if constexpr (PINGPONG) bar_arrive(kSchedBar + (c + 1 == NWG ? 0 : c + 1), 256);
+    };
+    if constexpr (PINGPONG) {
+      if (c == 0) bar_arrive(kSchedBar, 256);  // the first turn is warpgroup 1's
     }
-    // the tiles after this warpgroup's rows (causal): nothing to compute, but each stage is released
-    // in its turn, after it has been filled (so no warpgroup arrives twice on one phase)
-    for (int t = n_wg; t < n_kv; ++t) {
-      mbar_wait(full_k + 8 * st, ph);
-      release(empty_k + 8 * st);
-      mbar_wait(full_v + 8 * st, ph);
-      release(empty_v + 8 * st);
+    int st = 0;  // the ring, as the producer runs it: stage and phase parity of the next K/V tile
+    uint32_t ph = 0;
+    auto advance = [&] {
       if (++st == STAGES) {
         st = 0;
         ph ^= 1;
       }
+    };
+    int it = 0;
+    for (int i = blockIdx.x; i < n_tiles; i += gridDim.x, ++it) {
+      int bh, q0, n_kv;
+      tile_of(i, bh, q0, n_kv);
+      const int qb = it % QBUF;
+      const int wg_row0 = q0 + c * 64;
+      const int row0 = wg_row0 + warp * 16 + (lane >> 2);
+      // causal: tiles from n_wg on start after this warpgroup's last row and contribute nothing
+      const int n_wg = causal ? min(n_kv, (wg_row0 + 64 + BN - 1) / BN) : n_kv;
+      const uint64_t dQ = desc_kmajor(sQ + qb * TQ + c * 64 * 128);
+
+      float o[NO];
+#pragma unroll
+      for (int k = 0; k < NO; ++k) o[k] = 0.f;
+      float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+      mbar_wait(full_q + 8 * qb, (it / QBUF) & 1);
+      if constexpr (!OVERLAP) {
+        for (int t = 0; t < n_wg; ++t) {
+          uint32_t pf[KB][4];
+          {
+            float s[NS];
+            mbar_wait(full_k + 8 * st, ph);
+            turn_wait();
+            issue_scores<T, D, BM, BN>(s, dQ, desc_add(dK, st * TKV));
+            turn_pass();
+            wgmma_wait<0>();
+            fence_regs(s);
+            release(empty_k + 8 * st);
+            float alpha[2];
+            if (softmax_tile<T, BN>(s, pf, m, l, alpha, t * BN, Nk, causal, wg_row0, row0, lane, scale_log2))
+              rescale_o(o, alpha);
+          }
+          mbar_wait(full_v + 8 * st, ph);
+          issue_pv<T, D, BN>(o, pf, desc_add(dV, st * TKV));
+          wgmma_wait<0>();
+          fence_regs(o);
+          release(empty_v + 8 * st);
+          advance();
+        }
+      } else {
+        // P_{t-1} (in pf) waits for V_{t-1} in stage vst while S_t is computed; n_wg >= 1
+        uint32_t pf[KB][4];
+        {
+          float s[NS];
+          mbar_wait(full_k + 8 * st, ph);
+          turn_wait();
+          issue_scores<T, D, BM, BN>(s, dQ, desc_add(dK, st * TKV));
+          turn_pass();
+          wgmma_wait<0>();
+          fence_regs(s);
+          release(empty_k + 8 * st);
+          float alpha[2];
+          softmax_scores<BN>(s, m, l, alpha, 0, Nk, causal, wg_row0, row0, lane, scale_log2);  // O = 0: no rescale
+          pack_p<T, BN>(s, pf);
+        }
+        int vst = st;
+        uint32_t vph = ph;
+        advance();
+        // One tile t >= 1. Between wgmma_wait<1> and wgmma_wait<0> the code must not branch: ptxas
+        // then waits for every wgmma before the branch (seen in the SASS: WARPGROUP.DEPBAR.LE gsb0, 0x0
+        // right after 0x1), and the softmax no longer overlaps O += P V. Hence the predicated arrival
+        // and the masking mode fixed at compile time. S is a fresh array per tile (not loop-carried).
+        auto step = [&](int t, auto mask) {
+          float s[NS];
+          mbar_wait(full_k + 8 * st, ph);
+          turn_wait();
+          issue_scores<T, D, BM, BN>(s, dQ, desc_add(dK, st * TKV));  // S_t
+          mbar_wait(full_v + 8 * vst, vph);
+          issue_pv<T, D, BN>(o, pf, desc_add(dV, vst * TKV));         // O += P_{t-1} V_{t-1}
+          turn_pass();
+          wgmma_wait<1>();                                            // S_t done, O += P V in flight
+          fence_regs(s);
+          release(empty_k + 8 * st);
+          float alpha[2];
+          const bool grew = softmax_scores<BN, decltype(mask)::value>(s, m, l, alpha, t * BN, Nk, causal, wg_row0,
+                                                                       row0, lane, scale_log2);
+          fence_regs(s);  // the softmax is computed here, while O += P V runs, not sunk past the wait
+          fence_regs(l);
+          fence_regs(alpha);
+          wgmma_wait<0>();
+          fence_regs(o);
+#pragma unroll
+          for (int kk = 0; kk < KB; ++kk) fence_regs(pf[kk]);  // P_{t-1} is read until here
+          release(empty_v + 8 * vst);
+          if (grew) rescale_o(o, alpha);
+          pack_p<T, BN>(s, pf);
+          vst = st;
+          vph = ph;
+          advance();
+        };
+        // Every tile is masked, branch-free (compares and selects, whether or not it reaches past Nk
+        // or the diagonal): with a separate loop of unmasked tiles, ptxas 13.0 put
+        // WARPGROUP.DEPBAR.LE gsb0, 0x0 before that loop's exponentials, for reasons not understood.
+        for (int t = 1; t < n_wg; ++t) step(t, std::integral_constant<MaskMode, kMaskAlways>{});
+        mbar_wait(full_v + 8 * vst, vph);
+        issue_pv<T, D, BN>(o, pf, desc_add(dV, vst * TKV));
+        wgmma_wait<0>();
+        fence_regs(o);
+        release(empty_v + 8 * vst);
+      }
+      // the tiles after this warpgroup's rows (causal): nothing to compute, but each stage is released
+      // in its turn, after it has been filled (so no warpgroup arrives twice on one phase)
+      for (int t = n_wg; t < n_kv; ++t) {
+        mbar_wait(full_k + 8 * st, ph);
+        turn_wait();
+        turn_pass();
+        release(empty_k + 8 * st);
+        mbar_wait(full_v + 8 * st, ph);
+        release(empty_v + 8 * st);
+        advance();
+      }
+      store_rows<T, D, BM>(o, m, l, smem + qb * TQ, c * 64, 1 + c, wg_row0, Nq, bh, O, LSE, scale_log2);
+      // the Q buffer goes back to the producer: this thread's generic reads and writes of it are
+      // ordered before the copy engine's next writes (proxy fence), then one arrival per thread
+      fence_proxy_async();
+      mbar_arrive(empty_q + 8 * qb);
     }
-    store_rows<T, D, BM>(o, m, l, smem, c * 64, 1 + c, wg_row0, Nq, bh, O, LSE, scale_log2);
   }
 }
 
@@ -680,24 +766,39 @@ cudaError_t wgmma_tma_forward_launch(const AttnArgs& a, cudaStream_t stream) {
 // OVERLAP_REQUESTED: tma-ws-overlap. The 192x128 tile at D = 128 runs without the overlap: its 3
 // consumer warpgroups get 160 registers each, and S, P and O of two tiles in flight need 160 alone
 // (ptxas: 272 bytes of spills, wgmma serialized).
-template <typename T, int D, int BM, int BN, bool OVERLAP_REQUESTED>
+// PERSISTENT: one block per SM, each looping over work tiles (see the kernel), with two Q buffers so
+// that the next tile's Q and first K/V tiles load while this one computes and stores; else one block
+// per work tile.
+template <typename T, int D, int BM, int BN, bool OVERLAP_REQUESTED, bool PINGPONG = false, bool PERSISTENT = false>
 cudaError_t wgmma_ws_forward_launch(const AttnArgs& a, cudaStream_t stream) {
-  constexpr int STAGES = ws_stages<D, BM, BN>();
+  constexpr int QBUF = PERSISTENT ? 2 : 1;
+  constexpr int STAGES = ws_stages<D, BM, BN, QBUF>();
   constexpr bool OVERLAP = OVERLAP_REQUESTED && !(D == 128 && BM == 192 && BN == 128);
-  auto kernel = flash_wgmma_ws_forward_kernel<T, D, BM, BN, STAGES, OVERLAP>;
-  // tiles + slack for 1024-byte alignment + the mbarriers
-  constexpr int smem = (BM * D + 2 * STAGES * BN * D) * 2 + 1024 + 8 * (1 + 4 * STAGES);
+  auto kernel = flash_wgmma_ws_forward_kernel<T, D, BM, BN, STAGES, OVERLAP, PINGPONG, QBUF>;
+  constexpr int smem = ws_smem<D, BM, BN, QBUF, STAGES>();
+  static_assert(smem <= 227 * 1024, "shared memory of a block");
   CUtensorMap maps[3];
   cudaError_t err = make_qkv_maps<T, D, BM, BN>(a, maps);
   if (err == cudaSuccess) err = allow_smem(kernel, smem);
   if (err != cudaSuccess) return err;
-  kernel<<<dim3(cdiv(a.Nq, BM), a.B * a.H), (BM / 64 + 1) * 128, smem, stream>>>(
-      maps[0], maps[1], maps[2], static_cast<T*>(a.o), a.lse, dims_of(a), a.scale * kLog2e, a.causal);
+  const long tiles = long(cdiv(a.Nq, BM)) * a.B * a.H;
+  long blocks = tiles;
+  if constexpr (PERSISTENT) {
+    int device = 0, sms = 0;
+    err = cudaGetDevice(&device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (err != cudaSuccess) return err;
+    blocks = std::min<long>(tiles, sms);
+  }
+  if (tiles > INT32_MAX) return cudaErrorInvalidValue;
+  kernel<<<unsigned(blocks), (BM / 64 + 1) * 128, smem, stream>>>(
+      maps[0], maps[1], maps[2], static_cast<T*>(a.o), a.lse, dims_of(a), a.B * a.H, a.scale * kLog2e, a.causal);
   return cudaGetLastError();
 }
 
 // Pipeline codes (option >> 4) as flash_kernels/_ops.py names them: 0 = cp.async, 1 = tma,
-// 2 = tma-ws, 3 = tma-ws-overlap.
+// 2 = tma-ws, 3 = tma-ws-overlap, 4 = tma-ws-pingpong, 5 = tma-ws-persistent,
+// 6 = tma-ws-persistent-pingpong.
 template <typename T, int D, int BM, int BN>
 cudaError_t wgmma_forward_pipeline(const AttnArgs& a, cudaStream_t stream) {
   switch (a.option >> 4) {
@@ -705,6 +806,9 @@ cudaError_t wgmma_forward_pipeline(const AttnArgs& a, cudaStream_t stream) {
     case 1: return wgmma_tma_forward_launch<T, D, BM, BN>(a, stream);
     case 2: return wgmma_ws_forward_launch<T, D, BM, BN, false>(a, stream);
     case 3: return wgmma_ws_forward_launch<T, D, BM, BN, true>(a, stream);
+    case 4: return wgmma_ws_forward_launch<T, D, BM, BN, true, true>(a, stream);
+    case 5: return wgmma_ws_forward_launch<T, D, BM, BN, true, false, true>(a, stream);
+    case 6: return wgmma_ws_forward_launch<T, D, BM, BN, true, true, true>(a, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -271,7 +271,9 @@ def test_flash_mma_group_split(split: object, D: int, causal: bool) -> None:
 
 
 #: (B, H, Hkv, Nq, Nk): one query and key, ragged sizes that match no tile, Nq != Nk both ways,
-#: grouped-query and multi-query heads
+#: grouped-query and multi-query heads; the last one has more work tiles (query blocks x heads) than an
+#: H100/H200 has SMs at every tile, so each block of a persistent launch runs several (the K/V ring and
+#: the Q buffers run on from one tile to the next)
 WGMMA_SHAPES = [
     (1, 2, 2, 1, 1),
     (1, 2, 2, 77, 77),
@@ -281,6 +283,7 @@ WGMMA_SHAPES = [
     (1, 4, 1, 300, 77),
     (1, 8, 2, 1000, 129),
     (2, 4, 4, 1, 1000),
+    (2, 16, 4, 1100, 1300),
 ]
 
 
