@@ -105,6 +105,36 @@
 //   arithmetic of this launch, the block's start and end: one 384-thread block per SM, 15 waves of
 //   16 us blocks at N = 4096, each starting with Q and the first K/V from memory and ending with O's
 //   store, none of it overlapped with another block's work; hence the persistent step below.
+//
+// pipeline "tma-ws-persistent" (step 4b; "tma-ws-persistent-pingpong" adds 4a): one block per SM that
+// loops over work tiles (block b takes tiles b, b + #SMs, ...), two Q buffers (the next tile's Q loads
+// while this one computes; consumers hand a buffer back after their epilogue, full_q / empty_q
+// mbarriers) and the K/V ring running on from one tile to the next, so a tile starts with its data
+// already in flight. Causal tiles are dealt heaviest first over all heads.
+//   Measured (H100 80GB HBM3, torch 2.11.0+cu130, fp16, TFLOP/s at N = 1024 / 4096 / 8192, B*N = 16k,
+//   H = 16, `SMOKE_ARGS="--passes forward --tiles 128x128,192x128 --pipelines
+//   tma-ws-overlap,tma-ws-persistent,tma-ws-persistent-pingpong" STEPS="build smoke" bash
+//   scripts/gpu_node.sh`, log profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_persistent_dab5fb4-dirty.log):
+//   D = 128 full, 192x128: tma-ws-overlap (= tma-ws at this tile) 504 / 645 / 649 -> persistent 511 / 562 /
+//   572, persistent-pingpong 532 / 583 / 601; 128x128: 457 / 575 / 553 -> 511 / 567 / 556. D = 128 causal,
+//   192x128: 324 / 519 / 566 -> 291 / 497 / 534. D = 64, 128x128: 270 / 318 / 324 -> 313 / 354 / 356 (the
+//   plain tma kernel: 479-486). cuDNN in the same run: 604 / 665 / 675 (D = 128 full). So persistence pays
+//   only where blocks are short (N = 1024) and at D = 64, and loses 8-13 % at D = 128 N >= 4096.
+//   Why (Nsight Compute, same GPU, B = 4, H = 16, N = 4096, D = 128, 192x128; light tier
+//   profiles/nvidia-h100-80gb-hbm3/pipeline, deep tier profiles/nvidia-h100-80gb-hbm3/pipeline-deep, both
+//   at 7cebd20; `nsightlab why profiles/nvidia-h100-80gb-hbm3/pipeline-deep --a flash_wgmma --case
+//   pipeline=tma-ws-persistent`): the tensor pipe is as busy per active cycle (76 % vs 77 % for tma-ws)
+//   but the SMs are active 86 % of the elapsed cycles (1.38 M of 1.60 M) against 95 % for tma-ws and 96 %
+//   for cuDNN, itself a persistent kernel (132 blocks of 384 threads): a fixed deal of 10 or 11 tiles per
+//   SM leaves the SMs that run slower finishing last, where the hardware's block scheduler gives the next
+//   block to whichever SM is free. Causal: dealing the heaviest tiles of all heads first balances the work
+//   (292 -> 497 TFLOP/s) but reads 1.13 GB from DRAM instead of 0.20 GB (L2 hit rate 42 % vs 82 %), 132
+//   tiles of 64 heads at a time. Next step: a dynamic tile scheduler (a global atomic counter, the next tile
+//   handed from the producer to the consumers in shared memory), which keeps the head-major order.
+//   Ping-pong in the same captures: tma-ws-pingpong 0.812 ms against tma-ws 0.841 (tensor pipe 80 % vs 77 %
+//   of active cycles) and cuDNN 0.830, i.e. 1.02x cuDNN under Nsight Compute; in the event-timed smoke runs
+//   the same kernel measured 598 and 633 TFLOP/s against tma-ws's 623 and 645: within their run-to-run
+//   spread, so the default stays tma-ws-overlap (= tma-ws at 192x128) until a benchmark settles it.
 #include "wgmma.cuh"
 
 namespace fk {
