@@ -179,7 +179,9 @@ def _forward(variant: Variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
         if scale < 0:  # the same softmax convention as flash_mma's (running max of raw scores)
             q, scale = -q, -scale
         code = _WG_TILES[opts["wg_tile"]] | _WG_PIPELINES[opts["pipeline"]] << 4
-        _build.load("flash_wgmma_fwd").fwd(code, q, k, v, o, lse, [], scale, causal)
+        # the persistent pipelines hand out work tiles from a counter that starts at zero each launch
+        counter = [torch.zeros(1, dtype=torch.float32, device=dev)] if "persistent" in opts["pipeline"] else []
+        _build.load("flash_wgmma_fwd").fwd(code, q, k, v, o, lse, counter, scale, causal)
     elif name == "flash_decode":
         _decode_forward(q, k, v, o, lse, causal, scale, opts)
     else:  # pragma: no cover - registry and dispatch disagree
