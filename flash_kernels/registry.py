@@ -172,8 +172,8 @@ VARIANTS: dict[str, Variant] = {
                     "tma-ws-overlap = tma-ws with the softmax overlapping O += P V in each warpgroup; tma-ws-pingpong = "
                     "tma-ws-overlap with the consumer warpgroups taking turns to issue their products (named "
                     "barriers), one's softmax under the other's GEMMs; tma-ws-persistent = tma-ws-overlap with one "
-                    "block per SM looping over the work tiles (two Q buffers, the K/V ring running on from one "
-                    "tile to the next); tma-ws-persistent-pingpong = both",
+                    "block per SM looping over work tiles handed out by a global counter (two Q buffers, the K/V "
+                    "ring running on from one tile to the next); tma-ws-persistent-pingpong = both",
                     default={64: "tma", 128: "tma-ws-overlap"},
                 ),
                 "wg_bwd_tile": Option(

@@ -220,10 +220,6 @@ def parse_ptxas(text: str, file: str, arch: str) -> list[KernelResources]:
 ACCEPTED_SPILLS: dict[str, tuple[int, int, int]] = {
     "flash_mma_forward_kernel<half,128,128,64,2>": (52, 36, 24),
     "flash_mma_forward_kernel<bf16,128,128,64,2>": (52, 36, 24),
-    # flash_wgmma's 192x128 tile at D=64 with the overlap (3 consumer warpgroups of 160 registers; not a
-    # default): the loop over work tiles costs 4-8 bytes (the ping-pong variants compile without)
-    **{f"flash_wgmma_ws_forward_kernel<{t},64,192,128,3,true,false,{q}>": (4 * q, 4 + 8 * (q - 1), 8)
-       for t in ("half", "bf16") for q in (1, 2)},
 }
 
 

@@ -20,12 +20,13 @@
 // heads and Nq <= 4 3.9-4.4 TB/s at Nk >= 16k (80-91 %), 0.99-3.1x, where flash_mma moved 0.6 TB/s (bench at
 // 1ebba72). Missed: 64 rows per k/v head (Hkv = 8 with Nq = 16: 3.1 TB/s, 64 %), and Hkv = 1, where a head's
 // 32 Nq rows take several 64-row blocks that each read K/V.
-// On an H100 80GB HBM3 (7cebd20, same command, fp16; profiles/_logs/nvidia-h100-80gb-hbm3/decode_8_warps_tried/):
+// On an H100 80GB HBM3 (7cebd20; `python -m flash_kernels.bench --suite decode --passes forward --dtypes float16
+// --variants flash_decode --refs sdpa_flash,sdpa_cudnn`; profiles/_logs/nvidia-h100-80gb-hbm3/decode_8_warps_tried/):
 // with 8 KV heads 2.67-3.03 TB/s at Nk >= 16k (80-90 % of 3.35 TB/s; Nq = 16 included), 1.00-2.18x the best
-// SDPA backend there; with 1 KV head 2.29 TB/s at Nq = 1, Nk = 64k (68 %; 0.92-0.99x cuDNN at Nq = 1, Nk >=
-// 16k); Nq = 16 with 1 KV head is compute-bound (512 FLOP per byte: 294 TFLOP/s). Tried and reverted: 8-warp blocks (32, 64 or 128 rows): no faster (204-212 registers a
-// thread at D = 128 leave one such block per SM, the 8 warps two 4-warp blocks already give); 128 rows 9 % slower
-// at Hkv = 1, Nq = 16.
+// SDPA backend there; with 1 KV head 2.29 TB/s at Nq = 1, Nk = 64k (68 %; 0.92-0.99x the best SDPA backend at
+// Nq = 1, Nk >= 16k); Nq = 16 with 1 KV head is compute-bound (512 FLOP per byte: 294 TFLOP/s). Tried and
+// reverted: 8-warp blocks (32, 64 or 128 rows): no faster (204-212 registers a thread at D = 128 leave one such
+// block per SM, the 8 warps two 4-warp blocks already give); 128 rows 9 % slower at Hkv = 1, Nq = 16.
 // Causal masking is top-left, as everywhere here (query i sees keys j <= i): a causal decode row sees the
 // first i + 1 keys only, so only those min(Nk, Nq) keys are split and read.
 #include <algorithm>

@@ -101,40 +101,46 @@
 //   486 / 598 / 574; cuDNN 592 / 655 / 664. D = 64 128x128: 275 / 320 / 325 -> 297 / 349 / 357 (tma 410 /
 //   479 / 486, cuDNN 423 / 474 / 482). So the ping-pong pays only for short blocks (N = 1024, +4 %) and
 //   at D = 64; where blocks are long it costs 3-11 %: the forced turns add a wait the free-running
-//   warpgroups did not have. Not a default. What the 128x128 tiles lose against 192x128 is, by the
-//   arithmetic of this launch, the block's start and end: one 384-thread block per SM, 15 waves of
-//   16 us blocks at N = 4096, each starting with Q and the first K/V from memory and ending with O's
-//   store, none of it overlapped with another block's work; hence the persistent step below.
+//   warpgroups did not have. Not a default. Under Nsight Compute (H100, N = 4096, D = 128, 192x128) it
+//   measured 0.812 ms against tma-ws's 0.841 in one capture (7cebd20; in git at 55e62cf) and 0.893
+//   against 0.881 in the next (8b4f242, profiles/nvidia-h100-80gb-hbm3/pipeline): no consistent gain.
+//   What the 128x128 tiles lose against 192x128 might be, by the arithmetic of this launch, the block's
+//   start and end (one 384-thread block per SM, 15 waves of 16 us blocks at N = 4096, each starting with
+//   Q and the first K/V from memory and ending with O's store, none of it overlapped with another block's
+//   work); the persistent step below did not bear that out at 128x128 (547-561 against 566-584 TFLOP/s).
 //
 // pipeline "tma-ws-persistent" (step 4b; "tma-ws-persistent-pingpong" adds 4a): one block per SM that
-// loops over work tiles (block b takes tiles b, b + #SMs, ...), two Q buffers (the next tile's Q loads
-// while this one computes; consumers hand a buffer back after their epilogue, full_q / empty_q
-// mbarriers) and the K/V ring running on from one tile to the next, so a tile starts with its data
-// already in flight. Causal tiles are dealt heaviest first over all heads.
-//   Measured (H100 80GB HBM3, torch 2.11.0+cu130, fp16, TFLOP/s at N = 1024 / 4096 / 8192, B*N = 16k,
-//   H = 16, `SMOKE_ARGS="--passes forward --tiles 128x128,192x128 --pipelines
-//   tma-ws-overlap,tma-ws-persistent,tma-ws-persistent-pingpong" STEPS="build smoke" bash
-//   scripts/gpu_node.sh`, log profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_persistent_dab5fb4-dirty.log):
-//   D = 128 full, 192x128: tma-ws-overlap (= tma-ws at this tile) 504 / 645 / 649 -> persistent 511 / 562 /
-//   572, persistent-pingpong 532 / 583 / 601; 128x128: 457 / 575 / 553 -> 511 / 567 / 556. D = 128 causal,
-//   192x128: 324 / 519 / 566 -> 291 / 497 / 534. D = 64, 128x128: 270 / 318 / 324 -> 313 / 354 / 356 (the
-//   plain tma kernel: 479-486). cuDNN in the same run: 604 / 665 / 675 (D = 128 full). So persistence pays
-//   only where blocks are short (N = 1024) and at D = 64, and loses 8-13 % at D = 128 N >= 4096.
-//   Why (Nsight Compute, same GPU, B = 4, H = 16, N = 4096, D = 128, 192x128; light tier
-//   profiles/nvidia-h100-80gb-hbm3/pipeline, deep tier profiles/nvidia-h100-80gb-hbm3/pipeline-deep, both
-//   at 7cebd20; `nsightlab why profiles/nvidia-h100-80gb-hbm3/pipeline-deep --a flash_wgmma --case
-//   pipeline=tma-ws-persistent`): the tensor pipe is as busy per active cycle (76 % vs 77 % for tma-ws)
-//   but the SMs are active 86 % of the elapsed cycles (1.38 M of 1.60 M) against 95 % for tma-ws and 96 %
-//   for cuDNN, itself a persistent kernel (132 blocks of 384 threads): a fixed deal of 10 or 11 tiles per
-//   SM leaves the SMs that run slower finishing last, where the hardware's block scheduler gives the next
-//   block to whichever SM is free. Causal: dealing the heaviest tiles of all heads first balances the work
-//   (292 -> 497 TFLOP/s) but reads 1.13 GB from DRAM instead of 0.20 GB (L2 hit rate 42 % vs 82 %), 132
-//   tiles of 64 heads at a time. Next step: a dynamic tile scheduler (a global atomic counter, the next tile
-//   handed from the producer to the consumers in shared memory), which keeps the head-major order.
-//   Ping-pong in the same captures: tma-ws-pingpong 0.812 ms against tma-ws 0.841 (tensor pipe 80 % vs 77 %
-//   of active cycles) and cuDNN 0.830, i.e. 1.02x cuDNN under Nsight Compute; in the event-timed smoke runs
-//   the same kernel measured 598 and 633 TFLOP/s against tma-ws's 623 and 645: within their run-to-run
-//   spread, so the default stays tma-ws-overlap (= tma-ws at 192x128) until a benchmark settles it.
+// loops over work tiles, two Q buffers (the next tile's Q loads while this one computes; consumers hand a
+// buffer back after their epilogue, full_q / empty_q mbarriers) and the K/V ring running on from one tile
+// to the next, so a tile starts with its data already in flight. The tiles are handed out dynamically:
+// block b takes tile b first, then the producer takes the next untaken one from a global counter (zeroed
+// by the caller: a 2 us fill kernel before each launch) and passes it to the consumers in shared memory
+// with the Q buffer's full barrier; -1 ends the loop. Tiles keep the 2-D grid's head-major order.
+//   First version, a fixed deal (block b: tiles b, b + #SMs, ...; 7cebd20): lost 8-13 % at D = 128,
+//   N >= 4096 (H100 smoke log profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_persistent_dab5fb4-dirty.log).
+//   Nsight Compute (deep tier, B = 4, H = 16, N = 4096, D = 128, 192x128; the captures of 7cebd20, committed
+//   at 55e62cf: `git show 55e62cf:profiles/nvidia-h100-80gb-hbm3/pipeline-deep/...`) showed why: the SMs were
+//   active 86 % of the elapsed cycles (1.38 M of 1.60 M) against 95 % for tma-ws and 96 % for cuDNN (itself persistent:
+//   132 blocks of 384 threads), with the tensor pipe as busy per active cycle (76 % vs 77 %): SMs that ran
+//   slower finished their fixed share last. Dealing causal tiles heaviest-first over all heads balanced
+//   them but read 1.13 GB from DRAM instead of 0.20 GB (L2 hit rate 42 % vs 82 %).
+//   With the dynamic scheduler (8b4f242; H100 80GB HBM3, torch 2.11.0+cu130, fp16, 192x128, TFLOP/s at
+//   N = 1024 / 4096 / 8192, B*N = 16k, H = 16; two event-timed runs of `SMOKE_ARGS="--passes forward
+//   --tiles 192x128 --pipelines tma-ws,tma-ws-persistent" STEPS="build smoke" bash scripts/gpu_node.sh`,
+//   logs profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_dynamic_scheduler_run{1,2}.log):
+//     full    tma-ws 474-480 / 561-622 / 598-648  persistent 542-544 / 647-664 / 642-663
+//             cuDNN  598-606 / 676-677 / 671-686
+//     causal  tma-ws 290-324 / 516-520 / 550-589  persistent 334-368 / 556-562 / 624-630
+//             cuDNN  427-432 / 573 / 610
+//   i.e. 0.89-0.91 / 0.96-0.98 / 0.94-0.99x cuDNN (full) and 0.78-0.85 / 0.97-0.98 / 1.02-1.03x (causal). Under
+//   Nsight Compute (profiles/nvidia-h100-80gb-hbm3/pipeline and pipeline-deep at 8b4f242, N = 4096): 0.812
+//   ms against cuDNN's 0.813 (full) and 0.480 against 0.478 (causal), tma-ws 0.881 / 0.516; SMs active 96 %
+//   of the elapsed cycles, tensor pipe 79 % of active cycles. At D = 64 the plain tma kernel stays faster
+//   (0.576 ms, cuDNN 0.569; persistent 0.793). Not yet the default at D = 128: compute-sanitizer has not run
+//   on the scheduler (the shared-memory hand-off), nor the GPU suite with it as the default. The target
+//   (1.05x cuDNN at D = 128) is not met: 1.00x under Nsight Compute, 0.94-1.03x in the timed runs.
+//   The ping-pong on top (tma-ws-persistent-pingpong) measured 0.836 / 0.488 ms under Nsight Compute:
+//   slower, as at the non-persistent tiles (4a above).
 #include "wgmma.cuh"
 
 namespace fk {
