@@ -50,6 +50,26 @@ def test_a_partial_case_is_completed_from_the_first_matching_range(deep):
         B.complete_case(deep, "nope", {})
 
 
+def test_one_implementation_in_several_settings_is_narrowed_by_its_own_options():
+    """A capture of flash_wgmma's pipelines beside cuDNN (the H100's pipeline-deep): the common fields leave
+    three flash_wgmma ranges, so an empty case also takes flash_wgmma's options from its first range, and an
+    option of flash_wgmma's in --case narrows flash_wgmma without ruling cuDNN out."""
+    deep = B.load(*why.deep_report(PROFILES.parent / "nvidia-h100-80gb-hbm3" / "pipeline-deep"))
+    case = B.complete_case(deep, "flash_wgmma", {})
+    assert case["pipeline"] == "tma-ws" and case["wg_tile"] == "192x128" and case["causal"] == "0"
+    assert B.select_range(deep, "flash_wgmma", case)["range"].iloc[0].endswith("pipeline=tma-ws,wg_bwd_tile=64x128,wg_tile=192x128")
+    assert B.select_range(deep, "sdpa_cudnn", case)["kernel"].iloc[0].startswith("cudnn_generated")
+    case = B.complete_case(deep, "flash_wgmma", {"pipeline": "tma-ws-persistent"})
+    # the persistent pipeline's range: the kernel and the zeroing of its tile counter, longest first
+    assert list(B.select_range(deep, "flash_wgmma", case)["kernel"]) == ["flash_wgmma_ws_forward_kernel",
+                                                                          "vectorized_elementwise_kernel"]
+    assert list(B.at_case(deep, case)["variant"]) == ["flash_wgmma", "sdpa_cudnn"]
+    with pytest.raises(ValueError, match="flash_wgmma: 3 ranges match --case D=128; narrow it to one of"):
+        B.select_range(deep, "flash_wgmma", {"D": "128"})
+    with pytest.raises(ValueError, match="flash_wgmma: no range matches --case pipeline=cp.async"):
+        B.complete_case(deep, "flash_wgmma", {"pipeline": "cp.async"})
+
+
 def test_every_implementation_at_a_case(deep):
     case = B.complete_case(deep, "flash_mma", {"pass": "backward", "causal": "0"})
     rows = B.at_case(deep, case)

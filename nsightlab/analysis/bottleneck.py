@@ -422,7 +422,8 @@ def _norm(v: Any) -> str:
 
 def _matching(deep: Deep, variant: str, case: dict[str, str]) -> pd.DataFrame:
     """The launches of ``variant`` whose decoded fields match ``case`` (errors name the fields and
-    implementations that exist)."""
+    implementations that exist). A field none of the implementation's ranges has (another implementation's
+    option, such as flash_wgmma's ``pipeline`` for cuDNN) does not constrain it."""
     L = deep.launches
     unknown = [k for k in case if k not in L.columns]
     if unknown:
@@ -432,7 +433,8 @@ def _matching(deep: Deep, variant: str, case: dict[str, str]) -> pd.DataFrame:
         raise ValueError(f"no implementation {variant!r} in {deep.path.name}; it holds: {', '.join(sorted(set(L['variant'].dropna())))}")
     sel = L[L["variant"] == variant]
     for k, v in case.items():
-        sel = sel[sel[k].map(_norm) == _norm(v)]
+        if sel[k].notna().any():
+            sel = sel[sel[k].map(_norm) == _norm(v)]
     return sel
 
 
@@ -491,12 +493,20 @@ def _shown(v: Any) -> str:
 def complete_case(deep: Deep, variant: str, case: dict[str, str]) -> dict[str, str]:
     """``case`` completed with the fields every range has, from the first range of ``variant`` (in the
     report's order) that matches it: the page compares implementations at one case, so a partial or
-    empty ``case`` picks the first such one. Errors as :func:`select_range`'s."""
+    empty ``case`` picks the first such one. Where several ranges of ``variant`` still match (one
+    implementation captured with several settings of its options), its own option fields are taken from
+    that first range too; they do not constrain the other implementation (:func:`_matching`). Errors as
+    :func:`select_range`'s."""
     sel = _matching(deep, variant, case)
     if sel.empty:
         select_range(deep, variant, case)  # raises, naming the ranges of the implementation
     first = sel.iloc[0]
-    return {**{k: _shown(first[k]) for k in case_fields(deep)}, **case}
+    out = {**{k: _shown(first[k]) for k in case_fields(deep)}, **case}
+    sel = _matching(deep, variant, out)
+    if sel["range"].nunique() > 1:
+        own = [c for c in sel.columns if c not in _META and c not in out and sel[c].notna().all()]
+        out.update({k: _shown(first[k]) for k in own})
+    return out
 
 
 def at_case(deep: Deep, case: dict[str, str]) -> pd.DataFrame:

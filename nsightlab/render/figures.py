@@ -1161,6 +1161,16 @@ OPTION_METRICS = (("relative_time", "time / best in its study"), ("occupancy", "
                   ("registers", "registers / thread"))
 
 
+def option_order(options: Iterable[object]) -> list:
+    """The order option settings are drawn in: by their numbers where every setting has one (block_size=16
+    after block_size=4, 64x64 before 128x64), else as the capture ran them (a sweep lists a ladder of named
+    steps, cp.async -> tma -> tma-ws ..., in its own order, which no sort of the names would give)."""
+    values = list(dict.fromkeys(options))
+    if all(re.search(r"\d", str(v)) for v in values):
+        return sorted(values, key=natural_key)
+    return values
+
+
 def option_bars(study: pd.DataFrame, variant: str, style: Style | None = None,
                 metrics: Sequence[tuple[str, str]] = OPTION_METRICS) -> go.Figure:
     """One implementation's option study: per pass (columns), a bar per option setting (only the
@@ -1182,7 +1192,7 @@ def option_bars(study: pd.DataFrame, variant: str, style: Style | None = None,
                         row_titles=[lab for _, lab in metrics])
     for j, p in enumerate(passes, 1):
         dp = d if p is None else d[d["pass"] == p]
-        order = sorted(dp["option"].unique(), key=natural_key)
+        order = option_order(dp["option"])
         for i, (m, lab) in enumerate(metrics, 1):
             for s in studies:
                 g = dp[dp["study"] == s].set_index("option").reindex(order)
@@ -1359,11 +1369,15 @@ def option_ladder(study: pd.DataFrame, others: pd.DataFrame, variant: str, pass_
         return message(f"no option study of {variant} {pass_}", title)
     o = others[(others["variant"].astype(str) == variant) & (others["pass"] == pass_)]
     studies = sorted(d["study"].unique(), key=natural_key)
-    order = sorted(d["option"].unique(), key=natural_key)
+    order = option_order(d["option"])
     st = _style(style, [variant, *o["other"].unique()])
     cols = min(len(studies), 2)
     rows = -(-len(studies) // cols)
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=studies, vertical_spacing=0.16 if rows > 1 else 0.1,
+    # slanted tick labels take about 5 px per character below each row: the gap between rows grows with them
+    label_px = 5.5 * max(len(str(v)) for v in order)
+    row_px = 330 + label_px
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=studies,
+                        vertical_spacing=min(0.3, (label_px + 50) / (rows * row_px)) if rows > 1 else 0.1,
                         horizontal_spacing=0.08)
     shown: set[str] = set()
     for k, s in enumerate(studies):
@@ -1388,7 +1402,7 @@ def option_ladder(study: pd.DataFrame, others: pd.DataFrame, variant: str, pass_
             top = max(top, float(row["other_ms"]))
         fig.update_yaxes(range=[0, top * 1.18], title_text="GPU time [ms]" if c == 1 else None, row=r, col=c)
         fig.update_xaxes(categoryorder="array", categoryarray=order, tickfont={"size": 11}, row=r, col=c)
-    fig.update_layout(title=title, template=TEMPLATE, height=120 + 330 * rows, bargap=0.35)
+    fig.update_layout(title=title, template=TEMPLATE, height=int(120 + row_px * rows), bargap=0.35)
     fig.for_each_annotation(lambda a: a.update(font={"size": 12}))
     fit_legend(fig, len(shown))
     return fig
