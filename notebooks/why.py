@@ -27,7 +27,7 @@
 capture: str = "nvidia-h200/bottleneck-deep"  # capture folder holding a deep report (deep.ncu-rep) or a --set full import
 a: str = ""  # the implementation to explain (empty: the capture's first)
 b: str = ""  # the implementation to compare it with (empty: the capture's second)
-case: str = ""  # the case, as nsightlab why --case takes it: comma-separated field-equals-value pairs (empty: the first range of a)
+case: str = ""  # the case, as nsightlab why --case takes it: comma-separated field-equals-value pairs (empty: the first range of a; of a captured in several settings, the fastest)
 top: int = 10  # source lines and SASS instructions listed per kernel
 style_order: str = ""  # the order legends list implementations in (colours follow the name alone; empty: this capture's order)
 plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative path (make report ships one copy)

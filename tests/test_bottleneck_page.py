@@ -52,11 +52,14 @@ def test_a_partial_case_is_completed_from_the_first_matching_range(deep):
 
 def test_one_implementation_in_several_settings_is_narrowed_by_its_own_options():
     """A capture of flash_wgmma's pipelines beside cuDNN (the H100's pipeline-deep): the common fields leave
-    three flash_wgmma ranges, so an empty case also takes flash_wgmma's options from its first range, and an
-    option of flash_wgmma's in --case narrows flash_wgmma without ruling cuDNN out."""
+    three flash_wgmma ranges, so an empty case also takes flash_wgmma's options, from its fastest range, and
+    an option of flash_wgmma's in --case narrows flash_wgmma without ruling cuDNN out."""
     deep = B.load(*why.deep_report(PROFILES.parent / "nvidia-h100-80gb-hbm3" / "pipeline-deep"))
     case = B.complete_case(deep, "flash_wgmma", {})
-    assert case["pipeline"] == "tma-ws" and case["wg_tile"] == "192x128" and case["causal"] == "0"
+    assert case["pipeline"] == "tma-ws-persistent" and case["wg_tile"] == "192x128" and case["causal"] == "0"
+    times = deep.launches[deep.launches["variant"] == "flash_wgmma"].groupby("pipeline")["time_ns"].sum()
+    assert times.idxmin() == "tma-ws-persistent" and times.nunique() == 3
+    case = B.complete_case(deep, "flash_wgmma", {"pipeline": "tma-ws"})
     assert B.select_range(deep, "flash_wgmma", case)["range"].iloc[0].endswith("pipeline=tma-ws,wg_bwd_tile=64x128,wg_tile=192x128")
     assert B.select_range(deep, "sdpa_cudnn", case)["kernel"].iloc[0].startswith("cudnn_generated")
     case = B.complete_case(deep, "flash_wgmma", {"pipeline": "tma-ws-persistent"})

@@ -494,9 +494,9 @@ def complete_case(deep: Deep, variant: str, case: dict[str, str]) -> dict[str, s
     """``case`` completed with the fields every range has, from the first range of ``variant`` (in the
     report's order) that matches it: the page compares implementations at one case, so a partial or
     empty ``case`` picks the first such one. Where several ranges of ``variant`` still match (one
-    implementation captured with several settings of its options), its own option fields are taken from
-    that first range too; they do not constrain the other implementation (:func:`_matching`). Errors as
-    :func:`select_range`'s."""
+    implementation captured with several settings of its options), its own option fields are those of the
+    fastest of them (the setting worth explaining against another implementation); they do not constrain
+    the other implementation (:func:`_matching`). Errors as :func:`select_range`'s."""
     sel = _matching(deep, variant, case)
     if sel.empty:
         select_range(deep, variant, case)  # raises, naming the ranges of the implementation
@@ -504,8 +504,10 @@ def complete_case(deep: Deep, variant: str, case: dict[str, str]) -> dict[str, s
     out = {**{k: _shown(first[k]) for k in case_fields(deep)}, **case}
     sel = _matching(deep, variant, out)
     if sel["range"].nunique() > 1:
+        fastest = sel.groupby("range", sort=False)["time_ns"].sum().idxmin()
+        row = sel[sel["range"] == fastest].iloc[0]
         own = [c for c in sel.columns if c not in _META and c not in out and sel[c].notna().all()]
-        out.update({k: _shown(first[k]) for k in own})
+        out.update({k: _shown(row[k]) for k in own})
     return out
 
 
