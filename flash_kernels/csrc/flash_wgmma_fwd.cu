@@ -641,6 +641,17 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
     }
     int st = 0;  // the ring, as the producer runs it: stage and phase parity of the next K/V tile
     uint32_t ph = 0;
+    // S = Q K^T of the K tile in stage st, waited for (its stage released): the first tile of the
+    // overlapped loop and every tile of the plain one
+    auto scores_waited = [&](float (&s)[NS], uint64_t dQ) {
+      mbar_wait(full_k + 8 * st, ph);
+      turn_wait();
+      issue_scores<T, D, BM, BN>(s, dQ, desc_add(dK, st * TKV));
+      turn_pass();
+      wgmma_wait<0>();
+      fence_regs(s);
+      release(empty_k + 8 * st);
+    };
     auto advance = [&] {
       if (++st == STAGES) {
         st = 0;
@@ -676,13 +687,7 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
           uint32_t pf[KB][4];
           {
             float s[NS];
-            mbar_wait(full_k + 8 * st, ph);
-            turn_wait();
-            issue_scores<T, D, BM, BN>(s, dQ, desc_add(dK, st * TKV));
-            turn_pass();
-            wgmma_wait<0>();
-            fence_regs(s);
-            release(empty_k + 8 * st);
+            scores_waited(s, dQ);
             float alpha[2];
             if (softmax_tile<T, BN>(s, pf, m, l, alpha, t * BN, Nk, causal, wg_row0, row0, lane, scale_log2))
               rescale_o(o, alpha);
@@ -699,13 +704,7 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
         uint32_t pf[KB][4];
         {
           float s[NS];
-          mbar_wait(full_k + 8 * st, ph);
-          turn_wait();
-          issue_scores<T, D, BM, BN>(s, dQ, desc_add(dK, st * TKV));
-          turn_pass();
-          wgmma_wait<0>();
-          fence_regs(s);
-          release(empty_k + 8 * st);
+          scores_waited(s, dQ);
           float alpha[2];
           softmax_scores<BN>(s, m, l, alpha, 0, Nk, causal, wg_row0, row0, lane, scale_log2);  // O = 0: no rescale
           pack_p<T, BN>(s, pf);
