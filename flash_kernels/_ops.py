@@ -19,7 +19,8 @@ _WG_TILES = {"128x128": 0, "128x64": 1, "192x128": 2, "192x64": 3}
 _WG_PIPELINES = {"cp.async": 0, "tma": 1, "tma-ws": 2, "tma-ws-overlap": 3, "tma-ws-pingpong": 4, "tma-ws-persistent": 5,
                  "tma-ws-persistent-pingpong": 6}  # option code bits 4.. (flash_wgmma_fwd.cu)
 _BWD_TILES = {"64x128": 0, "128x128": 1}
-_WG_BWD_TILES = {"64x128": 0, "128x128": 1}  # flash_wgmma_bwd.cu: option code bits 0..3 (bits 4..7: pipeline)
+_WG_BWD_TILES = {"64x128": 0, "128x128": 1}  # flash_wgmma_bwd.cu: option code bits 0..3
+_WG_BWD_PIPELINES = {"cp.async": 0, "tma-ws": 1}  # bits 4..7
 #: the materializing variants' (module, option code): tiled_uncoalesced is tiled.cu's option 1
 _MATERIALIZED = {"naive": ("naive", 0), "tiled": ("tiled", 0), "tiled_uncoalesced": ("tiled", 1)}
 #: flash_decode.cu: keys per K/V tile, K/V pipeline stages per head dim, option code of the rows per block
@@ -204,7 +205,11 @@ def _backward(variant: Variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         _build.load(module).bwd(kind, q, k, v, o, lse, g, _NONE, _NONE, dq, dk, dv, [P, dP], scale, causal)
         return dq, dk, dv
     Dd = torch.empty((B, H, N), dtype=torch.float32, device=dev)
-    dq_acc = torch.empty(q.shape, dtype=torch.float32, device=dev)
+    if variant.name == "flash_wgmma" and opts["bwd_pipeline"] == "tma-ws":
+        # its dQ accumulator holds whole 128-row tiles (flash_wgmma_bwd.cu: dq_piece_offset)
+        dq_acc = torch.empty(B * H * -(-N // 128) * 128 * D, dtype=torch.float32, device=dev)
+    else:
+        dq_acc = torch.empty(q.shape, dtype=torch.float32, device=dev)
     if variant.name == "flash_simt":
         _build.load("flash_simt").bwd(opts["block_size"], q, k, v, o, lse, g, Dd, dq_acc, dq, dk, dv, [], scale,
                                       causal)
@@ -216,8 +221,8 @@ def _backward(variant: Variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     elif variant.name == "flash_wgmma":
         split = _group_split(opts["group_split"], B, H, k.shape[1], k.shape[2], causal, dev)
         ws = [torch.empty(k.shape, dtype=torch.float32, device=dev) for _ in range(2)] if split > 1 else []
-        _build.load("flash_wgmma_bwd").bwd(_WG_BWD_TILES[opts["wg_bwd_tile"]] | split << 8, q, k, v, o, lse, g, Dd,
-                                           dq_acc, dq, dk, dv, ws, scale, causal)
+        code = _WG_BWD_TILES[opts["wg_bwd_tile"]] | _WG_BWD_PIPELINES[opts["bwd_pipeline"]] << 4 | split << 8
+        _build.load("flash_wgmma_bwd").bwd(code, q, k, v, o, lse, g, Dd, dq_acc, dq, dk, dv, ws, scale, causal)
     else:  # pragma: no cover
         raise AssertionError(f"no backward dispatch for {variant.name}")
     return dq, dk, dv

@@ -182,6 +182,15 @@ VARIANTS: dict[str, Variant] = {
                     default={64: "128x128", 128: "64x128"},
                     head_dims={"128x128": (64,)},
                 ),
+                "bwd_pipeline": Option(
+                    "bwd_pipeline", ("cp.async", "tma-ws"),
+                    "how the backward's query blocks reach shared memory and dQ leaves it: cp.async = every "
+                    "thread copies Q, dO, LSE, Dd double-buffered and adds dQ by red.global.add (step 1); tma-ws = "
+                    "a producer warpgroup loads them (TMA, cp.async on an mbarrier ring) for two consumer "
+                    "warpgroups (setmaxnreg), each of which adds its dQ piece from shared memory with one bulk "
+                    "reduce-add of the copy engine (step 2)",
+                    default={64: "cp.async", 128: "cp.async"},
+                ),
                 "group_split": _GROUP_SPLIT,
             },
         ),

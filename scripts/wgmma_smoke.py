@@ -49,7 +49,7 @@ CHECK_SHAPES = [(1, 2, 2, 1, 1), (1, 2, 2, 77, 77), (2, 3, 3, 300, 300), (1, 2, 
 #: (B, H, N): 16k tokens per batch (FlashAttention's convention)
 TIME_SHAPES = [(16, 16, 1024), (4, 16, 4096), (2, 16, 8192)]
 #: the options each pass sweeps, by command-line flag
-SWEPT = {"forward": {"tiles": "wg_tile", "pipelines": "pipeline"}, "backward": {"bwd_tiles": "wg_bwd_tile"}}
+SWEPT = {"forward": {"tiles": "wg_tile", "pipelines": "pipeline"}, "backward": {"bwd_tiles": "wg_bwd_tile", "bwd_pipelines": "bwd_pipeline"}}
 #: what to look at when an output is wrong; the first wrong output in this order names the place
 HINTS = {
     "LSE": "LSE wrong: S = Q K^T (the Q/K descriptors) or the softmax / masking",
@@ -246,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tiles", default="all", help="forward: comma-separated wg_tile values, or all")
     p.add_argument("--pipelines", default="all", help="forward: comma-separated pipeline values, or all")
     p.add_argument("--bwd-tiles", default="all", help="backward: comma-separated wg_bwd_tile values, or all")
+    p.add_argument("--bwd-pipelines", default="all", help="backward: comma-separated bwd_pipeline values, or all")
     p.add_argument("--no-time", action="store_true", help="correctness only")
     a = p.parse_args(argv)
     passes = [x for x in a.passes.split(",") if x]

@@ -49,11 +49,15 @@
 
 namespace fk {
 
-constexpr int kWgBwdKeys = 128;     // BN: keys per block, 64 per consumer warpgroup
-constexpr int kWgBwdThreads = 256;  // 2 warpgroups
+constexpr int kWgBwdKeys = 128;       // BN: keys per block, 64 per consumer warpgroup
+constexpr int kWgBwdThreads = 256;    // cp.async: 2 warpgroups
+constexpr int kWgBwdWsThreads = 384;  // tma-ws: a producer warpgroup + 2 consumer warpgroups
 
 __device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_shared_v4(uint32_t addr, float a, float b, float c, float d) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
 }
 
 // How the two warpgroups share dQ_i = dS K_j, [BM x D] (see the header).
@@ -63,7 +67,230 @@ struct WgBwdShape {
   static constexpr int split = BM == 128 ? kDqRows : (D == 128 ? kDqCols : kDqKeys);
   static constexpr int NQ = split == kDqCols ? D / 2 : D;      // dQ columns per warpgroup (wgmma N)
   static constexpr int KQ = split == kDqKeys ? 64 : kWgBwdKeys;  // keys its dQ product sums over
+  static constexpr int parts = split == kDqKeys ? 1 : 2;         // distinct [64 x NQ] pieces of a dQ tile
 };
+
+// ------------------------------------------------------------------------------ one query block's products
+// (both pipelines; each function is called by all 128 threads of a consumer warpgroup)
+
+// S^T = K_w Q_i^T and dP^T = V_w dO_i^T (wgmma SS, two commit groups), then P^T = exp2(S^T scale log2e -
+// LSE log2e) (masked) and dS^T = P^T (dP^T - Dd) as the 16-bit A fragments pf, dsf of the dV and dK
+// products: k-step kk = queries 16 kk .. of the block. lse_c, dd_c: the block's BM rows of LSE and Dd.
+template <typename T, int D, int BM>
+__device__ __forceinline__ void bwd_p_ds(uint32_t (&pf)[BM / 16][4], uint32_t (&dsf)[BM / 16][4], uint64_t descK,
+                                         uint64_t descV, uint32_t cQ, uint32_t cdO, const float* lse_c,
+                                         const float* dd_c, int k0, int key0, int qb, int Nq, int Nk,
+                                         int causal, float scale_log2, int t4) {
+  constexpr int BN = kWgBwdKeys, NS = BM / 2, KB = BM / 16;
+  float s[NS], dp[NS];
+  const uint64_t descQ = desc_kmajor(cQ), descdO = desc_kmajor(cdO);
+  fence_regs(s);
+  fence_regs(dp);
+  wgmma_fence();
+#pragma unroll
+  for (int kd = 0; kd < D / 16; ++kd) {
+    const uint32_t off = (kd & 3) * 32;
+    wgmma_ss<T, BM>(s, desc_add(descK, (kd >> 2) * (BN * 128) + off), desc_add(descQ, (kd >> 2) * (BM * 128) + off),
+                    kd > 0);
+  }
+  wgmma_commit();
+#pragma unroll
+  for (int kd = 0; kd < D / 16; ++kd) {
+    const uint32_t off = (kd & 3) * 32;
+    wgmma_ss<T, BM>(dp, desc_add(descV, (kd >> 2) * (BN * 128) + off), desc_add(descdO, (kd >> 2) * (BM * 128) + off),
+                    kd > 0);
+  }
+  wgmma_commit();
+  // any key past Nk, query past Nq, or (causal) key after a query in this block
+  const bool need_mask = (k0 + BN > Nk) || (qb + BM > Nq) || (causal && k0 + BN - 1 > qb);
+  wgmma_wait<1>();  // S^T has landed; dP^T may still be in flight
+  fence_regs(s);
+  // accumulator s[4 j + 2 h + e] = S^T(key0 + 8 h, query qb + 8 j + 2 t4 + e)
+#pragma unroll
+  for (int j = 0; j < BM / 8; ++j) {
+    const float2 l = *reinterpret_cast<const float2*>(lse_c + 8 * j + 2 * t4);
+    const float l0 = l.x * kLog2e, l1 = l.y * kLog2e;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int i = 4 * j + 2 * h + e;
+        float p = fast_exp2(fmaf(s[i], scale_log2, -(e ? l1 : l0)));
+        if (need_mask) {
+          const int key = key0 + 8 * h, q = qb + 8 * j + 2 * t4 + e;
+          if (key >= Nk || q >= Nq || (causal && key > q)) p = 0.f;
+        }
+        s[i] = p;
+      }
+    }
+  }
+#pragma unroll
+  for (int kk = 0; kk < KB; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) pf[kk][i] = pack2<T>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+  wgmma_wait<0>();  // dP^T has landed
+  fence_regs(dp);
+#pragma unroll
+  for (int j = 0; j < BM / 8; ++j) {
+    const float2 d = *reinterpret_cast<const float2*>(dd_c + 8 * j + 2 * t4);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      dp[4 * j + 2 * h] = s[4 * j + 2 * h] * (dp[4 * j + 2 * h] - d.x);
+      dp[4 * j + 2 * h + 1] = s[4 * j + 2 * h + 1] * (dp[4 * j + 2 * h + 1] - d.y);
+    }
+  }
+#pragma unroll
+  for (int kk = 0; kk < KB; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dsf[kk][i] = pack2<T>(dp[8 * kk + 2 * i], dp[8 * kk + 2 * i + 1]);
+}
+
+// dS^T to shared memory ([BN][BM] SW128) for dQ: dsf[kk][i] holds (row + 8 (i & 1), queries 16 kk + 8 (i >> 1)
+// + 2 t4 ..) = 16-byte chunk 2 kk + (i >> 1) of that row, bytes 4 t4 ..; row = the thread's key - k0. The
+// fence orders the stores (generic proxy) before the dQ wgmma's reads (async proxy).
+template <int BM>
+__device__ __forceinline__ void store_dsT(uint32_t sdS, int row, int t4, const uint32_t (&dsf)[BM / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < BM / 16; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) st_shared_u32(sdS + sw128<kWgBwdKeys>(row + 8 * (i & 1), 2 * kk + (i >> 1)) + 4 * t4, dsf[kk][i]);
+  fence_proxy_async();
+}
+
+// dV += P^T dO_i, dK += dS^T Q_i (wgmma RS, one commit group): B read MN-major ([queries][D], D
+// contiguous), k-step = 16 rows = 2048 B.
+template <typename T, int D, int BM>
+__device__ __forceinline__ void issue_dkdv(float (&dv)[D / 2], float (&dk)[D / 2], uint32_t (&pf)[BM / 16][4],
+                                           uint32_t (&dsf)[BM / 16][4], uint32_t cQ, uint32_t cdO) {
+  const uint64_t descdOmn = desc_mnmajor(cdO, BM * 128), descQmn = desc_mnmajor(cQ, BM * 128);
+#pragma unroll
+  for (int kk = 0; kk < BM / 16; ++kk) {
+    fence_regs(pf[kk]);
+    fence_regs(dsf[kk]);
+  }
+  fence_regs(dv);
+  fence_regs(dk);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < BM / 16; ++kk) wgmma_rs<T, D, /*TB=*/1>(dv, pf[kk], desc_add(descdOmn, kk * 2048), 1);
+#pragma unroll
+  for (int kk = 0; kk < BM / 16; ++kk) wgmma_rs<T, D, /*TB=*/1>(dk, dsf[kk], desc_add(descQmn, kk * 2048), 1);
+  wgmma_commit();
+}
+
+// This warpgroup's share of dQ_i = dS K_j (wgmma SS, both operands MN-major, one commit group):
+// k-step kk = keys 16 kk .. of its KQ.
+template <typename T, int NQ, int KQ>
+__device__ __forceinline__ void issue_dq(float (&dq)[NQ / 2], uint64_t descdSa, uint64_t descKb) {
+  fence_regs(dq);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < KQ / 16; ++kk)
+    wgmma_ss<T, NQ, /*TA=*/1, /*TB=*/1>(dq, desc_add(descdSa, kk * 2048), desc_add(descKb, kk * 2048), kk > 0);
+  wgmma_commit();
+}
+
+// The descriptors of a consumer warpgroup w: K_w, V_w as the A operands of S^T, dP^T (K-major; k-step kd
+// at column block kd / 4, 32 bytes per k-step inside a 128-byte row), and the two operands of dQ = dS K:
+// A = dS [queries][keys] read from dS^T [keys][queries] (MN-major), B = K [keys][D] (MN-major), offset
+// by the warpgroup's share.
+template <int BM, int D>
+struct WgBwdDescs {
+  uint64_t K, V, dSa, Kb;
+  __device__ __forceinline__ WgBwdDescs(uint32_t sK, uint32_t sV, uint32_t sdS, int w) {
+    using Shape = WgBwdShape<BM, D>;
+    constexpr int BN = kWgBwdKeys;
+    constexpr uint32_t a_off = Shape::split == kDqRows ? BN * 128 : Shape::split == kDqKeys ? 64 * 128 : 0;
+    constexpr uint32_t b_off = Shape::split == kDqCols ? BN * 128 : Shape::split == kDqKeys ? 64 * 128 : 0;
+    K = desc_kmajor(sK + w * 64 * 128);
+    V = desc_kmajor(sV + w * 64 * 128);
+    dSa = desc_mnmajor(sdS + w * a_off, BN * 128);
+    Kb = desc_mnmajor(sK + w * b_off, BN * 128);
+  }
+};
+
+// dK = scale dS^T Q and dV summed over the query blocks; accumulator dk[4 j + 2 h + e] = (key0 + 8 h,
+// column 8 j + 2 t4 + e). A split group: the blocks of one key block add their partial dK, dV (fp32).
+template <int D>
+__device__ __forceinline__ void add_dkdv_partial(float* dKacc, float* dVacc, const float (&dk)[D / 2],
+                                                 const float (&dv)[D / 2], long kv_off, int key0, int Nk, int t4,
+                                                 float scale) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int key = key0 + 8 * h;
+    if (key < Nk) {
+      const long row = kv_off + long(key) * D + 2 * t4;
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        red_add_f32x2(dKacc + row + 8 * j, dk[4 * j + 2 * h] * scale, dk[4 * j + 2 * h + 1] * scale);
+        red_add_f32x2(dVacc + row + 8 * j, dv[4 * j + 2 * h], dv[4 * j + 2 * h + 1]);
+      }
+    }
+  }
+}
+// Otherwise dK, dV are staged in the (no longer read) K and V tiles, row = key - k0, for 16-byte stores
+// (stage_dkdv by every consumer thread, a barrier, then store_dkdv by the NT of them).
+template <typename T, int D>
+__device__ __forceinline__ void stage_dkdv(uint32_t sK, uint32_t sV, const float (&dk)[D / 2],
+                                           const float (&dv)[D / 2], int row, int t4, float scale) {
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t off = sw128<kWgBwdKeys>(row + 8 * h, j) + 4 * t4;
+      st_shared_u32(sK + off, pack2<T>(dk[4 * j + 2 * h] * scale, dk[4 * j + 2 * h + 1] * scale));
+      st_shared_u32(sV + off, pack2<T>(dv[4 * j + 2 * h], dv[4 * j + 2 * h + 1]));
+    }
+  }
+}
+template <typename T, int D, int NT>
+__device__ __forceinline__ void store_dkdv(const uint8_t* sKp, const uint8_t* sVp, T* dK, T* dV, long kv_off, int k0,
+                                           int Nk, int t) {
+  constexpr int U = D / 8;
+#pragma unroll
+  for (int c = t; c < kWgBwdKeys * U; c += NT) {
+    const int r = c / U, chunk = c % U;
+    if (k0 + r < Nk) {
+      const long dst = kv_off + long(k0 + r) * D + chunk * 8;
+      *reinterpret_cast<uint4*>(dK + dst) = *reinterpret_cast<const uint4*>(sKp + sw128<kWgBwdKeys>(r, chunk));
+      *reinterpret_cast<uint4*>(dV + dst) = *reinterpret_cast<const uint4*>(sVp + sw128<kWgBwdKeys>(r, chunk));
+    }
+  }
+}
+
+// The block's work, shared by both kernels: key block k0 of key/value head kvh; the query heads qh0 ..
+// qh0 + G - 1 (a group, or its share of a split group) swept block by block from q_start (causal: no earlier
+// query sees these keys), n_it (query head, query block) steps in all.
+struct WgBwdWork {
+  int kvh, k0, qh0, q_start, n_it;
+  template <int BM>
+  __device__ __forceinline__ static WgBwdWork of_block(const Dims& dm, int causal) {
+    WgBwdWork w;
+    const int G = dm.H / dm.Hkv / gridDim.z;  // query heads this block sweeps (a group split over gridDim.z blocks)
+    w.kvh = blockIdx.y;                       // b * Hkv + key/value head
+    w.qh0 = (w.kvh / dm.Hkv) * dm.H + (w.kvh % dm.Hkv) * (G * gridDim.z) + blockIdx.z * G;
+    w.k0 = blockIdx.x * kWgBwdKeys;
+    w.q_start = causal ? (w.k0 / BM) * BM : 0;
+    const int n_qb = w.q_start < dm.Nq ? (dm.Nq - w.q_start + BM - 1) / BM : 0;
+    w.n_it = G * n_qb;
+    return w;
+  }
+  // the offset of the key/value head's rows in K, V, dK, dV
+  template <int D>
+  __device__ __forceinline__ long kv_off(int Nk) const { return long(kvh) * Nk * D; }
+  // the step after (qh, qb): the next query block, or the next head's first
+  template <int BM>
+  __device__ __forceinline__ void next(int& qh, int& qb, int Nq) const {
+    if (qb + BM < Nq) {
+      qb += BM;
+    } else {
+      qb = q_start;
+      ++qh;
+    }
+  }
+};
+
+// ------------------------------------------------------------------------------ pipeline cp.async (step 1)
 
 template <typename T, int D, int BM>
 __global__ void __launch_bounds__(kWgBwdThreads, 1)
@@ -73,8 +300,7 @@ flash_wgmma_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, co
                             float* __restrict__ dKacc, float* __restrict__ dVacc, Dims dm, float scale, int causal) {
   static_assert((BM == 64 || BM == 128) && (D == 64 || D == 128), "tile shape");
   constexpr int BN = kWgBwdKeys, NT = kWgBwdThreads;
-  constexpr int NS = BM / 2;   // S^T, dP^T accumulators per thread: [64 keys x BM queries]
-  constexpr int NKV = D / 2;   // dK, dV accumulators per thread: [64 keys x D]
+  constexpr int NKV = D / 2;  // dK, dV accumulators per thread: [64 keys x D]
   constexpr int KB = BM / 16;  // k16 steps over the queries (dV, dK products)
   using Shape = WgBwdShape<BM, D>;
   constexpr int NQ = Shape::NQ, KQ = Shape::KQ;
@@ -93,14 +319,8 @@ flash_wgmma_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, co
 
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, t4 = lane & 3;
   const int Nq = dm.Nq, Nk = dm.Nk;
-  const int G = dm.H / dm.Hkv / gridDim.z;  // query heads this block sweeps (a group split over gridDim.z blocks)
-  const int kvh = blockIdx.y;               // b * Hkv + key/value head
-  const long kv_off = long(kvh) * Nk * D;
-  const int qh0 = (kvh / dm.Hkv) * dm.H + (kvh % dm.Hkv) * (G * gridDim.z) + blockIdx.z * G;  // its first one
-  const int k0 = blockIdx.x * BN;
-  const int q_start = causal ? (k0 / BM) * BM : 0;  // no earlier query sees these keys
-  const int n_qb = q_start < Nq ? (Nq - q_start + BM - 1) / BM : 0;
-  const int n_it = G * n_qb;  // (query head, query block) steps
+  const WgBwdWork work = WgBwdWork::of_block<BM>(dm, causal);
+  const int k0 = work.k0, n_it = work.n_it;
   const float scale_log2 = scale * kLog2e;
   const int key0 = k0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's accumulator rows: key0, key0 + 8
 
@@ -115,138 +335,35 @@ flash_wgmma_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, co
     }
   };
 
-  load_tile_sw128<BN, D, NT>(sK, K + kv_off, k0, Nk, tid);
-  load_tile_sw128<BN, D, NT>(sV, V + kv_off, k0, Nk, tid);
-  if (n_it > 0) stage(qh0, q_start, 0);
+  load_tile_sw128<BN, D, NT>(sK, K + work.kv_off<D>(Nk), k0, Nk, tid);
+  load_tile_sw128<BN, D, NT>(sV, V + work.kv_off<D>(Nk), k0, Nk, tid);
+  if (n_it > 0) stage(work.qh0, work.q_start, 0);
   cp_async_commit();
 
-  // A operands of S^T, dP^T: this warpgroup's 64 rows of K and V (K-major; k-step kd at column block
-  // kd / 4, 32 bytes per k-step inside a 128-byte row)
-  const uint64_t descK = desc_kmajor(sK + wg * 64 * 128);
-  const uint64_t descV = desc_kmajor(sV + wg * 64 * 128);
-  // dQ = dS K: A = dS [queries][keys] read from dS^T [keys][queries] (MN-major), B = K [keys][D] (MN-major)
-  constexpr uint32_t dq_a_off = Shape::split == kDqRows ? BN * 128 : Shape::split == kDqKeys ? 64 * 128 : 0;
-  constexpr uint32_t dq_b_off = Shape::split == kDqCols ? BN * 128 : Shape::split == kDqKeys ? 64 * 128 : 0;
-  const uint64_t descdSa = desc_mnmajor(sdS + wg * dq_a_off, BN * 128);
-  const uint64_t descKb = desc_mnmajor(sK + wg * dq_b_off, BN * 128);
-
+  const WgBwdDescs<BM, D> desc(sK, sV, sdS, wg);
   float dk[NKV], dv[NKV];
 #pragma unroll
   for (int i = 0; i < NKV; ++i) dk[i] = dv[i] = 0.f;
 
-  int qh = qh0, qb = q_start;  // this step's query head and first row; steps run head by head
+  int qh = work.qh0, qb = work.q_start;  // this step's query head and first row; steps run head by head
   for (int it = 0; it < n_it; ++it) {
     const int st = it & 1;
     const uint32_t cQ = sQ + st * TQ, cdO = sdO + st * TQ;
     cp_async_wait<0>();
     fence_proxy_async();  // cp.async writes (generic proxy) -> wgmma reads (async proxy)
     __syncthreads();      // this stage has landed; everyone is done with the other stage and dS^T
-    if (it + 1 < n_it) stage(qb + BM < Nq ? qh : qh + 1, qb + BM < Nq ? qb + BM : q_start, st ^ 1);
+    if (it + 1 < n_it) stage(qb + BM < Nq ? qh : qh + 1, qb + BM < Nq ? qb + BM : work.q_start, st ^ 1);
     cp_async_commit();
 
     uint32_t pf[KB][4], dsf[KB][4];  // P^T, dS^T as A fragments: k-step kk = queries 16 kk ..
-    {
-      float s[NS], dp[NS];
-      const uint64_t descQ = desc_kmajor(cQ), descdO = desc_kmajor(cdO);
-      fence_regs(s);
-      fence_regs(dp);
-      wgmma_fence();
-#pragma unroll
-      for (int kd = 0; kd < D / 16; ++kd) {
-        const uint32_t off = (kd & 3) * 32;
-        wgmma_ss<T, BM>(s, desc_add(descK, (kd >> 2) * (BN * 128) + off), desc_add(descQ, (kd >> 2) * (BM * 128) + off),
-                        kd > 0);
-      }
-      wgmma_commit();
-#pragma unroll
-      for (int kd = 0; kd < D / 16; ++kd) {
-        const uint32_t off = (kd & 3) * 32;
-        wgmma_ss<T, BM>(dp, desc_add(descV, (kd >> 2) * (BN * 128) + off),
-                        desc_add(descdO, (kd >> 2) * (BM * 128) + off), kd > 0);
-      }
-      wgmma_commit();
-
-      const float* lse_c = lse_s + st * BM;
-      const float* dd_c = dd_s + st * BM;
-      // any key past Nk, query past Nq, or (causal) key after a query in this block
-      const bool need_mask = (k0 + BN > Nk) || (qb + BM > Nq) || (causal && k0 + BN - 1 > qb);
-      wgmma_wait<1>();  // S^T has landed; dP^T may still be in flight
-      fence_regs(s);
-      // accumulator s[4 j + 2 h + e] = S^T(key0 + 8 h, query qb + 8 j + 2 t4 + e)
-#pragma unroll
-      for (int j = 0; j < BM / 8; ++j) {
-        const float2 l = *reinterpret_cast<const float2*>(lse_c + 8 * j + 2 * t4);
-        const float l0 = l.x * kLog2e, l1 = l.y * kLog2e;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int i = 4 * j + 2 * h + e;
-            float p = fast_exp2(fmaf(s[i], scale_log2, -(e ? l1 : l0)));
-            if (need_mask) {
-              const int key = key0 + 8 * h, q = qb + 8 * j + 2 * t4 + e;
-              if (key >= Nk || q >= Nq || (causal && key > q)) p = 0.f;
-            }
-            s[i] = p;
-          }
-        }
-      }
-#pragma unroll
-      for (int kk = 0; kk < KB; ++kk)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) pf[kk][i] = pack2<T>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
-      wgmma_wait<0>();  // dP^T has landed
-      fence_regs(dp);
-#pragma unroll
-      for (int j = 0; j < BM / 8; ++j) {
-        const float2 d = *reinterpret_cast<const float2*>(dd_c + 8 * j + 2 * t4);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          dp[4 * j + 2 * h] = s[4 * j + 2 * h] * (dp[4 * j + 2 * h] - d.x);
-          dp[4 * j + 2 * h + 1] = s[4 * j + 2 * h + 1] * (dp[4 * j + 2 * h + 1] - d.y);
-        }
-      }
-#pragma unroll
-      for (int kk = 0; kk < KB; ++kk)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) dsf[kk][i] = pack2<T>(dp[8 * kk + 2 * i], dp[8 * kk + 2 * i + 1]);
-    }
-    // dS^T to shared memory for dQ: dsf[kk][i] holds (key0 + 8 (i & 1), queries 16 kk + 8 (i >> 1) + 2 t4 ..)
-    // = 16-byte chunk 2 kk + (i >> 1) of row key0 - k0 + 8 (i & 1), bytes 4 t4 ..
-#pragma unroll
-    for (int kk = 0; kk < KB; ++kk)
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        st_shared_u32(sdS + sw128<BN>(key0 - k0 + 8 * (i & 1), 2 * kk + (i >> 1)) + 4 * t4, dsf[kk][i]);
-    fence_proxy_async();  // the stores (generic proxy) -> the dQ wgmma's reads (async proxy)
-
-    // dV += P^T dO_i, dK += dS^T Q_i: B read MN-major ([queries][D], D contiguous), k-step = 16 rows = 2048 B
-    {
-      const uint64_t descdOmn = desc_mnmajor(cdO, BM * 128), descQmn = desc_mnmajor(cQ, BM * 128);
-#pragma unroll
-      for (int kk = 0; kk < KB; ++kk) {
-        fence_regs(pf[kk]);
-        fence_regs(dsf[kk]);
-      }
-      fence_regs(dv);
-      fence_regs(dk);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < KB; ++kk) wgmma_rs<T, D, /*TB=*/1>(dv, pf[kk], desc_add(descdOmn, kk * 2048), 1);
-#pragma unroll
-      for (int kk = 0; kk < KB; ++kk) wgmma_rs<T, D, /*TB=*/1>(dk, dsf[kk], desc_add(descQmn, kk * 2048), 1);
-      wgmma_commit();
-    }
+    bwd_p_ds<T, D, BM>(pf, dsf, desc.K, desc.V, cQ, cdO, lse_s + st * BM, dd_s + st * BM, k0, key0, qb, Nq, Nk, causal,
+                       scale_log2, t4);
+    store_dsT<BM>(sdS, key0 - k0, t4, dsf);
+    issue_dkdv<T, D, BM>(dv, dk, pf, dsf, cQ, cdO);
     bar_sync(1, NT);  // dS^T of both warpgroups is in shared memory
 
-    // dQ_i (this warpgroup's share) = dS K_j: k-step kk = keys 16 kk .. of its KQ
     float dq[NQ / 2];
-    fence_regs(dq);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < KQ / 16; ++kk)
-      wgmma_ss<T, NQ, /*TA=*/1, /*TB=*/1>(dq, desc_add(descdSa, kk * 2048), desc_add(descKb, kk * 2048), kk > 0);
-    wgmma_commit();
+    issue_dq<T, NQ, KQ>(dq, desc.dSa, desc.Kb);
     wgmma_wait<0>();
     fence_regs(dv);
     fence_regs(dk);
@@ -265,53 +382,221 @@ flash_wgmma_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, co
         }
       }
     }
-    if (qb + BM < Nq) {  // the next step
-      qb += BM;
-    } else {
-      qb = q_start;
-      ++qh;
-    }
+    work.next<BM>(qh, qb, Nq);
   }
 
-  // dK = scale dS^T Q summed; accumulator dk[4 j + 2 h + e] = (key0 + 8 h, column 8 j + 2 t4 + e)
-  if (gridDim.z > 1) {  // a split group: the blocks of one key block add their partial dK, dV (fp32)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int key = key0 + 8 * h;
-      if (key < Nk) {
-        const long row = kv_off + long(key) * D + 2 * t4;
-#pragma unroll
-        for (int j = 0; j < D / 8; ++j) {
-          red_add_f32x2(dKacc + row + 8 * j, dk[4 * j + 2 * h] * scale, dk[4 * j + 2 * h + 1] * scale);
-          red_add_f32x2(dVacc + row + 8 * j, dv[4 * j + 2 * h], dv[4 * j + 2 * h + 1]);
-        }
-      }
-    }
+  if (gridDim.z > 1) {
+    add_dkdv_partial<D>(dKacc, dVacc, dk, dv, work.kv_off<D>(Nk), key0, Nk, t4, scale);
     return;
   }
   cp_async_wait<0>();
   __syncthreads();  // every wgmma read of the K/V tiles is done: stage dK, dV there for 16-byte stores
-#pragma unroll
-  for (int j = 0; j < D / 8; ++j) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint32_t off = sw128<BN>(key0 - k0 + 8 * h, j) + 4 * t4;
-      st_shared_u32(sK + off, pack2<T>(dk[4 * j + 2 * h] * scale, dk[4 * j + 2 * h + 1] * scale));
-      st_shared_u32(sV + off, pack2<T>(dv[4 * j + 2 * h], dv[4 * j + 2 * h + 1]));
-    }
-  }
+  stage_dkdv<T, D>(sK, sV, dk, dv, key0 - k0, t4, scale);
   __syncthreads();
-  constexpr int U = D / 8;
+  store_dkdv<T, D, NT>(smem, smem + TKV, dK, dV, work.kv_off<D>(Nk), k0, Nk, tid);
+}
+
+// ------------------------------------------------------------------------------ pipeline tma-ws (step 2)
+
+// Shared memory of the warp-specialised kernel: K, V; Q, dO stages; two dS^T buffers; a [64 x NQ] fp32 dQ
+// piece per consumer warpgroup; LSE, Dd stages; mbarriers (full_kv, full[ST], empty[ST]); 1 KB of slack.
+template <int D, int BM>
+constexpr int ws_bwd_smem() {
+  constexpr int ST = 2;
+  return (2 * kWgBwdKeys * D + 2 * ST * BM * D + 2 * kWgBwdKeys * BM) * 2 + 2 * 64 * WgBwdShape<BM, D>::NQ * 4 +
+         2 * ST * BM * 4 + 8 * (1 + 2 * ST) + 1024;
+}
+
+// dQ accumulated apart: the fp32 accumulator dQacc of this pipeline is padded to whole tiles, [B*H][tiles]
+// [BM * D], and each tile holds the pieces of the two warpgroups in the order of their accumulator fragments,
+// piece p = [NQ / 8][128 threads][4 floats] (accumulator dq[4 j + r] of thread t at (j * 128 + t) * 4 + r),
+// so that a warpgroup writes its piece to shared memory with conflict-free 16-byte stores and the copy
+// engine adds it to global memory in one contiguous cp.reduce.async.bulk (16 KB). wg_dq_postprocess_kernel
+// reads it back in [B, H, Nq, D] order, scaled.
+template <int BM, int D>
+__host__ __device__ __forceinline__ long dq_piece_offset(int q_in_tile, int col, int& which) {
+  using Shape = WgBwdShape<BM, D>;
+  int p = 0, r = q_in_tile, c = col;
+  if constexpr (Shape::split == kDqRows) {
+    p = r >> 6;
+    r &= 63;
+  } else if constexpr (Shape::split == kDqCols) {
+    p = c / (D / 2);
+    c %= D / 2;
+  }
+  // accumulator of (row r, column c) of a [64 x NQ] wgmma: warp r / 16, lane 4 (r % 8) + (c % 8) / 2,
+  // register 4 (c / 8) + 2 ((r / 8) % 2) + c % 2
+  const int t = (r >> 4) * 32 + (r & 7) * 4 + ((c >> 1) & 3);
+  const int reg = 4 * (c >> 3) + 2 * ((r >> 3) & 1) + (c & 1);
+  which = p;
+  return long(p) * 64 * Shape::NQ + (reg >> 2) * 512 + t * 4 + (reg & 3);
+}
+
+// Warpgroup 0 is the producer: its first warp loads K, V once (TMA, full_kv) and then every step's Q_i,
+// dO_i (TMA, two boxes per 64 columns) and LSE_i, Dd_i (cp.async, one arrival per lane on completion,
+// .noinc) into a 2-stage ring: full[s] completes when all have landed (1 + 32 arrivals and the TMA bytes),
+// empty[s] when both consumer warpgroups' wgmma reading the stage have completed (one arrival each).
+// Warpgroups 1, 2 are the consumers: the products of the cp.async kernel, with dS^T double-buffered (the
+// barrier on both warpgroups' dS^T of step t + 1 is passed only after both have finished step t's dQ), and
+// their dQ pieces added by the copy engine (see dq_piece_offset) instead of 2 x NQ / 2 red.global.add.v2
+// per thread and step. setmaxnreg: producer 24 registers, consumers 240.
+template <typename T, int D, int BM>
+__global__ void __launch_bounds__(kWgBwdWsThreads, 1)
+flash_wgmma_ws_backward_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+                               const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO,
+                               const float* __restrict__ LSE, const float* __restrict__ Dd, float* __restrict__ dQacc,
+                               T* __restrict__ dK, T* __restrict__ dV, float* __restrict__ dKacc,
+                               float* __restrict__ dVacc, Dims dm, float scale, int causal) {
+  static_assert((BM == 64 || BM == 128) && (D == 64 || D == 128), "tile shape");
+  constexpr int BN = kWgBwdKeys, ST = 2, NKV = D / 2, KB = BM / 16;
+  using Shape = WgBwdShape<BM, D>;
+  constexpr int NQ = Shape::NQ, KQ = Shape::KQ;
+  constexpr uint32_t TKV = BN * D * 2, TQ = BM * D * 2, TS = BN * BM * 2, TDQ = 64 * NQ * 4;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t sK = (raw + 1023u) & ~1023u;  // [BN][D]
+  const uint32_t sV = sK + TKV;                // [BN][D]
+  const uint32_t sQ = sV + TKV;                // [ST][BM][D]
+  const uint32_t sdO = sQ + ST * TQ;           // [ST][BM][D]
+  const uint32_t sdS = sdO + ST * TQ;          // [2][BN][BM]
+  const uint32_t sdQ = sdS + 2 * TS;           // [2 warpgroups][64 x NQ] fp32, fragment order
+  const uint32_t sLD = sdQ + 2 * TDQ;          // LSE [ST][BM], Dd [ST][BM]
+  const uint32_t full_kv = sLD + 2 * ST * BM * 4, full = full_kv + 8, empty = full + 8 * ST;
+  uint8_t* const smem = smem_raw + (sK - raw);
+  const float* const lse_s = reinterpret_cast<const float*>(smem + (sLD - sK));
+  const float* const dd_s = lse_s + ST * BM;
+
+  const int tid = threadIdx.x, wg = tid >> 7;
+  const int Nq = dm.Nq, Nk = dm.Nk;
+  const WgBwdWork work = WgBwdWork::of_block<BM>(dm, causal);
+  const int k0 = work.k0, n_it = work.n_it;
+
+  if (tid == 0) {
+    mbar_init(full_kv, 1);
 #pragma unroll
-  for (int c = tid; c < BN * U; c += NT) {
-    const int r = c / U, chunk = c % U;
-    if (k0 + r < Nk) {
-      const long dst = kv_off + long(k0 + r) * D + chunk * 8;
-      *reinterpret_cast<uint4*>(dK + dst) = *reinterpret_cast<const uint4*>(smem + sw128<BN>(r, chunk));
-      *reinterpret_cast<uint4*>(dV + dst) = *reinterpret_cast<const uint4*>(smem + TKV + sw128<BN>(r, chunk));
+    for (int s = 0; s < ST; ++s) {
+      mbar_init(full + 8 * s, 1 + 32);  // the producer's expect_tx + one cp.async arrival per lane
+      mbar_init(empty + 8 * s, 2);      // one per consumer warpgroup
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();  // the last block-wide barrier: from here on the roles meet on mbarriers and named barriers
+
+  if (wg == 0) {
+    // ---------------------------------------------------------------- producer
+    setmaxnreg_dec<24>();
+    if (tid < 32) {
+      const int lane = tid;
+      if (lane == 0) {
+        tma_prefetch_map(&tmQ);
+        tma_prefetch_map(&tmdO);
+        mbar_arrive_expect_tx(full_kv, 2 * TKV);
+        tma_load_tile<D, BN>(sK, &tmK, full_kv, k0, work.kvh);
+        tma_load_tile<D, BN>(sV, &tmV, full_kv, k0, work.kvh);
+      }
+      int qh = work.qh0, qb = work.q_start;
+      for (int it = 0; it < n_it; ++it) {
+        const int st = it % ST;
+        // stage st is free once both consumers have finished the step ST steps ago (the previous phase)
+        if (it >= ST) mbar_wait(empty + 8 * st, ((it / ST) & 1) ^ 1);
+        if (lane == 0) {
+          mbar_arrive_expect_tx(full + 8 * st, 2 * TQ);
+          tma_load_tile<D, BM>(sQ + st * TQ, &tmQ, full + 8 * st, qb, qh);
+          tma_load_tile<D, BM>(sdO + st * TQ, &tmdO, full + 8 * st, qb, qh);
+        }
+        for (int r = lane; r < 2 * BM; r += 32) {  // LSE rows, then Dd rows (zeros past Nq)
+          const int q = qb + (r % BM);
+          const float* src = (r < BM ? LSE : Dd) + long(qh) * Nq + (q < Nq ? q : 0);
+          cp_async_4(sLD + ((r < BM ? 0 : ST * BM - BM) + st * BM + r) * 4, src, q < Nq ? 4 : 0);
+        }
+        cp_async_mbar_arrive(full + 8 * st);
+        work.next<BM>(qh, qb, Nq);
+      }
+    }
+  } else {
+    // ---------------------------------------------------------------- consumers
+    setmaxnreg_inc<240>();
+    const int c = wg - 1, t128 = tid & 127, warp = t128 >> 5, lane = tid & 31, t4 = lane & 3;
+    const float scale_log2 = scale * kLog2e;
+    const int key0 = k0 + c * 64 + warp * 16 + (lane >> 2);  // this thread's accumulator rows: key0, key0 + 8
+    const int n_tq = (Nq + BM - 1) / BM;                     // dQ tiles per query head
+    const uint32_t my_dq = sdQ + c * TDQ + t128 * 16;        // this thread's first 16 bytes of its piece
+    const WgBwdDescs<BM, D> desc(sK, sV, sdS, c);
+    float dk[NKV], dv[NKV];
+#pragma unroll
+    for (int i = 0; i < NKV; ++i) dk[i] = dv[i] = 0.f;
+    mbar_wait(full_kv, 0);
+
+    int qh = work.qh0, qb = work.q_start;
+    for (int it = 0; it < n_it; ++it) {
+      const int st = it % ST;
+      const uint32_t cQ = sQ + st * TQ, cdO = sdO + st * TQ, cdS = sdS + (it & 1) * TS;
+      mbar_wait(full + 8 * st, (it / ST) & 1);
+
+      uint32_t pf[KB][4], dsf[KB][4];
+      bwd_p_ds<T, D, BM>(pf, dsf, desc.K, desc.V, cQ, cdO, lse_s + st * BM, dd_s + st * BM, k0, key0, qb, Nq, Nk,
+                         causal, scale_log2, t4);
+      store_dsT<BM>(cdS, key0 - k0, t4, dsf);
+      issue_dkdv<T, D, BM>(dv, dk, pf, dsf, cQ, cdO);
+      bar_sync(1, 256);  // dS^T of both consumer warpgroups is in shared memory
+
+      float dq[NQ / 2];
+      issue_dq<T, NQ, KQ>(dq, desc_add(desc.dSa, (it & 1) * TS), desc.Kb);
+      wgmma_wait<1>();  // dV, dK of this step done: the stage's Q_i, dO_i are no longer read
+      mbar_arrive_if(empty + 8 * st, t128 == 0);
+      wgmma_wait<0>();
+      fence_regs(dv);
+      fence_regs(dk);
+      fence_regs(dq);
+
+      // the dQ piece: wait until the copy engine has read the previous one, write, add
+      if (t128 == 0) bulk_wait<0, true>();
+      bar_sync(2 + c, 128);
+#pragma unroll
+      for (int j = 0; j < NQ / 8; ++j) st_shared_v4(my_dq + j * 2048, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+      fence_proxy_async();
+      bar_sync(2 + c, 128);
+      if (t128 == 0) {
+        const int p = Shape::parts == 1 ? 0 : c;
+        bulk_reduce_add_f32(dQacc + (long(qh) * n_tq + qb / BM) * (BM * D) + p * (64 * NQ), sdQ + c * TDQ, TDQ);
+        bulk_commit();
+      }
+      work.next<BM>(qh, qb, Nq);
+    }
+    if (t128 == 0) bulk_wait<0, false>();  // every add has completed before the block's shared memory goes
+
+    if (gridDim.z > 1) {
+      add_dkdv_partial<D>(dKacc, dVacc, dk, dv, work.kv_off<D>(Nk), key0, Nk, t4, scale);
+    } else {
+      bar_sync(1, 256);  // both consumers' wgmma reads of the K/V tiles are done: stage dK, dV there
+      fence_proxy_async();
+      stage_dkdv<T, D>(sK, sV, dk, dv, key0 - k0, t4, scale);
+      bar_sync(1, 256);
+      store_dkdv<T, D, 256>(smem, smem + TKV, dK, dV, work.kv_off<D>(Nk), k0, Nk, tid - 128);
     }
   }
 }
+
+// dQ = scale x the fp32 accumulator of the tma-ws pipeline (dq_piece_offset's order) in [B, H, Nq, D], two
+// adjacent columns per thread (adjacent in the accumulator too).
+template <typename T, int D, int BM>
+__global__ void wg_dq_postprocess_kernel(const float* __restrict__ acc, T* __restrict__ dq, long rows, int Nq,
+                                         float scale) {
+  const long n = rows * (D / 2);
+  const int n_tq = (Nq + BM - 1) / BM;
+  for (long i = long(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += long(gridDim.x) * blockDim.x) {
+    const long row = i / (D / 2);
+    const int col = 2 * int(i % (D / 2));
+    const long bh = row / Nq;
+    const int q = int(row % Nq), tile = q / BM;
+    int p;
+    const long off = (bh * n_tq + tile) * (BM * D) + dq_piece_offset<BM, D>(q % BM, col, p);
+    const float2 v = *reinterpret_cast<const float2*>(acc + off);
+    *reinterpret_cast<uint32_t*>(dq + row * D + col) = pack2<T>(v.x * scale, v.y * scale);
+  }
+}
+
+// ------------------------------------------------------------------------------ launchers
 
 // split: the blocks each group of H / Hkv query heads is split over (common.cuh: split_group_backward).
 template <typename T, int D, int BM>
@@ -320,37 +605,72 @@ cudaError_t wgmma_backward_launch(const AttnArgs& a, int split, cudaStream_t str
   constexpr int BN = kWgBwdKeys;
   // tiles + LSE/Dd stages + slack for 1024-byte alignment
   constexpr int smem = (2 * BN * D + 4 * BM * D + BN * BM) * 2 + 4 * BM * 4 + 1024;
-  return split_group_backward<T, D>(a, split, stream, [&] {
-    cudaError_t err = allow_smem(kernel, smem);
-    if (err != cudaSuccess) return err;
-    kernel<<<dim3(cdiv(a.Nk, BN), a.B * a.Hkv, split), kWgBwdThreads, smem, stream>>>(
-        static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), a.lse, a.Dd,
-        static_cast<const T*>(a.dO), a.dq_acc, static_cast<T*>(a.dk), static_cast<T*>(a.dv), a.ws[0], a.ws[1],
-        dims_of(a), a.scale, a.causal);
+  return fa2_backward<T, D>(a, stream, [&] {
+    return split_group_backward<T, D>(a, split, stream, [&] {
+      cudaError_t err = allow_smem(kernel, smem);
+      if (err != cudaSuccess) return err;
+      kernel<<<dim3(cdiv(a.Nk, BN), a.B * a.Hkv, split), kWgBwdThreads, smem, stream>>>(
+          static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), a.lse, a.Dd,
+          static_cast<const T*>(a.dO), a.dq_acc, static_cast<T*>(a.dk), static_cast<T*>(a.dv), a.ws[0], a.ws[1],
+          dims_of(a), a.scale, a.causal);
+      return cudaGetLastError();
+    });
+  });
+}
+
+// The tma-ws pipeline around its kernel: zero the padded dQ accumulator (the caller allocates B*H*ceil(Nq /
+// 128) * 128 * D floats), Dd = rowsum(dO * O), the kernel (within the group split), dQ from the accumulator.
+template <typename T, int D, int BM>
+cudaError_t wgmma_ws_backward_launch(const AttnArgs& a, int split, cudaStream_t stream) {
+  auto kernel = flash_wgmma_ws_backward_kernel<T, D, BM>;
+  constexpr int BN = kWgBwdKeys, smem = ws_bwd_smem<D, BM>();
+  static_assert(smem <= 227 * 1024, "shared memory of a block");
+  const long rows = long(a.B) * a.H * a.Nq;
+  const long acc = long(a.B) * a.H * cdiv(a.Nq, BM) * BM * D;
+  CUtensorMap maps[4];
+  cudaError_t err = make_tile_map<T>(&maps[0], a.q, a.B * a.H, a.Nq, D, BM);
+  if (err == cudaSuccess) err = make_tile_map<T>(&maps[1], a.k, a.B * a.Hkv, a.Nk, D, BN);
+  if (err == cudaSuccess) err = make_tile_map<T>(&maps[2], a.v, a.B * a.Hkv, a.Nk, D, BN);
+  if (err == cudaSuccess) err = make_tile_map<T>(&maps[3], a.dO, a.B * a.H, a.Nq, D, BM);
+  if (err == cudaSuccess) err = allow_smem(kernel, smem);
+  if (err == cudaSuccess) err = cudaMemsetAsync(a.dq_acc, 0, sizeof(float) * acc, stream);
+  if (err == cudaSuccess) err = launch_rowdot<T>(a.dO, a.o, a.Dd, rows, D, stream);
+  if (err != cudaSuccess) return err;
+  err = split_group_backward<T, D>(a, split, stream, [&] {
+    kernel<<<dim3(cdiv(a.Nk, BN), a.B * a.Hkv, split), kWgBwdWsThreads, smem, stream>>>(
+        maps[0], maps[1], maps[2], maps[3], a.lse, a.Dd, a.dq_acc, static_cast<T*>(a.dk), static_cast<T*>(a.dv),
+        a.ws[0], a.ws[1], dims_of(a), a.scale, a.causal);
     return cudaGetLastError();
   });
+  if (err != cudaSuccess || rows == 0) return err;
+  long blocks = (rows * (D / 2) + 255) / 256;
+  if (blocks > 65535L * 8) blocks = 65535L * 8;
+  wg_dq_postprocess_kernel<T, D, BM><<<unsigned(blocks), 256, 0, stream>>>(a.dq_acc, static_cast<T*>(a.dq), rows,
+                                                                           a.Nq, a.scale);
+  return cudaGetLastError();
 }
 
 // Option code, as flash_kernels/_ops.py builds it: bits 0..3 the tile (query rows per step x keys per
 // block): 0 = 64x128, 1 = 128x128 (D = 64 only: at D = 128 the [64 x 128] S^T and dP^T accumulators do not
-// fit beside dK and dV); bits 4..7 the pipeline (0 = cp.async); bits 8.. the group split.
-template <typename T, int D>
-cudaError_t wgmma_backward_tiles(const AttnArgs& a, cudaStream_t stream) {
-  const int split = a.option >> 8 > 0 ? a.option >> 8 : 1;
-  if (((a.option >> 4) & 15) != 0) return cudaErrorInvalidValue;
-  switch (a.option & 15) {
-    case 0: return wgmma_backward_launch<T, D, 64>(a, split, stream);
-    case 1:
-      if constexpr (D == 64) return wgmma_backward_launch<T, D, 128>(a, split, stream);
-      return cudaErrorInvalidValue;
+// fit beside dK and dV); bits 4..7 the pipeline (0 = cp.async, 1 = tma-ws); bits 8.. the group split.
+template <typename T, int D, int BM>
+cudaError_t wgmma_backward_pipeline(const AttnArgs& a, int split, cudaStream_t stream) {
+  switch ((a.option >> 4) & 15) {
+    case 0: return wgmma_backward_launch<T, D, BM>(a, split, stream);
+    case 1: return wgmma_ws_backward_launch<T, D, BM>(a, split, stream);
     default: return cudaErrorInvalidValue;
   }
 }
-
-// Dd = rowsum(dO * O), dQ accumulated in fp32 then cast: common.cuh's fa2_backward around the kernel.
 template <typename T, int D>
 cudaError_t wgmma_backward(const AttnArgs& a, cudaStream_t stream) {
-  return fa2_backward<T, D>(a, stream, [&] { return wgmma_backward_tiles<T, D>(a, stream); });
+  const int split = a.option >> 8 > 0 ? a.option >> 8 : 1;
+  switch (a.option & 15) {
+    case 0: return wgmma_backward_pipeline<T, D, 64>(a, split, stream);
+    case 1:
+      if constexpr (D == 64) return wgmma_backward_pipeline<T, D, 128>(a, split, stream);
+      return cudaErrorInvalidValue;
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 }  // namespace fk

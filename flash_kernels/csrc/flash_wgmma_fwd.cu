@@ -495,13 +495,6 @@ constexpr int ws_stages() {
   return ws_smem<D, BM, BN, QBUF, 3>() <= 227 * 1024 ? 3 : 2;
 }
 
-// mbar_arrive by the threads where `pred` holds, as a predicated instruction (no branch).
-__device__ __forceinline__ void mbar_arrive_if(uint32_t bar, bool pred) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, %1, 0;\n@p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(bar),
-               "r"(uint32_t(pred))
-               : "memory");
-}
-
 // Warpgroup 0 is the producer (one thread issues every copy), warpgroups 1 .. NWG the consumers
 // (64 query rows each). Barriers per stage: full_k / full_v (the copy engine's bytes landed; one
 // arrival, the producer's expect_tx) and empty_k / empty_v (NWG arrivals, one per consumer

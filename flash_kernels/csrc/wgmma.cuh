@@ -209,6 +209,17 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// mbar_arrive by the threads where `pred` holds, as a predicated instruction (no branch).
+__device__ __forceinline__ void mbar_arrive_if(uint32_t bar, bool pred) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, %1, 0;\n@p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(bar),
+               "r"(uint32_t(pred))
+               : "memory");
+}
+// One arrival once every cp.async this thread has issued so far has landed (the count of arrivals the
+// barrier was initialised with includes it: .noinc).
+__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
 // Block until the phase of parity `parity` has completed (try_wait suspends the thread for a
 // hardware-chosen time between polls; the loop covers its time-outs).
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
@@ -247,6 +258,23 @@ template <int W, int ROWS>
 __device__ __forceinline__ void tma_load_tile(uint32_t tile, const CUtensorMap* map, uint32_t bar, int r0, int plane) {
 #pragma unroll
   for (int c = 0; c < W / 64; ++c) tma_load_3d(tile + c * (ROWS * 128), map, bar, c * 64, r0, plane);
+}
+
+// Shared -> global element-wise fp32 add of `bytes` contiguous bytes (a multiple of 16, both addresses
+// 16-byte aligned) by the copy engine (cp.reduce.async.bulk), in this thread's bulk group. The source was
+// written by generic stores: the writers fence_proxy_async before the barrier that precedes this call.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Wait until at most N of this thread's bulk groups still read their shared-memory source (READ) or
+// are still in flight at all.
+template <int N, bool READ>
+__device__ __forceinline__ void bulk_wait() {
+  if constexpr (READ) asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+  else asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // ------------------------------------------------------------------------------ warp specialization

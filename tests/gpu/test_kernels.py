@@ -329,12 +329,13 @@ _WG_BWD = fk.VARIANTS["flash_wgmma"].options["wg_bwd_tile"]
 @pytest.mark.parametrize("variant", ["flash_wgmma"])
 @pytest.mark.parametrize("wg_bwd_tile,D", [(t, D) for t in _WG_BWD.choices
                                            for D in _WG_BWD.head_dims.get(t, fk.VARIANTS["flash_wgmma"].head_dims)])
+@pytest.mark.parametrize("bwd_pipeline", fk.VARIANTS["flash_wgmma"].options["bwd_pipeline"].choices)
 @pytest.mark.parametrize("dtype", fk.VARIANTS["flash_wgmma"].dtypes)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_flash_wgmma_backward_on_ragged_gqa_and_cross_shapes(variant: str, wg_bwd_tile: str, dtype: str, D: int,
-                                                             causal: bool) -> None:
-    """Every backward tile against the fp64 reference, with O and LSE from the reference too (so a wrong
-    gradient is the backward's), the grouped-query group swept by one block and split over H/Hkv blocks."""
+def test_flash_wgmma_backward_on_ragged_gqa_and_cross_shapes(variant: str, wg_bwd_tile: str, bwd_pipeline: str,
+                                                             dtype: str, D: int, causal: bool) -> None:
+    """Every backward tile and pipeline against the fp64 reference, with O and LSE from the reference too (so a
+    wrong gradient is the backward's), the grouped-query group swept by one block and split over H/Hkv blocks."""
     tol = TOLERANCES[dtype]
     for B, H, Hkv, Nq, Nk in WGMMA_SHAPES:
         q, k, v, g = random_attention_inputs(B, H, Nq, D, DTYPES[dtype], Hkv=Hkv, Nk=Nk, seed=Nq * 3 + Nk + D)
@@ -344,7 +345,7 @@ def test_flash_wgmma_backward_on_ragged_gqa_and_cross_shapes(variant: str, wg_bw
         for split in sorted({1, H // Hkv}):
             with poisoned_outputs():
                 grads = fk.backward(q, k, v, o, lse, g, variant=variant, causal=causal, wg_bwd_tile=wg_bwd_tile,
-                                    group_split=split)
+                                    bwd_pipeline=bwd_pipeline, group_split=split)
             torch.cuda.synchronize()
             for name, got, ref in zip(("dQ", "dK", "dV"), grads, refs, strict=True):
                 where = f"{name} {B, H, Hkv, Nq, Nk} split={split}"
