@@ -70,6 +70,17 @@ struct WgBwdShape {
   static constexpr int parts = split == kDqKeys ? 1 : 2;         // distinct [64 x NQ] pieces of a dQ tile
 };
 
+// LSE and Dd rows of a query block in shared memory: BM floats each, stored so that the 2 x BM / 8 values a
+// thread needs (queries 8 j + 2 t4 + e, j < BM / 8, e < 2) are contiguous: 16-byte loads, BM / 16 per
+// vector instead of BM / 8 8-byte ones. Group t4 starts at t4 (BM / 4 + 4) floats (the 4 floats of padding put
+// the 4 groups' 16-byte loads on distinct banks).
+template <int BM>
+constexpr int kRowStage = BM + 16;  // floats of one stage of LSE (or Dd)
+template <int BM>
+__device__ __forceinline__ int row_slot(int r) {
+  return ((r >> 1) & 3) * (BM / 4 + 4) + (r >> 3) * 2 + (r & 1);
+}
+
 // ------------------------------------------------------------------------------ one query block's products
 // (both pipelines; each function is called by all 128 threads of a consumer warpgroup)
 
@@ -105,11 +116,14 @@ __device__ __forceinline__ void bwd_p_ds(uint32_t (&pf)[BM / 16][4], uint32_t (&
   const bool need_mask = (k0 + BN > Nk) || (qb + BM > Nq) || (causal && k0 + BN - 1 > qb);
   wgmma_wait<1>();  // S^T has landed; dP^T may still be in flight
   fence_regs(s);
-  // accumulator s[4 j + 2 h + e] = S^T(key0 + 8 h, query qb + 8 j + 2 t4 + e)
+  // accumulator s[4 j + 2 h + e] = S^T(key0 + 8 h, query qb + 8 j + 2 t4 + e); LSE, Dd of queries 8 j + 2 t4 + e
+  // at index 2 j + e of the thread's row group (row_slot)
+  lse_c += t4 * (BM / 4 + 4);
+  dd_c += t4 * (BM / 4 + 4);
 #pragma unroll
   for (int j = 0; j < BM / 8; ++j) {
-    const float2 l = *reinterpret_cast<const float2*>(lse_c + 8 * j + 2 * t4);
-    const float l0 = l.x * kLog2e, l1 = l.y * kLog2e;
+    const float4 l4 = *reinterpret_cast<const float4*>(lse_c + 4 * (j >> 1));  // queries of j and j ^ 1
+    const float l0 = (j & 1 ? l4.z : l4.x) * kLog2e, l1 = (j & 1 ? l4.w : l4.y) * kLog2e;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
@@ -132,7 +146,8 @@ __device__ __forceinline__ void bwd_p_ds(uint32_t (&pf)[BM / 16][4], uint32_t (&
   fence_regs(dp);
 #pragma unroll
   for (int j = 0; j < BM / 8; ++j) {
-    const float2 d = *reinterpret_cast<const float2*>(dd_c + 8 * j + 2 * t4);
+    const float4 d4 = *reinterpret_cast<const float4*>(dd_c + 4 * (j >> 1));
+    const float2 d = j & 1 ? make_float2(d4.z, d4.w) : make_float2(d4.x, d4.y);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       dp[4 * j + 2 * h] = s[4 * j + 2 * h] * (dp[4 * j + 2 * h] - d.x);
@@ -145,15 +160,16 @@ __device__ __forceinline__ void bwd_p_ds(uint32_t (&pf)[BM / 16][4], uint32_t (&
     for (int i = 0; i < 4; ++i) dsf[kk][i] = pack2<T>(dp[8 * kk + 2 * i], dp[8 * kk + 2 * i + 1]);
 }
 
-// dS^T to shared memory ([BN][BM] SW128) for dQ: dsf[kk][i] holds (row + 8 (i & 1), queries 16 kk + 8 (i >> 1)
-// + 2 t4 ..) = 16-byte chunk 2 kk + (i >> 1) of that row, bytes 4 t4 ..; row = the thread's key - k0. The
-// fence orders the stores (generic proxy) before the dQ wgmma's reads (async proxy).
+// dS^T to shared memory ([BN][BM] SW128) for dQ, one stmatrix per k-step: dsf[kk][i] is the 8 x 8 matrix of
+// keys row0 + 8 (i & 1) .. (row0: the warp's first key - k0) and queries 16 kk + 8 (i >> 1) .. (16-byte chunk
+// 2 kk + (i >> 1) of each row), in stmatrix's register layout; lane l gives the address of row l % 8 of
+// matrix l / 8 (8 consecutive rows of one chunk: 8 distinct bank groups under the swizzle). The fence orders
+// the stores (generic proxy) before the dQ wgmma's reads (async proxy).
 template <int BM>
-__device__ __forceinline__ void store_dsT(uint32_t sdS, int row, int t4, const uint32_t (&dsf)[BM / 16][4]) {
+__device__ __forceinline__ void store_dsT(uint32_t sdS, int row0, int lane, const uint32_t (&dsf)[BM / 16][4]) {
+  const int m = lane >> 3, row = row0 + 8 * (m & 1) + (lane & 7);
 #pragma unroll
-  for (int kk = 0; kk < BM / 16; ++kk)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) st_shared_u32(sdS + sw128<kWgBwdKeys>(row + 8 * (i & 1), 2 * kk + (i >> 1)) + 4 * t4, dsf[kk][i]);
+  for (int kk = 0; kk < BM / 16; ++kk) stmatrix_x4(sdS + sw128<kWgBwdKeys>(row, 2 * kk + (m >> 1)), dsf[kk]);
   fence_proxy_async();
 }
 
@@ -314,8 +330,9 @@ flash_wgmma_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, co
   const uint32_t sdO = sQ + 2 * TQ;            // [2][BM][D]
   const uint32_t sdS = sdO + 2 * TQ;           // [BN][BM]  dS^T (BM / 64 column blocks of [BN][64])
   uint8_t* const smem = smem_raw + (sK - raw);
-  float* const lse_s = reinterpret_cast<float*>(smem + 2 * TKV + 4 * TQ + TS);  // [2][BM]
-  float* const dd_s = lse_s + 2 * BM;                                           // [2][BM]
+  constexpr int RS = kRowStage<BM>;
+  float* const lse_s = reinterpret_cast<float*>(smem + 2 * TKV + 4 * TQ + TS);  // [2][RS] (row_slot order)
+  float* const dd_s = lse_s + 2 * RS;                                           // [2][RS]
 
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, t4 = lane & 3;
   const int Nq = dm.Nq, Nk = dm.Nk;
@@ -331,7 +348,7 @@ flash_wgmma_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, co
     for (int r = tid; r < 2 * BM; r += NT) {
       const int q = qb + (r % BM);
       const float* src = (r < BM ? LSE : Dd) + long(qh) * Nq + (q < Nq ? q : 0);
-      cp_async_4(smem_u32(r < BM ? lse_s + st * BM + r : dd_s + st * BM + r - BM), src, q < Nq ? 4 : 0);
+      cp_async_4(smem_u32((r < BM ? lse_s : dd_s) + st * RS + row_slot<BM>(r % BM)), src, q < Nq ? 4 : 0);
     }
   };
 
@@ -356,9 +373,9 @@ flash_wgmma_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, co
     cp_async_commit();
 
     uint32_t pf[KB][4], dsf[KB][4];  // P^T, dS^T as A fragments: k-step kk = queries 16 kk ..
-    bwd_p_ds<T, D, BM>(pf, dsf, desc.K, desc.V, cQ, cdO, lse_s + st * BM, dd_s + st * BM, k0, key0, qb, Nq, Nk, causal,
+    bwd_p_ds<T, D, BM>(pf, dsf, desc.K, desc.V, cQ, cdO, lse_s + st * RS, dd_s + st * RS, k0, key0, qb, Nq, Nk, causal,
                        scale_log2, t4);
-    store_dsT<BM>(sdS, key0 - k0, t4, dsf);
+    store_dsT<BM>(sdS, wg * 64 + warp * 16, lane, dsf);
     issue_dkdv<T, D, BM>(dv, dk, pf, dsf, cQ, cdO);
     bar_sync(1, NT);  // dS^T of both warpgroups is in shared memory
 
@@ -404,15 +421,16 @@ template <int D, int BM>
 constexpr int ws_bwd_smem() {
   constexpr int ST = 2;
   return (2 * kWgBwdKeys * D + 2 * ST * BM * D + 2 * kWgBwdKeys * BM) * 2 + 2 * 64 * WgBwdShape<BM, D>::NQ * 4 +
-         2 * ST * BM * 4 + 8 * (1 + 2 * ST) + 1024;
+         2 * ST * kRowStage<BM> * 4 + 8 * (1 + 2 * ST) + 1024;
 }
 
 // dQ accumulated apart: the fp32 accumulator dQacc of this pipeline is padded to whole tiles, [B*H][tiles]
 // [BM * D], and each tile holds the pieces of the two warpgroups in the order of their accumulator fragments,
-// piece p = [NQ / 8][128 threads][4 floats] (accumulator dq[4 j + r] of thread t at (j * 128 + t) * 4 + r),
-// so that a warpgroup writes its piece to shared memory with conflict-free 16-byte stores and the copy
-// engine adds it to global memory in one contiguous cp.reduce.async.bulk (16 KB). wg_dq_postprocess_kernel
-// reads it back in [B, H, Nq, D] order, scaled.
+// piece p = [4 warps][NQ / 8][32 lanes][4 floats] (accumulator dq[4 j + r] of lane l of warp w at
+// ((w * NQ / 8 + j) * 32 + l) * 4 + r), so that each warp writes its share to shared memory with conflict-free
+// 16-byte stores and the copy engine adds it to global memory in one contiguous cp.reduce.async.bulk (4 KB at
+// NQ = 64), with no barrier but the warp's own. wg_dq_postprocess_kernel reads it back in [B, H, Nq, D] order,
+// scaled.
 template <int BM, int D>
 __host__ __device__ __forceinline__ long dq_piece_offset(int q_in_tile, int col, int& which) {
   using Shape = WgBwdShape<BM, D>;
@@ -426,10 +444,10 @@ __host__ __device__ __forceinline__ long dq_piece_offset(int q_in_tile, int col,
   }
   // accumulator of (row r, column c) of a [64 x NQ] wgmma: warp r / 16, lane 4 (r % 8) + (c % 8) / 2,
   // register 4 (c / 8) + 2 ((r / 8) % 2) + c % 2
-  const int t = (r >> 4) * 32 + (r & 7) * 4 + ((c >> 1) & 3);
+  const int warp = r >> 4, lane = (r & 7) * 4 + ((c >> 1) & 3);
   const int reg = 4 * (c >> 3) + 2 * ((r >> 3) & 1) + (c & 1);
   which = p;
-  return long(p) * 64 * Shape::NQ + (reg >> 2) * 512 + t * 4 + (reg & 3);
+  return long(p) * 64 * Shape::NQ + warp * 16 * Shape::NQ + (reg >> 2) * 128 + lane * 4 + (reg & 3);
 }
 
 // Warpgroup 0 is the producer: its first warp loads K, V once (TMA, full_kv) and then every step's Q_i,
@@ -460,11 +478,12 @@ flash_wgmma_ws_backward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
   const uint32_t sdO = sQ + ST * TQ;           // [ST][BM][D]
   const uint32_t sdS = sdO + ST * TQ;          // [2][BN][BM]
   const uint32_t sdQ = sdS + 2 * TS;           // [2 warpgroups][64 x NQ] fp32, fragment order
-  const uint32_t sLD = sdQ + 2 * TDQ;          // LSE [ST][BM], Dd [ST][BM]
-  const uint32_t full_kv = sLD + 2 * ST * BM * 4, full = full_kv + 8, empty = full + 8 * ST;
+  constexpr int RS = kRowStage<BM>;
+  const uint32_t sLD = sdQ + 2 * TDQ;          // LSE [ST][RS], Dd [ST][RS] (row_slot order)
+  const uint32_t full_kv = sLD + 2 * ST * RS * 4, full = full_kv + 8, empty = full + 8 * ST;
   uint8_t* const smem = smem_raw + (sK - raw);
   const float* const lse_s = reinterpret_cast<const float*>(smem + (sLD - sK));
-  const float* const dd_s = lse_s + ST * BM;
+  const float* const dd_s = lse_s + ST * RS;
 
   const int tid = threadIdx.x, wg = tid >> 7;
   const int Nq = dm.Nq, Nk = dm.Nk;
@@ -507,7 +526,7 @@ flash_wgmma_ws_backward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
         for (int r = lane; r < 2 * BM; r += 32) {  // LSE rows, then Dd rows (zeros past Nq)
           const int q = qb + (r % BM);
           const float* src = (r < BM ? LSE : Dd) + long(qh) * Nq + (q < Nq ? q : 0);
-          cp_async_4(sLD + ((r < BM ? 0 : ST * BM - BM) + st * BM + r) * 4, src, q < Nq ? 4 : 0);
+          cp_async_4(sLD + ((r < BM ? 0 : ST * RS) + st * RS + row_slot<BM>(r % BM)) * 4, src, q < Nq ? 4 : 0);
         }
         cp_async_mbar_arrive(full + 8 * st);
         work.next<BM>(qh, qb, Nq);
@@ -520,7 +539,8 @@ flash_wgmma_ws_backward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
     const float scale_log2 = scale * kLog2e;
     const int key0 = k0 + c * 64 + warp * 16 + (lane >> 2);  // this thread's accumulator rows: key0, key0 + 8
     const int n_tq = (Nq + BM - 1) / BM;                     // dQ tiles per query head
-    const uint32_t my_dq = sdQ + c * TDQ + t128 * 16;        // this thread's first 16 bytes of its piece
+    constexpr uint32_t TW = TDQ / 4;                           // bytes of a warp's share of the piece
+    const uint32_t my_dq = sdQ + c * TDQ + warp * TW + lane * 16;  // this thread's first 16 bytes
     const WgBwdDescs<BM, D> desc(sK, sV, sdS, c);
     float dk[NKV], dv[NKV];
 #pragma unroll
@@ -534,9 +554,9 @@ flash_wgmma_ws_backward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
       mbar_wait(full + 8 * st, (it / ST) & 1);
 
       uint32_t pf[KB][4], dsf[KB][4];
-      bwd_p_ds<T, D, BM>(pf, dsf, desc.K, desc.V, cQ, cdO, lse_s + st * BM, dd_s + st * BM, k0, key0, qb, Nq, Nk,
+      bwd_p_ds<T, D, BM>(pf, dsf, desc.K, desc.V, cQ, cdO, lse_s + st * RS, dd_s + st * RS, k0, key0, qb, Nq, Nk,
                          causal, scale_log2, t4);
-      store_dsT<BM>(cdS, key0 - k0, t4, dsf);
+      store_dsT<BM>(cdS, c * 64 + warp * 16, lane, dsf);
       issue_dkdv<T, D, BM>(dv, dk, pf, dsf, cQ, cdO);
       bar_sync(1, 256);  // dS^T of both consumer warpgroups is in shared memory
 
@@ -549,21 +569,22 @@ flash_wgmma_ws_backward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
       fence_regs(dk);
       fence_regs(dq);
 
-      // the dQ piece: wait until the copy engine has read the previous one, write, add
-      if (t128 == 0) bulk_wait<0, true>();
-      bar_sync(2 + c, 128);
+      // the warp's share of the dQ piece: wait until the copy engine has read the previous one, write, add
+      if (lane == 0) bulk_wait<0, true>();
+      __syncwarp();
 #pragma unroll
-      for (int j = 0; j < NQ / 8; ++j) st_shared_v4(my_dq + j * 2048, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+      for (int j = 0; j < NQ / 8; ++j) st_shared_v4(my_dq + j * 512, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
       fence_proxy_async();
-      bar_sync(2 + c, 128);
-      if (t128 == 0) {
+      __syncwarp();
+      if (lane == 0) {
         const int p = Shape::parts == 1 ? 0 : c;
-        bulk_reduce_add_f32(dQacc + (long(qh) * n_tq + qb / BM) * (BM * D) + p * (64 * NQ), sdQ + c * TDQ, TDQ);
+        bulk_reduce_add_f32(dQacc + (long(qh) * n_tq + qb / BM) * (BM * D) + p * (64 * NQ) + warp * (TW / 4),
+                            sdQ + c * TDQ + warp * TW, TW);
         bulk_commit();
       }
       work.next<BM>(qh, qb, Nq);
     }
-    if (t128 == 0) bulk_wait<0, false>();  // every add has completed before the block's shared memory goes
+    if (lane == 0) bulk_wait<0, false>();  // every add has completed before the block's shared memory goes
 
     if (gridDim.z > 1) {
       add_dkdv_partial<D>(dKacc, dVacc, dk, dv, work.kv_off<D>(Nk), key0, Nk, t4, scale);
@@ -604,7 +625,7 @@ cudaError_t wgmma_backward_launch(const AttnArgs& a, int split, cudaStream_t str
   auto kernel = flash_wgmma_backward_kernel<T, D, BM>;
   constexpr int BN = kWgBwdKeys;
   // tiles + LSE/Dd stages + slack for 1024-byte alignment
-  constexpr int smem = (2 * BN * D + 4 * BM * D + BN * BM) * 2 + 4 * BM * 4 + 1024;
+  constexpr int smem = (2 * BN * D + 4 * BM * D + BN * BM) * 2 + 4 * kRowStage<BM> * 4 + 1024;
   return fa2_backward<T, D>(a, stream, [&] {
     return split_group_backward<T, D>(a, split, stream, [&] {
       cudaError_t err = allow_smem(kernel, smem);
