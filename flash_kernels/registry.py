@@ -174,7 +174,7 @@ VARIANTS: dict[str, Variant] = {
                     "barriers), one's softmax under the other's GEMMs; tma-ws-persistent = tma-ws-overlap with one "
                     "block per SM looping over work tiles handed out by a global counter (two Q buffers, the K/V "
                     "ring running on from one tile to the next); tma-ws-persistent-pingpong = both",
-                    default={64: "tma", 128: "tma-ws-overlap"},
+                    default={64: "tma", 128: "tma-ws-persistent"},
                 ),
                 "wg_bwd_tile": Option(
                     "wg_bwd_tile", ("64x128", "128x128"),
@@ -189,7 +189,7 @@ VARIANTS: dict[str, Variant] = {
                     "a producer warpgroup loads them (TMA, cp.async on an mbarrier ring) for two consumer "
                     "warpgroups (setmaxnreg), each of which adds its dQ piece from shared memory with one bulk "
                     "reduce-add of the copy engine (step 2)",
-                    default={64: "cp.async", 128: "cp.async"},
+                    default={64: "tma-ws", 128: "tma-ws"},
                 ),
                 "group_split": _GROUP_SPLIT,
             },

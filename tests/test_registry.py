@@ -53,10 +53,10 @@ def test_flash_wgmma_is_a_hopper_variant():
     v = get_variant("flash_wgmma")
     assert v.passes == ("forward", "backward") and v.arch == "sm_90a" and v.dtypes == ("float16", "bfloat16")
     assert v.grouped_query and v.cross and v.causal and v.head_dims == (64, 128)
-    assert v.resolve_options({}, 128) == {"wg_tile": "192x128", "pipeline": "tma-ws-overlap", "wg_bwd_tile": "64x128",
-                                          "bwd_pipeline": "cp.async", "group_split": "auto"}
+    assert v.resolve_options({}, 128) == {"wg_tile": "192x128", "pipeline": "tma-ws-persistent",
+                                          "wg_bwd_tile": "64x128", "bwd_pipeline": "tma-ws", "group_split": "auto"}
     assert v.resolve_options({}, 64) == {"wg_tile": "128x128", "pipeline": "tma", "wg_bwd_tile": "128x128",
-                                         "bwd_pipeline": "cp.async", "group_split": "auto"}
+                                         "bwd_pipeline": "tma-ws", "group_split": "auto"}
     with pytest.raises(ValueError, match="wg_bwd_tile='128x128' supports head dim"):
         v.resolve_options({"wg_bwd_tile": "128x128"}, 128)
     with pytest.raises(ValueError, match="wg_tile='64x64' is not supported; accepted: '128x128'"):
