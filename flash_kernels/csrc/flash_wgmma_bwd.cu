@@ -453,7 +453,9 @@ __host__ __device__ __forceinline__ long dq_piece_offset(int q_in_tile, int col,
 // Warpgroup 0 is the producer: its first warp loads K, V once (TMA, full_kv) and then every step's Q_i,
 // dO_i (TMA, two boxes per 64 columns) and LSE_i, Dd_i (cp.async, one arrival per lane on completion,
 // .noinc) into a 2-stage ring: full[s] completes when all have landed (1 + 32 arrivals and the TMA bytes),
-// empty[s] when both consumer warpgroups' wgmma reading the stage have completed (one arrival each).
+// empty[s] when both consumer warpgroups' wgmma reading the stage have completed and every consumer thread
+// has read its LSE, Dd values (256 arrivals: one per warpgroup left those generic reads unordered before the
+// refill, a race compute-sanitizer's racecheck reported).
 // Warpgroups 1, 2 are the consumers: the products of the cp.async kernel, with dS^T double-buffered (the
 // barrier on both warpgroups' dS^T of step t + 1 is passed only after both have finished step t's dQ), and
 // their dQ pieces added by the copy engine (see dq_piece_offset) instead of 2 x NQ / 2 red.global.add.v2
@@ -495,7 +497,7 @@ flash_wgmma_ws_backward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
 #pragma unroll
     for (int s = 0; s < ST; ++s) {
       mbar_init(full + 8 * s, 1 + 32);  // the producer's expect_tx + one cp.async arrival per lane
-      mbar_init(empty + 8 * s, 2);      // one per consumer warpgroup
+      mbar_init(empty + 8 * s, 256);    // every consumer thread (each has read its LSE, Dd rows)
     }
     mbar_init_fence();
   }
@@ -563,7 +565,7 @@ flash_wgmma_ws_backward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
       float dq[NQ / 2];
       issue_dq<T, NQ, KQ>(dq, desc_add(desc.dSa, (it & 1) * TS), desc.Kb);
       wgmma_wait<1>();  // dV, dK of this step done: the stage's Q_i, dO_i are no longer read
-      mbar_arrive_if(empty + 8 * st, t128 == 0);
+      mbar_arrive(empty + 8 * st);  // every thread: its own reads of the stage's LSE, Dd are done too
       wgmma_wait<0>();
       fence_regs(dv);
       fence_regs(dk);
