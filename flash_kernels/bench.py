@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from nsightlab.core.args import ArgumentParser
 
 from . import _ops, model
-from .bench_suites import SUITES, Config, get_suite
+from .bench_suites import SUITES, Config, get_suite, suite_passes
 from .reference import reference_backward, reference_forward
 from .registry import VARIANTS, get_variant
 from .testing import error_metrics, random_attention_inputs
@@ -442,6 +442,9 @@ def run(suite: str, variants: list[str], refs: list[str], passes: list[str], dty
     """One row (CSV_FIELDS) per dtype, configuration, pass and implementation of ``suite`` (``configs``:
     only these), each checked against the fp64 reference and timed, or skipped with its reason."""
     cfgs, suite_dtypes, _ = get_suite(suite)
+    if suite_passes(suite, passes) != passes:
+        log(f"{suite}: passes {', '.join(suite_passes(suite, passes)) or 'none'} only (bench_suites.SUITE_PASSES)")
+        passes = suite_passes(suite, passes)
     if configs:
         unknown = sorted(set(configs) - {c.name for c in cfgs})
         if unknown:

@@ -96,6 +96,16 @@ SUITES: dict[str, tuple[list[Config], tuple[str, ...], str]] = {
 }
 
 
+#: the passes a suite times, where not both: a decode step is inference (forward only), and its backward
+#: references at Nk = 64k cost more device time than every other suite together
+SUITE_PASSES: dict[str, tuple[str, ...]] = {"decode": ("forward",)}
+
+
+def suite_passes(name: str, passes: list[str]) -> list[str]:
+    """Of ``passes``, those suite ``name`` times."""
+    return [p for p in passes if p in SUITE_PASSES.get(name, ("forward", "backward"))]
+
+
 def get_suite(name: str) -> tuple[list[Config], tuple[str, ...], str]:
     if name not in SUITES:
         raise ValueError(f"unknown suite {name!r}; known suites: {', '.join(SUITES)}")

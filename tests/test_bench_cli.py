@@ -3,7 +3,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from flash_kernels import bench, model  # noqa: E402
-from flash_kernels.bench_suites import SUITES, Config, get_suite  # noqa: E402
+from flash_kernels.bench_suites import SUITES, Config, get_suite, suite_passes  # noqa: E402
 from flash_kernels.testing import random_attention_inputs, random_qkv  # noqa: E402
 from nsightlab.store.captures import load_bench  # noqa: E402
 
@@ -43,6 +43,10 @@ def test_decode_suite():
                                                   for nk in (1024, 4096, 16384, 65536) for h in (32, 8, 1)}
     c = {c.name: c for c in cfgs}["Nq1-Nk4096-Hkv8"]
     assert (c.N, c.Nk, c.Hkv, c.kv_heads, c.keys) == (1, 4096, 8, 8, 4096)
+    # a decode step is inference: the suite times the forward pass only, whatever --passes asks
+    assert suite_passes("decode", ["forward", "backward"]) == ["forward"]
+    assert suite_passes("decode", ["backward"]) == []
+    assert suite_passes("gqa", ["forward", "backward"]) == ["forward", "backward"]
     # the benchmark's FLOPs and bytes: every query against every cached key; K/V dominate the bytes
     assert model.flops(c.B, c.H, c.N, c.D, causal=c.causal, Hkv=c.Hkv, Nk=c.Nk) == 4 * 8 * 32 * 1 * 4096 * 128
     assert model.flops(c.B, c.H, c.N, c.D, pass_="backward", Hkv=c.Hkv, Nk=c.Nk) == 2.5 * 4 * 8 * 32 * 4096 * 128

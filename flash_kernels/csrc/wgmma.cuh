@@ -324,6 +324,13 @@ template <typename T>
 inline cudaError_t make_tile_map(CUtensorMap* map, const void* base, int planes, int N, int W, int rows) {
   const auto encode = tensor_map_encoder();
   if (encode == nullptr) return cudaErrorNotSupported;
+  // The driver call needs the device's context current in this thread, which a thread that has made no
+  // runtime call yet lacks (autograd's backward thread, for one): cudaSetDevice makes the primary context
+  // current.
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaSetDevice(device);
+  if (err != cudaSuccess) return err;
   static_assert(sizeof(T) == 2, "16-bit elements");
   const CUtensorMapDataType dt =
       std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
@@ -117,6 +119,35 @@ def test_autograd_matches_raw_passes(variant: str) -> None:
     assert torch.equal(out.detach(), o)
     for a, b in ((qs.grad, dq), (ks.grad, dk), (vs.grad, dv)):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_hopper_kernels_run_from_a_thread_without_a_current_context(D: int) -> None:
+    """flash_wgmma's TMA launchers build tensor maps with a driver call, which needs the context current in the
+    calling thread; autograd runs backward on its own thread, where no runtime call may have made it current
+    yet (the tensor-map encoder failed there: 'invalid argument')."""
+    if fk.unavailable_reason("flash_wgmma", torch.cuda.get_device_capability()) is not None:
+        pytest.skip("flash_wgmma needs compute capability 9.0")
+    q, k, v, g = random_qkv(1, 2, 77, D, torch.float16, seed=4, n=4)
+    ref_o, ref_lse = fk.forward(q, k, v, variant="flash_wgmma")
+    ref_grads = fk.backward(q, k, v, ref_o, ref_lse, g, variant="flash_wgmma")
+    torch.cuda.synchronize()
+    got: dict[str, object] = {}
+
+    def run() -> None:  # a fresh thread: no CUDA call has been made from it
+        try:
+            o, lse = fk.forward(q, k, v, variant="flash_wgmma")
+            got["out"] = (o, *fk.backward(q, k, v, o, lse, g, variant="flash_wgmma"))
+            torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 - re-raised below, in the test's thread
+            got["error"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    assert "error" not in got, f"flash_wgmma failed in a fresh thread: {got.get('error')!r}"
+    for name, a, b in zip(("O", "dQ", "dK", "dV"), got["out"], (ref_o, *ref_grads), strict=True):
+        assert torch.equal(a, b), name
 
 
 def test_non_contiguous_inputs_are_accepted() -> None:
