@@ -37,7 +37,9 @@ def test_grouped_query_and_decode_rows():
     for suite, configs in (("decode", ["Nq1-Nk1024-Hkv8", "Nq16-Nk1024-Hkv32"]), ("gqa", ["Hkv1-N2048-causal"])):
         rows += bench.run(suite, ["flash_mma"], ["sdpa_flash", "sdpa_math"], ["forward", "backward"], ["float16"], configs,
                           warmup=0, reps=3, budget_ms=5.0, log=lambda _: None)
-    assert len(rows) == 3 * 2 * 3
+    # (decode: 2 configs x 1 pass (forward only) + gqa: 1 config x 2 passes) x 3 implementations
+    assert len(rows) == (2 * 1 + 1 * 2) * 3
+    assert {r["pass"] for r in rows if r["suite"] == "decode"} == {"forward"}
     shapes = {(r["config"], r["H"], r["Hkv"], r["N"], r["Nk"]) for r in rows}
     assert shapes == {("Nq1-Nk1024-Hkv8", 32, 8, 1, 1024), ("Nq16-Nk1024-Hkv32", 32, 32, 16, 1024),
                       ("Hkv1-N2048-causal", 32, 1, 2048, 2048)}
