@@ -45,6 +45,28 @@
 // warpgroup + 2 consumers, 168 registers on average). Then LG throttle on the dQ red.global.add (0.37 cycles
 // per instruction, cuDNN 0) and MIO throttle (0.41 vs 0.07). Tensor pipe busy 38% vs 66%. FlashAttention-3's
 // arrangement (TMA producer with setmaxnreg, dQ accumulated apart) targets all three.
+//
+// pipeline "tma-ws" (step 2, option bits 4..7 = 1; the default): FlashAttention-3's arrangement. A producer
+// warpgroup (setmaxnreg 24; one warp works) loads K, V once and every step's Q_i, dO_i by TMA and LSE_i, Dd_i by
+// cp.async completing on the stage's mbarrier (.noinc), into a 2-stage ring; two consumer warpgroups (240
+// registers) run the products above with dS^T double-buffered (one named barrier a step: both halves stored) and
+// never touch global memory for dQ: each warp writes its share of dQ_i to shared memory in accumulator order
+// (conflict-free 16-byte stores) and adds it to a padded fp32 accumulator with one cp.reduce.async.bulk of the
+// copy engine (4 KB), instead of 32 red.global.add.v2 per thread; a small kernel un-permutes and scales it.
+// dS^T is stored by stmatrix, and LSE/Dd sit per thread contiguous in shared memory (16-byte loads).
+//   Measured (H100 80GB HBM3, torch 2.11.0+cu130, scripts/wgmma_smoke.py --passes backward at baf56bc, log
+//   profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_bwd_tma_ws_baf56bc.log; fp16, B*N = 16k, H = 16, L2 flushed,
+//   median of up to 20): D = 128 (64x128) 505-514 TFLOP/s full, 443-493 causal at N = 4096-8192, 0.90-0.96x
+//   cuDNN in the same run (cp.async 358-371 / 315-336, 0.65-0.68x); D = 64 (128x128) 317-328 full, 0.69-0.70x
+//   (cp.async 310-324). The first version (2c5c874: 16 st.shared.b32 per step for dS^T, one bulk reduce per
+//   warpgroup between two warpgroup barriers) reached 468-476 / 420-445 at D = 128.
+//   Why, under Nsight Compute (profiles/nvidia-h100-80gb-hbm3/backward at baf56bc, N = 4096, D = 128, full;
+//   `nsightlab why profiles/nvidia-h100-80gb-hbm3/backward --a flash_wgmma --b sdpa_cudnn --case
+//   bwd_pipeline=tma-ws`): 1.07x cuDNN's kernel time (cp.async 1.54x); instructions 1.09x cuDNN's (cp.async
+//   1.23x), tensor pipe 59% of active cycles (cp.async 40%, cuDNN 66%); left: MIO throttle 0.37 cycles per issue
+//   (cuDNN 0.07) and short scoreboard 0.69 (0.45). The first version's capture (2c5c874) had MIO throttle 0.59
+//   and 1.13x. At D = 64 the fixed work per step weighs twice as much against the tensor work, and the 128x128
+//   consumers spill 92 bytes at 240 registers: 0.67-0.74x cuDNN.
 #include "wgmma.cuh"
 
 namespace fk {
