@@ -258,3 +258,23 @@ def test_the_reading_process_hands_back_results_and_errors_and_survives_a_crash(
         isolated.call(os._exit, 3)  # a reader that takes its process down (a crash inside Nsight's library)
     assert isolated.call(divmod, 9, 4) == (2, 1)  # the next read gets a fresh process
 
+
+
+def test_a_capture_with_both_tiers_reads_the_light_tier_for_its_light_pages(tmp_path):
+    """The deep tier profiles some cases a second time into deep.ncu-rep beside ncu.ncu-rep: the light pages
+    (ranges, rooflines, options) read ncu.ncu-rep only, or a deep case's range would count every launch twice;
+    a deep-only capture's report is its only one. The committed H100 backward capture has both."""
+    from nsightlab.store.read import load_ncu, ncu_files
+
+    for names, expected in ((["deep.ncu-rep.xz", "ncu.ncu-rep.xz"], ["ncu.ncu-rep.xz"]),
+                            (["deep.ncu-rep.xz"], ["deep.ncu-rep.xz"]),
+                            (["deep_raw.csv", "ncu_raw.csv"], ["ncu_raw.csv"])):
+        d = tmp_path / "-".join(names)
+        d.mkdir()
+        for n in names:
+            (d / n).write_bytes(b"")
+        assert [p.name for p in ncu_files(d)] == expected, names
+    cap = Path(__file__).resolve().parent.parent / "profiles" / "nvidia-h100-80gb-hbm3" / "backward"
+    df = load_ncu(cap, load_manifest(cap))
+    launches = df.groupby("range")["launch"].nunique()
+    assert (launches == 3).all(), launches[launches != 3]  # rowdot, the kernel, the dQ cast (cuDNN: its 3)

@@ -64,8 +64,12 @@ def _reports(path: Path, suffixes: tuple[str, ...], preferred: str) -> list[Path
 
 
 def ncu_files(path: Path) -> list[Path]:
-    """The capture's Nsight Compute reports (``ncu.ncu-rep`` first), else its raw CSV exports."""
+    """The capture's Nsight Compute reports (``ncu.ncu-rep`` first), else its raw CSV exports. A capture that
+    took both tiers keeps the deep tier's second profile of some cases in ``deep.ncu-rep`` beside the light
+    tier's: that one is read by the deep-tier pages, not here (its launches would count twice in a range's
+    time); a deep-only capture's is its only report."""
     reps = _reports(path, (".ncu-rep", ".ncu-rep.gz", ".ncu-rep.xz"), "ncu.ncu-rep")
+    reps = [p for p in reps if not p.name.startswith("deep.")] or reps
     return reps or _reports(path, ("ncu_raw.csv", "ncu_raw.csv.gz", "ncu_raw.csv.xz"), "ncu_raw.csv")
 
 
