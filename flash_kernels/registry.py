@@ -154,7 +154,8 @@ VARIANTS: dict[str, Variant] = {
             "128B-swizzled shared memory, P from registers, V read transposed; one warpgroup per 64 query "
             "rows; K/V by cp.async double buffering or by TMA (option pipeline); backward: two warpgroups "
             "own 128 keys with dK, dV in registers, every product a wgmma (P^T, dS^T as register A "
-            "operands), dQ = dS K from dS^T in shared memory, added by fp32 atomics",
+            "operands), dQ = dS K from dS^T in shared memory, added by fp32 atomics or (bwd_pipeline tma-ws, with a "
+            "TMA producer warpgroup) by the copy engine's bulk reduce-add",
             ("float16", "bfloat16"), _HD, PASSES, True, grouped_query=True, cross=True, arch="sm_90a",
             options={
                 "wg_tile": Option(
