@@ -169,7 +169,7 @@ def test_same_capture_against_itself_is_no_regression(capsys):
     assert (cmp.ranges["ratio"] == 1).all() and cmp.unmatched.empty
     assert (cmp.ranges["base_n"] == 5).all()  # nsys: five measured launches per range
     assert (cmp.kernels["verdict"] == C.SAME).all() and len(cmp.kernels) > len(cmp.ranges)
-    bench = C.compare_captures(f"{H100}/bench", f"{H100}/bench")
+    bench = C.compare_captures(f"{H100}/bench-mma-fwd-always-rescale", f"{H100}/bench-mma-fwd-always-rescale")
     assert bench.exit_status == 0 and set(bench.ranges["verdict"]) == {C.SAME} and len(bench.ranges) == 773
 
 
@@ -198,10 +198,10 @@ def test_h200_base_h100_new_flags_the_memory_bound_rows(capsys):
 
     # the benchmark: every sdpa_math forward (it materializes the scores in DRAM) of 1 ms or more is slower,
     # as are tiled's forwards at D=64 from N=1024; the CUDA-core flash kernels are not
-    # (bench-mma-fwd-always-rescale: the H200's run of the same code as the H100's bench)
-    assert page.main([f"{H200}/bench-mma-fwd-always-rescale", f"{H100}/bench"]) == 1
+    # (bench-mma-fwd-always-rescale: both GPUs' runs of the same code, 3b30d4b)
+    assert page.main([f"{H200}/bench-mma-fwd-always-rescale", f"{H100}/bench-mma-fwd-always-rescale"]) == 1
     out = capsys.readouterr().out
-    b = C.compare_captures(f"{H200}/bench-mma-fwd-always-rescale", f"{H100}/bench").ranges
+    b = C.compare_captures(f"{H200}/bench-mma-fwd-always-rescale", f"{H100}/bench-mma-fwd-always-rescale").ranges
     long = b[b["base_ms"] >= 1]
     math_fwd = long[(long["variant"] == "sdpa_math") & (long["pass"] == "forward")]
     assert len(math_fwd) >= 20 and (math_fwd["verdict"] == C.SLOWER).all()
