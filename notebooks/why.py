@@ -136,9 +136,9 @@ nb.table(side[["quantity", "a", "b", "ratio", "metric"] if pair else ["quantity"
 # whole gap): instructions issued per scheduler, warp cycles per issued instruction by stall reason, warps per
 # scheduler (latency hiding), and the rest (idle SMs, the tail of the grid, the clock). A positive share widens
 # the gap, a negative one narrows it; *ms* is the share of the time difference. Warps per scheduler counts every
-# resident warp, whether or not it computes: in a warp-specialised kernel the producer warps that only issue
-# copies (or have exited) count too, so there it measures how many warps were resident rather than how many hid
-# the consumers' latency.
+# resident warp, whether or not it computes: in a warp-specialised kernel the producer warps, which only issue
+# copies, count too, and warps that exit early lower it, so there it measures how many warps were resident rather
+# than how many hid the consumers' latency.
 
 # %%
 if pair:
