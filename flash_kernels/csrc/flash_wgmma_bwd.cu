@@ -120,19 +120,9 @@ __device__ __forceinline__ void bwd_p_ds(uint32_t (&pf)[BM / 16][4], uint32_t (&
   fence_regs(s);
   fence_regs(dp);
   wgmma_fence();
-#pragma unroll
-  for (int kd = 0; kd < D / 16; ++kd) {
-    const uint32_t off = (kd & 3) * 32;
-    wgmma_ss<T, BM>(s, desc_add(descK, (kd >> 2) * (BN * 128) + off), desc_add(descQ, (kd >> 2) * (BM * 128) + off),
-                    kd > 0);
-  }
+  wgmma_kmajor_ss<T, BM, D, BN, BM>(s, descK, descQ);
   wgmma_commit();
-#pragma unroll
-  for (int kd = 0; kd < D / 16; ++kd) {
-    const uint32_t off = (kd & 3) * 32;
-    wgmma_ss<T, BM>(dp, desc_add(descV, (kd >> 2) * (BN * 128) + off), desc_add(descdO, (kd >> 2) * (BM * 128) + off),
-                    kd > 0);
-  }
+  wgmma_kmajor_ss<T, BM, D, BN, BM>(dp, descV, descdO);
   wgmma_commit();
   // any key past Nk, query past Nq, or (causal) key after a query in this block
   const bool need_mask = (k0 + BN > Nk) || (qb + BM > Nq) || (causal && k0 + BN - 1 > qb);

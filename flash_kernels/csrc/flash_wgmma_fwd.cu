@@ -154,12 +154,7 @@ template <typename T, int D, int BM, int BN>
 __device__ __forceinline__ void issue_scores(float (&s)[BN / 2], uint64_t dQ, uint64_t dK) {
   fence_regs(s);
   wgmma_fence();
-#pragma unroll
-  for (int kd = 0; kd < D / 16; ++kd) {
-    const uint32_t off = (kd & 3) * 32;
-    wgmma_ss<T, BN>(s, desc_add(dQ, (kd >> 2) * (BM * 128) + off), desc_add(dK, (kd >> 2) * (BN * 128) + off),
-                    kd > 0);
-  }
+  wgmma_kmajor_ss<T, BN, D, BM, BN>(s, dQ, dK);
   wgmma_commit();
 }
 

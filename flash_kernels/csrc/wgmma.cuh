@@ -183,6 +183,20 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
   wgmma_rs_impl<N, TB>(static_cast<T*>(nullptr), d, a, db, scale_d);
 }
 
+// D[64 x N] (+)= A B^T over the W columns (the reduction dim) of two K-major SW128 tiles, one wgmma per
+// k16 step, issued without fence or commit: A the descriptor of the warpgroup's 64 rows of an [A_ROWS][W]
+// tile, B of an [N][W] tile whose column blocks are B_ROWS * 128 bytes apart. k-step kd reads columns 16 kd ..
+// of column block kd / 4 (32 bytes per k-step inside a 128-byte row). The first step overwrites d.
+template <typename T, int N, int W, int A_ROWS, int B_ROWS>
+__device__ __forceinline__ void wgmma_kmajor_ss(float (&d)[N / 2], uint64_t da, uint64_t db) {
+#pragma unroll
+  for (int kd = 0; kd < W / 16; ++kd) {
+    const uint32_t off = (kd & 3) * 32;
+    wgmma_ss<T, N>(d, desc_add(da, (kd >> 2) * (A_ROWS * 128) + off), desc_add(db, (kd >> 2) * (B_ROWS * 128) + off),
+                   kd > 0);
+  }
+}
+
 #undef FK_DEFINE_WGMMA
 #undef FK_WGMMA_SS
 #undef FK_WGMMA_RS
