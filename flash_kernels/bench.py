@@ -442,9 +442,10 @@ def run(suite: str, variants: list[str], refs: list[str], passes: list[str], dty
     """One row (CSV_FIELDS) per dtype, configuration, pass and implementation of ``suite`` (``configs``:
     only these), each checked against the fp64 reference and timed, or skipped with its reason."""
     cfgs, suite_dtypes, _ = get_suite(suite)
-    if suite_passes(suite, passes) != passes:
-        log(f"{suite}: passes {', '.join(suite_passes(suite, passes)) or 'none'} only (bench_suites.SUITE_PASSES)")
-        passes = suite_passes(suite, passes)
+    timed = suite_passes(suite, passes)
+    if timed != passes:
+        log(f"{suite}: passes {', '.join(timed) or 'none'} only (bench_suites.SUITE_PASSES)")
+        passes = timed
     if configs:
         unknown = sorted(set(configs) - {c.name for c in cfgs})
         if unknown:

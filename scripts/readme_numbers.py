@@ -130,12 +130,10 @@ def decode_table(gpu: Path) -> str:
     """The decode suite's forward pass: microseconds per call (memory-bound: GB/s of compulsory traffic), for the
     implementations the capture timed there; with flash_decode, its speed over the best SDPA backend's."""
     df, _ = load_bench(gpu / "bench")
-    d = df[(df["suite"] == "decode") & (df["pass"] == "forward") & (df["status"] == "ok")]
+    d = df[(df["suite"] == "decode") & (df["pass"] == "forward") & (df["status"] == "ok") & (df["dtype"] == "float16")]
     impls = [i for i in ("flash_decode", "flash_mma", "sdpa_flash", "sdpa_cudnn") if i in set(d["impl"])]
     rows = []
-    for (dtype, cfg), g in d.groupby(["dtype", "config"], sort=False):
-        if dtype != "float16":
-            continue
+    for cfg, g in d.groupby("config", sort=False):
         row = {"config": cfg}
         ms = {}
         for impl in impls:
