@@ -221,9 +221,11 @@ ACCEPTED_SPILLS: dict[str, tuple[int, int, int]] = {
     "flash_mma_forward_kernel<half,128,128,64,2>": (52, 36, 24),
     "flash_mma_forward_kernel<bf16,128,128,64,2>": (52, 36, 24),
     # flash_wgmma backward, 128x128 tile at D = 64 (P^T, dS^T of 128 queries beside dK, dV): the tma-ws kernel's
-    # consumers, at 240 registers (the cp.async kernel has 255 and does not spill)
-    "flash_wgmma_ws_backward_kernel<half,64,128>": (92, 100, 96),
-    "flash_wgmma_ws_backward_kernel<bf16,64,128>": (92, 100, 96),
+    # consumers, at 240 registers (the cp.async kernel has 255 and does not spill). Since the mask became a
+    # branch around two copies of the softmax loop (stores 92 -> 116, loads 100 -> 88, stack 96 -> 64), which
+    # made the kernel 1.3x faster on the H100 (flash_wgmma_bwd.cu, bwd_p_ds)
+    "flash_wgmma_ws_backward_kernel<half,64,128>": (116, 88, 64),
+    "flash_wgmma_ws_backward_kernel<bf16,64,128>": (116, 88, 64),
 }
 
 
