@@ -65,8 +65,8 @@
 //   bwd_pipeline=tma-ws`): 1.07x cuDNN's kernel time (cp.async 1.54x); instructions 1.09x cuDNN's (cp.async
 //   1.23x), tensor pipe 59% of active cycles (cp.async 40%, cuDNN 66%); left: MIO throttle 0.37 cycles per issue
 //   (cuDNN 0.07) and short scoreboard 0.69 (0.45). The first version's capture (2c5c874) had MIO throttle 0.59
-//   and 1.13x. At D = 64 the fixed work per step weighs twice as much against the tensor work, and the 128x128
-//   consumers spill 92 bytes at 240 registers: 0.67-0.74x cuDNN.
+//   and 1.13x. At D = 64 (128x128): 0.67-0.74x cuDNN until the mask became a branch (bwd_p_ds), then 0.96-1.04x
+//   (H100 bench at caf73dc; the capture `backward` at caf73dc: 1.02x cuDNN's kernel time at D = 64, 1.06x at 128).
 #include <climits>
 
 #include "wgmma.cuh"
