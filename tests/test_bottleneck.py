@@ -285,6 +285,27 @@ def test_explain_splits_the_whole_gap_and_the_verdict_names_the_ratio(bottleneck
     assert "\n" not in text and "tensor pipe" in text
 
 
+def _ranked(ratio: float, rows: list[tuple[str, float, float, float]]) -> pd.DataFrame:
+    """A ranked table as explain() returns it: (term, a, b, share); time_b 1 ms."""
+    gap = ratio - 1.0
+    df = pd.DataFrame([{"term": t, "what": "", "a": a, "b": b, "share": sh, "ms": sh * gap} for t, a, b, sh in rows])
+    df.attrs.update({"time_a_ms": ratio, "time_b_ms": 1.0, "ratio": ratio})
+    return df
+
+
+def test_the_verdict_gives_shares_of_a_clear_gap_and_milliseconds_where_terms_cancel():
+    clear = B.verdict("x", "y", _ranked(1.5, [("instructions issued", 120.0, 100.0, 0.6), ("Stall Wait", 1.2, 0.7, 0.4)]))
+    assert "(60% of the gap)" in clear and "(40% of the gap)" in clear and " ms)" not in clear.split(": ", 1)[1]
+    # 1.02x with terms of 519% and -400% of the gap: the time each widening term adds, not its share
+    close = B.verdict("x", "y", _ranked(1.02, [("Stall Wait", 1.49, 0.71, 5.19), ("instructions issued", 78.0, 116.0, -4.19)]))
+    assert "partly cancel" in close and "(+0.104 ms)" in close and "%" not in close
+    # a gap beyond 5% with a term larger than the whole gap: milliseconds too
+    over = B.verdict("x", "y", _ranked(1.06, [("Stall Wait", 1.49, 0.71, 1.91), ("Stall Barrier", 1.4, 0.9, -0.91)]))
+    assert "(+0.115 ms)" in over and "of the gap" not in over
+    # faster: the ratio alone
+    assert B.verdict("x", "y", _ranked(0.9, [("Stall Wait", 0.5, 0.7, 1.0)])) == "x takes 0.90x the time of y (0.900 vs 1.000 ms)."
+
+
 def test_a_backward_range_lists_its_launches_longest_first(bottleneck_deep):
     sel = B.select_range(bottleneck_deep, "flash_mma", {**FORWARD_D128, "pass": "backward"})
     assert len(sel) > 1 and list(sel["time_ns"]) == sorted(sel["time_ns"], reverse=True)

@@ -307,6 +307,9 @@ def _pct(x: float) -> str:
     return f"{x:.0%}"
 
 
+CLOSE = 0.05  # verdict: a gap within 5% is told in milliseconds per term, not as shares of it
+
+
 def verdict(name_a: str, name_b: str, ranked: pd.DataFrame, gaps: pd.DataFrame | None = None) -> str:
     """One computed sentence: the time ratio, the terms that explain most of it, and the tensor pipe."""
     ratio = ranked.attrs["ratio"]
@@ -314,17 +317,22 @@ def verdict(name_a: str, name_b: str, ranked: pd.DataFrame, gaps: pd.DataFrame |
     lead = (f"{name_a} takes {ratio:.2f}x the time of {name_b} ({ranked.attrs['time_a_ms']:.3f} vs "
             f"{ranked.attrs['time_b_ms']:.3f} ms)")
     widening = ranked[ranked["share"] > 0].head(2)
+    # where terms that add time and terms that save it cancel (a gap within CLOSE, or a term larger than the
+    # whole gap), a share of the gap reads as "519%": each widening term is given as the time it adds instead
+    close = abs(math.log(ratio)) < math.log(1 + CLOSE) or bool((widening["share"] > 1).any())
     parts = []
     for t in widening.itertuples():
+        how = f"+{t.ms:.3f} ms" if close else f"{_pct(t.share)} of the gap"
         if t.a is None or (isinstance(t.a, float) and math.isnan(t.a)):
-            parts.append(f"{t.term} ({_pct(t.share)} of the gap)")
+            parts.append(f"{t.term} ({how})")
         elif t.term == "instructions issued":
-            parts.append(f"it issues {t.a / t.b:.2f}x the instructions ({_pct(t.share)} of the gap)")
+            parts.append(f"it issues {t.a / t.b:.2f}x the instructions ({how})")
         elif t.term.startswith("warps per scheduler"):
-            parts.append(f"it keeps {t.a:.2f} warps per scheduler vs {t.b:.2f} ({_pct(t.share)} of the gap)")
+            parts.append(f"it keeps {t.a:.2f} warps per scheduler vs {t.b:.2f} ({how})")
         else:
-            parts.append(f"its warps spend {t.a:.2f} cycles per instruction on {t.term} vs {t.b:.2f} "
-                         f"({_pct(t.share)} of the gap)")
+            parts.append(f"its warps spend {t.a:.2f} cycles per instruction on {t.term} vs {t.b:.2f} ({how})")
+    if parts and slower and close:
+        lead += ": terms that add time and terms that save it partly cancel; the two that add the most"
     text = lead + (": " + "; ".join(parts) if parts and slower else "") + "."
     if gaps is not None:
         tp = gaps.set_index("quantity").loc["tensor_pipe_pct"]
