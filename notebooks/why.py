@@ -166,14 +166,15 @@ for name, sel in ((a, la), (b, lb))[:1 + pair]:
 # ## Source hotspots
 #
 # The CUDA source lines and SASS instructions of each longest kernel with the most warp-state samples, with
-# the stall reasons that dominate there. Files are named as they are in the repository where found; the kernels
-# must be built with `-lineinfo` and captured with the SourceCounters section for lines to appear.
+# the stall reasons that dominate there. Files are named as they are in the repository where found; a line's
+# text is read from the file as it was at the capture's commit (git), so edits made since do not misplace it.
+# The kernels must be built with `-lineinfo` and captured with the SourceCounters section for lines to appear.
 
 # %%
 for by, what in (("line", "source lines"), ("sass", "SASS instructions")):
     for name in names:
         try:
-            h = B.hotspots(deep, launch_of[name], top, by, read.REPO)
+            h = B.hotspots(deep, launch_of[name], top, by, read.REPO, manifest.get("git_commit"))
         except ProfileError as exc:
             nb.say(f"> **{name}:** {exc}")
             continue
@@ -182,6 +183,8 @@ for by, what in (("line", "source lines"), ("sass", "SASS instructions")):
                    "its SASS instructions are listed below.")
             continue
         h = h.drop(columns=["address"], errors="ignore")
+        source_from = h.attrs.get("source_from")
         nb.table(h, {"share": "{:.1%}", "samples": "{:,.0f}"}, f"hotspots-{by}-{name}",
                  headers={"share": "share of samples", "top_stalls": "largest stall reasons"},
-                 title=f"{name}: the {len(h)} {what} with the most warp-state samples", open_rows=top)
+                 title=f"{name}: the {len(h)} {what} with the most warp-state samples"
+                       + (f" (source text: {source_from})" if source_from else ""), open_rows=top)

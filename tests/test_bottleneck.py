@@ -260,6 +260,28 @@ def test_hotspots_rank_the_sampled_lines(bottleneck_deep):
         B.hotspots(deep, launch, by="file", repo=ROOT)
 
 
+
+def test_hotspot_source_text_comes_from_the_captured_commit(tmp_path):
+    """A line number is the capture's: its text is read from the file at the capture's commit, not from a
+    working tree where an edit since has moved the line; without that commit, the working tree says so."""
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git[:3], "init", "-q"], check=True)
+    src = tmp_path / "kernel.cu"
+    src.write_text("int a;\nfloat p = exp2(s);  // the hot line\n")
+    subprocess.run([*git, "add", "kernel.cu"], check=True)
+    subprocess.run([*git, "commit", "-qm", "captured"], check=True)
+    rev = subprocess.run([*git, "rev-parse", "--short", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    src.write_text("int a;\n// a comment added after the capture\nfloat p = exp2(s);  // the hot line\n")
+    top = pd.DataFrame({"file": ["/build/kernel.cu"], "line": [2], "samples": [10.0], "share": [1.0], "top_stalls": [""]})
+    at_commit = B._with_source(top.copy(), tmp_path, "line", rev)
+    assert at_commit["source"].iloc[0] == "float p = exp2(s);  // the hot line"
+    assert at_commit["file"].iloc[0] == "kernel.cu" and at_commit.attrs["source_from"] == f"commit {rev}"
+    dirty = B._with_source(top.copy(), tmp_path, "line", rev + "-dirty")
+    assert "uncommitted changes" in dirty.attrs["source_from"] and dirty["source"].iloc[0].startswith("float p")
+    for unknown in (None, "0000000"):  # no commit recorded, or one this repository lacks
+        here = B._with_source(top.copy(), tmp_path, "line", unknown)
+        assert here["source"].iloc[0] == "// a comment added after the capture" and here.attrs["source_from"] == "working tree"
+
 # --------------------------------------------------------------------------- explaining a gap
 
 FORWARD_D128 = B.parse_case("N=4096,D=128,causal=False,pass=forward")

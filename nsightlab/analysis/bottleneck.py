@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import re
+import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -361,12 +362,16 @@ def _top_reasons(row: pd.Series, reasons: list[str], n: int = 2) -> str:
     return ", ".join(f"{r} {v / total:.0%}" for v, r in vals)
 
 
-def hotspots(deep: Deep, launch: int, n: int = 10, by: str = "line", repo: str | Path = ".") -> pd.DataFrame:
+def hotspots(deep: Deep, launch: int, n: int = 10, by: str = "line", repo: str | Path = ".",
+             commit: str | None = None) -> pd.DataFrame:
     """The ``n`` SASS instructions (``by="sass"``) or CUDA source lines (``by="line"``) of one launch with
     the most warp-state samples: ``samples``, ``share`` (of the launch's samples), ``top_stalls``,
     ``file`` (as in the repository where found, else as the report names it), ``line``, ``source``
-    (the line's text from the repository) and, by SASS, ``address`` and ``sass``. Raises one clear
-    line when the report carries no per-instruction samples (no SourceCounters section)."""
+    (the line's text from the repository) and, by SASS, ``address`` and ``sass``. With ``commit`` (the
+    capture's, from its manifest) a line's text is read from the file as it was at that commit (git), so
+    that later edits that move lines do not put the wrong text beside a line number; ``attrs["source_from"]``
+    says where the text came from. Raises one clear line when the report carries no per-instruction
+    samples (no SourceCounters section)."""
     s = deep.sass[deep.sass["launch"] == launch] if len(deep.sass) else deep.sass
     if not len(s):
         raise ProfileError(f"{deep.path}: launch {launch} carries no warp-state samples per instruction; capture "
@@ -380,29 +385,57 @@ def hotspots(deep: Deep, launch: int, n: int = 10, by: str = "line", repo: str |
     top = s.sort_values("samples", ascending=False).head(n).copy()
     top["share"] = top["samples"] / total
     top["top_stalls"] = [_top_reasons(r, reasons) for _, r in top.iterrows()]
-    return _with_source(top, Path(repo), by)
+    return _with_source(top, Path(repo), by, commit)
 
 
-def _with_source(top: pd.DataFrame, repo: Path, by: str) -> pd.DataFrame:
+def _with_source(top: pd.DataFrame, repo: Path, by: str, commit: str | None = None) -> pd.DataFrame:
     files = [repo_path(f, repo) for f in top["file"]]
-    top["source"] = [_line_text(repo / f, ln) if f and pd.notna(ln) else "" for f, ln in zip(files, top["line"], strict=True)]
+    rev = commit.removesuffix("-dirty") if isinstance(commit, str) and commit else None
+    texts, used = [], set()
+    for f, ln in zip(files, top["line"], strict=True):
+        if not f or pd.isna(ln):
+            texts.append("")
+            continue
+        lines = _git_lines(repo, rev, f) if rev else None
+        used.add(f"commit {rev}" if lines is not None else "working tree")
+        texts.append(_pick(lines, ln) if lines is not None else _line_text(repo / f, ln))
+    top["source"] = texts
     top["file"] = [f or (str(orig) if isinstance(orig, str) else "(no source line)") for f, orig in zip(files, top["file"], strict=True)]
     cols = ["file", "line", "source", "samples", "share", "top_stalls"]
     if by == "sass":
         cols = ["address", "sass", *cols]
     out = top[cols].reset_index(drop=True)
     out["line"] = out["line"].astype("Int64")
+    dirty = " (captured from a tree with uncommitted changes: lines may differ)" if rev and commit != rev else ""
+    out.attrs["source_from"] = " and ".join(sorted(used)) + (dirty if f"commit {rev}" in used else "") if used else ""
     return out
 
 
 _LINES: dict[Path, list[str]] = {}
+_GIT_LINES: dict[tuple[str, str, str], list[str] | None] = {}
+
+
+def _pick(lines: list[str], line: int) -> str:
+    return lines[int(line) - 1].strip() if 0 < int(line) <= len(lines) else ""
 
 
 def _line_text(path: Path, line: int) -> str:
     if path not in _LINES:
         _LINES[path] = path.read_text(errors="replace").split("\n")
-    lines = _LINES[path]
-    return lines[int(line) - 1].strip() if 0 < int(line) <= len(lines) else ""
+    return _pick(_LINES[path], line)
+
+
+def _git_lines(repo: Path, rev: str, file: str) -> list[str] | None:
+    """``file`` (repository-relative) as it was at ``rev``, split in lines; None where git, the repository or
+    that commit is not at hand (a shallow clone, an imported report's unknown commit)."""
+    key = (str(repo.resolve()), rev, file)
+    if key not in _GIT_LINES:
+        try:
+            out = subprocess.run(["git", "-C", str(repo), "show", f"{rev}:{file}"], capture_output=True, timeout=30)
+            _GIT_LINES[key] = out.stdout.decode(errors="replace").split("\n") if out.returncode == 0 else None
+        except (OSError, subprocess.SubprocessError):
+            _GIT_LINES[key] = None
+    return _GIT_LINES[key]
 
 
 # --------------------------------------------------------------------------- choosing what to compare
