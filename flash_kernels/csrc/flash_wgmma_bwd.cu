@@ -588,6 +588,9 @@ flash_wgmma_ws_backward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
         cp_async_mbar_arrive(full + 8 * st);
         work.next<BM>(qh, qb, Nq);
       }
+      // not needed for the consumers (they wait on the stages' barriers), but no thread leaves with copies of its
+      // own in flight
+      asm volatile("cp.async.wait_all;\n" ::: "memory");
     }
   } else {
     // ---------------------------------------------------------------- consumers

@@ -63,7 +63,8 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
 // stmatrix (sm_90): the inverse of ldmatrix_x4; lane l gives the row address of matrix l / 8.
 __device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
-               "r"(r[2]), "r"(r[3]));
+               "r"(r[2]), "r"(r[3])
+               : "memory");  // a store the compiler cannot see: no shared-memory access moves across it
 }
 
 // Two adjacent fp32 atomic adds in global memory (one red.global.add.v2.f32 on sm_90; p 8-byte aligned).
