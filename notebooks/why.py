@@ -20,21 +20,21 @@
 # `--set full` report): where each kernel's time goes (speed-of-light, issue slots, warp stalls by reason,
 # pipes, occupancy and its limiter, shared-memory bank conflicts, memory throughput, registers and spills),
 # and a ranked account of the gap between them, down to the source lines where the warps waited. Every value
-# is a metric of the report, as `ncu --import R --page details` prints it. The same table in a terminal:
-# `nsightlab why CAPTURE --a A --b B --case "field=value,..."`.
+# is a metric of the report, as `ncu --import R --page details` prints it. With `b_capture`, side b comes from
+# a second capture: one kernel before and after a change. The same table in a terminal:
+# `nsightlab why CAPTURE --a A --b B --case "field=value,..."` (or `--b-capture OTHER`).
 
 # %% tags=["parameters"]
 capture: str = "nvidia-h200/bottleneck-deep"  # capture folder holding a deep report (deep.ncu-rep) or a --set full import
 a: str = ""  # the implementation to explain (empty: the capture's first)
-b: str = ""  # the implementation to compare it with (empty: the capture's second)
+b: str = ""  # the implementation to compare it with (empty: the capture's second; with b_capture: a)
+b_capture: str = ""  # a second capture for side b (empty: both from capture): the same kernel after a change
 case: str = ""  # the case, as nsightlab why --case takes it: comma-separated field-equals-value pairs (empty: the first range of a; of a captured in several settings, the fastest)
 top: int = 10  # source lines and SASS instructions listed per kernel
 style_order: str = ""  # the order legends list implementations in (colours follow the name alone; empty: this capture's order)
 plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative path (make report ships one copy)
 
 # %%
-import pandas as pd
-
 from nsightlab.analysis import bottleneck as B
 from nsightlab.analysis import why
 from nsightlab.core.errors import ProfileError
@@ -53,29 +53,34 @@ try:
     deep = B.load(*why.deep_report(path))
 except ProfileError as exc:
     raise nb.ParameterError(f"capture={capture!r}: {exc}") from None
-held = list(dict.fromkeys(deep.launches["variant"].dropna()))
-a = nb.choose("a", a, held) or held[0]
-b = nb.choose("b", b, held) or next((v for v in held if v != a), a)
-if b == a and len(held) > 1:
-    raise nb.ParameterError(f"a and b are both {a!r}; choose two of: {', '.join(held)}")
+path_b, manifest_b, deep_b = path, manifest, None
+if b_capture:
+    try:
+        path_b, manifest_b = nb.prepare(b_capture, plotlyjs)
+        deep_b = B.load(*why.deep_report(path_b))
+    except (nb.ParameterError, ProfileError) as exc:
+        raise nb.ParameterError(f"b_capture={b_capture!r}: {exc}") from None
+nb.choose("a", a, list(dict.fromkeys(deep.launches["variant"].dropna())))  # a misspelt name: "did you mean"
+nb.choose("b", b, list(dict.fromkeys((deep_b if deep_b is not None else deep).launches["variant"].dropna())))
 try:
-    at = B.complete_case(deep, a, wanted)
-    la, lb = B.select_range(deep, a, at), B.select_range(deep, b, at)
+    at, side_a, side_b = why.pick_sides(deep, deep_b, a, b, wanted, nb.capture_tags(manifest, path, manifest_b, path_b))
 except ValueError as exc:
-    raise nb.ParameterError(f"case={case!r}: {exc}") from None
+    raise nb.ParameterError(f"a={a!r}, b={b!r}, case={case!r}: {exc}") from None
+pair = side_b is not None
+sides = [side_a, side_b] if pair else [side_a]
+commit_of = {side_a.name: manifest.get("git_commit"), **({side_b.name: manifest_b.get("git_commit")} if pair else {})}
 style = nb.style(manifest, deep.launches, order=style_order)
-ka, kb = int(la["launch"].iloc[0]), int(lb["launch"].iloc[0])
-pair = b != a
-ranked = B.explain(deep, ka, deep, kb) if pair else None
-gaps = B.metric_gaps(deep, ka, deep, kb)
+ranked = B.explain(side_a.deep, side_a.launch, side_b.deep, side_b.launch) if pair else None
+gaps = B.metric_gaps(side_a.deep, side_a.launch, *((side_b.deep, side_b.launch) if pair else (side_a.deep, side_a.launch)))
 where = ", ".join(f"{k}={v}" for k, v in at.items())
-prof = B.profile(deep).set_index("launch")
-nb.summary([f"**At {where}:** " + (B.verdict(a, b, ranked, gaps) if pair else
-                                   f"{a} is the only implementation in this report; it is shown alone."),
-            *(B.kernel_line(f"**{name}**", prof.loc[k]) for name, k in ((a, ka), (b, kb))[:1 + pair])])
+nb.summary([f"**At {where}:** " + (B.verdict(side_a.name, side_b.name, ranked, gaps) if pair else
+                                   f"{side_a.name} is the only implementation in this report; it is shown alone."),
+            *(B.kernel_line(f"**{s.name}**", B.profile(s.deep).set_index("launch").loc[s.launch]) for s in sides)])
 nb.note(nb.header(manifest, path))
+if b_capture:
+    nb.note("**Side b:** " + nb.header(manifest_b, path_b))
 nb.note(f"**Report** `{deep.path.name}`: {len(deep.launches)} launches, {deep.launches['range'].nunique()} ranges. "
-        f"**{a}**: `{la['range'].iloc[0]}`" + (f"; **{b}**: `{lb['range'].iloc[0]}`" if pair else "") + ".")
+        + "; ".join(f"**{s.name}**: `{s.sel['range'].iloc[0]}`" for s in sides) + ".")
 
 # %% [markdown]
 # ## Every implementation at this case
@@ -86,7 +91,7 @@ nb.note(f"**Report** `{deep.path.name}`: {len(deep.launches)} launches, {deep.la
 # (lower is better, and more warps per scheduler hide more of it).
 
 # %%
-overview = B.at_case(deep, at)
+overview = why.at_case(sides, at)
 cols = ["variant", "range_ms", "launches", "compute_sol_pct", "memory_sol_pct", "issue_slots_busy_pct",
         "warp_cycles_per_issued", "top_stall", "tensor_pipe_pct", "achieved_occupancy_pct", "occupancy_limiter",
         "registers_per_thread", "spill_requests", "kernel"]
@@ -103,13 +108,9 @@ nb.table(overview[cols], {"range_ms": "{:.3f}", "launches": "{:d}"}, "overview",
 # how busy each execution unit was: cycles it was active, and instructions issued to it.
 
 # %%
-names = dict.fromkeys([a, b])
-launch_of = {a: ka, b: kb}
-st = B.stalls(deep)
-st = pd.concat([st[st["launch"] == launch_of[n]].assign(variant=n) for n in names], ignore_index=True)
+st = why.per_side(B.stalls, sides)
 figures.show(figures.stall_bars(st, "Warp cycles per issued instruction by stall reason, longest kernel of each", style))
-pp = B.pipes(deep)
-pp = pd.concat([pp[pp["launch"] == launch_of[n]].assign(variant=n) for n in names], ignore_index=True)
+pp = why.per_side(B.pipes, sides)
 figures.show(figures.pipe_bars(pp, "Pipe utilization, longest kernel of each", style))
 meanings = st.drop_duplicates("name")[["name", "meaning"]].sort_values("name")
 nb.table(meanings, name="stall-meanings", headers={"name": "stall reason (Nsight)", "meaning": "the warp was"},
@@ -126,8 +127,9 @@ nb.table(meanings, name="stall-meanings", headers={"name": "stall reason (Nsight
 # %%
 side = gaps.assign(quantity=gaps["quantity"].map(B.LABELS))
 nb.table(side[["quantity", "a", "b", "ratio", "metric"] if pair else ["quantity", "a", "metric"]], {"ratio": "{:.2f}"},
-         "side-by-side", headers={"a": a, "b": b, "metric": "Nsight Compute metric"},
-         title=f"{a} and {b}, longest kernel of each" if pair else f"{a}, longest kernel", open_rows=40)
+         "side-by-side", headers={"a": side_a.name, "b": side_b.name if pair else "", "metric": "Nsight Compute metric"},
+         title=f"{side_a.name} and {side_b.name}, longest kernel of each" if pair else f"{side_a.name}, longest kernel",
+         open_rows=40)
 
 # %% [markdown]
 # ## What explains the difference
@@ -143,7 +145,7 @@ nb.table(side[["quantity", "a", "b", "ratio", "metric"] if pair else ["quantity"
 # %%
 if pair:
     nb.table(ranked[["term", "a", "b", "share", "ms", "what"]], {"share": "{:+.0%}", "ms": "{:+.3f}"}, "explain",
-             headers={"a": a, "b": b, "share": "share of the gap", "ms": "of the gap [ms]", "what": "what it is"},
+             headers={"a": side_a.name, "b": side_b.name, "share": "share of the gap", "ms": "of the gap [ms]", "what": "what it is"},
              title="What explains the difference, ranked", open_rows=30)
 else:
     nb.say("One implementation only: nothing to compare it with.")
@@ -156,11 +158,11 @@ else:
 # whether the comparison of the longest kernels above is the whole story.
 
 # %%
-for name, sel in ((a, la), (b, lb))[:1 + pair]:
-    t = B.launch_table(deep, sel).assign(ms=lambda d: d["time_ns"] / 1e6)
+for s in sides:
+    t = B.launch_table(s.deep, s.sel).assign(ms=lambda d: d["time_ns"] / 1e6)
     nb.table(t[["launch", "kernel", "ms", "share"]], {"ms": "{:.3f}", "share": "{:.0%}", "launch": "{:d}"},
-             f"launches-{name}", headers={"ms": "time [ms]", "share": "share of the range"},
-             title=f"{name}: {len(t)} launch(es), {t['ms'].sum():.3f} ms")
+             f"launches-{s.name}", headers={"ms": "time [ms]", "share": "share of the range"},
+             title=f"{s.name}: {len(t)} launch(es), {t['ms'].sum():.3f} ms")
 
 # %% [markdown]
 # ## Source hotspots
@@ -172,9 +174,10 @@ for name, sel in ((a, la), (b, lb))[:1 + pair]:
 
 # %%
 for by, what in (("line", "source lines"), ("sass", "SASS instructions")):
-    for name in names:
+    for side in sides:
+        name = side.name
         try:
-            h = B.hotspots(deep, launch_of[name], top, by, read.REPO, manifest.get("git_commit"))
+            h = B.hotspots(side.deep, side.launch, top, by, read.REPO, commit_of[name])
         except ProfileError as exc:
             nb.say(f"> **{name}:** {exc}")
             continue

@@ -106,3 +106,36 @@ def test_figures_put_implementations_side_by_side_in_their_colours(deep):
         assert [t.name for t in bars if t.showlegend is not False][-1] == "flash_wgmma"  # drawn last: on top
     assert figures.stall_bars(st, "t", style).to_json() == figures.stall_bars(st, "t", style).to_json()
     assert "no warp-state samples" in figures.stall_bars(st.iloc[0:0], "t", style).layout.annotations[0].text
+
+
+def test_sides_of_one_report_and_of_one_kernel_across_two_captures(deep):
+    """Two implementations of one report; one kernel before and after a change (the H100 D=64 mask step:
+    backward-deep-predicated-mask at f9d774b, backward at caf73dc): side b defaults to the same kernel, each
+    side is named with its capture's commit, and each row, stall and pipe comes from its own report."""
+    at, a, b = why.pick_sides(deep, None, "flash_wgmma", "", {"pass": "backward"})
+    assert (a.name, b.name) == ("flash_wgmma", "flash_mma") and a.deep is b.deep and at["D"] == "128"  # the next held
+    assert set(why.at_case([a, b], at)["variant"]) >= {"flash_wgmma", "flash_mma", "sdpa_cudnn"}
+    with pytest.raises(ValueError, match="a and b are both 'flash_wgmma'; choose two of: .*or give b_capture"):
+        why.pick_sides(deep, None, "flash_wgmma", "flash_wgmma", {"pass": "backward"})
+    with pytest.raises(ValueError, match="a='nope' has no range in the report; held: "):
+        why.pick_sides(deep, None, "nope", "", {})
+
+    h100 = PROFILES.parent / "nvidia-h100-80gb-hbm3"
+    before_path, after_path = h100 / "backward-deep-predicated-mask", h100 / "backward"
+    before, after = (B.load(*why.deep_report(p)) for p in (before_path, after_path))
+    mb, ma = (json.loads((p / "manifest.json").read_text()) for p in (before_path, after_path))
+    from nsightlab.render import page as nb
+    tags = nb.capture_tags(mb, before_path, ma, after_path)
+    assert tags == ("f9d774b", "caf73dc")
+    assert nb.capture_tags(mb, before_path, mb, after_path) == ("backward-deep-predicated-mask", "backward")
+    at, a, b = why.pick_sides(before, after, "flash_wgmma", "", {"D": "64", "bwd_pipeline": "tma-ws"}, tags)
+    assert (a.name, b.name) == ("flash_wgmma @ f9d774b", "flash_wgmma @ caf73dc")
+    assert a.deep is before and b.deep is after and a.sel["range"].iloc[0] == b.sel["range"].iloc[0]
+    assert a.deep.value(a.launch, "gpu__time_duration.sum") == 2032320  # as the README quotes them
+    assert b.deep.value(b.launch, "gpu__time_duration.sum") == 1467424
+    rows = why.at_case([a, b], at)
+    assert list(rows["variant"]) == [a.name, b.name]
+    st = why.per_side(B.stalls, [a, b])
+    assert set(st["variant"]) == {a.name, b.name} and set(st["launch"]) == {a.launch, b.launch}
+    with pytest.raises(ValueError, match="b='sdpa_math' has no range in b_capture"):
+        why.pick_sides(before, after, "flash_wgmma", "sdpa_math", {})

@@ -14,9 +14,11 @@ import pandas as pd
 import pytest
 
 from nsightlab.analysis import comparison as C
+from nsightlab.analysis import why
 from nsightlab.core.errors import NotApplicable, ProfileError
 from nsightlab.core.ranges import RangeSchema
 from nsightlab.render import compare as page
+from nsightlab.store import read
 
 ROOT = Path(__file__).resolve().parent.parent
 H200, H100 = "nvidia-h200", "nvidia-h100-80gb-hbm3"
@@ -287,6 +289,10 @@ def test_declared_comparisons_and_their_errors(tmp_path):
     toml.write_text('[[comparison]]\nname = "a-to-b"\ntitle = "A → B"\nbase = "gpu/a"\nnew = "gpu/b"\nmin_ms = 1\n')
     (d,) = page.declared_comparisons(tmp_path)
     assert (d.name, d.base, d.new, d.threshold, d.min_ms) == ("a-to-b", "gpu/a", "gpu/b", "5%", 1.0)
+    toml.write_text(toml.read_text() + '[[why]]\nname = "k-before-after"\ntitle = "W"\nbase = "gpu/a"\nnew = "gpu/b"\n'
+                    'a = "mine"\ncase = "N=4096"\n')
+    c, w = page.declared_comparisons(tmp_path)
+    assert c == d and w == page.DeclaredWhy("k-before-after", "W", "gpu/a", "gpu/b", "mine", "", "N=4096")
     for text, words in (('[[comparison]]\nname = "x"\ntitle = "t"\nbase = "a"\n', "comparison 1 lacks new"),
                         ('[[comparison]]\nname = "x"\ntitle = "t"\nbase = "a"\nnew = "b"\ncolour = 1\n',
                          "unknown key 'colour'"),
@@ -295,8 +301,14 @@ def test_declared_comparisons_and_their_errors(tmp_path):
                          "threshold 'lots' is not a number"),
                         ('[[comparison]]\nname = "x"\ntitle = "t"\nbase = "a"\nnew = "b"\nonly = "("\n',
                          "comparison 1 (x): missing )"),
-                        ('comparison = [1]\n', "it takes only [[comparison]] tables"),
-                        ("[comparisons]\n", "it takes only [[comparison]] tables"),
+                        ('comparison = [1]\n', "it takes only [[comparison]] and [[why]] tables"),
+                        ("[comparisons]\n", "it takes only [[comparison]] and [[why]] tables"),
+                        ('[[why]]\nname = "w"\ntitle = "t"\nbase = "a"\n', "why 1 lacks new"),
+                        ('[[why]]\nname = "w"\ntitle = "t"\nbase = "a"\nnew = "b"\nthreshold = "5%"\n',
+                         "why 1 has unknown key 'threshold'"),
+                        ('[[why]]\nname = "w"\ntitle = "t"\nbase = "a"\nnew = "b"\ncase = 3\n', "case must be a string"),
+                        ('[[comparison]]\nname = "x"\ntitle = "t"\nbase = "a"\nnew = "b"\n'
+                         '[[why]]\nname = "x"\ntitle = "t"\nbase = "a"\nnew = "b"\n', "name 'x' must be unique"),
                         ("[[comparison]\n", "not valid TOML")):
         toml.write_text(text)
         with pytest.raises(ProfileError) as exc:
@@ -309,7 +321,11 @@ def test_the_committed_comparisons_name_captures_that_exist():
     declared = page.declared_comparisons(ROOT / "profiles")
     assert {"h100-to-h200-seqlen", "h100-to-h200-blocksize", "h100-to-h200-bench"} <= {d.name for d in declared}
     for d in declared:
-        assert C.load(d.base).samples and C.load(d.new).samples, d
+        if isinstance(d, page.DeclaredWhy):  # a bottleneck page across two captures: both hold a deep report
+            assert all(why.deep_report(read.resolve(x, ROOT / "profiles"))[0].exists() for x in (d.base, d.new)), d
+        else:
+            assert C.load(d.base).samples and C.load(d.new).samples, d
+    assert any(isinstance(d, page.DeclaredWhy) for d in declared)
 
 
 def test_reference_drift_is_reported_apart_and_the_headline_leads_with_the_code_under_test():

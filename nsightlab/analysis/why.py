@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -40,6 +41,69 @@ def deep_report(capture: str | Path) -> tuple[Path, tuple]:
             return found, capture_schemas(manifest)
     raise ProfileError(f"{folder}: no deep report (deep.ncu-rep) and no Nsight Compute report; capture one with "
                        "nsightlab capture ... --deep REGEX")
+
+
+@dataclass
+class Side:
+    """One side of a why comparison: the implementation ``impl`` as it is called on the page (``name``:
+    the implementation, or with its capture's tag where one kernel is compared across two captures), its
+    report, its range's launches (``sel``, longest first) and the longest one (``launch``)."""
+    name: str
+    impl: str
+    deep: B.Deep
+    sel: pd.DataFrame
+    launch: int
+
+
+def pick_sides(deep_a: B.Deep, deep_b: B.Deep | None, a: str, b: str, wanted: dict[str, str],
+               tags: tuple[str, str] = ("a", "b")) -> tuple[dict[str, str], Side, Side | None]:
+    """The case and the two sides of a why page. ``deep_b`` None: both sides from ``deep_a`` (two
+    implementations; ``b`` empty: the report's next one after ``a``). Else side b is from ``deep_b``, by
+    default the same implementation as ``a`` (one kernel before and after a change), each side then named
+    ``impl @ tag``. ``a`` empty: the report's first implementation. Returns (the case completed from
+    ``a``'s ranges, side a, side b or None where there is nothing to compare with). ValueError says what
+    is wrong and what is held."""
+    held_a = list(dict.fromkeys(deep_a.launches["variant"].dropna()))
+    held_b = held_a if deep_b is None else list(dict.fromkeys(deep_b.launches["variant"].dropna()))
+    for what, got, held in (("a", a, held_a), ("b", b, held_b)):
+        if got and got not in held:
+            raise ValueError(f"{what}={got!r} has no range in {'the report' if what == 'a' or deep_b is None else 'b_capture'}; "
+                             f"held: {', '.join(held) or 'none'}")
+    a = a or held_a[0]
+    if deep_b is None:
+        b = b or next((v for v in held_b if v != a), a)
+        if b == a and len(held_a) > 1:
+            raise ValueError(f"a and b are both {a!r}; choose two of: {', '.join(held_a)} (or give b_capture)")
+    else:
+        b = b or (a if a in held_b else held_b[0])
+    at = B.complete_case(deep_a, a, wanted)
+    la = B.select_range(deep_a, a, at)
+    lb = B.select_range(deep_b if deep_b is not None else deep_a, b, at)
+    cross = deep_b is not None
+    if cross and tags[0] == tags[1]:
+        tags = (f"{tags[0]} (a)", f"{tags[1]} (b)")
+    name_a, name_b = (f"{a} @ {tags[0]}", f"{b} @ {tags[1]}") if cross else (a, b)
+    side_a = Side(name_a, a, deep_a, la, int(la["launch"].iloc[0]))
+    if not cross and b == a:
+        return at, side_a, None
+    side_b = Side(name_b, b, deep_b if cross else deep_a, lb, int(lb["launch"].iloc[0]))
+    return at, side_a, side_b
+
+
+def at_case(sides: list[Side], at: dict[str, str]) -> pd.DataFrame:
+    """:func:`bottleneck.at_case` for the page's sides: every implementation of the report at the case where
+    both sides come from one report; where they come from two, each side's own row, named as the side."""
+    if len(sides) < 2 or sides[0].deep is sides[1].deep:
+        return B.at_case(sides[0].deep, at)
+    rows = [B.at_case(s.deep, at).query("variant == @s.impl").assign(variant=s.name) for s in sides]
+    return pd.concat(rows, ignore_index=True)
+
+
+def per_side(frame_of, sides: list[Side]) -> pd.DataFrame:
+    """The rows of ``frame_of(deep)`` (:func:`bottleneck.stalls`, :func:`bottleneck.pipes`) of each side's
+    longest launch, with ``variant`` set to the side's name."""
+    return pd.concat([(f := frame_of(s.deep))[f["launch"] == s.launch].assign(variant=s.name) for s in sides],
+                     ignore_index=True)
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:

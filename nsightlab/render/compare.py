@@ -57,6 +57,7 @@ from .numbers import MISSING, fmt_change, fmt_num
 from .page import table_html
 
 NOTEBOOK = REPO / "notebooks" / "compare.ipynb"
+WHY_NOTEBOOK = REPO / "notebooks" / "why.ipynb"
 #: the comparisons a profiles folder asks ``nsightlab report`` to render, beside its captures
 DECLARED = "comparisons.toml"
 #: the colours of a verdict in a table
@@ -421,14 +422,32 @@ class Declared:
     min_ms: float = 0.0
 
 
+@dataclass(frozen=True)
+class DeclaredWhy:
+    """One before/after bottleneck page that ``nsightlab report`` renders: a ``[[why]]`` entry of
+    ``comparisons.toml``: notebooks/why.py with side a from the capture ``base`` and side b from ``new``
+    (``a``: the implementation, by default the report's first; ``b``: by default ``a``; ``case``: as
+    ``nsightlab why --case`` takes it)."""
+
+    name: str
+    title: str
+    base: str
+    new: str
+    a: str = ""
+    b: str = ""
+    case: str = ""
+
+
 _REQUIRED = ("name", "title", "base", "new")
 _ACCEPTED = ("each [[comparison]] takes name (the page's file name), title, base and new (capture folders or gpu/name "
-             "labels), and optionally threshold (\"5%\"), only (a regular expression) and min_ms (a number)")
+             "labels), and optionally threshold (\"5%\"), only (a regular expression) and min_ms (a number); each "
+             "[[why]] (one kernel's bottleneck page across two captures) takes name, title, base and new, and "
+             "optionally a, b (implementations) and case (field=value pairs)")
 
 
-def declared_comparisons(profiles: str | os.PathLike) -> list[Declared]:
-    """The ``[[comparison]]`` entries of ``<profiles>/comparisons.toml`` (none without the file).
-    A malformed file or entry is a ProfileError in one line naming it and what is accepted."""
+def declared_comparisons(profiles: str | os.PathLike) -> list[Declared | DeclaredWhy]:
+    """The ``[[comparison]]`` and ``[[why]]`` entries of ``<profiles>/comparisons.toml`` (none without the
+    file). A malformed file or entry is a ProfileError in one line naming it and what is accepted."""
     path = in_repo(profiles) / DECLARED
     if not path.exists():
         return []
@@ -436,19 +455,31 @@ def declared_comparisons(profiles: str | os.PathLike) -> list[Declared]:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path}: not valid TOML ({exc}); {_ACCEPTED}") from None
-    entries = data.get("comparison", [])
-    if set(data) - {"comparison"} or not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise ProfileError(f"{path}: holds {', '.join(sorted(data))}; it takes only [[comparison]] tables: {_ACCEPTED}")
-    out: list[Declared] = []
-    for i, e in enumerate(entries, 1):
-        what = f"{path}: comparison {i}"
+    entries = [("comparison", e) for e in data.get("comparison", [])] + [("why", e) for e in data.get("why", [])]
+    if (set(data) - {"comparison", "why"} or not all(isinstance(data.get(k, []), list) for k in ("comparison", "why"))
+            or not all(isinstance(e, dict) for _, e in entries)):
+        raise ProfileError(f"{path}: holds {', '.join(sorted(data))}; it takes only [[comparison]] and [[why]] tables: "
+                           f"{_ACCEPTED}")
+    out: list[Declared | DeclaredWhy] = []
+    counts = {"comparison": 0, "why": 0}
+    for kind, e in entries:
+        counts[kind] += 1
+        what = f"{path}: {kind} {counts[kind]}"
+        cls = Declared if kind == "comparison" else DeclaredWhy
         missing = [k for k in _REQUIRED if not isinstance(e.get(k), str) or not e[k].strip()]
-        unknown = sorted(set(e) - set(Declared.__dataclass_fields__))
+        unknown = sorted(set(e) - set(cls.__dataclass_fields__))
         if missing or unknown:
             problem = f"lacks {', '.join(missing)}" if missing else f"has unknown key {unknown[0]!r}"
             raise ProfileError(f"{what} {problem}; {_ACCEPTED}")
         if not all(c.isalnum() or c in "._-" for c in e["name"]) or e["name"] in {d.name for d in out}:
             raise ProfileError(f"{what}: name {e['name']!r} must be unique and of letters, digits, '.', '_' and '-'")
+        if cls is DeclaredWhy:
+            bad = [k for k in ("a", "b", "case") if not isinstance(e.get(k, ""), str)]
+            if bad:
+                raise ProfileError(f"{what} ({e['name']}): {bad[0]} must be a string; {_ACCEPTED}")
+            out.append(DeclaredWhy(e["name"], e["title"], e["base"], e["new"], e.get("a", ""), e.get("b", ""),
+                                   e.get("case", "")))
+            continue
         try:
             parse_threshold(e.get("threshold", "5%"))
             min_ms = float(e.get("min_ms", 0.0))
@@ -498,6 +529,23 @@ def publish(comparison: Declared, out_dir: Path, *, profiles: str | os.PathLike 
     sidecar = {**info["metadata"]["comparison"], "title": comparison.title, "html": page.name,
                "base_path": _rel(resolve(comparison.base, profiles)), "new_path": _rel(resolve(comparison.new, profiles))}
     _write_json(out_dir / f"{comparison.name}.json", sidecar)
+    return info
+
+
+def publish_why(w: DeclaredWhy, out_dir: Path, *, profiles: str | os.PathLike = PROFILES, reports: Path | None = None,
+                plotlyjs: str = "inline", kernel: str = "python3", stop: threading.Event | None = None) -> dict[str, Any]:
+    """Render the before/after bottleneck page ``out_dir/<name>.html`` (notebooks/why.py with
+    ``b_capture``) and its sidecar ``<name>.json``, so that the index lists it with the comparisons."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    page = out_dir / f"{w.name}.html"
+    base, new = resolve(w.base, profiles), resolve(w.new, profiles)
+    params = {"capture": str(base.resolve()), "b_capture": str(new.resolve()), "a": w.a, "b": w.b, "case": w.case,
+              "plotlyjs": plotlyjs}
+    info = render_notebook(WHY_NOTEBOOK, params, page, kernel, reports=reports, stop=stop)
+    info["title"] = w.title
+    sidecar = {"title": w.title, "html": page.name, "base": w.base, "new": w.new, "kind": "why",
+               "summary": info["summary"][0] if info["summary"] else "", "base_path": _rel(base), "new_path": _rel(new)}
+    _write_json(out_dir / f"{w.name}.json", sidecar)
     return info
 
 

@@ -49,7 +49,7 @@ from ..core.ranges import decode
 from ..core.text import plural
 from ..store.captures import Capture, list_captures, load_bench, short_commit, validate
 from ..store.read import REPO, bench_files, capture_schemas, case_names, ncu_files, nsys_files, resolve, tools_of
-from .compare import Declared, comparison_entries, declared_comparisons, publish
+from .compare import Declared, DeclaredWhy, comparison_entries, declared_comparisons, publish, publish_why
 from .compare import write_index as write_comparison_index
 from .execute import PLOTLY_JS, ship_assets, stop_kernels, write_if_changed
 from .execute import render_notebook as execute_notebook
@@ -463,7 +463,7 @@ class Job:
     params: dict[str, Any]
     #: :func:`inputs_hash` of everything the page is made of
     inputs: str
-    comparison: Declared | None = None
+    comparison: Declared | DeclaredWhy | None = None
 
 
 class Progress:
@@ -541,13 +541,15 @@ def _page_jobs(good: list[tuple[Capture, dict]], reports: Path, standalone: bool
     return jobs
 
 
-def _comparison_jobs(declared: list[Declared], profiles: Path, reports: Path, standalone: bool, code: str,
+def _comparison_jobs(declared: list[Declared | DeclaredWhy], profiles: Path, reports: Path, standalone: bool, code: str,
                      index: Index) -> list[Job]:
-    """A job per declared comparison whose two captures exist; the others are failures."""
-    nb_file = NOTEBOOKS / f"{COMPARE}.ipynb"
+    """A job per declared comparison (and before/after why page) whose two captures exist; the others are
+    failures."""
     out_dir = reports / "compare"
     jobs = []
     for c in declared:
+        notebook = "why" if isinstance(c, DeclaredWhy) else COMPARE
+        nb_file = NOTEBOOKS / f"{notebook}.ipynb"
         try:
             sides = "|".join(f"{label}:{capture_hash(resolve(label, profiles))}" for label in (c.base, c.new))
         except ProfileError as exc:
@@ -556,13 +558,16 @@ def _comparison_jobs(declared: list[Declared], profiles: Path, reports: Path, st
             continue
         out = out_dir / f"{c.name}.html"
         params = {**asdict(c), "plotlyjs": "inline" if standalone else os.path.relpath(reports / PLOTLY_JS, out_dir)}
-        jobs.append(Job(f"compare/{c.name}", COMPARE, out, params, inputs_hash(nb_file, sides, params, code, standalone),
+        jobs.append(Job(f"compare/{c.name}", notebook, out, params, inputs_hash(nb_file, sides, params, code, standalone),
                         c))
     return jobs
 
 
 def _render(job: Job, a: argparse.Namespace, reports: Path, stop: threading.Event) -> dict[str, Any]:
     shared = None if a.standalone else reports
+    if isinstance(job.comparison, DeclaredWhy):
+        return publish_why(job.comparison, job.out.parent, profiles=a.profiles, reports=shared,
+                           plotlyjs=job.params["plotlyjs"], kernel=a.kernel, stop=stop)
     if job.comparison is not None:
         return publish(job.comparison, job.out.parent, profiles=a.profiles, reports=shared,
                        plotlyjs=job.params["plotlyjs"], kernel=a.kernel, stop=stop)
@@ -659,7 +664,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
     if not jobs and not index.failures:
         print(f"error: no capture under {profiles} holds anything a notebook can render", file=sys.stderr)
         return 2
-    chosen = [j for j in jobs if not only or j.notebook in only]
+    chosen = [j for j in jobs if not only or j.notebook in only or (COMPARE in only and j.comparison is not None)]
     todo = [j for j in chosen if a.force or not j.out.exists() or read_meta(j.out).get("inputs") != j.inputs]
     if len(chosen) > len(todo):
         print(f"{len(chosen) - len(todo)} page(s) up to date (inputs unchanged)", flush=True)
