@@ -61,7 +61,8 @@ if b_capture:
     except (nb.ParameterError, ProfileError) as exc:
         raise nb.ParameterError(f"b_capture={b_capture!r}: {exc}") from None
 nb.choose("a", a, list(dict.fromkeys(deep.launches["variant"].dropna())))  # a misspelt name: "did you mean"
-nb.choose("b", b, list(dict.fromkeys((deep_b if deep_b is not None else deep).launches["variant"].dropna())))
+nb.choose("b (b_capture)" if b_capture else "b", b,
+          list(dict.fromkeys((deep_b if deep_b is not None else deep).launches["variant"].dropna())))
 try:
     at, side_a, side_b = why.pick_sides(deep, deep_b, a, b, wanted, nb.capture_tags(manifest, path, manifest_b, path_b))
 except ValueError as exc:
@@ -69,7 +70,7 @@ except ValueError as exc:
 pair = side_b is not None
 sides = [side_a, side_b] if pair else [side_a]
 commit_of = {side_a.name: manifest.get("git_commit"), **({side_b.name: manifest_b.get("git_commit")} if pair else {})}
-style = nb.style(manifest, deep.launches, order=style_order)
+style = nb.style(manifest, deep.launches, order=",".join([*(s.name for s in sides), style_order]))  # a, then b
 ranked = B.explain(side_a.deep, side_a.launch, side_b.deep, side_b.launch) if pair else None
 gaps = B.metric_gaps(side_a.deep, side_a.launch, *((side_b.deep, side_b.launch) if pair else (side_a.deep, side_a.launch)))
 where = ", ".join(f"{k}={v}" for k, v in at.items())
@@ -79,7 +80,9 @@ nb.summary([f"**At {where}:** " + (B.verdict(side_a.name, side_b.name, ranked, g
 nb.note(nb.header(manifest, path))
 if b_capture:
     nb.note("**Side b:** " + nb.header(manifest_b, path_b))
-nb.note(f"**Report** `{deep.path.name}`: {len(deep.launches)} launches, {deep.launches['range'].nunique()} ranges. "
+reports_shown = [s.deep for i, s in enumerate(sides) if all(s.deep is not t.deep for t in sides[:i])]
+nb.note("; ".join(f"**Report** `{d.path.name}`: {len(d.launches)} launches, {d.launches['range'].nunique()} ranges"
+                  for d in reports_shown) + ". "
         + "; ".join(f"**{s.name}**: `{s.sel['range'].iloc[0]}`" for s in sides) + ".")
 
 # %% [markdown]

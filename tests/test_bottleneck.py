@@ -321,6 +321,11 @@ def test_the_verdict_gives_shares_of_a_clear_gap_and_milliseconds_where_terms_ca
     # 1.02x with terms of 519% and -400% of the gap: the time each widening term adds, not its share
     close = B.verdict("x", "y", _ranked(1.02, [("Stall Wait", 1.49, 0.71, 5.19), ("instructions issued", 78.0, 116.0, -4.19)]))
     assert "partly cancel" in close and "(+0.104 ms)" in close and "%" not in close
+    # within 5% and every term adds time: milliseconds, but nothing cancels; one term: "the one"
+    both = B.verdict("x", "y", _ranked(1.03, [("Stall Wait", 1.2, 1.0, 0.6), ("Stall Barrier", 1.1, 1.0, 0.4)]))
+    assert "cancel" not in both and "the two that add the most" in both and "(+0.018 ms)" in both
+    one = B.verdict("x", "y", _ranked(1.0001, [("Stall Wait", 1.2, 1.0, 1.0)]))
+    assert "the one that adds the most" in one and "(+0.1 us)" in one
     # a gap beyond 5% with a term larger than the whole gap: milliseconds too
     over = B.verdict("x", "y", _ranked(1.06, [("Stall Wait", 1.49, 0.71, 1.91), ("Stall Barrier", 1.4, 0.9, -0.91)]))
     assert "(+0.115 ms)" in over and "of the gap" not in over

@@ -139,3 +139,5 @@ def test_sides_of_one_report_and_of_one_kernel_across_two_captures(deep):
     assert set(st["variant"]) == {a.name, b.name} and set(st["launch"]) == {a.launch, b.launch}
     with pytest.raises(ValueError, match="b='sdpa_math' has no range in b_capture"):
         why.pick_sides(before, after, "flash_wgmma", "sdpa_math", {})
+    with pytest.raises(ValueError, match="a='flash_mma' has no range in b_capture, so side b needs .* named"):
+        why.pick_sides(deep, before, "flash_mma", "", {})  # the H200 report has flash_mma, the H100 one not

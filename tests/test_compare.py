@@ -303,6 +303,7 @@ def test_declared_comparisons_and_their_errors(tmp_path):
                          "comparison 1 (x): missing )"),
                         ('comparison = [1]\n', "it takes only [[comparison]] and [[why]] tables"),
                         ("[comparisons]\n", "it takes only [[comparison]] and [[why]] tables"),
+                        ("why = 1\n", "it takes only [[comparison]] and [[why]] tables"),
                         ('[[why]]\nname = "w"\ntitle = "t"\nbase = "a"\n', "why 1 lacks new"),
                         ('[[why]]\nname = "w"\ntitle = "t"\nbase = "a"\nnew = "b"\nthreshold = "5%"\n',
                          "why 1 has unknown key 'threshold'"),

@@ -57,7 +57,7 @@ BAD = [
     ("why", {"capture": TRITON}, ["WarpStateStats", "--deep", "--set full"]),
     ("why", {"capture": DEEP, "top": "many"}, ["top takes a whole number"]),
     ("why", {"capture": DEEP, "b_capture": "nvidia-h200/no-such-capture"}, ["b_capture='nvidia-h200/no-such-capture'"]),
-    ("why", {"capture": DEEP, "b_capture": DEEP, "b": "flash_mmma"}, ["b='flash_mmma'", "did you mean flash_mma"]),
+    ("why", {"capture": DEEP, "b_capture": DEEP, "b": "flash_mmma"}, ["b (b_capture)='flash_mmma'", "did you mean flash_mma"]),
     ("device", {"capture": "profiles/nowhere"}, ["capture='profiles/nowhere'", "looked at", "nvidia-h200/seqlen"]),
 ]
 

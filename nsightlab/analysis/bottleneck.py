@@ -323,7 +323,7 @@ def verdict(name_a: str, name_b: str, ranked: pd.DataFrame, gaps: pd.DataFrame |
     close = abs(math.log(ratio)) < math.log(1 + CLOSE) or bool((widening["share"] > 1).any())
     parts = []
     for t in widening.itertuples():
-        how = f"+{t.ms:.3f} ms" if close else f"{_pct(t.share)} of the gap"
+        how = (f"+{t.ms:.3f} ms" if t.ms >= 0.01 else f"+{t.ms * 1e3:.3g} us") if close else f"{_pct(t.share)} of the gap"
         if t.a is None or (isinstance(t.a, float) and math.isnan(t.a)):
             parts.append(f"{t.term} ({how})")
         elif t.term == "instructions issued":
@@ -333,7 +333,9 @@ def verdict(name_a: str, name_b: str, ranked: pd.DataFrame, gaps: pd.DataFrame |
         else:
             parts.append(f"its warps spend {t.a:.2f} cycles per instruction on {t.term} vs {t.b:.2f} ({how})")
     if parts and slower and close:
-        lead += ": terms that add time and terms that save it partly cancel; the two that add the most"
+        if (ranked["share"] < 0).any():
+            lead += ": terms that add time and terms that save it partly cancel"
+        lead += "; the two that add the most" if len(parts) > 1 else "; the one that adds the most"
     text = lead + (": " + "; ".join(parts) if parts and slower else "") + "."
     if gaps is not None:
         tp = gaps.set_index("quantity").loc["tensor_pipe_pct"]
@@ -391,6 +393,7 @@ def hotspots(deep: Deep, launch: int, n: int = 10, by: str = "line", repo: str |
 def _with_source(top: pd.DataFrame, repo: Path, by: str, commit: str | None = None) -> pd.DataFrame:
     files = [repo_path(f, repo) for f in top["file"]]
     rev = commit.removesuffix("-dirty") if isinstance(commit, str) and commit else None
+    rev = rev if rev and re.fullmatch(r"[0-9a-fA-F]{4,40}", rev) else None  # a commit, never an option to git
     texts, used = [], set()
     for f, ln in zip(files, top["line"], strict=True):
         if not f or pd.isna(ln):
@@ -407,7 +410,7 @@ def _with_source(top: pd.DataFrame, repo: Path, by: str, commit: str | None = No
     out = top[cols].reset_index(drop=True)
     out["line"] = out["line"].astype("Int64")
     dirty = " (captured from a tree with uncommitted changes: lines may differ)" if rev and commit != rev else ""
-    out.attrs["source_from"] = " and ".join(sorted(used)) + (dirty if f"commit {rev}" in used else "") if used else ""
+    out.attrs["source_from"] = " and ".join(f"{u}{dirty}" if u == f"commit {rev}" else u for u in sorted(used))
     return out
 
 
@@ -431,7 +434,7 @@ def _git_lines(repo: Path, rev: str, file: str) -> list[str] | None:
     key = (str(repo.resolve()), rev, file)
     if key not in _GIT_LINES:
         try:
-            out = subprocess.run(["git", "-C", str(repo), "show", f"{rev}:{file}"], capture_output=True, timeout=30)
+            out = subprocess.run(["git", "-C", str(repo), "show", f"{rev}:./{file}"], capture_output=True, timeout=30)
             _GIT_LINES[key] = out.stdout.decode(errors="replace").split("\n") if out.returncode == 0 else None
         except (OSError, subprocess.SubprocessError):
             _GIT_LINES[key] = None

@@ -65,6 +65,9 @@ def pick_sides(deep_a: B.Deep, deep_b: B.Deep | None, a: str, b: str, wanted: di
     is wrong and what is held."""
     held_a = list(dict.fromkeys(deep_a.launches["variant"].dropna()))
     held_b = held_a if deep_b is None else list(dict.fromkeys(deep_b.launches["variant"].dropna()))
+    if not held_a or not held_b:
+        raise ValueError(f"{'the report' if not held_a else 'b_capture'} holds no range of an implementation "
+                         "(its ranges do not decode: capture it through nsightlab, or import it with its range names)")
     for what, got, held in (("a", a, held_a), ("b", b, held_b)):
         if got and got not in held:
             raise ValueError(f"{what}={got!r} has no range in {'the report' if what == 'a' or deep_b is None else 'b_capture'}; "
@@ -75,10 +78,16 @@ def pick_sides(deep_a: B.Deep, deep_b: B.Deep | None, a: str, b: str, wanted: di
         if b == a and len(held_a) > 1:
             raise ValueError(f"a and b are both {a!r}; choose two of: {', '.join(held_a)} (or give b_capture)")
     else:
-        b = b or (a if a in held_b else held_b[0])
+        if not b and a not in held_b:
+            raise ValueError(f"a={a!r} has no range in b_capture, so side b needs its implementation named (b); "
+                             f"held there: {', '.join(held_b)}")
+        b = b or a
     at = B.complete_case(deep_a, a, wanted)
     la = B.select_range(deep_a, a, at)
-    lb = B.select_range(deep_b if deep_b is not None else deep_a, b, at)
+    try:
+        lb = B.select_range(deep_b if deep_b is not None else deep_a, b, at)
+    except ValueError as exc:
+        raise ValueError(f"{'b_capture: ' if deep_b is not None else ''}{exc}") from None
     cross = deep_b is not None
     if cross and tags[0] == tags[1]:
         tags = (f"{tags[0]} (a)", f"{tags[1]} (b)")

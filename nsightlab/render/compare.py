@@ -455,9 +455,9 @@ def declared_comparisons(profiles: str | os.PathLike) -> list[Declared | Declare
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path}: not valid TOML ({exc}); {_ACCEPTED}") from None
-    entries = [("comparison", e) for e in data.get("comparison", [])] + [("why", e) for e in data.get("why", [])]
-    if (set(data) - {"comparison", "why"} or not all(isinstance(data.get(k, []), list) for k in ("comparison", "why"))
-            or not all(isinstance(e, dict) for _, e in entries)):
+    lists = all(isinstance(data.get(k, []), list) for k in ("comparison", "why"))
+    entries = [(k, e) for k in ("comparison", "why") for e in data.get(k, [])] if lists else []
+    if set(data) - {"comparison", "why"} or not lists or not all(isinstance(e, dict) for _, e in entries):
         raise ProfileError(f"{path}: holds {', '.join(sorted(data))}; it takes only [[comparison]] and [[why]] tables: "
                            f"{_ACCEPTED}")
     out: list[Declared | DeclaredWhy] = []
