@@ -59,8 +59,8 @@ def pick_sides(deep_a: B.Deep, deep_b: B.Deep | None, a: str, b: str, wanted: di
                tags: tuple[str, str] = ("a", "b")) -> tuple[dict[str, str], Side, Side | None]:
     """The case and the two sides of a why page. ``deep_b`` None: both sides from ``deep_a`` (two
     implementations; ``b`` empty: the report's next one after ``a``). Else side b is from ``deep_b``, by
-    default the same implementation as ``a`` (one kernel before and after a change), each side then named
-    ``impl @ tag``. ``a`` empty: the report's first implementation. Returns (the case completed from
+    default the same implementation as ``a`` (one kernel before and after a change: each side then named
+    ``impl @ tag``), selected by the fields of the case that report knows. ``a`` empty: the report's first implementation. Returns (the case completed from
     ``a``'s ranges, side a, side b or None where there is nothing to compare with). ValueError says what
     is wrong and what is held."""
     held_a = list(dict.fromkeys(deep_a.launches["variant"].dropna()))
@@ -70,8 +70,8 @@ def pick_sides(deep_a: B.Deep, deep_b: B.Deep | None, a: str, b: str, wanted: di
                          "(its ranges do not decode: capture it through nsightlab, or import it with its range names)")
     for what, got, held in (("a", a, held_a), ("b", b, held_b)):
         if got and got not in held:
-            raise ValueError(f"{what}={got!r} has no range in {'the report' if what == 'a' or deep_b is None else 'b_capture'}; "
-                             f"held: {', '.join(held) or 'none'}")
+            where = "the report" if what == "a" or deep_b is None else "b_capture"
+            raise ValueError(f"{what}={got!r}: no implementation {got!r} in {where}; held: {', '.join(held) or 'none'}")
     a = a or held_a[0]
     if deep_b is None:
         b = b or next((v for v in held_b if v != a), a)
@@ -84,14 +84,18 @@ def pick_sides(deep_a: B.Deep, deep_b: B.Deep | None, a: str, b: str, wanted: di
         b = b or a
     at = B.complete_case(deep_a, a, wanted)
     la = B.select_range(deep_a, a, at)
-    try:
-        lb = B.select_range(deep_b if deep_b is not None else deep_a, b, at)
-    except ValueError as exc:
-        raise ValueError(f"{'b_capture: ' if deep_b is not None else ''}{exc}") from None
     cross = deep_b is not None
+    # side b of another report: the same implementation at side a's completed case (the fields that report
+    # knows); another implementation by the case as given, as in its own report
+    at_b = {k: v for k, v in (at if a == b else wanted).items() if k in deep_b.launches.columns} if cross else at
+    try:
+        lb = B.select_range(deep_b if cross else deep_a, b, at_b)
+    except ValueError as exc:
+        raise ValueError(f"{'b_capture: ' if cross else ''}{exc}") from None
     if cross and tags[0] == tags[1]:
         tags = (f"{tags[0]} (a)", f"{tags[1]} (b)")
-    name_a, name_b = (f"{a} @ {tags[0]}", f"{b} @ {tags[1]}") if cross else (a, b)
+    # one implementation in two captures: each side named with its capture's tag
+    name_a, name_b = (f"{a} @ {tags[0]}", f"{b} @ {tags[1]}") if cross and a == b else (a, b)
     side_a = Side(name_a, a, deep_a, la, int(la["launch"].iloc[0]))
     if not cross and b == a:
         return at, side_a, None
@@ -152,6 +156,23 @@ def render(a_name: str, b_name: str, a: B.Deep, la: pd.DataFrame, b: B.Deep, lb:
     return "\n".join(out)
 
 
+def _tags(path_a: Path, path_b: Path) -> tuple[str, str]:
+    """What tells two reports apart in the terminal: their captures' commits (the manifest beside each
+    report), else their capture folders' (or files') names."""
+    def commit(p: Path) -> str:
+        m = p.parent / "manifest.json"
+        try:
+            return str(load_manifest(p.parent).get("git_commit") or "") if m.exists() else ""
+        except ProfileError:
+            return ""
+    ca, cb = commit(Path(path_a)), commit(Path(path_b))
+    if ca and cb and ca != cb:
+        return ca[:12], cb[:12]
+    names = tuple(Path(p).parent.name if Path(p).parent.joinpath("manifest.json").exists() else Path(p).name
+                  for p in (path_a, path_b))
+    return names if names[0] != names[1] else (str(path_a), str(path_b))
+
+
 def main(argv: list[str] | None = None, prog: str = "nsightlab why") -> int:
     p = _parser(prog)
     args = p.parse_args(argv)
@@ -162,10 +183,11 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab why") -> int:
         path_a, schemas_a = deep_report(args.capture)
         path_b, schemas_b = deep_report(args.b_capture) if args.b_capture else (path_a, schemas_a)
         a = B.load(path_a, schemas_a)
-        b = a if path_b == path_a else B.load(path_b, schemas_b)
-        b_name = args.b or args.a
-        la, lb = B.select_range(a, args.a, case), B.select_range(b, b_name, case)
-        text = render(args.a, b_name + (" (b)" if b_name == args.a else ""), a, la, b, lb, args.top)
+        b = None if path_b == path_a else B.load(path_b, schemas_b)
+        _, side_a, side_b = pick_sides(a, b, args.a, args.b or "", case, _tags(path_a, path_b))
+        if side_b is None:
+            raise ValueError(f"{args.a} is the only implementation in {path_a}; give --b-capture to compare it")
+        text = render(side_a.name, side_b.name, a, side_a.sel, side_b.deep, side_b.sel, args.top)
     except (ProfileError, ValueError) as exc:
         p.error(str(exc))
     print(text)
