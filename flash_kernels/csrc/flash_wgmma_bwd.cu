@@ -134,46 +134,8 @@ __device__ __forceinline__ void bwd_p_ds(uint32_t (&pf)[BM / 16][4], uint32_t (&
   // at index 2 j + e of the thread's row group (row_slot)
   lse_c += t4 * (BM / 4 + 4);
   dd_c += t4 * (BM / 4 + 4);
-  if constexpr (D == 64) {
-    // D = 64: the mask is a warp-uniform branch around two copies of the loop, and its test two compares
-    // against immediates: element (h, j, e) is kept iff lo[h] <= 8 j + e < hi (query past Nq: hi; key past
-    // Nk: lo = INT_MAX; causal: key <= query). Written as at D = 128 below (one loop, the test per element in
-    // the key and query indices), ptxas predicated it and every step issued ~450 instructions for it, masked
-    // or not (Nsight Compute, D = 64, 128x128: 23% of the kernel's warp samples on that line); the branch took
-    // the 128x128 tile from 317-328 to 407-429 TFLOP/s on the H100 and the 64x128 tile from 305-321 to
-    // 356-372. At D = 128 both changes cost: the branch 4-6% (64x128: 514/505 -> 485/485 at N = 4096/8192),
-    // the cheap test inside the one loop 9-14% (-> 443/455), so D = 128 keeps the loop it was measured with.
-    int lo[2], hi;
-    const int qrel = qb + 2 * t4;  // query = qrel + 8 j + e
-    hi = Nq - qrel;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int key = key0 + 8 * h;
-      lo[h] = key >= Nk ? INT_MAX : (causal ? key - qrel : INT_MIN);
-    }
-    auto softmax = [&](bool masked) {  // inlined: a literal argument gives a loop without the test
-#pragma unroll
-      for (int j = 0; j < BM / 8; ++j) {
-        const float4 l4 = *reinterpret_cast<const float4*>(lse_c + 4 * (j >> 1));  // queries of j and j ^ 1
-        const float l0 = (j & 1 ? l4.z : l4.x) * kLog2e, l1 = (j & 1 ? l4.w : l4.y) * kLog2e;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int i = 4 * j + 2 * h + e;
-            float p = fast_exp2(fmaf(s[i], scale_log2, -(e ? l1 : l0)));
-            if (masked && !(8 * j + e >= lo[h] && 8 * j + e < hi)) p = 0.f;
-            s[i] = p;
-          }
-        }
-      }
-    };
-    if (need_mask) {
-      softmax(true);
-    } else {
-      softmax(false);
-    }
-  } else {
+  // P^T = exp2(S^T scale log2e - LSE log2e), then mask(p, h, j, e) (zeroes a masked p; one loop for both head dims)
+  auto exp_scores = [&](auto mask) {
 #pragma unroll
     for (int j = 0; j < BM / 8; ++j) {
       const float4 l4 = *reinterpret_cast<const float4*>(lse_c + 4 * (j >> 1));  // queries of j and j ^ 1
@@ -184,14 +146,42 @@ __device__ __forceinline__ void bwd_p_ds(uint32_t (&pf)[BM / 16][4], uint32_t (&
         for (int e = 0; e < 2; ++e) {
           const int i = 4 * j + 2 * h + e;
           float p = fast_exp2(fmaf(s[i], scale_log2, -(e ? l1 : l0)));
-          if (need_mask) {
-            const int key = key0 + 8 * h, q = qb + 8 * j + 2 * t4 + e;
-            if (key >= Nk || q >= Nq || (causal && key > q)) p = 0.f;
-          }
+          mask(p, h, j, e);
           s[i] = p;
         }
       }
     }
+  };
+  if constexpr (D == 64) {
+    // D = 64: the mask is a warp-uniform branch around two copies of the loop, and its test two compares
+    // against immediates: element (h, j, e) is kept iff lo[h] <= 8 j + e < hi (query past Nq: hi; key past
+    // Nk: lo = INT_MAX; causal: key <= query). Written as at D = 128 below (one loop, the test per element in
+    // the key and query indices), ptxas predicated it and every step issued ~450 instructions for it, masked
+    // or not (Nsight Compute, D = 64, 128x128: 23% of the kernel's warp samples on that line); the branch took
+    // the 128x128 tile from 317-328 to 407-429 TFLOP/s on the H100 and the 64x128 tile from 305-321 to
+    // 356-372. At D = 128 both changes cost: the branch 4-6% (64x128: 514/505 -> 485/485 at N = 4096/8192),
+    // the cheap test inside the one loop 9-14% (-> 443/455), so D = 128 keeps the test it was measured with.
+    const int qrel = qb + 2 * t4, hi = Nq - qrel;  // query = qrel + 8 j + e
+    int lo[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int key = key0 + 8 * h;
+      lo[h] = key >= Nk ? INT_MAX : (causal ? key - qrel : INT_MIN);
+    }
+    if (need_mask) {
+      exp_scores([&](float& p, int h, int j, int e) {
+        p = 8 * j + e >= lo[h] && 8 * j + e < hi ? p : 0.f;
+      });
+    } else {
+      exp_scores([](float&, int, int, int) {});
+    }
+  } else {
+    exp_scores([&](float& p, int h, int j, int e) {
+      if (need_mask) {
+        const int key = key0 + 8 * h, q = qb + 8 * j + 2 * t4 + e;
+        if (key >= Nk || q >= Nq || (causal && key > q)) p = 0.f;
+      }
+    });
   }
 #pragma unroll
   for (int kk = 0; kk < KB; ++kk)
