@@ -40,7 +40,7 @@ from nsightlab.analysis import why
 from nsightlab.core.errors import ProfileError
 from nsightlab.render import figures
 from nsightlab.render import page as nb
-from nsightlab.store import read
+from nsightlab.store import captures, read
 
 nb.check_parameters(globals())
 
@@ -64,7 +64,8 @@ nb.choose("a", a, list(dict.fromkeys(deep.launches["variant"].dropna())))  # a m
 nb.choose("b (b_capture)" if b_capture else "b", b,
           list(dict.fromkeys((deep_b if deep_b is not None else deep).launches["variant"].dropna())))
 try:
-    at, side_a, side_b = why.pick_sides(deep, deep_b, a, b, wanted, nb.capture_tags(manifest, path, manifest_b, path_b))
+    tags = captures.capture_tags(manifest, path, manifest_b, path_b)
+    at, side_a, side_b = why.pick_sides(deep, deep_b, a, b, wanted, tags)
 except ValueError as exc:
     raise nb.ParameterError(f"a={a!r}, b={b!r}, case={case!r}: {exc}") from None
 pair = side_b is not None

@@ -14,6 +14,7 @@ from nsightlab.analysis import bottleneck as B
 from nsightlab.analysis import why
 from nsightlab.render import figures
 from nsightlab.render.report import applicable
+from nsightlab.store import captures
 
 PROFILES = Path(__file__).resolve().parent.parent / "profiles" / "nvidia-h200"
 
@@ -124,10 +125,9 @@ def test_sides_of_one_report_and_of_one_kernel_across_two_captures(deep):
     before_path, after_path = h100 / "backward-deep-predicated-mask", h100 / "backward"
     before, after = (B.load(*why.deep_report(p)) for p in (before_path, after_path))
     mb, ma = (json.loads((p / "manifest.json").read_text()) for p in (before_path, after_path))
-    from nsightlab.render import page as nb
-    tags = nb.capture_tags(mb, before_path, ma, after_path)
+    tags = captures.capture_tags(mb, before_path, ma, after_path)
     assert tags == ("f9d774b", "caf73dc")
-    assert nb.capture_tags(mb, before_path, mb, after_path) == ("backward-deep-predicated-mask", "backward")
+    assert captures.capture_tags(mb, before_path, mb, after_path) == ("backward-deep-predicated-mask", "backward")
     at, a, b = why.pick_sides(before, after, "flash_wgmma", "", {"D": "64", "bwd_pipeline": "tma-ws"}, tags)
     assert (a.name, b.name) == ("flash_wgmma @ f9d774b", "flash_wgmma @ caf73dc")
     assert a.deep is before and b.deep is after and a.sel["range"].iloc[0] == b.sel["range"].iloc[0]

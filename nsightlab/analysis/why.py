@@ -21,7 +21,7 @@ import pandas as pd
 from ..core.args import ArgumentParser
 from ..core.errors import ProfileError
 from ..problems import problem as problems
-from ..store.captures import find_file, load_manifest
+from ..store.captures import capture_tags, find_file, load_manifest
 from ..store.read import capture_schemas, resolve
 from . import bottleneck as B
 
@@ -157,20 +157,14 @@ def render(a_name: str, b_name: str, a: B.Deep, la: pd.DataFrame, b: B.Deep, lb:
 
 
 def _tags(path_a: Path, path_b: Path) -> tuple[str, str]:
-    """What tells two reports apart in the terminal: their captures' commits (the manifest beside each
-    report), else their capture folders' (or files') names."""
-    def commit(p: Path) -> str:
-        m = p.parent / "manifest.json"
+    """:func:`capture_tags` of the captures two reports belong to (a bare report: its file)."""
+    def capture(p: Path) -> tuple[dict, Path]:
+        folder = Path(p).parent
         try:
-            return str(load_manifest(p.parent).get("git_commit") or "") if m.exists() else ""
+            return (load_manifest(folder), folder) if (folder / "manifest.json").exists() else ({}, Path(p))
         except ProfileError:
-            return ""
-    ca, cb = commit(Path(path_a)), commit(Path(path_b))
-    if ca and cb and ca != cb:
-        return ca[:12], cb[:12]
-    names = tuple(Path(p).parent.name if Path(p).parent.joinpath("manifest.json").exists() else Path(p).name
-                  for p in (path_a, path_b))
-    return names if names[0] != names[1] else (str(path_a), str(path_b))
+            return {}, Path(p)
+    return capture_tags(*capture(path_a), *capture(path_b))
 
 
 def main(argv: list[str] | None = None, prog: str = "nsightlab why") -> int:

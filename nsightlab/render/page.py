@@ -333,15 +333,6 @@ def not_applicable(exc: Exception) -> None:
     say(f"> **Not applicable here.** {exc}")
 
 
-def capture_tags(manifest_a: dict, path_a: Path, manifest_b: dict, path_b: Path) -> tuple[str, str]:
-    """What tells two captures apart on a page that compares one kernel across them: their commits, or
-    (the same commit, or none recorded) their folder names."""
-    ca, cb = manifest_a.get("git_commit"), manifest_b.get("git_commit")
-    if ca and cb and short_commit(ca) != short_commit(cb):
-        return short_commit(ca), short_commit(cb)
-    return Path(path_a).name, Path(path_b).name
-
-
 def header(manifest: dict, path: Path) -> str:
     """One Markdown paragraph: where and how the capture was made."""
     g = manifest.get("gpu", {}) or {}

@@ -224,6 +224,15 @@ def short_commit(commit: object, n: int = 12) -> str:
     return text.removesuffix("-dirty")[:n] + ("-dirty" if dirty else "")
 
 
+def capture_tags(manifest_a: dict, path_a: Path, manifest_b: dict, path_b: Path) -> tuple[str, str]:
+    """What tells two captures apart on a page that compares one kernel across them: their commits, or
+    (the same commit, or none recorded) their folder names."""
+    ca, cb = manifest_a.get("git_commit"), manifest_b.get("git_commit")
+    if ca and cb and short_commit(ca) != short_commit(cb):
+        return short_commit(ca), short_commit(cb)
+    return Path(path_a).name, Path(path_b).name
+
+
 def _to_compact(capture: Path) -> list[Path]:
     """The exports of a capture that compaction writes as .xz: large uncompressed ones, and any gzipped one."""
     out = []
