@@ -8,6 +8,7 @@ flash_mma and SDPA flash (FlashAttention-2). Run from the repository root with t
     python scripts/wgmma_smoke.py --passes forward --tiles 128x128  # one forward tile, every pipeline
     python scripts/wgmma_smoke.py --passes forward --pipelines tma,tma-ws,tma-ws-overlap
     python scripts/wgmma_smoke.py --passes backward --bwd-tiles 64x128
+    python scripts/wgmma_smoke.py --passes backward --bwd-pipelines tma-ws,tma-ws-longest-first --time-n 16384
 
 Correctness: inputs from flash_kernels.testing.random_attention_inputs (normal + 0.5, so relative errors
 mean something), outputs poisoned with NaN before each call, errors by flash_kernels.testing.error_metrics
@@ -46,8 +47,8 @@ CHECK_SHAPES = [(1, 2, 2, 1, 1), (1, 2, 2, 77, 77), (2, 3, 3, 300, 300), (1, 2, 
                 (1, 4, 2, 77, 300), (1, 4, 1, 300, 77), (2, 4, 4, 1, 1000), (1, 2, 2, 128, 128),
                 (1, 8, 2, 1000, 129), (1, 4, 1, 513, 700), (1, 2, 2, 257, 1),
                 (2, 16, 4, 1100, 1300)]  # more work tiles than SMs: persistent blocks run several
-#: (B, H, N): 16k tokens per batch (FlashAttention's convention)
-TIME_SHAPES = [(16, 16, 1024), (4, 16, 4096), (2, 16, 8192)]
+#: (B, H, N): 16k tokens per batch (FlashAttention's convention); --time-n picks among them
+TIME_SHAPES = [(16, 16, 1024), (4, 16, 4096), (2, 16, 8192), (1, 16, 16384)]
 #: the options each pass sweeps, by command-line flag
 SWEPT = {"forward": {"tiles": "wg_tile", "pipelines": "pipeline"}, "backward": {"bwd_tiles": "wg_bwd_tile", "bwd_pipelines": "bwd_pipeline"}}
 #: what to look at when an output is wrong; the first wrong output in this order names the place
@@ -203,12 +204,12 @@ def median_ms(impl: str, cfg: Config, inputs: bench.Inputs, pass_: str, options:
     return statistics.median(bench.time_gpu(fn, flush, warmup=5, reps=20, budget_ms=1000.0))
 
 
-def timing(pass_: str, chosen: dict[str, list[str]], tally: Tally) -> None:
-    """Each setting, flash_mma, SDPA flash and cuDNN at the TIME_SHAPES (fp16), each setting first checked on
-    one head of the same inputs."""
+def timing(pass_: str, chosen: dict[str, list[str]], tally: Tally, shapes: list[tuple[int, int, int]]) -> None:
+    """Each setting, flash_mma, SDPA flash and cuDNN at ``shapes`` (of TIME_SHAPES; fp16), each setting first
+    checked on one head of the same inputs."""
     print(f"\n== {pass_} timing, fp16 (TFLOP/s; median of up to 20, L2 flushed; x/cudnn: SDPA cuDNN's time over it) ==")
     flush = bench.L2Flusher()
-    for D, causal, (B, H, N) in itertools.product((64, 128), (False, True), TIME_SHAPES):
+    for D, causal, (B, H, N) in itertools.product((64, 128), (False, True), shapes):
         cfg = Config(f"B{B}-H{H}-N{N}-D{D}", B, H, N, D, causal)
         inputs = random_attention_inputs(B, H, N, D, torch.float16, seed=N + D)
         one_head = tuple(t[:1, :1] for t in inputs)
@@ -248,7 +249,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bwd-tiles", default="all", help="backward: comma-separated wg_bwd_tile values, or all")
     p.add_argument("--bwd-pipelines", default="all", help="backward: comma-separated bwd_pipeline values, or all")
     p.add_argument("--no-time", action="store_true", help="correctness only")
+    p.add_argument("--time-n", default="4096,8192,16384",
+                   help=f"sequence lengths to time, comma-separated, of {', '.join(str(n) for *_, n in TIME_SHAPES)} "
+                        "(B x N = 16k)")
     a = p.parse_args(argv)
+    by_n = {n: (b, h, n) for b, h, n in TIME_SHAPES}
+    try:
+        shapes = [by_n[int(x)] for x in a.time_n.split(",")]
+    except (KeyError, ValueError):
+        p.error(f"--time-n takes comma-separated values of {', '.join(map(str, by_n))}; got {a.time_n!r}")
     passes = [x for x in a.passes.split(",") if x]
     if not passes or any(x not in OUTPUTS for x in passes):
         p.error(f"--passes takes forward, backward or forward,backward; got {a.passes!r}")
@@ -265,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     for pass_ in passes:
         correctness(pass_, chosen[pass_], tally)
         if not a.no_time:
-            timing(pass_, chosen[pass_], tally)
+            timing(pass_, chosen[pass_], tally, shapes)
     print(f"\n{'PASS' if tally.failures == 0 else 'FAIL'}: {VARIANT} {' and '.join(passes)}, "
           f"{tally.failures} failing checks")
     return 0 if tally.failures == 0 else 1

@@ -45,7 +45,10 @@ def test_a_wrong_output_is_located_and_explained():
 def test_usage_errors_say_what_is_accepted(capsys):
     for argv, said in ((["--passes", "sideways"], "--passes takes forward, backward or forward,backward"),
                        (["--tiles", "100x100"], "--tiles: unknown wg_tile ['100x100']; accepted: 128x128,"),
-                       (["--passes", "backward", "--bwd-tiles", "192x64"], "unknown wg_bwd_tile ['192x64']")):
+                       (["--passes", "backward", "--bwd-tiles", "192x64"], "unknown wg_bwd_tile ['192x64']"),
+                       (["--time-n", "4096,5000"], "--time-n takes comma-separated values of 1024, 4096, 8192, 16384; "
+                                                   "got '4096,5000'"),
+                       (["--time-n", "big"], "--time-n takes comma-separated values of")):
         with pytest.raises(SystemExit) as exc:
             smoke.main(argv)
         assert exc.value.code == 2 and said in capsys.readouterr().err

@@ -67,6 +67,19 @@
 //   (cuDNN 0.07) and short scoreboard 0.69 (0.45). The first version's capture (2c5c874) had MIO throttle 0.59
 //   and 1.13x. At D = 64 (128x128): 0.67-0.74x cuDNN until the mask became a branch (bwd_p_ds), then 0.96-1.04x
 //   (H100 bench at caf73dc; the capture `backward` at caf73dc: 1.02x cuDNN's kernel time at D = 64, 1.06x at 128).
+//
+// Causal block order, tried and not kept. Blocks go to the SMs in grid order, a head's key blocks together
+// (longest first within the head); the last heads' longest blocks start late, a tail that list scheduling by
+// longest work first should remove. Two orders of the same grid were measured as an extra pipeline against
+// tma-ws in the same run (H100 80GB HBM3, torch 2.11.0+cu130, scripts/wgmma_smoke.py --passes backward
+// --bwd-pipelines tma-ws,<order> --time-n 4096,8192,16384; fp16, causal; diff in the logs' commit message):
+// key-block-major over the whole grid (every head's key block 0, then every head's 1, ...): D = 128 0.71 /
+// 0.91 / 0.92x cuDNN at N = 4096 / 8192 / 16384 against tma-ws's 0.90 / 0.99 / 0.95x (D = 64 128x128: 0.98 /
+// 1.05 / 0.99 against 1.01 / 1.03 / 1.03; the blocks in flight read up to 64 heads' Q, dO instead of a few
+// heads' from L2); key-block-major within chunks of heads holding two waves of blocks each: 0.90 / 0.92 /
+// 0.96x against 0.90 / 0.96 / 0.97x (D = 64: 0.95 / 1.00 / 0.97 against 1.03 / 1.01 / 1.00); without causal
+// both equal tma-ws within 1-2%, as they should. Logs: profiles/_logs/nvidia-h100-80gb-hbm3/
+// wgmma_smoke_bwd_longest_first_{kb_major,chunked}_not_kept.log.
 #include <climits>
 
 #include "wgmma.cuh"
