@@ -72,7 +72,7 @@
 // (longest first within the head); the last heads' longest blocks start late, a tail that list scheduling by
 // longest work first should remove. Two orders of the same grid were measured as an extra pipeline against
 // tma-ws in the same run (H100 80GB HBM3, torch 2.11.0+cu130, scripts/wgmma_smoke.py --passes backward
-// --bwd-pipelines tma-ws,<order> --time-n 4096,8192,16384; fp16, causal; diff in the logs' commit message):
+// --bwd-pipelines tma-ws,<order> --time-n 4096,8192,16384; fp16, causal; the chunked order's code: wgmma_bwd_longest_first_chunked_not_kept.diff beside the logs):
 // key-block-major over the whole grid (every head's key block 0, then every head's 1, ...): D = 128 0.71 /
 // 0.91 / 0.92x cuDNN at N = 4096 / 8192 / 16384 against tma-ws's 0.90 / 0.99 / 0.95x (D = 64 128x128: 0.98 /
 // 1.05 / 0.99 against 1.01 / 1.03 / 1.03; the blocks in flight read up to 64 heads' Q, dO instead of a few
