@@ -4,7 +4,10 @@
     python -m flash_kernels.bench --suite mixed --variants flash_mma,flash_simt --passes forward
 
 Timing: CUDA events around each launch, after warm-up; the L2 is flushed (a buffer of twice its
-size is overwritten) before every timed repeat; the median is reported. Correctness is measured
+size is overwritten) before every timed repeat, and a GPU-side wait queued behind the flush lets
+the host queue the whole call before the start event is reached, so a short call's time is the
+GPU's and not its Python and launch overhead (the host's time per call is its own column,
+host_ms); the median is reported. Correctness is measured
 against the fp64 reference in the same run, on the first call, which is also timed by the wall
 clock (and its peak memory taken): a case whose call is slower than --max-call-ms (on a second
 call too) is skipped, and so is every later case of the same implementation, pass and dtype with
@@ -58,7 +61,13 @@ REFERENCES = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math", "torch_
 
 CSV_FIELDS = ["suite", "config", "B", "H", "Hkv", "N", "Nk", "D", "causal", "dtype", "impl", "kind", "pass", "options", "status",
               "ms", "ms_min", "ms_max", "reps", "tflops", "gbps", "peak_mem_mb", "max_abs", "mean_abs", "mse",
-              "max_rel", "rel_l2", "speed_vs_sdpa_flash"]
+              "max_rel", "rel_l2", "speed_vs_sdpa_flash", "host_ms"]
+
+
+#: how the bench times a GPU call (written into every manifest)
+TIMING_METHOD = ("CUDA events per repeat, L2 flushed before each, the repeat queued behind a GPU-side wait so that "
+                 "the events time the GPU's work and not the host's launch overhead (host_ms: the host's time per "
+                 "call, apart), median")
 
 
 class Skip(Exception):
@@ -94,20 +103,72 @@ class L2Flusher:
         self.buf.fill_(1.0)
 
 
-def time_gpu(fn: Callable[[], Any], flush: L2Flusher, *, warmup: int, reps: int, budget_ms: float) -> list[float]:
-    """Per-repeat milliseconds from CUDA events, L2 flushed before each repeat.
+class GpuHold:
+    """A GPU-side wait (``torch.cuda._sleep``, a spin on the SM clock) queued between the L2 flush and a
+    repeat's start event, so that the CPU has queued every launch of the call before the GPU reaches the
+    start event: the events then time the GPU's work and the gaps between its kernels, not the host's
+    Python and launch overhead (nvbench's "blocking kernel" does the same). The spin's clock rate is
+    measured once, on the first use."""
+
+    def __init__(self) -> None:
+        self._cycles_per_ms: float | None = None
+
+    def cycles_per_ms(self) -> float:
+        if self._cycles_per_ms is None:
+            torch.cuda._sleep(1000)
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            torch.cuda._sleep(1 << 22)
+            e.record()
+            torch.cuda.synchronize()
+            self._cycles_per_ms = (1 << 22) / max(s.elapsed_time(e), 1e-3)
+        return self._cycles_per_ms
+
+    def __call__(self, ms: float) -> None:
+        torch.cuda._sleep(max(1, int(ms * self.cycles_per_ms())))
+
+
+@dataclass(frozen=True)
+class Repeats:
+    """The timed repeats of one call: GPU milliseconds (CUDA events) and host milliseconds (the wall time
+    for the call to return, the GPU's work queued but not waited for)."""
+
+    ms: list[float]
+    host_ms: list[float]
+
+
+def hold_ms(host_ms: list[float]) -> float:
+    """How long the GPU waits ahead of a repeat: twice the slowest host time seen, plus 20 us (0.1 ms when
+    none was seen), at most 5 ms."""
+    return min(5.0, 2 * max(host_ms) + 0.02) if host_ms else 0.1
+
+
+def time_gpu(fn: Callable[[], Any], flush: L2Flusher, *, warmup: int, reps: int, budget_ms: float,
+             hold: GpuHold | None = None) -> Repeats:
+    """Per-repeat milliseconds from CUDA events, L2 flushed before each repeat, and the host's time per
+    call. With ``hold``, a GPU-side wait is queued after the flush (:func:`hold_ms` of the warm-up calls'
+    host times), so that the events time the GPU alone.
 
     The first timed repeat also sizes the number of repeats to the time budget (at least 3, at
     most ``reps``)."""
+    host: list[float] = []
     for _ in range(warmup):
+        t0 = time.perf_counter()
         fn()
+        host.append((time.perf_counter() - t0) * 1e3)
     torch.cuda.synchronize()
+    wait = hold_ms(host)
+    host.clear()
 
     def once() -> tuple[torch.cuda.Event, torch.cuda.Event]:
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         flush()
+        if hold is not None:
+            hold(wait)
         s.record()
+        t0 = time.perf_counter()
         fn()
+        host.append((time.perf_counter() - t0) * 1e3)
         e.record()
         return s, e
 
@@ -117,7 +178,7 @@ def time_gpu(fn: Callable[[], Any], flush: L2Flusher, *, warmup: int, reps: int,
     n = int(max(3, min(reps, budget_ms / max(probe, 1e-3))))
     events = [first, *(once() for _ in range(n - 1))]
     torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in events]
+    return Repeats([s.elapsed_time(e) for s, e in events], host)
 
 
 def time_cpu(fn: Callable[[], Any], *, reps: int, budget_ms: float) -> list[float]:
@@ -302,6 +363,7 @@ class _Run:
     limits: Limits
     flush: L2Flusher
     slow: SlowCases
+    hold: GpuHold
 
 
 def _worst(metrics: list[dict[str, float]]) -> dict[str, float]:
@@ -332,12 +394,12 @@ def _beside(out: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
 
 
 def _repeats(run: _Run, fn: Callable[[], Any], key: tuple[str, str, str], flop: float, config: str,
-             call_ms: float) -> list[float]:
-    """The timed repeats' milliseconds. A GPU case whose first call was slower than --max-call-ms is
+             call_ms: float) -> Repeats:
+    """The timed repeats' milliseconds (and host milliseconds, GPU cases). A GPU case whose first call was slower than --max-call-ms is
     called once more (the first may set up); still slower, it is recorded as slow and skipped."""
     impl = key[0]
     if impl == "torch_cpu":
-        return time_cpu(fn, reps=min(run.timing.reps, 5), budget_ms=run.timing.budget_ms * 4)
+        return Repeats(time_cpu(fn, reps=min(run.timing.reps, 5), budget_ms=run.timing.budget_ms * 4), [])
     if call_ms > run.limits.max_call_ms:
         _, call_ms, _ = measured_call(fn)
         if call_ms > run.limits.max_call_ms:
@@ -345,7 +407,7 @@ def _repeats(run: _Run, fn: Callable[[], Any], key: tuple[str, str, str], flop: 
             raise Skip(f"one call took {call_ms:.0f} ms > --max-call-ms")
     # slow cases are already warm after the calls above
     return time_gpu(fn, run.flush, warmup=run.timing.warmup if call_ms < 50 else 0, reps=run.timing.reps,
-                    budget_ms=run.timing.budget_ms)
+                    budget_ms=run.timing.budget_ms, hold=run.hold)
 
 
 def _measure(run: _Run, cfg: Config, dtype: str, impl: str, pass_: str, inputs: Inputs,
@@ -367,8 +429,10 @@ def _measure(run: _Run, cfg: Config, dtype: str, impl: str, pass_: str, inputs: 
         row.update(_errors(result, expected, pass_))
         del result
         row["peak_mem_mb"] = peak
-        times = _repeats(run, fn, (impl, pass_, dtype), flop, cfg.name, call_ms)
+        repeats = _repeats(run, fn, (impl, pass_, dtype), flop, cfg.name, call_ms)
+        times = repeats.ms
         ms = statistics.median(times)
+        row["host_ms"] = statistics.median(repeats.host_ms) if repeats.host_ms else float("nan")
         nbytes = model.compulsory_bytes(cfg.B, cfg.H, cfg.N, cfg.D, dtype, pass_=pass_, Hkv=cfg.Hkv, Nk=cfg.Nk)
         row.update(ms=ms, ms_min=min(times), ms_max=max(times), reps=len(times), tflops=model.tflops(flop, ms),
                    gbps=model.gbps(nbytes, ms))
@@ -452,7 +516,7 @@ def run(suite: str, variants: list[str], refs: list[str], passes: list[str], dty
             raise ValueError(f"unknown config(s) {unknown} in suite {suite}; known: {[c.name for c in cfgs]}")
         cfgs = [c for c in cfgs if c.name in configs]
     state = _Run(suite, options or {}, Timing(warmup, reps, budget_ms),
-                 Limits(max_score_elems, max_cpu_elems, max_call_ms), L2Flusher(), SlowCases())
+                 Limits(max_score_elems, max_cpu_elems, max_call_ms), L2Flusher(), SlowCases(), GpuHold())
     rows: list[dict[str, Any]] = []
     for dtype in dtypes or list(suite_dtypes):
         for cfg in cfgs:
@@ -571,7 +635,7 @@ def main(argv: list[str] | None = None) -> int:
         manifest = {"suite": suite, "description": SUITES[suite][2], "command": [sys.executable, "-m",
                     "flash_kernels.bench", *(argv if argv is not None else sys.argv[1:])],
                     "environment": environment(), "build_seconds": build_s,
-                    "timing": {"method": "CUDA events per repeat, L2 flushed before each, median",
+                    "timing": {"method": TIMING_METHOD,
                                "warmup": a.warmup, "max_reps": a.reps, "budget_ms": a.budget_ms},
                     "seconds": time.perf_counter() - t0, "rows": len(rows)}
         path = write_results(rows, Path(a.out), suite, manifest)

@@ -49,6 +49,8 @@ CHECK_SHAPES = [(1, 2, 2, 1, 1), (1, 2, 2, 77, 77), (2, 3, 3, 300, 300), (1, 2, 
                 (2, 16, 4, 1100, 1300)]  # more work tiles than SMs: persistent blocks run several
 #: (B, H, N): 16k tokens per batch (FlashAttention's convention); --time-n picks among them
 TIME_SHAPES = [(16, 16, 1024), (4, 16, 4096), (2, 16, 8192), (1, 16, 16384)]
+#: the bench's GPU-side wait ahead of each timed repeat (host overhead not timed)
+HOLD = bench.GpuHold()
 #: the options each pass sweeps, by command-line flag
 SWEPT = {"forward": {"tiles": "wg_tile", "pipelines": "pipeline"}, "backward": {"bwd_tiles": "wg_bwd_tile", "bwd_pipelines": "bwd_pipeline"}}
 #: what to look at when an output is wrong; the first wrong output in this order names the place
@@ -201,7 +203,7 @@ def correctness(pass_: str, chosen: dict[str, list[str]], tally: Tally) -> None:
 def median_ms(impl: str, cfg: Config, inputs: bench.Inputs, pass_: str, options: dict[str, object],
               flush: bench.L2Flusher) -> float:
     fn, _ = bench.implementation_call(impl, cfg, inputs, pass_, options, bench.Limits())
-    return statistics.median(bench.time_gpu(fn, flush, warmup=5, reps=20, budget_ms=1000.0))
+    return statistics.median(bench.time_gpu(fn, flush, warmup=5, reps=20, budget_ms=1000.0, hold=HOLD).ms)
 
 
 def timing(pass_: str, chosen: dict[str, list[str]], tally: Tally, shapes: list[tuple[int, int, int]]) -> None:

@@ -198,3 +198,9 @@ def test_the_fp64_backward_reference_goes_one_batch_element_at_a_time_where_it_w
     assert bench._beside(whole[0], split[0]) is whole[0]
     errs = bench._errors(tuple(t.float() for t in whole), split, "backward")
     assert errs["rel_l2"] < 1e-6
+
+
+def test_the_gpu_wait_ahead_of_a_repeat_covers_the_slowest_host_time_twice():
+    assert bench.hold_ms([]) == 0.1
+    assert bench.hold_ms([0.03, 0.05]) == pytest.approx(0.12)
+    assert bench.hold_ms([40.0]) == 5.0  # capped: a call that slow is not launch-bound

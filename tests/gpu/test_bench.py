@@ -51,3 +51,31 @@ def test_grouped_query_and_decode_rows():
             assert r["tflops"] > 0
         else:
             assert r["impl"] == "flash_mma" and r["status"].startswith("skipped: ") and len(r["status"]) > 12, r
+
+
+def test_the_gpu_hold_keeps_host_overhead_out_of_the_timed_interval():
+    """A call that spends 2 ms on the host before queueing a tiny kernel: without the hold the events time
+    the host's 2 ms (the GPU idles between the start event and the launch); with it, only the kernel. The
+    host's time is reported apart either way."""
+    import time
+
+    import torch
+
+    x = torch.zeros(1024, device="cuda")
+
+    def call() -> None:
+        time.sleep(0.002)
+        x.add_(1)
+
+    flush = bench.L2Flusher()
+    free = bench.time_gpu(call, flush, warmup=2, reps=5, budget_ms=100.0)
+    held = bench.time_gpu(call, flush, warmup=2, reps=5, budget_ms=100.0, hold=bench.GpuHold())
+    assert min(free.ms) > 1.5, free
+    assert max(held.ms) < 0.5, held
+    assert min(held.host_ms) > 1.9 and len(held.host_ms) == len(held.ms)
+
+
+def test_rows_report_the_hosts_time_per_call():
+    rows = bench.run("mixed", ["flash_mma"], ["sdpa_flash"], ["forward"], ["float16"], ["Small-2"], warmup=1, reps=3,
+                     budget_ms=5.0, log=lambda _: None)
+    assert all(r["host_ms"] > 0 for r in rows), rows
