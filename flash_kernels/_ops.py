@@ -23,6 +23,8 @@ _WG_BWD_TILES = {"64x128": 0, "128x128": 1}  # flash_wgmma_bwd.cu: option code b
 _WG_BWD_PIPELINES = {"cp.async": 0, "tma-ws": 1}  # bits 4..7
 #: the materializing variants' (module, option code): tiled_uncoalesced is tiled.cu's option 1
 _MATERIALIZED = {"naive": ("naive", 0), "tiled": ("tiled", 0), "tiled_uncoalesced": ("tiled", 1)}
+#: flash_decode's plan "auto": the fewest 64-key tiles a split gets (_decode_plan)
+_DECODE_MIN_TILES_PER_SPLIT = 4
 #: flash_decode.cu: keys per K/V tile, K/V pipeline stages per head dim, option code of the rows per block
 #: (bits 0..7; bits 8..: the number of key splits), shared memory a GPU keeps back per resident block
 _DECODE_KEYS = 64
@@ -246,17 +248,26 @@ def _group_split(choice: Any, B: int, H: int, Hkv: int, Nk: int, causal: bool, d
 def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: int, D: int, causal: bool,
                  sms: int, smem_per_sm: int) -> tuple[int, int]:
     """flash_decode's (rows per block, key splits) on a GPU of ``sms`` SMs of ``smem_per_sm`` bytes of shared
-    memory. rows "auto": the fewest of 16, 32, 64 that hold the H/Hkv x Nq rows of a k/v head. splits "auto":
-    as many as give every SM the blocks its shared memory holds, in one wave. Either way at most one split per
-    64-key tile of the keys a row can see (min(Nk, Nq) when causal), dealt out so that no split is empty."""
+    memory. rows "auto": 16 for up to 32 of the H/Hkv x Nq rows of a k/v head (two 16-row blocks beat one of
+    32), else 64. splits "auto": as many as give every SM one block, in one wave (with more than 64 rows a k/v
+    head, the tensor work's, as many blocks as its shared memory holds), but at least 4 key tiles (256 keys) a
+    split. Either way at most one split per 64-key tile of the keys a row can see (min(Nk, Nq) when causal),
+    dealt out so that no split is empty.
+
+    Tuned on an H100 with scripts/decode_plan_sweep.py (every rows x splits, interleaved on the same inputs):
+    the partial results and their merge cost more than a second block per SM buys while a block streams K/V
+    for few rows (Hkv = 1, Nq = 1, Nk = 4096: 19.1 us against 25.5 us for 32 rows x 32 splits, the plan
+    before; Hkv = 8: 2 splits 1-8 % faster than 4); 256 keys a split at Nk = 1024 (12.8 us against 15.3)."""
     R = H // Hkv * Nq
     if rows == "auto":
-        rows = next((r for r in (16, 32) if R <= r), 64)
+        rows = 16 if R <= 32 else 64
     tiles = -(-(min(Nk, Nq) if causal else Nk) // _DECODE_KEYS)
     if splits == "auto":
-        smem = rows * D * 2 + _DECODE_STAGES[D] * 2 * _DECODE_KEYS * D * 2  # decode_smem in flash_decode.cu
-        per_sm = max(1, smem_per_sm // (smem + _SMEM_RESERVED_PER_BLOCK))
-        splits = max(1, per_sm * sms // (-(-R // rows) * B * Hkv))
+        per_sm = 1
+        if R > 64:
+            smem = rows * D * 2 + _DECODE_STAGES[D] * 2 * _DECODE_KEYS * D * 2  # decode_smem in flash_decode.cu
+            per_sm = max(1, smem_per_sm // (smem + _SMEM_RESERVED_PER_BLOCK))
+        splits = max(1, min(per_sm * sms // (-(-R // rows) * B * Hkv), tiles // _DECODE_MIN_TILES_PER_SPLIT))
     per_split = -(-tiles // min(splits, tiles))
     return rows, -(-tiles // per_split)
 

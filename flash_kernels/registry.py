@@ -206,14 +206,15 @@ VARIANTS: dict[str, Variant] = {
                 "rows": Option(
                     "rows", ("auto", 16, 32, 64),
                     "rows per block, of the H/Hkv x Nq (query head, query) rows that share a k/v head: 16 = 4 warps "
-                    "over the keys of each tile, 32 = 2 x 2, 64 = 4 warps over the rows; auto: the fewest that "
-                    "hold them",
+                    "over the keys of each tile, 32 = 2 x 2, 64 = 4 warps over the rows; auto: 16 for up to 32 "
+                    "rows (two 16-row blocks), else 64",
                     default={64: "auto", 128: "auto"},
                 ),
                 "splits": Option(
                     "splits", ("auto", 1, 2, 4, 8, 16, 32, 64),
                     "blocks the keys are split over (each writes a partial O and LSE, a second kernel merges "
-                    "them), at most one per 64-key tile; auto: as many as fill the GPU's SMs in one wave",
+                    "them), at most one per 64-key tile; auto: one block per SM in one wave (with more than 64 "
+                    "rows a k/v head: as many blocks as an SM holds), at least 256 keys a split",
                     default={64: "auto", 128: "auto"},
                 ),
             },

@@ -1,6 +1,8 @@
 """flash_decode's plan against the measured best: every (rows, splits) option at some decode-suite shapes, beside
-the plan "auto" chooses and SDPA's backends, timed by the bench (flash_kernels.bench.run: CUDA events, L2 flushed,
-the GPU-side hold, medians). What flash_kernels._ops._decode_plan is tuned from.
+the plan "auto" chooses and SDPA's backends, on the same inputs, timed by the bench's timer (CUDA events, L2
+flushed, the GPU-side hold) in interleaved rounds, so that a drift between runs does not pass for a difference
+between settings (separate bench runs of the same plan differed by up to 13 % on an H100). What
+flash_kernels._ops._decode_plan is tuned from.
 
     python scripts/decode_plan_sweep.py --configs Nq1-Nk4096-Hkv1,Nq1-Nk16384-Hkv8 --out decode_plan.csv
 
@@ -13,12 +15,14 @@ from __future__ import annotations
 import argparse
 import csv
 import itertools
+import statistics
 
 import torch
 
 from flash_kernels import VARIANTS, bench
 from flash_kernels._ops import _decode_plan
 from flash_kernels.bench_suites import SUITES
+from flash_kernels.testing import random_attention_inputs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", default="auto,16,32,64", help="rows options to sweep")
     p.add_argument("--splits", default="auto,1,2,4,8,16,32", help="splits options to sweep")
     p.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
-    p.add_argument("--out", default="", help="CSV of every row (optional)")
+    p.add_argument("--rounds", type=int, default=6, help="round-robin rounds of 5 timed repeats per setting")
+    p.add_argument("--out", default="", help="CSV of every setting's median (optional)")
     a = p.parse_args(argv)
     configs = a.configs.split(",")
     bad = [c for c in configs if c not in names]
@@ -46,24 +51,35 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU (torch.cuda.is_available() is False)")
     props = torch.cuda.get_device_properties(0)
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {a.dtype}; microseconds, median")
-    rows = bench.run("decode", [], ["sdpa_flash", "sdpa_cudnn"], ["forward"], [a.dtype], configs, warmup=2, reps=10,
-                     budget_ms=60.0, log=lambda _: None)
-    for setting in grid:
-        for r in bench.run("decode", ["flash_decode"], [], ["forward"], [a.dtype], configs, options=setting, warmup=2,
-                           reps=10, budget_ms=60.0, log=lambda _: None):
-            r["impl"] = f"rows={setting['rows']},splits={setting['splits']}"
-            rows.append(r)
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {a.dtype}; microseconds, median of "
+          f"{a.rounds} rounds x 5 repeats, the settings interleaved on the same inputs")
     cfgs = {c.name: c for c in SUITES["decode"][0]}
+    flush, hold, rows = bench.L2Flusher(), bench.GpuHold(), []
     for name in configs:
         c = cfgs[name]
+        inputs = random_attention_inputs(c.B, c.H, c.N, c.D, getattr(torch, a.dtype), Hkv=c.Hkv, Nk=c.Nk,
+                                         seed=bench.input_seed(c))
+        calls = {ref: bench.implementation_call(ref, c, inputs, "forward", {}, bench.Limits())[0]
+                 for ref in ("sdpa_flash", "sdpa_cudnn")}
+        for setting in grid:
+            label = f"rows={setting['rows']},splits={setting['splits']}"
+            calls[label] = bench.implementation_call("flash_decode", c, inputs, "forward", setting, bench.Limits())[0]
+        times: dict[str, list[float]] = {k: [] for k in calls}
+        for _ in range(a.rounds):  # round robin: a drift of the GPU's state falls on every setting alike
+            for label, fn in calls.items():
+                times[label] += bench.time_gpu(fn, flush, warmup=1, reps=5, budget_ms=1e9, hold=hold).ms
         plan = _decode_plan("auto", "auto", c.B, c.H, c.Hkv, c.N, c.Nk, c.D, False, props.multi_processor_count,
                             props.shared_memory_per_multiprocessor)
-        got = sorted((r["ms"] * 1e3, r["impl"]) for r in rows if r["config"] == name and r["status"] == "ok")
-        print(f"{name} (auto = rows {plan[0]}, splits {plan[1]}): " + "  ".join(f"{i} {t:.1f}" for t, i in got))
+        got = sorted((statistics.median(t) * 1e3, label) for label, t in times.items())
+        print(f"{name} (auto = rows {plan[0]}, splits {plan[1]}): " + "  ".join(f"{i} {t:.1f}" for t, i in got),
+              flush=True)
+        rows += [{"config": name, "setting": label, "us": statistics.median(t) * 1e3, "us_min": min(t) * 1e3,
+                  "repeats": len(t)} for label, t in times.items()]
+        del inputs, calls
+        torch.cuda.empty_cache()
     if a.out:
         with open(a.out, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=bench.CSV_FIELDS, extrasaction="ignore")
+            w = csv.DictWriter(fh, fieldnames=["config", "setting", "us", "us_min", "repeats"])
             w.writeheader()
             w.writerows(rows)
     return 0

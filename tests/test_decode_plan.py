@@ -38,20 +38,26 @@ def test_decode_is_forward_only(monkeypatch):
         fk.attention(*(t.requires_grad_(True) for t in qkv()), variant="flash_decode")
 
 
-@pytest.mark.parametrize("Hkv,Nq,rows", [(32, 1, 16), (8, 4, 16), (1, 1, 32), (8, 16, 64), (1, 16, 64)])
+@pytest.mark.parametrize("Hkv,Nq,rows", [(32, 1, 16), (8, 4, 16), (1, 1, 16), (8, 16, 64), (1, 16, 64), (8, 8, 16),
+                                          (2, 3, 64)])
 def test_rows_auto_hold_the_rows_of_a_kv_head(Hkv, Nq, rows):
-    """H / Hkv x Nq rows share a k/v head: the fewest of 16, 32, 64 rows per block that hold them."""
+    """H / Hkv x Nq rows share a k/v head: 16 rows per block for up to 32 of them (two blocks for 17-32), else 64."""
     assert _decode_plan("auto", 1, 8, 32, Hkv, Nq, 16384, 128, False, *H200)[0] == rows
     assert _decode_plan(32, 1, 8, 32, Hkv, Nq, 16384, 128, False, *H200)[0] == 32  # a choice is kept
 
 
 @pytest.mark.parametrize("B,Hkv,Nq,Nk,D,splits", [
-    (8, 8, 1, 16384, 128, 4),    # 64 blocks, 2 per SM: 4 splits give 256 <= 264
+    (8, 8, 1, 16384, 128, 2),    # 64 blocks of 16 rows: 2 splits give one block per SM (128 <= 132)
     (8, 32, 1, 16384, 128, 1),   # 256 blocks already fill the SMs
-    (8, 8, 1, 16384, 64, 6),     # 3 blocks per SM at D=64: 396 // 64
-    (1, 8, 1, 131072, 128, 33),  # one sequence: 8 blocks, 264 // 8
-    (1, 1, 1, 1000, 128, 16),    # at most one split per 64-key tile
+    (8, 8, 1, 16384, 64, 2),     # D = 64 likewise: one block per SM while a block holds few rows
+    (1, 8, 1, 131072, 128, 16),  # one sequence: 8 blocks, 132 // 8
+    (8, 1, 1, 4096, 128, 8),     # 32 rows: two 16-row blocks per k/v head, 16 blocks a split
+    (8, 1, 1, 1024, 128, 4),     # ... but at least 4 tiles (256 keys) a split: 16 tiles
+    (1, 1, 1, 1000, 128, 4),     # 16 tiles (the last one short)
+    (8, 1, 16, 4096, 128, 4),    # 512 rows: the tensor work's, 2 blocks per SM: 264 // 64
+    (8, 1, 4, 1024, 128, 4),     # 128 rows: 264 // 16 = 16, at least 4 tiles a split
     (8, 8, 1, 1, 128, 1),        # one key
+    (8, 8, 1, 200, 128, 1),      # 4 tiles: one split
 ])
 def test_splits_auto_fill_the_sms_in_one_wave(B, Hkv, Nq, Nk, D, splits):
     assert _decode_plan("auto", "auto", B, 32, Hkv, Nq, Nk, D, False, *H200)[1] == splits
