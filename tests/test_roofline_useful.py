@@ -125,3 +125,24 @@ def test_the_performance_summary_names_whose_is_the_runs_highest_throughput():
     out = perf.findings(df, "cudnn")
     assert out[0].startswith("**cudnn** is the fastest in 2 of 3 configurations (its highest: 700 TFLOP/s forward)")
     assert out[1] == "The highest throughput of the run: forward 715 TFLOP/s by **mine** (c)."
+
+
+def _points(rows: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame([{"range": f"r{i}", "variant": r.pop("variant"), "pass": "forward", **r} for i, r in enumerate(rows)])
+
+
+def test_roofline_views_split_a_cross_product_and_keep_a_sweep_of_several_grids_in_one_figure():
+    # a cross product: D in the rows, dtype splits the figures (2 of them)
+    cross = _points([{"variant": v, "N": n, "D": d, "dtype": t} for v in ("a", "b") for n in (1024, 4096)
+                     for d in (64, 128) for t in ("float16", "bfloat16")])
+    views = roofline.views(cross, "N")
+    assert [(title, row, len(sel)) for title, sel, row in views] == [("dtype=bfloat16", "D", 8), ("dtype=float16", "D", 8)]
+    # two grids (a decode sweep's): Nk x N at one Hkv and dtype, then Hkv x dtype at one Nk: splitting by the
+    # fields besides D would give 8 figures of one to three ranges each
+    grids = _points([{"variant": v, "N": n, "D": 128, "Hkv": 8, "Nk": nk, "dtype": "float16"}
+                     for v in ("a", "b") for n in (1, 16) for nk in (1024, 8192, 131072)]
+                    + [{"variant": "a", "N": 4, "D": d, "Hkv": h, "Nk": 16384, "dtype": t}
+                       for d in (64, 128) for h in (1, 8, 32) for t in ("float16", "bfloat16")])
+    (title, sel, row), = roofline.views(grids, "N")
+    assert row == "D" and len(sel) == len(grids)
+    assert title == "every range (Hkv, Nk, dtype in each point's hover)"
