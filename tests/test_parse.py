@@ -159,7 +159,8 @@ def test_every_range_gets_its_kernels_on_the_launching_thread(nsys_capture):
     measured = t["ranges"][t["ranges"]["range"].str.startswith(tuple(s.prefix + ":" for s in schemas_of(load_manifest(cap))))]
     assert set(joined["range_id"]) == set(measured.index), "a measured range without kernels"
     bwd = joined[(joined["pass"] == "backward")]
-    assert len(bwd), "backward kernels (launched on autograd's thread) joined to their ranges"
+    if (measured["range"].str.contains(":backward:")).any():  # a forward-only sweep (decode) has none
+        assert len(bwd), "backward kernels (launched on autograd's thread) joined to their ranges"
     sdpa = bwd[bwd["variant"] == "sdpa_flash"]
     assert sdpa.empty or sdpa["kernel"].str.contains("bwd").any()
 
