@@ -386,3 +386,10 @@ def test_lines_that_lie_on_one_another_are_drawn_as_nested_stripes(seqlen):
     assert {t.line.width for t in hit} == {None}
     two = go.Figure([go.Scatter(x=[1, 2], y=[1.0, 2.0], name="a"), go.Scatter(x=[1, 2], y=[1.0, 2.1], name="b")])
     assert F.reveal_coinciding(two) == []  # 5 % apart: not the same line
+
+
+def test_a_series_label_names_a_field_the_range_left_out_instead_of_printing_nan():
+    d = pd.DataFrame({"variant": ["a"] * 4, "N": [1, 16, 1, 16], "Hkv": [8.0, 8.0, float("nan"), float("nan")],
+                      "y": [1.0, 2.0, 3.0, 4.0]})
+    out = F.split_series(d, "N", ["Hkv"])
+    assert list(out["_trace"]) == ["a Hkv=8", "a Hkv=8", "a Hkv not in the range name", "a Hkv not in the range name"]

@@ -179,6 +179,8 @@ def _series_value(field: str, v: object) -> str:
         return "default options" if v is None or v == "" or (isinstance(v, float) and np.isnan(v)) else str(v)
     if field in ("pass", "dtype", "variant"):
         return str(v)
+    if v is None or (isinstance(v, (float, np.floating)) and np.isnan(v)):
+        return f"{field} not in the range name"  # an optional field left at its default (attention's Hkv = H)
     return f"{field}={plain_value(v)}"
 
 
