@@ -147,12 +147,14 @@ def time_gpu(fn: Callable[[], Any], flush: L2Flusher, *, warmup: int, reps: int,
              hold: GpuHold | None = None) -> Repeats:
     """Per-repeat milliseconds from CUDA events, L2 flushed before each repeat, and the host's time per
     call. With ``hold``, a GPU-side wait is queued after the flush (:func:`hold_ms` of the warm-up calls'
-    host times), so that the events time the GPU alone.
+    host times; with ``warmup=0``, of one untimed call's), so that the events time the GPU alone.
 
     The first timed repeat also sizes the number of repeats to the time budget (at least 3, at
     most ``reps``)."""
     host: list[float] = []
-    for _ in range(warmup):
+    # with no warm-up, one untimed call still sizes the wait (a first call slowed by set-up, which skips the
+    # warm-up, may be followed by short ones)
+    for _ in range(warmup if warmup > 0 or hold is None else 1):
         t0 = time.perf_counter()
         fn()
         host.append((time.perf_counter() - t0) * 1e3)

@@ -214,7 +214,7 @@ VARIANTS: dict[str, Variant] = {
                     "splits", ("auto", 1, 2, 4, 8, 16, 32, 64),
                     "blocks the keys are split over (each writes a partial O and LSE, a second kernel merges "
                     "them), at most one per 64-key tile; auto: one block per SM in one wave (with more than 64 "
-                    "rows a k/v head: as many blocks as an SM holds), at least 256 keys a split",
+                    "rows a k/v head: as many blocks as an SM holds), about 256 keys or more a split",
                     default={64: "auto", 128: "auto"},
                 ),
             },

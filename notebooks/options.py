@@ -104,7 +104,7 @@ with nb.section():
     # implementations' colours (figures.IMPL_STYLE) stay theirs alone
     for v in [s for s in style if s in set(pts["variant"].astype(str))]:
         one = pts[pts["variant"].astype(str) == v]
-        for title, sel, row in roofline.views(one, nb.sweep_field(ranges), label="setting"):
+        for title, sel, row in roofline.views(one, nb.sweep_field(ranges), label="setting", max_figures=10**6):
             figures.show(figures.roofline(sel, roofline.ceilings(work, manifest, sel),
                                           f"{v}: roofline position per option setting" + (f", {title}" if title else ""),
                                           figures.sequence_style(sel["setting"]), label="setting",

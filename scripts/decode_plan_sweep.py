@@ -41,9 +41,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--configs: not in the decode suite: {bad}; accepted: {', '.join(names)}")
     opts = VARIANTS["flash_decode"].options
     grid = []
+    if a.rounds < 1:
+        p.error(f"--rounds takes a positive number; got {a.rounds}")
     for r, s in itertools.product(a.rows.split(","), a.splits.split(",")):
-        r2 = r if r == "auto" else int(r)
-        s2 = s if s == "auto" else int(s)
+        r2 = r if r == "auto" or not r.isdigit() else int(r)
+        s2 = s if s == "auto" or not s.isdigit() else int(s)
         if r2 not in opts["rows"].choices or s2 not in opts["splits"].choices:
             p.error(f"rows {r!r} or splits {s!r} is not an option; rows: {opts['rows'].choices}, "
                     f"splits: {opts['splits'].choices}")
@@ -59,16 +61,18 @@ def main(argv: list[str] | None = None) -> int:
         c = cfgs[name]
         inputs = random_attention_inputs(c.B, c.H, c.N, c.D, getattr(torch, a.dtype), Hkv=c.Hkv, Nk=c.Nk,
                                          seed=bench.input_seed(c))
-        calls = {ref: bench.implementation_call(ref, c, inputs, "forward", {}, bench.Limits())[0]
-                 for ref in ("sdpa_flash", "sdpa_cudnn")}
-        for setting in grid:
-            label = f"rows={setting['rows']},splits={setting['splits']}"
-            calls[label] = bench.implementation_call("flash_decode", c, inputs, "forward", setting, bench.Limits())[0]
+        calls = {}
+        for impl, setting in [("sdpa_flash", {}), ("sdpa_cudnn", {}), *(("flash_decode", g) for g in grid)]:
+            label = impl if not setting else f"rows={setting['rows']},splits={setting['splits']}"
+            try:
+                calls[label] = bench.implementation_call(impl, c, inputs, "forward", setting, bench.Limits())[0]
+            except bench.Skip as why:
+                print(f"  {name}: {label} skipped: {why}")
         times: dict[str, list[float]] = {k: [] for k in calls}
         for _ in range(a.rounds):  # round robin: a drift of the GPU's state falls on every setting alike
             for label, fn in calls.items():
                 times[label] += bench.time_gpu(fn, flush, warmup=1, reps=5, budget_ms=1e9, hold=hold).ms
-        plan = _decode_plan("auto", "auto", c.B, c.H, c.Hkv, c.N, c.Nk, c.D, False, props.multi_processor_count,
+        plan = _decode_plan("auto", "auto", c.B, c.H, c.Hkv, c.N, c.Nk, c.D, c.causal, props.multi_processor_count,
                             props.shared_memory_per_multiprocessor)
         got = sorted((statistics.median(t) * 1e3, label) for label, t in times.items())
         print(f"{name} (auto = rows {plan[0]}, splits {plan[1]}): " + "  ".join(f"{i} {t:.1f}" for t, i in got),

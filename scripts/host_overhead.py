@@ -49,14 +49,25 @@ def main(argv: list[str] | None = None) -> int:
     cfgs = {c.name: c for c in SUITES[a.suite][0]}
     if a.config not in cfgs:
         p.error(f"--config: {a.config!r} is not in suite {a.suite}; accepted: {', '.join(cfgs)}")
+    known = [*VARIANTS, *bench.REFERENCES]
+    impls = a.impls.split(",")
+    bad = [i for i in impls if i not in known]
+    if bad:
+        p.error(f"--impls: unknown {bad}; accepted: {', '.join(known)}")
+    if a.calls < 1:
+        p.error(f"--calls takes a positive number; got {a.calls}")
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU (torch.cuda.is_available() is False)")
     cfg = cfgs[a.config]
     inputs = random_attention_inputs(cfg.B, cfg.H, cfg.N, cfg.D, getattr(torch, a.dtype), Hkv=cfg.Hkv, Nk=cfg.Nk,
                                      seed=bench.input_seed(cfg))
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; {a.suite} {cfg.name} {a.dtype}, forward")
-    for impl in a.impls.split(","):
-        fn, _ = bench.implementation_call(impl, cfg, inputs, "forward", {}, bench.Limits())
+    for impl in impls:
+        try:
+            fn, _ = bench.implementation_call(impl, cfg, inputs, "forward", {}, bench.Limits())
+        except bench.Skip as why:
+            print(f"  {impl:16s} skipped: {why}")
+            continue
         host_us(fn, 20)  # warm: builds, plans, allocator
         us = host_us(fn, a.calls)
         print(f"  {impl:16s} host {statistics.median(us):7.1f} us per call (median of {len(us)}; min {min(us):.1f})")

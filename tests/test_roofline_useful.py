@@ -138,11 +138,16 @@ def test_roofline_views_split_a_cross_product_and_keep_a_sweep_of_several_grids_
     views = roofline.views(cross, "N")
     assert [(title, row, len(sel)) for title, sel, row in views] == [("dtype=bfloat16", "D", 8), ("dtype=float16", "D", 8)]
     # two grids (a decode sweep's): Nk x N at one Hkv and dtype, then Hkv x dtype at one Nk: splitting by the
-    # fields besides D would give 8 figures of one to three ranges each
+    # fields besides D would give 9 figures of one to three ranges each
     grids = _points([{"variant": v, "N": n, "D": 128, "Hkv": 8, "Nk": nk, "dtype": "float16"}
                      for v in ("a", "b") for n in (1, 16) for nk in (1024, 8192, 131072)]
                     + [{"variant": "a", "N": 4, "D": d, "Hkv": h, "Nk": 16384, "dtype": t}
                        for d in (64, 128) for h in (1, 8, 32) for t in ("float16", "bfloat16")])
+    # a full cross product of more than 4 figures stays split: each figure's points share their fields
+    big = _points([{"variant": "a", "N": n, "D": 128, "Nk": nk, "dtype": t, "causal": c} for n in (1, 16)
+                   for nk in (1024, 2048, 4096, 8192, 131072) for t in ("float16", "bfloat16") for c in (False, True)])
+    assert [(row, len(sel)) for _, sel, row in roofline.views(big, "N")] == [("dtype", 4)] * 10
+    assert len(roofline.views(grids, "N", max_figures=100)) == 9
     (title, sel, row), = roofline.views(grids, "N")
     assert row == "D" and len(sel) == len(grids)
     assert title == "every range (Hkv, Nk, dtype in each point's hover)"

@@ -541,10 +541,11 @@ def views(points: pd.DataFrame, size_by: str | None = None, label: str = "varian
           max_rows: int = 4, max_figures: int = 4) -> list[tuple[str, pd.DataFrame, str | None]]:
     """How to lay a capture's roofline out: (title, points, facet row field) per figure. Pass goes
     in the columns; the first other field that varies (2..``max_rows`` values; not ``size_by``,
-    ``label`` or an option) in the rows; any further varying field splits the figures, unless that
-    would make more than ``max_figures`` of them: a sweep of several grids (its fields vary together,
-    not as a cross product) would then scatter a few points over each of many figures, so they share
-    one figure instead, each point naming its fields in its hover."""
+    ``label`` or an option) in the rows; any further varying field splits the figures, unless the
+    fields do not vary as a cross product (a sweep of several grids: fewer groups than the product of
+    their values) and splitting would make more than ``max_figures`` figures: their few points each
+    would be scattered over many figures, so they share one instead, each point naming its fields in
+    its hover."""
     from .counters import option_columns
 
     skip = {label, "variant", "pass", size_by, "options", *option_columns(points)}
@@ -557,7 +558,8 @@ def views(points: pd.DataFrame, size_by: str | None = None, label: str = "varian
     for key, g in points.groupby(rest, dropna=False, sort=True):
         key = key if isinstance(key, tuple) else (key,)
         out.append((", ".join(f"{c}={v}" for c, v in zip(rest, key, strict=True)), g, row))
-    if len(out) > max_figures:
+    cross = math.prod(points[c].nunique(dropna=False) for c in rest)
+    if len(out) > max_figures and len(out) < cross:
         return [("every range (" + ", ".join(rest) + " in each point's hover)", points, row)]
     return out
 
