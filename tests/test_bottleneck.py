@@ -425,3 +425,17 @@ def test_python_m_nsightlab_why_prints_the_verdict_and_the_ranked_table():
     table = lines[start + 2:start + 7]
     assert [x.strip()[:38].strip() for x in table] == [t[:38].strip() for t in ranked["term"].head(5)]
     assert [float(x.split()[-1]) for x in table] == [round(v, 3) for v in ranked["ms"].head(5)]
+
+
+def test_source_key_says_where_hotspot_text_will_come_from():
+    """A page showing hotspots hashes this: it changes when the capture's commit becomes available."""
+    import subprocess
+
+    from nsightlab.store.read import REPO
+
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    if head:  # a checkout with its history (CI's clone); a tree without git reads the working tree
+        assert B.source_key(REPO, head[:7]) == f"commit {head[:7]}"
+        assert B.source_key(REPO, head[:7] + "-dirty") == f"commit {head[:7]}"
+    assert B.source_key(REPO, "0123456789abcdef") == "working tree (commit 0123456789abcdef not at hand)"
+    assert B.source_key(REPO, None) == B.source_key(REPO, "--all") == "working tree"

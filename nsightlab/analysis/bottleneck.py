@@ -390,10 +390,30 @@ def hotspots(deep: Deep, launch: int, n: int = 10, by: str = "line", repo: str |
     return _with_source(top, Path(repo), by, commit)
 
 
+def _rev(commit: object) -> str | None:
+    """A capture's commit as git may be given it (``-dirty`` dropped), or None: a commit, never an option."""
+    rev = commit.removesuffix("-dirty") if isinstance(commit, str) and commit else None
+    return rev if rev and re.fullmatch(r"[0-9a-fA-F]{4,40}", rev) else None
+
+
+def source_key(repo: str | Path, commit: object) -> str:
+    """Where :func:`hotspots` will read a capture's source text from: ``commit X`` where that commit is at hand
+    in ``repo``, else the working tree (saying so when the commit is not at hand: a shallow clone). A page
+    showing hotspots puts this in its inputs' hash, so that it is rendered again when the history arrives."""
+    rev = _rev(commit)
+    if rev is None:
+        return "working tree"
+    try:
+        ok = subprocess.run(["git", "-C", str(repo), "cat-file", "-e", f"{rev}^{{commit}}"], capture_output=True,
+                            timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    return f"commit {rev}" if ok else f"working tree (commit {rev} not at hand)"
+
+
 def _with_source(top: pd.DataFrame, repo: Path, by: str, commit: str | None = None) -> pd.DataFrame:
     files = [repo_path(f, repo) for f in top["file"]]
-    rev = commit.removesuffix("-dirty") if isinstance(commit, str) and commit else None
-    rev = rev if rev and re.fullmatch(r"[0-9a-fA-F]{4,40}", rev) else None  # a commit, never an option to git
+    rev = _rev(commit)
     texts, used = [], set()
     for f, ln in zip(files, top["line"], strict=True):
         if not f or pd.isna(ln):

@@ -41,13 +41,13 @@ from typing import Any
 
 import pandas as pd
 
-from ..analysis.bottleneck import lacks_warp_state
+from ..analysis.bottleneck import lacks_warp_state, source_key
 from ..analysis.counters import FLOP_TERMS, MEANING, available, needed_metrics
 from ..core.args import ArgumentParser
 from ..core.errors import ProfileError
 from ..core.ranges import decode
 from ..core.text import plural
-from ..store.captures import Capture, list_captures, load_bench, short_commit, validate
+from ..store.captures import Capture, list_captures, load_bench, load_manifest, short_commit, validate
 from ..store.read import REPO, bench_files, capture_schemas, case_names, ncu_files, nsys_files, resolve, tools_of
 from .compare import Declared, DeclaredWhy, comparison_entries, declared_comparisons, publish, publish_why
 from .compare import write_index as write_comparison_index
@@ -495,7 +495,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--kernel", default="python3", help="Jupyter kernel name for papermill")
     p.add_argument("--jobs", type=int, default=2, help="notebooks rendered in parallel (default 2)")
     p.add_argument("--only", default="", help="comma-separated notebook names to render (default: all that apply; "
-                   f"'{COMPARE}': the comparison pages); the index still lists every page already rendered")
+                   f"'{COMPARE}': the comparison pages; 'why' also renders the declared [[why]] before/after pages, "
+                   "whose notebook it is); the index still lists every page already rendered")
     p.add_argument("--title", default="Nsight reports", help="the index page's title")
     p.add_argument("--standalone", action="store_true",
                    help="self-contained pages (plotly.js and the stylesheet inside each page; still offline)")
@@ -536,8 +537,9 @@ def _page_jobs(good: list[tuple[Capture, dict]], reports: Path, standalone: bool
             params = {**report_parameters(nb_file, man, nb), "capture": str(cap.path.resolve()), "plotlyjs": js}
             if "style_order" in declared_parameters(nb_file):
                 params["style_order"] = order
-            jobs.append(Job(f"{cap.label}/{nb}", nb, out, params,
-                            inputs_hash(nb_file, cap_hash, params, code, standalone)))
+            # the why page's hotspots read source text at the capture's commit where it is at hand
+            key = f"{cap_hash}|{source_key(REPO, man.get('git_commit'))}" if nb == "why" else cap_hash
+            jobs.append(Job(f"{cap.label}/{nb}", nb, out, params, inputs_hash(nb_file, key, params, code, standalone)))
     return jobs
 
 
@@ -552,6 +554,9 @@ def _comparison_jobs(declared: list[Declared | DeclaredWhy], profiles: Path, rep
         nb_file = NOTEBOOKS / f"{notebook}.ipynb"
         try:
             sides = "|".join(f"{label}:{capture_hash(resolve(label, profiles))}" for label in (c.base, c.new))
+            if isinstance(c, DeclaredWhy):
+                sides += "".join(f"|{source_key(REPO, load_manifest(resolve(label, profiles)).get('git_commit'))}"
+                                 for label in (c.base, c.new))
         except ProfileError as exc:
             index.failures.append((f"compare/{c.name}", str(exc)))
             print(f"FAILED compare/{c.name}: {exc}", file=sys.stderr, flush=True)
