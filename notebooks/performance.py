@@ -132,6 +132,21 @@ for suite in bound:
                 figures.show(figures.bandwidth_vs_config(df, suite, dt, pass_, roof, style))
 
 # %% [markdown]
+# ## The host's time per call
+#
+# The GPU times above leave the host out: each repeat waits on the GPU until the host has queued the whole call.
+# A call whose host time (Python, argument checks, launches) exceeds its GPU time runs at the host's pace when
+# calls follow one another without CUDA graphs; a decode step is the usual case.
+
+# %%
+host = perf.host_bound_table(df)
+if host is None:
+    nb.say("_These CSVs predate the host-time column (`host_ms`), so this capture cannot say._")
+else:
+    nb.table(host, {"host µs per call (median)": "{:.0f}", "GPU µs of the host-bound rows (median)": "{:.0f}"},
+             "host_time", title="Rows whose host time per call exceeds their GPU time")
+
+# %% [markdown]
 # ## The implementations in these CSVs, and what was skipped
 #
 # Implementations are skipped where a case would not fit in memory or would take too long; the correctness

@@ -408,3 +408,17 @@ def test_sources_are_named_once_with_what_each_adds():
     assert C.sources_text(pd.Series(["X"] * 4), "range") == "X (4 ranges)"
     assert C.sources_text(pd.Series(["X", "Y", "Y"])) == "Y (2 cases); X (1 case)"
     assert C.sources_text(pd.Series(["", ""])) == ""
+
+
+def test_host_bound_rows_are_those_whose_host_time_exceeds_their_gpu_time():
+    from nsightlab.analysis import perf
+
+    df = pd.DataFrame({"impl": ["a", "a", "a", "b"], "pass": ["forward"] * 4, "status": ["ok"] * 4,
+                       "ms": [0.010, 0.020, 1.0, 0.5], "host_ms": [0.040, 0.030, 0.040, 0.060]})
+    t = perf.host_bound_table(df).set_index("implementation")
+    assert t.loc["a", "host-bound rows"] == 2 and t.loc["a", "rows"] == 3
+    assert t.loc["a", "GPU µs of the host-bound rows (median)"] == pytest.approx(15.0)
+    assert t.loc["a", "host µs per call (median)"] == pytest.approx(40.0)
+    assert t.loc["b", "host-bound rows"] == 0 and pd.isna(t.loc["b", "GPU µs of the host-bound rows (median)"])
+    assert perf.host_bound_table(df.drop(columns="host_ms")) is None
+    assert perf.host_bound_table(df.assign(host_ms=float("nan"))) is None

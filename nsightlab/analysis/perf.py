@@ -109,6 +109,25 @@ def skipped_table(df: pd.DataFrame) -> pd.DataFrame:
     return out.rename(columns={"impl": "implementation", "status": "reason"})
 
 
+def host_bound_table(df: pd.DataFrame) -> pd.DataFrame | None:
+    """Per implementation and pass, the timed rows whose host time per call (``host_ms``: Python, argument
+    checks, launches; the GPU's work queued, not waited for) exceeds their GPU time: called one after another
+    without CUDA graphs, those calls run at the host's pace, not the kernel's. None where the CSVs have no
+    ``host_ms`` (benchmarks from before it was measured)."""
+    if "host_ms" not in df or pd.to_numeric(df["host_ms"], errors="coerce").isna().all():
+        return None
+    ok = ok_rows(df).copy()
+    ok["host_ms"] = pd.to_numeric(ok["host_ms"], errors="coerce")
+    ok = ok[ok["host_ms"].notna()]
+    rows = []
+    for (impl, pass_), g in ok.groupby(["impl", "pass"], sort=False):
+        over = g[g["host_ms"] > g["ms"]]
+        rows.append({"implementation": impl, "pass": pass_, "rows": len(g), "host-bound rows": len(over),
+                     "host µs per call (median)": 1e3 * float(g["host_ms"].median()),
+                     "GPU µs of the host-bound rows (median)": 1e3 * float(over["ms"].median()) if len(over) else None})
+    return pd.DataFrame(rows)
+
+
 def accuracy_table(df: pd.DataFrame) -> pd.DataFrame:
     """Worst error metrics per implementation, pass and dtype (against the fp64 reference)."""
     ok = ok_rows(df)
