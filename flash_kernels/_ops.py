@@ -251,8 +251,8 @@ def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: 
     memory. rows "auto": 16 for up to 32 of the H/Hkv x Nq rows of a k/v head (two 16-row blocks beat one of
     32), else 64. splits "auto": as many as give every SM one block, in one wave (with more than 64 rows a k/v
     head, the tensor work's, as many blocks as its shared memory holds), but no more than leave 4 key tiles
-    (256 keys) a split (the last split may hold fewer). Either way at most one split per 64-key tile of the keys a row can see (min(Nk, Nq) when causal),
-    dealt out so that no split is empty.
+    (256 keys) a split (the last split may hold fewer). Either way at most one split per 64-key tile of the
+    keys a row can see (min(Nk, Nq) when causal), dealt out so that no split is empty.
 
     Tuned on an H100 with scripts/decode_plan_sweep.py (every rows x splits, interleaved on the same inputs):
     the partial results and their merge cost more than a second block per SM buys while a block streams K/V

@@ -151,16 +151,16 @@ def time_gpu(fn: Callable[[], Any], flush: L2Flusher, *, warmup: int, reps: int,
 
     The first timed repeat also sizes the number of repeats to the time budget (at least 3, at
     most ``reps``)."""
-    host: list[float] = []
+    warm: list[float] = []
     # with no warm-up, one untimed call still sizes the wait (a first call slowed by set-up, which skips the
     # warm-up, may be followed by short ones)
     for _ in range(warmup if warmup > 0 or hold is None else 1):
         t0 = time.perf_counter()
         fn()
-        host.append((time.perf_counter() - t0) * 1e3)
+        warm.append((time.perf_counter() - t0) * 1e3)
     torch.cuda.synchronize()
-    wait = hold_ms(host)
-    host.clear()
+    wait = hold_ms(warm)
+    host: list[float] = []
 
     def once() -> tuple[torch.cuda.Event, torch.cuda.Event]:
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -8,7 +8,7 @@ flash_mma and SDPA flash (FlashAttention-2). Run from the repository root with t
     python scripts/wgmma_smoke.py --passes forward --tiles 128x128  # one forward tile, every pipeline
     python scripts/wgmma_smoke.py --passes forward --pipelines tma,tma-ws,tma-ws-overlap
     python scripts/wgmma_smoke.py --passes backward --bwd-tiles 64x128
-    python scripts/wgmma_smoke.py --passes backward --bwd-pipelines tma-ws,tma-ws-longest-first --time-n 16384
+    python scripts/wgmma_smoke.py --passes backward --bwd-pipelines cp.async,tma-ws --time-n 16384
 
 Correctness: inputs from flash_kernels.testing.random_attention_inputs (normal + 0.5, so relative errors
 mean something), outputs poisoned with NaN before each call, errors by flash_kernels.testing.error_metrics

@@ -403,12 +403,17 @@ def source_key(repo: str | Path, commit: object) -> str:
     rev = _rev(commit)
     if rev is None:
         return "working tree"
-    try:
-        ok = subprocess.run(["git", "-C", str(repo), "cat-file", "-e", f"{rev}^{{commit}}"], capture_output=True,
-                            timeout=30).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        ok = False
+    ok = _git(Path(repo), "cat-file", "-e", f"{rev}^{{commit}}") is not None
     return f"commit {rev}" if ok else f"working tree (commit {rev} not at hand)"
+
+
+def _git(repo: Path, *args: str) -> bytes | None:
+    """``git -C repo args``'s output, or None where it fails or git is not at hand."""
+    try:
+        out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode == 0 else None
 
 
 def _with_source(top: pd.DataFrame, repo: Path, by: str, commit: str | None = None) -> pd.DataFrame:
@@ -453,11 +458,8 @@ def _git_lines(repo: Path, rev: str, file: str) -> list[str] | None:
     that commit is not at hand (a shallow clone, an imported report's unknown commit)."""
     key = (str(repo.resolve()), rev, file)
     if key not in _GIT_LINES:
-        try:
-            out = subprocess.run(["git", "-C", str(repo), "show", f"{rev}:./{file}"], capture_output=True, timeout=30)
-            _GIT_LINES[key] = out.stdout.decode(errors="replace").split("\n") if out.returncode == 0 else None
-        except (OSError, subprocess.SubprocessError):
-            _GIT_LINES[key] = None
+        out = _git(repo, "show", f"{rev}:./{file}")
+        _GIT_LINES[key] = out.decode(errors="replace").split("\n") if out is not None else None
     return _GIT_LINES[key]
 
 

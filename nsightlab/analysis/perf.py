@@ -114,11 +114,11 @@ def host_bound_table(df: pd.DataFrame) -> pd.DataFrame | None:
     checks, launches; the GPU's work queued, not waited for) exceeds their GPU time: called one after another
     without CUDA graphs, those calls run at the host's pace, not the kernel's. None where the CSVs have no
     ``host_ms`` (benchmarks from before it was measured)."""
-    if "host_ms" not in df or pd.to_numeric(df["host_ms"], errors="coerce").isna().all():
+    if "host_ms" not in df:
         return None
-    ok = ok_rows(df).copy()
-    ok["host_ms"] = pd.to_numeric(ok["host_ms"], errors="coerce")
-    ok = ok[ok["host_ms"].notna()]
+    ok = ok_rows(df).assign(host_ms=lambda d: pd.to_numeric(d["host_ms"], errors="coerce")).dropna(subset=["host_ms"])
+    if ok.empty:
+        return None
     rows = []
     for (impl, pass_), g in ok.groupby(["impl", "pass"], sort=False):
         over = g[g["host_ms"] > g["ms"]]

@@ -173,13 +173,14 @@ def sequence_style(values: Iterable[object], symbol: str = "circle") -> dict[str
 
 
 def _series_value(field: str, v: object) -> str:
+    missing = v is None or (isinstance(v, (float, np.floating)) and np.isnan(v))
     if field == "causal" or isinstance(v, (bool, np.bool_)):
         return field if bool(v) else f"non-{field}"
     if field == "options":
-        return "default options" if v is None or v == "" or (isinstance(v, float) and np.isnan(v)) else str(v)
+        return "default options" if missing or v == "" else str(v)
     if field in ("pass", "dtype", "variant"):
         return str(v)
-    if v is None or (isinstance(v, (float, np.floating)) and np.isnan(v)):
+    if missing:
         return f"{field} not in the range name"  # an optional field left at its default (attention's Hkv = H)
     return f"{field}={plain_value(v)}"
 

@@ -553,10 +553,10 @@ def _comparison_jobs(declared: list[Declared | DeclaredWhy], profiles: Path, rep
         notebook = "why" if isinstance(c, DeclaredWhy) else COMPARE
         nb_file = NOTEBOOKS / f"{notebook}.ipynb"
         try:
-            sides = "|".join(f"{label}:{capture_hash(resolve(label, profiles))}" for label in (c.base, c.new))
+            paths = {label: resolve(label, profiles) for label in (c.base, c.new)}
+            sides = "|".join(f"{label}:{capture_hash(path)}" for label, path in paths.items())
             if isinstance(c, DeclaredWhy):
-                sides += "".join(f"|{source_key(REPO, load_manifest(resolve(label, profiles)).get('git_commit'))}"
-                                 for label in (c.base, c.new))
+                sides += "".join(f"|{source_key(REPO, load_manifest(path).get('git_commit'))}" for path in paths.values())
         except ProfileError as exc:
             index.failures.append((f"compare/{c.name}", str(exc)))
             print(f"FAILED compare/{c.name}: {exc}", file=sys.stderr, flush=True)
