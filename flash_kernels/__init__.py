@@ -4,6 +4,7 @@
     out = fk.attention(q, k, v, variant="flash_mma", causal=True)   # autograd-capable
     out, lse = fk.forward(q, k, v, variant="flash_simt", block_size=32)
     dq, dk, dv = fk.backward(q, k, v, out, lse, grad_out, variant="flash_simt", block_size=32)
+    out = fk.attention_fp8(*fk.quantize_e4m3(q), ...)                # see flash_kernels.fp8
 
 Tensors are [B, H, N, D] CUDA tensors, as for torch.nn.functional.scaled_dot_product_attention.
 The registry (VARIANTS) and the analytic model import without torch; the kernels load lazily.
@@ -15,8 +16,8 @@ from typing import Any
 
 from .registry import VARIANTS, Option, Variant, describe, get_variant, unavailable_reason
 
-__all__ = ["VARIANTS", "Option", "Variant", "attention", "backward", "build", "describe", "forward", "get_variant",
-           "resource_usage", "unavailable_reason"]
+__all__ = ["VARIANTS", "Option", "Variant", "attention", "attention_fp8", "backward", "build", "describe", "forward",
+           "get_variant", "quantize_e4m3", "resource_usage", "unavailable_reason"]
 
 
 def attention(*args: Any, **kwargs: Any) -> Any:
@@ -33,6 +34,20 @@ def forward(*args: Any, **kwargs: Any) -> Any:
 
 def backward(*args: Any, **kwargs: Any) -> Any:
     from ._ops import backward as _impl
+
+    return _impl(*args, **kwargs)
+
+
+def attention_fp8(*args: Any, **kwargs: Any) -> Any:
+    """FP8 (e4m3) forward with per-tensor scales on Hopper (flash_kernels.fp8.attention_fp8)."""
+    from .fp8 import attention_fp8 as _impl
+
+    return _impl(*args, **kwargs)
+
+
+def quantize_e4m3(*args: Any, **kwargs: Any) -> Any:
+    """x -> (x8, descale), per-tensor e4m3 quantization (flash_kernels.fp8.quantize_e4m3)."""
+    from .fp8 import quantize_e4m3 as _impl
 
     return _impl(*args, **kwargs)
 

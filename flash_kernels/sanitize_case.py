@@ -50,6 +50,14 @@ def main() -> None:
                         if "backward" in var.passes:
                             fk.backward(q, k, v, o, lse, g, variant=name, causal=causal, **opts)
                         launches += 1
+        if name == "flash_wgmma":  # its FP8 forward (flash_kernels.fp8), both head dims and output dtypes
+            for D in var.head_dims:
+                for H, Hkv, Nq, Nk in [(2, 2, 75, 75), (4, 1, 130, 75)]:
+                    q, k, v, _ = random_attention_inputs(1, H, Nq, D, torch.float32, Hkv=Hkv, Nk=Nk, seed=1)
+                    x8 = [fk.quantize_e4m3(t) for t in (q, k, v)]
+                    for causal, out_dtype in ((False, torch.bfloat16), (True, torch.float16)):
+                        fk.attention_fp8(*(x for x, _ in x8), *(d for _, d in x8), causal=causal, out_dtype=out_dtype)
+                        launches += 1
     torch.cuda.synchronize()
     print(f"sanitize_case: ran {launches} forward/backward cases")
 

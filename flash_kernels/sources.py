@@ -47,6 +47,7 @@ MODULES: dict[str, ModuleSpec] = {
         ModuleSpec("flash_mma_bwd", "flash_mma_bwd.cu", "bind_flash_mma_bwd.cpp", ("bwd",)),
         ModuleSpec("flash_wgmma_fwd", "flash_wgmma_fwd.cu", "bind_flash_wgmma_fwd.cpp", ("fwd",), arch="sm_90a"),
         ModuleSpec("flash_wgmma_bwd", "flash_wgmma_bwd.cu", "bind_flash_wgmma_bwd.cpp", ("bwd",), arch="sm_90a"),
+        ModuleSpec("flash_wgmma_fp8", "flash_wgmma_fp8.cu", "bind_flash_wgmma_fp8.cpp", ("fwd", "vt"), arch="sm_90a"),
         ModuleSpec("flash_decode", "flash_decode.cu", "bind_flash_decode.cpp", ("fwd",)),
     ]
 }

@@ -2,7 +2,7 @@
 # Everything the GPU node needs, in one call (the node is lent bare: nothing survives a call).
 #   NSIGHTLAB_GIT_COMMIT=<sha from the dev machine, pasted literally: the node's copy of .git may be stale> STEPS="build test sanitize bench" bash scripts/gpu_node.sh
 #   (SMOKE_ARGS="--passes forward --pipelines tma,tma-ws-pingpong" STEPS="build smoke": scripts/wgmma_smoke.py)
-#   (TEST_PATHS=tests/gpu/test_x.py: some GPU tests only)
+#   (TEST_PATHS=tests/gpu/test_x.py: some GPU tests only; STEPS="build fp8": scripts/fp8_bench.py, FP8_ARGS)
 # Installs the wheels carried in .whl/ (if any), builds the kernels, runs the GPU tests, the
 # compute-sanitizer checks and the benchmark suites, and writes logs and results under $OUT.
 set -uo pipefail
@@ -77,6 +77,11 @@ PY
       # flash_wgmma's options against the fp64 reference, then timed beside flash_mma, SDPA flash and cuDNN
       step smoke
       python3 scripts/wgmma_smoke.py ${SMOKE_ARGS:-} 2>&1 | tee "$OUT/wgmma_smoke.log" | grep -vE "^  PASS" | tail -80
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    fp8)
+      # flash_wgmma's FP8 forward beside the fp16 kernels and SDPA: time, TFLOP/s of the FP8 peak, errors
+      step fp8
+      python3 scripts/fp8_bench.py --out "$OUT/fp8_bench.csv" ${FP8_ARGS:-} 2>&1 | tee "$OUT/fp8_bench.log" | tail -40
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     bench)
       step bench

@@ -4,7 +4,7 @@
 
 namespace fk {
 
-enum DType : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
+enum DType : int { kF32 = 0, kF16 = 1, kBF16 = 2, kE4M3 = 3 };  // kE4M3: flash_wgmma_fp8 only
 
 // The one argument list of every launcher (see the bind_*.cpp files): raw pointers, the shape and
 // the variant's option code. Pointers a pass does not use are null.

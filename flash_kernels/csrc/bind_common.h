@@ -20,6 +20,7 @@ inline int fk_dtype(const at::Tensor& t) {
     case at::kFloat: return fk::kF32;
     case at::kHalf: return fk::kF16;
     case at::kBFloat16: return fk::kBF16;
+    case at::kFloat8_e4m3fn: return fk::kE4M3;
     default: TORCH_CHECK(false, "flash_kernels: unsupported dtype ", t.scalar_type());
   }
   return -1;

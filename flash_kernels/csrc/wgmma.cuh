@@ -70,6 +70,11 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo & 0x3FFFF) >> 4) << 16) |
          (uint64_t((sbo & 0x3FFFF) >> 4) << 32) | (uint64_t(1) << 62);
 }
+// The same descriptor for the 64-byte swizzle (swizzle mode 2; atoms of 8 rows x 64 bytes = 512 bytes, which
+// start on 512-byte boundaries): a K-major operand whose rows are 64 bytes (e4m3 rows of 64 elements).
+__device__ __forceinline__ uint64_t desc_kmajor_sw64(uint32_t addr) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(512 >> 4) << 32) | (uint64_t(2) << 62);
+}
 // K-major operand (Q as A, K as B of S = Q K^T): 8-row groups 1024 bytes apart, LBO unused.
 __device__ __forceinline__ uint64_t desc_kmajor(uint32_t addr) { return sw128_desc(addr, 16, 1024); }
 // MN-major B operand (V of O += P V, with trans-b = 1): 8-key groups 1024 bytes apart, 64-wide N
@@ -197,9 +202,45 @@ __device__ __forceinline__ void wgmma_kmajor_ss(float (&d)[N / 2], uint64_t da, 
   }
 }
 
+// e4m3 x e4m3 (FP8) with fp32 accumulators, m64nNk32: one k-step is 32 elements = 32 bytes of a row,
+// both operands K-major (8-bit types have no transpose). The A fragment from registers (uint32_t a[4],
+// four bytes each, lowest byte first) is mma.sync m16n8k32's:
+//   a0 (16 w + g, 4t..4t+3)  a1 (16 w + g + 8, 4t..)  a2 (16 w + g, 4t+16..)  a3 (16 w + g + 8, 4t+16..)
+// which is not the accumulator layout of S (columns 2t, 2t+1 of each 8-column block): flash_wgmma_fp8.cu
+// permutes the keys inside each 32-key group instead of moving values between threads.
+#define FK_WGMMA_SS8(N, R0, R1, R2)                                                                  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" R2 ", 0;\n"                                     \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 " FK_WG_ACC##N              \
+               ", %" R0 ", %" R1 ", p, 1, 1;\n}\n"                                                   \
+               : FK_WG_OUT##N(d)                                                                     \
+               : "l"(da), "l"(db), "r"(scale_d))
+#define FK_WGMMA_RS8(N, R0, R1, R2, R3, R4, R5)                                                      \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" R5 ", 0;\n"                                     \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 " FK_WG_ACC##N              \
+               ", {%" R0 ", %" R1 ", %" R2 ", %" R3 "}, %" R4 ", p, 1, 1;\n}\n"                       \
+               : FK_WG_OUT##N(d)                                                                     \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d))
+
+// D[64 x N] (+)= A[64 x 32] B[32 x N] in e4m3, A and B (both K-major) in shared memory.
+template <int N>
+__device__ __forceinline__ void wgmma_ss_e4m3(float (&d)[N / 2], uint64_t da, uint64_t db, int scale_d) {
+  static_assert(N == 64 || N == 128, "wgmma_ss_e4m3: N = 64 or 128");
+  if constexpr (N == 64) FK_WGMMA_SS8(64, "32", "33", "34");
+  else FK_WGMMA_SS8(128, "64", "65", "66");
+}
+// D[64 x N] (+)= A[64 x 32] B[32 x N] in e4m3, A in registers (the fragment above), B K-major in shared memory.
+template <int N>
+__device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+  static_assert(N == 64 || N == 128, "wgmma_rs_e4m3: N = 64 or 128");
+  if constexpr (N == 64) FK_WGMMA_RS8(64, "32", "33", "34", "35", "36", "37");
+  else FK_WGMMA_RS8(128, "64", "65", "66", "67", "68", "69");
+}
+
 #undef FK_DEFINE_WGMMA
 #undef FK_WGMMA_SS
 #undef FK_WGMMA_RS
+#undef FK_WGMMA_SS8
+#undef FK_WGMMA_RS8
 
 // ------------------------------------------------------------------------------ mbarrier
 
@@ -330,12 +371,12 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
-// The tensor map of a contiguous [planes][N][W] tensor of 16-bit elements (planes = B * heads),
-// read in boxes {64 columns, `rows` rows, 1 plane} into the SW128 layout; rows past N in a box are
-// zero-filled (per plane: a box never reads the next plane's rows). cudaErrorInvalidValue when the
-// driver refuses it (e.g. a base address not 16-byte aligned).
-template <typename T>
-inline cudaError_t make_tile_map(CUtensorMap* map, const void* base, int planes, int N, int W, int rows) {
+// The tensor map of a contiguous [planes][rows][row_bytes / elem_bytes] tensor, read in boxes of
+// {box_bytes / elem_bytes columns, box_rows rows, 1 plane} with the given swizzle; rows past `rows` in a
+// box are zero-filled (per plane: a box never reads the next plane's rows), as are columns past the row.
+// cudaErrorInvalidValue when the driver refuses it (e.g. a base address not 16-byte aligned).
+inline cudaError_t make_map(CUtensorMap* map, CUtensorMapDataType dt, int elem_bytes, const void* base, int planes,
+                            int rows, int row_bytes, int box_rows, int box_bytes, CUtensorMapSwizzle swizzle) {
   const auto encode = tensor_map_encoder();
   if (encode == nullptr) return cudaErrorNotSupported;
   // The driver call needs the device's context current in this thread, which a thread that has made no
@@ -345,17 +386,24 @@ inline cudaError_t make_tile_map(CUtensorMap* map, const void* base, int planes,
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = cudaSetDevice(device);
   if (err != cudaSuccess) return err;
+  const cuuint64_t dims[3] = {cuuint64_t(row_bytes / elem_bytes), cuuint64_t(rows), cuuint64_t(planes)};
+  const cuuint64_t strides[2] = {cuuint64_t(row_bytes), cuuint64_t(rows) * row_bytes};  // bytes, of dims 1 and 2
+  const cuuint32_t box[3] = {cuuint32_t(box_bytes / elem_bytes), cuuint32_t(box_rows), 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = encode(map, dt, 3, const_cast<void*>(base), dims, strides, box, elem_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+// The tensor map of a contiguous [planes][N][W] tensor of 16-bit elements (planes = B * heads),
+// read in boxes {64 columns, `rows` rows, 1 plane} into the SW128 layout.
+template <typename T>
+inline cudaError_t make_tile_map(CUtensorMap* map, const void* base, int planes, int N, int W, int rows) {
   static_assert(sizeof(T) == 2, "16-bit elements");
   const CUtensorMapDataType dt =
       std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const cuuint64_t dims[3] = {cuuint64_t(W), cuuint64_t(N), cuuint64_t(planes)};
-  const cuuint64_t strides[2] = {cuuint64_t(W) * 2, cuuint64_t(N) * W * 2};  // bytes, of dims 1 and 2
-  const cuuint32_t box[3] = {64, cuuint32_t(rows), 1};
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult r = encode(map, dt, 3, const_cast<void*>(base), dims, strides, box, elem_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+  return make_map(map, dt, 2, base, planes, N, W * 2, rows, 128, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 }  // namespace fk

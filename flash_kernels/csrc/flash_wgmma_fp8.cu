@@ -1,0 +1,349 @@
+// flash_wgmma FP8 forward (sm_90a): attention over e4m3 Q, K, V with per-tensor scales, on wgmma's 8-bit
+// path (m64nNk32 e4m3 x e4m3 -> fp32: twice the fp16 path's dense rate on Hopper), output fp16 or bf16.
+//
+// The arrangement is flash_wgmma's tma-ws-overlap (flash_wgmma_fwd.cu, step 3): a producer warpgroup
+// (one thread issues every TMA copy: Q once, then K and V tiles into a STAGES-deep ring of full / empty
+// mbarriers), two consumer warpgroups of 64 query rows each (BM = 128, BN = 128 keys a tile, setmaxnreg
+// 24 / 240), each issuing S_t = Q K_t^T and O += P_{t-1} V_{t-1} back to back and running the softmax of
+// S_t under O += P V. What differs from the 16-bit kernels:
+// - 8-bit wgmma operands must be K-major (no transpose bit). Q and K are (the head dim is contiguous),
+//   but V [keys][D] is MN-major for O += P V, so V arrives transposed: Vt [B * Hkv][D][Nk rounded up to
+//   32], made by the Python side (flash_kernels/fp8.py) before the launch and timed with it.
+// - P goes to registers as the A operand of O += P V (P in [0, 1] after the running max is taken off, so
+//   e4m3's range suffices; no scale). The A fragment of an 8-bit k32 step (wgmma.cuh) holds columns
+//   4t .. 4t + 3 and 4t + 16 .. of a thread's rows, the S accumulator columns 2t, 2t + 1 of each 8-column
+//   block. Rather than exchange values between threads, the keys inside every 32-key group are permuted:
+//   A slot 16 hh + 4 t + i of k-step kk holds key 32 kk + 16 hh + 8 (i >> 1) + 2 t + (i & 1) (which this
+//   thread has, in S's accumulator), and Vt's columns are stored in the same permuted order (fp8.py:
+//   vt_fp8), so the product sums the same key pairs. Masking uses the true key index (S's layout).
+// - Scales: real values are q8 * descale_q etc. (descale: 3 fp32 on the device, read by the kernel, so a
+//   caller never syncs to pass them). descale_q * descale_k is folded into the softmax's exp2 scale (the
+//   LSE is that of the real scores); descale_v multiplies O before the normalisation.
+// - O is summed in fp32 registers: each tile's O_t = P_t V_t comes from the tensor cores into a fresh
+//   accumulator and is added to O by the CUDA cores. Hopper's FP8 wgmma keeps fewer than fp32's bits in its
+//   sums (DeepSeek-V3 report, section 3.3.2: about 14), and with O accumulated by the tensor cores over all
+//   keys the error grew with N: relative L2 error 6e-3 at N = 1024 to 1.1e-1 at N = 16384 (H100, first
+//   version, scripts/fp8_bench.py; log profiles/_logs/nvidia-h100-80gb-hbm3/fp8_bench_o_in_tensor_cores.log).
+//   S = Q K^T sums at most 4 k-steps and stays in the tensor cores.
+// - Q and K rows are D bytes: D = 128 uses the 128-byte swizzle, D = 64 the 64-byte one; Vt rows are
+//   BN = 128 bytes. O (16-bit) is staged in a buffer of its own (the Q tile's rows are half as wide).
+// Measured and compared against flash_wgmma (fp16) and cuDNN in scripts/fp8_bench.py (see README).
+#include "wgmma_softmax.cuh"
+
+namespace fk {
+
+constexpr int kFp8BM = 128, kFp8BN = 128, kFp8Stages = 4;
+
+// Two fp32 -> two e4m3 (round to nearest, saturating to +-448): lo in the low byte.
+__device__ __forceinline__ uint32_t cvt_e4m3x2(float lo, float hi) {
+  uint16_t r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// P (fp32 in s, S's accumulator layout) as the e4m3 A fragments of O += P V, in the permuted key order
+// above: register r = 2 hh + h of k-step kk holds row h's keys from 8-column blocks 4 kk + 2 hh and
+// 4 kk + 2 hh + 1 (two each).
+template <int BN>
+__device__ __forceinline__ void pack_p_e4m3(const float (&s)[BN / 2], uint32_t (&pf)[BN / 32][4]) {
+#pragma unroll
+  for (int kk = 0; kk < BN / 32; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int j = 4 * kk + 2 * (r >> 1), h = r & 1;
+      pf[kk][r] = cvt_e4m3x2(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]) |
+                  (cvt_e4m3x2(s[4 * j + 4 + 2 * h], s[4 * j + 4 + 2 * h + 1]) << 16);
+    }
+}
+
+// The K-major descriptor of a tile whose rows are ROW_BYTES (128: SW128, 64: SW64) long.
+template <int ROW_BYTES>
+__device__ __forceinline__ uint64_t desc_rows(uint32_t addr) {
+  static_assert(ROW_BYTES == 128 || ROW_BYTES == 64, "e4m3 rows of 64 or 128 bytes");
+  if constexpr (ROW_BYTES == 128) return desc_kmajor(addr);
+  else return desc_kmajor_sw64(addr);
+}
+
+// Issue S = Q K_t^T (no wait): D / 32 k-steps of 32 bytes inside the rows.
+template <int D, int BN>
+__device__ __forceinline__ void issue_scores_e4m3(float (&s)[BN / 2], uint64_t dQ, uint64_t dK) {
+  fence_regs(s);
+  wgmma_fence();
+#pragma unroll
+  for (int kd = 0; kd < D / 32; ++kd) wgmma_ss_e4m3<BN>(s, desc_add(dQ, kd * 32), desc_add(dK, kd * 32), kd > 0);
+  wgmma_commit();
+}
+
+// Issue O_t = P V_t (no wait) into a fresh accumulator: BN / 32 k-steps of 32 keys, 32 bytes inside Vt's
+// 128-byte rows; the caller adds O_t to O in fp32 (see the kernel: the tensor cores' FP8 sums are not
+// full fp32, so they are kept short).
+template <int D, int BN>
+__device__ __forceinline__ void issue_pv_e4m3(float (&ot)[D / 2], uint32_t (&pf)[BN / 32][4], uint64_t dV) {
+#pragma unroll
+  for (int kk = 0; kk < BN / 32; ++kk) fence_regs(pf[kk]);
+  fence_regs(ot);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < BN / 32; ++kk) wgmma_rs_e4m3<D>(ot, pf[kk], desc_add(dV, kk * 32), kk > 0);
+  wgmma_commit();
+}
+
+// O += O_t in fp32 registers.
+template <int NO>
+__device__ __forceinline__ void add_o(float (&o)[NO], const float (&ot)[NO]) {
+#pragma unroll
+  for (int i = 0; i < NO; ++i) o[i] += ot[i];
+}
+
+template <int D, int STAGES>
+constexpr int fp8_smem() {
+  // Q, the K and Vt rings, O's staging (2 x 64 rows of 16-bit), 1 KB of alignment slack, the mbarriers
+  return kFp8BM * D + 2 * STAGES * kFp8BN * D + kFp8BM * D * 2 + 1024 + 8 * (1 + 4 * STAGES);
+}
+
+// One block per (query block of 128 rows, head); heaviest query block first when causal.
+template <typename TO, int D, int STAGES>
+__global__ void __launch_bounds__(3 * 128, 1)
+flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+                               const __grid_constant__ CUtensorMap tmV, TO* __restrict__ O, float* __restrict__ LSE,
+                               Dims dm, const float* __restrict__ descale, float scale_log2, int causal) {
+  constexpr int BM = kFp8BM, BN = kFp8BN, NWG = 2;
+  constexpr int KB = BN / 32, NS = BN / 2, NO = D / 2;
+  constexpr uint32_t TQ = BM * D, TK = BN * D, TV = D * BN, TSTAGE_O = 64 * D * 2;
+  static_assert(D == 64 || D == 128, "head dim");
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t sQ = (raw + 1023u) & ~1023u;  // [BM][D] bytes
+  const uint32_t sK = sQ + TQ;                 // [STAGES][BN][D]
+  const uint32_t sV = sK + STAGES * TK;        // [STAGES][D][BN] (Vt)
+  const uint32_t sO = sV + STAGES * TV;        // [2][64][D] 16-bit, SW128 (store_rows)
+  const uint32_t full_q = sO + NWG * TSTAGE_O;
+  const uint32_t full_k = full_q + 8, full_v = full_k + 8 * STAGES;
+  const uint32_t empty_k = full_v + 8 * STAGES, empty_v = empty_k + 8 * STAGES;
+  uint8_t* const smem = smem_raw + (sQ - raw);
+
+  const int tid = threadIdx.x, wg = tid >> 7;
+  const int Nq = dm.Nq, Nk = dm.Nk;
+  const int bh = blockIdx.y;
+  const int kvh = int(dm.kv_head(bh));
+  const int q0 = (causal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x)) * BM;
+  const int kv_len = causal ? min(Nk, q0 + BM) : Nk;
+  const int n_kv = (kv_len + BN - 1) / BN;
+
+  if (tid == 0) {
+    mbar_init(full_q, 1);
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full_k + 8 * s, 1);
+      mbar_init(full_v + 8 * s, 1);
+      mbar_init(empty_k + 8 * s, NWG);
+      mbar_init(empty_v + 8 * s, NWG);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ---------------------------------------------------------------- producer
+    setmaxnreg_dec<24>();
+    if (tid == 0) {
+      tma_prefetch_map(&tmQ);
+      tma_prefetch_map(&tmK);
+      tma_prefetch_map(&tmV);
+      mbar_arrive_expect_tx(full_q, TQ);
+      tma_load_3d(sQ, &tmQ, full_q, 0, q0, bh);
+      int st = 0;
+      uint32_t ph = 0;
+      for (int t = 0; t < n_kv; ++t) {
+        if (t >= STAGES) mbar_wait(empty_k + 8 * st, ph ^ 1);
+        mbar_arrive_expect_tx(full_k + 8 * st, TK);
+        tma_load_3d(sK + st * TK, &tmK, full_k + 8 * st, 0, t * BN, kvh);
+        if (t >= STAGES) mbar_wait(empty_v + 8 * st, ph ^ 1);
+        mbar_arrive_expect_tx(full_v + 8 * st, TV);
+        tma_load_3d(sV + st * TV, &tmV, full_v + 8 * st, t * BN, 0, kvh);
+        if (++st == STAGES) {
+          st = 0;
+          ph ^= 1;
+        }
+      }
+    }
+  } else {
+    // ---------------------------------------------------------------- consumers
+    setmaxnreg_inc<240>();
+    const int c = wg - 1, t128 = tid & 127, warp = t128 >> 5, lane = tid & 31;
+    const float dq_dk = descale[0] * descale[1], dv = descale[2];
+    const float sl2 = scale_log2 * dq_dk;  // exp2 scale of the raw e4m3 dot products
+    const int wg_row0 = q0 + c * 64;
+    const int row0 = wg_row0 + warp * 16 + (lane >> 2);
+    const int n_wg = causal ? min(n_kv, (wg_row0 + 64 + BN - 1) / BN) : n_kv;
+    const uint64_t dQ = desc_rows<D>(sQ + c * 64 * D);
+    const uint64_t dK = desc_rows<D>(sK);
+    const uint64_t dV = desc_kmajor(sV);
+    auto release = [&](uint32_t bar) { mbar_arrive_if(bar, t128 == 0); };
+    int st = 0;
+    uint32_t ph = 0;
+    auto advance = [&] {
+      if (++st == STAGES) {
+        st = 0;
+        ph ^= 1;
+      }
+    };
+
+    float o[NO], ot[NO];  // O in fp32, O_t = P_t V_t of one tile from the tensor cores
+#pragma unroll
+    for (int k = 0; k < NO; ++k) o[k] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    mbar_wait(full_q, 0);
+
+    uint32_t pf[KB][4];
+    {
+      float s[NS];
+      mbar_wait(full_k + 8 * st, ph);
+      issue_scores_e4m3<D, BN>(s, dQ, desc_add(dK, st * TK));
+      wgmma_wait<0>();
+      fence_regs(s);
+      release(empty_k + 8 * st);
+      float alpha[2];
+      softmax_scores<BN>(s, m, l, alpha, 0, Nk, causal, wg_row0, row0, lane, sl2);  // O = 0: no rescale
+      pack_p_e4m3<BN>(s, pf);
+    }
+    int vst = st;
+    uint32_t vph = ph;
+    advance();
+    // tiles t >= 1, S_t under O += P_{t-1} V_{t-1}; no branch between the two waits (flash_wgmma_fwd.cu)
+    for (int t = 1; t < n_wg; ++t) {
+      float s[NS];
+      mbar_wait(full_k + 8 * st, ph);
+      issue_scores_e4m3<D, BN>(s, dQ, desc_add(dK, st * TK));
+      mbar_wait(full_v + 8 * vst, vph);
+      issue_pv_e4m3<D, BN>(ot, pf, desc_add(dV, vst * TV));
+      wgmma_wait<1>();
+      fence_regs(s);
+      release(empty_k + 8 * st);
+      float alpha[2];
+      const bool grew = softmax_scores<BN, kMaskAlways>(s, m, l, alpha, t * BN, Nk, causal, wg_row0, row0, lane, sl2);
+      fence_regs(s);
+      fence_regs(l);
+      fence_regs(alpha);
+      wgmma_wait<0>();
+      fence_regs(ot);
+#pragma unroll
+      for (int kk = 0; kk < KB; ++kk) fence_regs(pf[kk]);
+      release(empty_v + 8 * vst);
+      add_o(o, ot);
+      if (grew) rescale_o(o, alpha);
+      pack_p_e4m3<BN>(s, pf);
+      vst = st;
+      vph = ph;
+      advance();
+    }
+    mbar_wait(full_v + 8 * vst, vph);
+    issue_pv_e4m3<D, BN>(ot, pf, desc_add(dV, vst * TV));
+    wgmma_wait<0>();
+    fence_regs(ot);
+    release(empty_v + 8 * vst);
+    add_o(o, ot);
+    // causal: the tiles after this warpgroup's rows are released unread, in the ring's order
+    for (int t = n_wg; t < n_kv; ++t) {
+      mbar_wait(full_k + 8 * st, ph);
+      release(empty_k + 8 * st);
+      mbar_wait(full_v + 8 * st, ph);
+      release(empty_v + 8 * st);
+      advance();
+    }
+#pragma unroll
+    for (int k = 0; k < NO; ++k) o[k] *= dv;
+    store_rows<TO, D, 64>(o, m, l, smem + (sO - sQ) + c * TSTAGE_O, 0, 1 + c, wg_row0, Nq, bh, O, LSE, sl2);
+  }
+}
+
+// q, k: [B * H][Nq][D], [B * Hkv][Nk][D] e4m3; v: Vt [B * Hkv][D][Nk rounded up to 32] e4m3 in the permuted
+// key order; a.ws[0]: descale {q, k, v} fp32 on the device; option bit 0: output fp16 (1) or bf16 (0).
+template <typename TO, int D>
+cudaError_t fp8_forward_launch(const AttnArgs& a, cudaStream_t stream) {
+  constexpr int STAGES = kFp8Stages;
+  constexpr int smem = fp8_smem<D, STAGES>();
+  static_assert(smem <= 227 * 1024, "shared memory of a block");
+  auto kernel = flash_wgmma_fp8_forward_kernel<TO, D, STAGES>;
+  const int npad = (a.Nk + 31) / 32 * 32;
+  const CUtensorMapSwizzle qk_swizzle = D == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+  const CUtensorMapDataType u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  CUtensorMap maps[3];
+  cudaError_t err = make_map(&maps[0], u8, 1, a.q, a.B * a.H, a.Nq, D, kFp8BM, D, qk_swizzle);
+  if (err == cudaSuccess) err = make_map(&maps[1], u8, 1, a.k, a.B * a.Hkv, a.Nk, D, kFp8BN, D, qk_swizzle);
+  if (err == cudaSuccess)
+    err = make_map(&maps[2], u8, 1, a.v, a.B * a.Hkv, D, npad, D, kFp8BN, CU_TENSOR_MAP_SWIZZLE_128B);
+  if (err == cudaSuccess) err = allow_smem(kernel, smem);
+  if (err != cudaSuccess) return err;
+  if (a.ws[0] == nullptr) return cudaErrorInvalidValue;
+  kernel<<<dim3(cdiv(a.Nq, kFp8BM), a.B * a.H), 3 * 128, smem, stream>>>(
+      maps[0], maps[1], maps[2], static_cast<TO*>(a.o), a.lse, dims_of(a), a.ws[0], a.scale * kLog2e, a.causal);
+  return cudaGetLastError();
+}
+
+template <typename TO>
+cudaError_t fp8_forward_hdim(const AttnArgs& a, cudaStream_t stream) {
+  switch (a.D) {
+    case 64: return fp8_forward_launch<TO, 64>(a, stream);
+    case 128: return fp8_forward_launch<TO, 128>(a, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+// ------------------------------------------------------------------------------ Vt
+
+// V [planes][Nk][D] -> Vt [planes][D][npad] (npad = Nk rounded up to 32; keys >= Nk are zeros), the keys of
+// each 32-key group in the order of the kernel's A fragments: column 16 hh + 4 t + i holds key
+// 16 hh + 8 (i >> 1) + 2 t + (i & 1) (flash_kernels/fp8.py: vt_e4m3 does the same with torch ops). One block
+// of 256 threads per (128-key chunk, plane): 16-byte loads of the chunk's rows into shared memory (rows
+// padded by 4 bytes, so the column reads below fall in distinct banks), then 4-byte stores, a warp writing
+// 128 contiguous bytes of one Vt row.
+template <int D>
+__global__ void __launch_bounds__(256) vt_e4m3_kernel(const uint8_t* __restrict__ V, uint8_t* __restrict__ Vt, int Nk,
+                                                      int npad) {
+  constexpr int KEYS = 128, ROW = D + 4;
+  __shared__ uint8_t tile[KEYS * ROW];
+  const int plane = blockIdx.y, k0 = blockIdx.x * KEYS, tid = threadIdx.x;
+  const uint8_t* src = V + long(plane) * Nk * D;
+  for (int c = tid; c < KEYS * D / 16; c += 256) {
+    const int key = c / (D / 16), chunk = c % (D / 16);
+    uint4 x = make_uint4(0, 0, 0, 0);
+    if (k0 + key < Nk) x = *reinterpret_cast<const uint4*>(src + long(k0 + key) * D + chunk * 16);
+    uint32_t* d = reinterpret_cast<uint32_t*>(tile + key * ROW + chunk * 16);  // 4-byte aligned (ROW % 4 == 0)
+    d[0] = x.x;
+    d[1] = x.y;
+    d[2] = x.z;
+    d[3] = x.w;
+  }
+  __syncthreads();
+  uint8_t* dst = Vt + long(plane) * D * npad;
+  for (int c = tid; c < D * (KEYS / 4); c += 256) {
+    const int d = c / (KEYS / 4), w = c % (KEYS / 4);  // Vt row d, columns 4 w .. 4 w + 3 of the chunk
+    const int col = 4 * w;
+    if (k0 + col >= npad) continue;
+    const int g = col & ~31, hh = (col >> 4) & 1, tq = (col >> 2) & 3;  // the group, its half, t
+    const int key = g + 16 * hh + 2 * tq;                               // i = 0; i = 1, 2, 3: + 1, + 8, + 9
+    const uint32_t word = uint32_t(tile[key * ROW + d]) | (uint32_t(tile[(key + 1) * ROW + d]) << 8) |
+                          (uint32_t(tile[(key + 8) * ROW + d]) << 16) | (uint32_t(tile[(key + 9) * ROW + d]) << 24);
+    *reinterpret_cast<uint32_t*>(dst + long(d) * npad + k0 + col) = word;
+  }
+}
+
+}  // namespace fk
+
+// v: [planes][Nk][D] e4m3 (contiguous, 16-byte aligned), vt: [planes][D][npad] with npad = Nk rounded up to 32.
+int flash_wgmma_fp8_vt(const void* v, void* vt, int planes, int Nk, int D, cudaStream_t stream) {
+  const int npad = (Nk + 31) / 32 * 32;
+  const dim3 grid(fk::cdiv(npad, 128), planes);
+  if (planes > 65535 || (D != 64 && D != 128)) return cudaErrorInvalidValue;
+  if (D == 64)
+    fk::vt_e4m3_kernel<64><<<grid, 256, 0, stream>>>(static_cast<const uint8_t*>(v), static_cast<uint8_t*>(vt), Nk, npad);
+  else
+    fk::vt_e4m3_kernel<128><<<grid, 256, 0, stream>>>(static_cast<const uint8_t*>(v), static_cast<uint8_t*>(vt), Nk, npad);
+  return cudaGetLastError();
+}
+
+int flash_wgmma_fp8_forward(const fk::AttnArgs& a, cudaStream_t stream) {
+  if (a.dtype != fk::kE4M3) return cudaErrorInvalidValue;
+  return (a.option & 1) ? fk::fp8_forward_hdim<__half>(a, stream) : fk::fp8_forward_hdim<__nv_bfloat16>(a, stream);
+}

@@ -1,0 +1,106 @@
+// The per-warpgroup tile arithmetic that flash_wgmma's forward kernels share, whatever their operand
+// type (fp16 / bf16 in flash_wgmma_fwd.cu, e4m3 in flash_wgmma_fp8.cu): the online softmax of one score
+// tile held in wgmma accumulator fragments (wgmma.cuh: d[4 j + 2 h + e] = row 16 w + g + 8 h, column
+// 8 j + 2 t + e), the rescale of O, and the epilogue that normalises O, writes the LSE and stores the rows.
+#pragma once
+#include "wgmma.cuh"
+
+namespace fk {
+
+// The online softmax of one score tile in place: mask keys past Nk and (causal) keys after the
+// query, on the raw scores (scale > 0: the launcher asks for it, so the largest raw score is the
+// largest scaled one); update the running max m and sum l (a per-thread partial; the quad is
+// reduced at the end); s becomes P (fp32); alpha = the factor O must be scaled by, the result whether
+// any row max of this warp grew (each warp owns its rows' registers, so the test is warp-uniform).
+// row0: this thread's first row (the second is row0 + 8); wg_row0: the warpgroup's first row.
+// MASK: kMaskIfNeeded tests whether the tile reaches past Nk or the diagonal (a branch); kMaskAlways
+// masks every tile with compares and selects (no branch), which tma-ws-overlap needs (flash_wgmma_fwd.cu).
+enum MaskMode { kMaskIfNeeded, kMaskAlways };
+template <int BN, MaskMode MASK = kMaskIfNeeded>
+__device__ __forceinline__ bool softmax_scores(float (&s)[BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                               int j0, int Nk, int causal, int wg_row0, int row0, int lane,
+                                               float scale_log2) {
+  constexpr int NS = BN / 2;
+  if (MASK == kMaskAlways || j0 + BN > Nk || (causal && j0 + BN - 1 > wg_row0)) {
+#pragma unroll
+    for (int i = 0; i < NS; ++i) {
+      const int key = j0 + (i >> 2) * 8 + (lane & 3) * 2 + (i & 1);
+      const int row = row0 + ((i >> 1) & 1) * 8;
+      if (key >= Nk || (causal && key > row)) s[i] = -INFINITY;
+    }
+  }
+  // row h of this thread is s[4 j + 2 h + e]; its other 12 values sit in the 3 other lanes of the quad
+  bool grew = false;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m[h], mx);
+    const float ms = (m_new == -INFINITY) ? 0.f : m_new * scale_log2;
+    alpha[h] = fast_exp2(m[h] * scale_log2 - ms);
+    grew |= m_new != m[h];
+    m[h] = m_new;
+    float rs = 0.f;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      s[4 * j + 2 * h] = fast_exp2(fmaf(s[4 * j + 2 * h], scale_log2, -ms));
+      s[4 * j + 2 * h + 1] = fast_exp2(fmaf(s[4 * j + 2 * h + 1], scale_log2, -ms));
+      rs += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+    }
+    l[h] = l[h] * alpha[h] + rs;
+  }
+  return __any_sync(0xffffffffu, grew);
+}
+
+template <int NO>
+__device__ __forceinline__ void rescale_o(float (&o)[NO], const float (&alpha)[2]) {
+#pragma unroll
+  for (int i = 0; i < NO; ++i) o[i] *= alpha[(i >> 1) & 1];
+}
+
+// Normalise one warpgroup's O, write its LSE, stage its rows in its own (no longer read) rows
+// r0 .. r0 + 63 of the [BM][D] SW128 Q tile at `tile` (conflict-free 4-byte writes), meet the other
+// threads of the warpgroup at named barrier `bar_id`, and write the rows out 16 bytes per thread.
+template <typename T, int D, int BM>
+__device__ __forceinline__ void store_rows(float (&o)[D / 2], const float (&m)[2], float (&l)[2], uint8_t* tile,
+                                           int r0, int bar_id, int wg_row0, int Nq, long bh, T* __restrict__ O,
+                                           float* __restrict__ LSE, float scale_log2) {
+  const int t128 = threadIdx.x & 127, warp = t128 >> 5, lane = t128 & 31;
+  const int row0 = wg_row0 + warp * 16 + (lane >> 2);
+  float inv[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    inv[h] = 1.f / l[h];
+  }
+  const int srow = r0 + warp * 16 + (lane >> 2);  // staging row of h = 0
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      *reinterpret_cast<uint32_t*>(tile + sw128<BM>(srow + 8 * h, j) + (lane & 3) * 4) =
+          pack2<T>(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
+  if ((lane & 3) == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + 8 * h;
+      if (row < Nq) LSE[bh * Nq + row] = (m[h] * scale_log2 + __log2f(l[h])) * kLn2;
+    }
+  }
+  bar_sync(bar_id, 128);
+  T* Ob = O + bh * Nq * D;
+  constexpr int U = D / 8;
+#pragma unroll
+  for (int c = t128; c < 64 * U; c += 128) {
+    const int r = c / U, chunk = c % U;
+    if (wg_row0 + r < Nq)
+      *reinterpret_cast<uint4*>(Ob + long(wg_row0 + r) * D + chunk * 8) =
+          *reinterpret_cast<const uint4*>(tile + sw128<BM>(r0 + r, chunk));
+  }
+}
+
+}  // namespace fk

@@ -1,0 +1,199 @@
+"""FP8 (e4m3) attention forward on Hopper: flash_wgmma's 8-bit path (csrc/flash_wgmma_fp8.cu).
+
+    q8, dq = fk.quantize_e4m3(q)            # per-tensor: q ~= q8 * dq
+    k8, dk = fk.quantize_e4m3(k)
+    v8, dv = fk.quantize_e4m3(v)
+    out = fk.attention_fp8(q8, k8, v8, dq, dk, dv, causal=True)   # bf16 [B, H, Nq, D]
+
+Forward only (float8 tensors carry no gradient). Shapes as :func:`flash_kernels.attention`: q [B, H, Nq, D],
+k and v [B, Hkv, Nk, D] (grouped-query and cross attention), D = 64 or 128, sm_90a GPUs (H100 / H200).
+The kernel needs V transposed (8-bit wgmma operands are K-major), so each call first writes
+Vt = :func:`vt_e4m3` (v8): [B, Hkv, D, Nk rounded up to 32], with the keys of every 32-key group in the
+order the kernel's register fragments want them (see the .cu header); :func:`attention_fp8` times it with
+the kernel. The scales are per tensor: real values are ``x8 * descale``. A descale is a Python float
+(checked here) or a one-element CUDA tensor, which is never read on the host (no synchronisation): it
+must be positive and finite, as :func:`quantize_e4m3` makes it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from . import _build, _ops
+from .registry import unavailable_reason
+
+#: the largest finite e4m3 (float8_e4m3fn) value
+E4M3_MAX = 448.0
+#: output dtypes of the kernel and their option bit (flash_wgmma_fp8.cu: option & 1)
+_OUT_DTYPES = {torch.bfloat16: 0, torch.float16: 1}
+_HEAD_DIMS = (64, 128)
+#: keys per group of Vt's permuted order (flash_wgmma_fp8.cu: one k32 step of O += P V)
+VT_GROUP = 32
+_MODULE = "flash_wgmma_fp8"
+
+
+def quantize_e4m3(x: torch.Tensor, amax: float | torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x8, descale): x scaled per tensor into e4m3's range (amax -> 448) and rounded; x ~= x8 * descale.
+
+    ``amax`` defaults to max|x| (computed on x's device; no host synchronisation). descale is a 0-d fp32
+    tensor on x's device; an all-zero x gets descale 1."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dtype == torch.float8_e4m3fn:
+        got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
+        raise TypeError(f"quantize_e4m3 takes a floating-point tensor (fp32, fp16, bf16) to quantize; got {got}")
+    if amax is None:
+        amax_t = x.detach().abs().amax().float()
+    elif isinstance(amax, torch.Tensor):
+        amax_t = amax.detach().float().reshape(())
+    else:
+        if isinstance(amax, bool) or not isinstance(amax, (int, float)) or not math.isfinite(amax) or amax <= 0:
+            raise ValueError(f"amax must be a positive finite number, a tensor, or None (= max|x|); got {amax!r}")
+        amax_t = torch.tensor(float(amax), device=x.device)
+    descale = torch.where(amax_t > 0, amax_t / E4M3_MAX, torch.ones_like(amax_t))
+    x8 = (x.float() / descale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    return x8, descale
+
+
+def vt_e4m3(v8: torch.Tensor) -> torch.Tensor:
+    """V [B, Hkv, Nk, D] (e4m3) -> Vt [B, Hkv, D, Npad] (Npad = Nk rounded up to 32, padded with zeros), the
+    keys of each group of 32 in the kernel's order: column 16 hh + 4 t + 2 j + e of a group holds key
+    16 hh + 8 j + 2 t + e (flash_wgmma_fp8.cu's header). On a CUDA tensor of head dim 64 or 128, one small
+    kernel of the FP8 module (flash_wgmma_fp8.cu: vt_e4m3_kernel); elsewhere :func:`vt_e4m3_reference`."""
+    B, Hkv, Nk, D = v8.shape
+    if not v8.is_cuda or D not in _HEAD_DIMS:
+        return vt_e4m3_reference(v8)
+    v8 = v8.contiguous()
+    if v8.data_ptr() % 16:  # the kernel reads rows 16 bytes at a time
+        v8 = v8.clone()
+    vt = torch.empty((B, Hkv, D, -(-Nk // VT_GROUP) * VT_GROUP), dtype=torch.float8_e4m3fn, device=v8.device)
+    if _ops.POISON:  # 0xFF is e4m3's NaN
+        vt.view(torch.uint8).fill_(0xFF)
+    _build.load(_MODULE).vt(v8, vt)
+    return vt
+
+
+def vt_e4m3_reference(v8: torch.Tensor) -> torch.Tensor:
+    """:func:`vt_e4m3` with torch's copy kernels (any device; the GPU tests compare the two)."""
+    B, Hkv, Nk, D = v8.shape
+    npad = -(-Nk // VT_GROUP) * VT_GROUP
+    u = v8.view(torch.uint8)
+    if npad != Nk:
+        u = torch.nn.functional.pad(u, (0, 0, 0, npad - Nk))
+    # key = 32 g + 16 hh + 8 j + 2 t + e  ->  column 32 g + 16 hh + 4 t + 2 j + e
+    u = u.reshape(B, Hkv, npad // VT_GROUP, 2, 2, 4, 2, D).permute(0, 1, 7, 2, 3, 5, 4, 6)
+    return u.reshape(B, Hkv, D, npad).view(torch.float8_e4m3fn)
+
+
+def vt_key_of_column(col: int) -> int:
+    """The key whose V row sits in column ``col`` of :func:`vt_e4m3`'s output (within a group, the inverse
+    of the kernel's fragment order; for tests and readers)."""
+    g, c = divmod(col, VT_GROUP)
+    hh, c = divmod(c, 16)
+    t, c = divmod(c, 4)
+    j, e = divmod(c, 2)
+    return g * VT_GROUP + 16 * hh + 8 * j + 2 * t + e
+
+
+def _check_descale(name: str, d: Any) -> None:
+    if isinstance(d, torch.Tensor):
+        if d.numel() != 1 or not d.is_floating_point() or d.dtype == torch.float8_e4m3fn:
+            raise ValueError(f"{name} must be a positive float or a one-element floating-point tensor; got a "
+                             f"{d.dtype} tensor of shape {tuple(d.shape)}")
+    elif isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) or d <= 0:
+        raise ValueError(f"{name} must be a positive finite float or a one-element tensor (x ~= x8 * descale); "
+                         f"got {d!r}")
+
+
+def _descale(name: str, d: Any, device: torch.device) -> torch.Tensor:
+    """A checked descale as a one-element fp32 tensor on ``device``."""
+    if isinstance(d, torch.Tensor):
+        if d.device != device:
+            raise ValueError(f"{name} is on {d.device} but q8 is on {device}; a tensor descale must share q8's "
+                             f"device")
+        return d.detach().float().reshape(1)
+    return torch.tensor([float(d)], dtype=torch.float32, device=device)
+
+
+def _check(q8: Any, k8: Any, v8: Any, out_dtype: Any) -> tuple[int, ...]:
+    names = ("q8", "k8", "v8")
+    for name, t in zip(names, (q8, k8, v8), strict=True):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != torch.float8_e4m3fn:
+            raise TypeError(f"{name} must be torch.float8_e4m3fn (quantize with flash_kernels.quantize_e4m3); "
+                            f"got {t.dtype}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D [B, H, N, D]; got shape {tuple(t.shape)}")
+    B, H, Nq, D = q8.shape
+    if tuple(k8.shape) != tuple(v8.shape):
+        raise ValueError(f"k8 and v8 must have the same shape [B, Hkv, Nk, D]; got {tuple(k8.shape)} and "
+                         f"{tuple(v8.shape)}")
+    _, Hkv, Nk, _ = k8.shape
+    if k8.shape[0] != B or k8.shape[3] != D:
+        raise ValueError(f"k8 must be [B, Hkv, Nk, D] with q8's batch B={B} and head dim D={D}; got "
+                         f"{tuple(k8.shape)}")
+    if D not in _HEAD_DIMS:
+        raise ValueError(f"attention_fp8 supports head dim {_HEAD_DIMS}; got D={D}")
+    if min(B, H, Nq, Hkv, Nk) < 1:
+        raise ValueError(f"B, H, N and Hkv, Nk must be >= 1; got q8 {tuple(q8.shape)}, k8 {tuple(k8.shape)}")
+    if H % Hkv:
+        raise ValueError(f"q8's {H} heads must be a multiple of k8/v8's {Hkv} heads (grouped-query attention)")
+    if B * H > _ops._MAX_BH:
+        raise ValueError(f"B*H = {B * H} exceeds {_ops._MAX_BH}, the kernel's grid limit; split the batch")
+    if out_dtype not in _OUT_DTYPES:
+        raise ValueError(f"out_dtype must be torch.bfloat16 or torch.float16; got {out_dtype!r}")
+    return B, H, Nq, D, Hkv, Nk
+
+
+def attention_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, descale_q: Any, descale_k: Any,
+                  descale_v: Any, causal: bool = False, scale: float | None = None,
+                  out_dtype: torch.dtype = torch.bfloat16, return_lse: bool = False) -> Any:
+    """softmax(scale * (q8 dq)(k8 dk)^T) (v8 dv) from e4m3 inputs; the output in ``out_dtype`` (bf16 or fp16),
+    with the fp32 LSE [B, H, Nq] (natural log of the row sums of exp(scale * real scores)) if ``return_lse``.
+    scale defaults to 1/sqrt(D); causal masking is top-left aligned (query i sees keys j <= i)."""
+    B, H, Nq, D, Hkv, Nk = _check(q8, k8, v8, out_dtype)
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    sc = _ops._scale(scale, D)
+    names = ("descale_q", "descale_k", "descale_v")
+    for name, d in zip(names, (descale_q, descale_k, descale_v), strict=True):
+        _check_descale(name, d)
+    _ops._check_devices(("q8", "k8", "v8"), (q8, k8, v8))
+    why = unavailable_reason("flash_wgmma", torch.cuda.get_device_capability(q8.device))
+    if why is not None:
+        raise ValueError(why.replace("flash_wgmma", "attention_fp8 (flash_wgmma's FP8 path)", 1))
+    descale = torch.cat([_descale(n, d, q8.device) for n, d in zip(names, (descale_q, descale_k, descale_v),
+                                                                   strict=True)])
+    q8, k8 = q8.contiguous(), k8.contiguous()
+    if sc < 0:  # the kernel's softmax keeps the running max of the raw scores (scale > 0): flip q's sign bit
+        q8 = (q8.view(torch.uint8) ^ 0x80).view(torch.float8_e4m3fn)
+        sc = -sc
+    out, lse = forward_vt(q8, k8, vt_e4m3(v8.contiguous()), descale, causal, sc, out_dtype)
+    return (out, lse) if return_lse else out
+
+
+def forward_vt(q8: torch.Tensor, k8: torch.Tensor, vt: torch.Tensor, descale: torch.Tensor, causal: bool,
+               scale: float, out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel alone, unchecked: q8, k8 contiguous e4m3, vt = :func:`vt_e4m3` (v8), descale = fp32
+    [dq, dk, dv] on the device, scale > 0. For benchmarks that time the kernel without Vt's preparation;
+    :func:`attention_fp8` is the checked entry point."""
+    B, H, Nq, D = q8.shape
+    o = _ops._alloc((B, H, Nq, D), out_dtype, q8.device)
+    lse = _ops._alloc((B, H, Nq), torch.float32, q8.device)
+    _build.load(_MODULE).fwd(_OUT_DTYPES[out_dtype], q8, k8, vt, o, lse, [descale], scale, causal)
+    return o, lse
+
+
+#: dense e4m3 wgmma FLOP per SM per cycle on Hopper: twice fp16's 4,096 (NVIDIA's H100 whitepaper: 1,979
+#: dense FP8 TFLOP/s = 8,192 x 132 SMs x 1.83 GHz, the clock of its published rates)
+FP8_FLOP_PER_SM_CYCLE = 8192
+
+
+def fp8_dense_peak_tflops(sms: int, clock_ghz: float = 1.83) -> float:
+    """The dense FP8 tensor peak in TFLOP/s of a Hopper GPU with ``sms`` SMs at ``clock_ghz``."""
+    if sms < 1 or not clock_ghz > 0:
+        raise ValueError(f"sms must be >= 1 and clock_ghz > 0; got {sms}, {clock_ghz}")
+    return FP8_FLOP_PER_SM_CYCLE * sms * clock_ghz * 1e9 / 1e12
+

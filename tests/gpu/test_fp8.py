@@ -1,0 +1,114 @@
+"""flash_wgmma's FP8 forward (flash_kernels.fp8) against the fp64 reference of its dequantized inputs: every
+head dim, causal and not, both output dtypes, grouped-query and cross attention, ragged sizes (1, odd,
+not multiples of the 128-row / 128-key tiles or of Vt's 32-key groups), outputs poisoned first."""
+
+import pytest
+import torch
+
+import flash_kernels as fk
+from flash_kernels import fp8
+from flash_kernels.reference import reference_forward
+from flash_kernels.testing import error_metrics, poisoned_outputs, random_attention_inputs
+
+pytestmark = pytest.mark.skipif(
+    fk.unavailable_reason("flash_wgmma", torch.cuda.get_device_capability()) is not None,
+    reason="the FP8 path is flash_wgmma's: compute capability 9.0 only")
+
+#: P is rounded to e4m3 (3 mantissa bits: within 2^-4 of itself) before O += P V, as in FlashAttention-3's
+#: FP8 forward; the bounds are on the error against the dequantized inputs' exact attention
+OUT_REL_L2, OUT_MAX_REL = 1.5e-2, 1e-1
+#: the LSE's error against the same reference, absolute + relative to |LSE|: S = Q K^T is summed by the tensor
+#: cores' FP8 path, which keeps fewer bits than fp32 (flash_wgmma_fp8.cu's header)
+LSE_ABS, LSE_REL = 2e-3, 2e-4
+
+SHAPES = [  # B, H, Hkv, Nq, Nk
+    (1, 1, 1, 1, 1),
+    (2, 4, 4, 77, 77),
+    (1, 2, 2, 129, 129),
+    (2, 8, 2, 300, 519),
+    (1, 4, 1, 1000, 1000),
+    (1, 2, 2, 513, 33),
+    (1, 2, 1, 8192, 8192),  # long rows: O's sum must not lose precision with N
+]
+
+
+def _check_lse(lse, ref_lse):
+    excess = (lse.double() - ref_lse).abs() - (LSE_ABS + LSE_REL * ref_lse.abs())
+    assert float(excess.max()) <= 0, f"LSE error over the bound by {float(excess.max()):.2e}"
+
+
+def _quantized(B, H, Hkv, Nq, Nk, D, seed=0, mean=0.5):
+    q, k, v, _ = random_attention_inputs(B, H, Nq, D, torch.float32, Hkv=Hkv, Nk=Nk, seed=seed, mean=mean)
+    (q8, dq), (k8, dk), (v8, dv) = (fp8.quantize_e4m3(t) for t in (q, k, v))
+    real = [x8.double() * d.double() for x8, d in ((q8, dq), (k8, dk), (v8, dv))]
+    return (q, k, v), (q8, k8, v8), (dq, dk, dv), real
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-H{}-Hkv{}-Nq{}-Nk{}".format(*s))
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_fp8_forward_against_reference(shape, causal, D, out_dtype):
+    _, x8, descale, real = _quantized(*shape, D)
+    ref_o, ref_lse = reference_forward(*real, causal=causal)
+    with poisoned_outputs():
+        o, lse = fk.attention_fp8(*x8, *descale, causal=causal, out_dtype=out_dtype, return_lse=True)
+    assert o.dtype == out_dtype and o.shape == x8[0].shape and lse.shape == x8[0].shape[:3]
+    m = error_metrics(o, ref_o)
+    assert m["nonfinite"] == 0, "unwritten or non-finite outputs"
+    assert m["rel_l2"] <= OUT_REL_L2 and m["max_rel"] <= OUT_MAX_REL, m
+    _check_lse(lse, ref_lse)
+
+
+def test_fp8_scales_fold_in_and_tensor_or_float_descales_agree():
+    """The same e4m3 inputs under other descales: the kernel's result follows the real values (scores scaled
+    by dq * dk, O by dv), whether the descales come as floats or as device tensors."""
+    _, (q8, k8, v8), _, _ = _quantized(2, 4, 2, 200, 333, 128, seed=3)
+    dq, dk, dv = 0.01, 0.02, 0.5
+    real = [x8.double() * d for x8, d in ((q8, dq), (k8, dk), (v8, dv))]
+    ref_o, _ = reference_forward(*real, causal=True)
+    o_f = fk.attention_fp8(q8, k8, v8, dq, dk, dv, causal=True)
+    t = [torch.tensor(d, device="cuda") for d in (dq, dk, dv)]
+    o_t = fk.attention_fp8(q8, k8, v8, *t, causal=True)
+    assert torch.equal(o_f, o_t)
+    m = error_metrics(o_f, ref_o)
+    assert m["rel_l2"] <= OUT_REL_L2 and m["max_rel"] <= OUT_MAX_REL, m
+
+
+def test_fp8_custom_and_negative_scale():
+    _, x8, descale, real = _quantized(1, 2, 2, 150, 150, 64, seed=5)
+    for scale in (0.3, -0.2):
+        ref_o, ref_lse = reference_forward(*real, scale=scale)
+        o, lse = fk.attention_fp8(*x8, *descale, scale=scale, return_lse=True)
+        m = error_metrics(o, ref_o)
+        assert m["rel_l2"] <= OUT_REL_L2 and m["max_rel"] <= OUT_MAX_REL, (scale, m)
+        _check_lse(lse, ref_lse)
+
+
+def test_fp8_error_against_the_unquantized_inputs_is_quantization_sized():
+    """Against the fp64 attention of the original fp32 inputs the error adds Q, K, V's rounding to e4m3: larger
+    than against the dequantized inputs, but of the same order (a wrong layout would be O(1))."""
+    (q, k, v), x8, descale, real = _quantized(2, 8, 8, 1024, 1024, 128, seed=7)
+    o = fk.attention_fp8(*x8, *descale)
+    ref_q, _ = reference_forward(*real)
+    ref_x, _ = reference_forward(q, k, v)
+    e_q, e_x = error_metrics(o, ref_q)["rel_l2"], error_metrics(o, ref_x)["rel_l2"]
+    assert e_q <= OUT_REL_L2 and e_x <= 3 * OUT_REL_L2, (e_q, e_x)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("Nk", [1, 31, 32, 100, 129, 1000])
+def test_vt_kernel_matches_the_torch_reference(D, Nk):
+    v = torch.randn(2, 3, Nk, D, device="cuda") + 0.5
+    v8 = v.to(torch.float8_e4m3fn)
+    with poisoned_outputs():
+        vt = fp8.vt_e4m3(v8)
+    assert torch.equal(vt.view(torch.uint8), fp8.vt_e4m3_reference(v8).view(torch.uint8))
+
+
+def test_fp8_kernel_alone_matches_the_checked_call():
+    _, (q8, k8, v8), (dq, dk, dv), _ = _quantized(1, 4, 4, 256, 256, 128, seed=9)
+    o = fk.attention_fp8(q8, k8, v8, dq, dk, dv)
+    o2, _ = fp8.forward_vt(q8, k8, fp8.vt_e4m3(v8), torch.stack([dq, dk, dv]).float(), False, 128 ** -0.5,
+                           torch.bfloat16)
+    assert torch.equal(o, o2)
