@@ -33,6 +33,9 @@ _HEAD_DIMS = (64, 128)
 #: keys per group of Vt's permuted order (flash_wgmma_fp8.cu: one k32 step of O += P V)
 VT_GROUP = 32
 _MODULE = "flash_wgmma_fp8"
+#: the share of the softmax's exponentials computed by a polynomial on the FMA units instead of the SFU, and its
+#: option code (flash_wgmma_fp8.cu: option >> 4; wgmma_softmax.cuh: exp2_poly)
+EXP_ON_FMA = {0.0: 0, 0.25: 1, 0.5: 2}
 
 
 def quantize_e4m3(x: torch.Tensor, amax: float | torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -149,14 +152,19 @@ def _check(q8: Any, k8: Any, v8: Any, out_dtype: Any) -> tuple[int, ...]:
 
 def attention_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, descale_q: Any, descale_k: Any,
                   descale_v: Any, causal: bool = False, scale: float | None = None,
-                  out_dtype: torch.dtype = torch.bfloat16, return_lse: bool = False) -> Any:
+                  out_dtype: torch.dtype = torch.bfloat16, return_lse: bool = False,
+                  exp_on_fma: float = 0.0) -> Any:
     """softmax(scale * (q8 dq)(k8 dk)^T) (v8 dv) from e4m3 inputs; the output in ``out_dtype`` (bf16 or fp16),
     with the fp32 LSE [B, H, Nq] (natural log of the row sums of exp(scale * real scores)) if ``return_lse``.
-    scale defaults to 1/sqrt(D); causal masking is top-left aligned (query i sees keys j <= i)."""
+    scale defaults to 1/sqrt(D); causal masking is top-left aligned (query i sees keys j <= i). ``exp_on_fma``
+    (0, 0.25 or 0.5): the share of the softmax's exponentials computed by a degree-3 polynomial on the FMA
+    units instead of the SFU (relative error <= 1.8e-4, below e4m3's rounding of P)."""
     B, H, Nq, D, Hkv, Nk = _check(q8, k8, v8, out_dtype)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     sc = _ops._scale(scale, D)
+    if isinstance(exp_on_fma, bool) or exp_on_fma not in EXP_ON_FMA:
+        raise ValueError(f"exp_on_fma must be one of {sorted(EXP_ON_FMA)}; got {exp_on_fma!r}")
     names = ("descale_q", "descale_k", "descale_v")
     for name, d in zip(names, (descale_q, descale_k, descale_v), strict=True):
         _check_descale(name, d)
@@ -170,19 +178,20 @@ def attention_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, descale_
     if sc < 0:  # the kernel's softmax keeps the running max of the raw scores (scale > 0): flip q's sign bit
         q8 = (q8.view(torch.uint8) ^ 0x80).view(torch.float8_e4m3fn)
         sc = -sc
-    out, lse = forward_vt(q8, k8, vt_e4m3(v8.contiguous()), descale, causal, sc, out_dtype)
+    out, lse = forward_vt(q8, k8, vt_e4m3(v8.contiguous()), descale, causal, sc, out_dtype, exp_on_fma)
     return (out, lse) if return_lse else out
 
 
 def forward_vt(q8: torch.Tensor, k8: torch.Tensor, vt: torch.Tensor, descale: torch.Tensor, causal: bool,
-               scale: float, out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+               scale: float, out_dtype: torch.dtype, exp_on_fma: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernel alone, unchecked: q8, k8 contiguous e4m3, vt = :func:`vt_e4m3` (v8), descale = fp32
     [dq, dk, dv] on the device, scale > 0. For benchmarks that time the kernel without Vt's preparation;
     :func:`attention_fp8` is the checked entry point."""
     B, H, Nq, D = q8.shape
     o = _ops._alloc((B, H, Nq, D), out_dtype, q8.device)
     lse = _ops._alloc((B, H, Nq), torch.float32, q8.device)
-    _build.load(_MODULE).fwd(_OUT_DTYPES[out_dtype], q8, k8, vt, o, lse, [descale], scale, causal)
+    code = _OUT_DTYPES[out_dtype] | EXP_ON_FMA[exp_on_fma] << 4
+    _build.load(_MODULE).fwd(code, q8, k8, vt, o, lse, [descale], scale, causal)
     return o, lse
 
 

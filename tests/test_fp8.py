@@ -103,6 +103,8 @@ def test_attention_fp8_rejects_bad_options_before_touching_a_device():
         fp8.attention_fp8(q, k, v[:, :, :8], 1.0, 1.0, 1.0)
     with pytest.raises(ValueError, match="out_dtype must be torch.bfloat16 or torch.float16"):
         fp8.attention_fp8(q, k, v, 1.0, 1.0, 1.0, out_dtype=torch.float32)
+    with pytest.raises(ValueError, match=r"exp_on_fma must be one of \[0.0, 0.25, 0.5\]"):
+        fp8.attention_fp8(q, k, v, 1.0, 1.0, 1.0, exp_on_fma=0.3)
     with pytest.raises(TypeError, match="causal must be a bool"):
         fp8.attention_fp8(q, k, v, 1.0, 1.0, 1.0, causal=1)
     with pytest.raises(ValueError, match="scale must be a finite non-zero number"):

@@ -27,7 +27,21 @@
 //   S = Q K^T sums at most 4 k-steps and stays in the tensor cores.
 // - Q and K rows are D bytes: D = 128 uses the 128-byte swizzle, D = 64 the 64-byte one; Vt rows are
 //   BN = 128 bytes. O (16-bit) is staged in a buffer of its own (the Q tile's rows are half as wide).
-// Measured and compared against flash_wgmma (fp16) and cuDNN in scripts/fp8_bench.py (see README).
+//
+// Measured (H100 80GB HBM3, torch 2.11.0+cu130, `STEPS="build fp8" bash scripts/gpu_node.sh` = scripts/fp8_bench.py,
+// log profiles/_logs/nvidia-h100-80gb-hbm3/fp8_bench.log; B*N = 16k, H*D = 2048, L2 flushed, GPU-side wait, medians):
+// at D = 128 the kernel alone runs 525 / 662 / 718 TFLOP/s at N = 1024 / 4096 / 16384 (full; causal 408 / 580 / 719),
+// 27-36 % of the dense FP8 peak (1,979 TFLOP/s), 0.90-1.15x cuDNN's fp16 time and 1.00-1.12x our fp16
+// forward's; at D = 64 328-412 TFLOP/s, 0.77-0.86x cuDNN fp16, slower than our fp16 forward (0.80-0.86x).
+// Error (relative L2) against fp64 attention of the dequantized inputs 2.2e-3 to 5.7e-3, of the fp32
+// inputs before quantization 3.0e-3 to 1.4e-2 (fp16 kernels there: 2.3e-4). Making Vt costs 30 us at
+// N = 16384, D = 128 (a torch permute took 220 us in the first version).
+// So the 8-bit products buy little: the tile's softmax, not the tensor cores, sets the pace. The SFU was
+// the suspect (per 128 x 128 tile the exponentials take 16,384 / 16 per clock = 1,024 SM cycles, the
+// e4m3 products 2 x 128 x 128 x 128 x 2 / 8,192 = 1,024), so exp_on_fma (option >> 4) computes a quarter or
+// half of them by a polynomial on the FMA units (wgmma_softmax.cuh: exp2_poly, FlashAttention-4's trick):
+// slower, 0.91-0.95x (a quarter) and 0.79-0.87x (half) of the SFU-only kernel at D = 128. The FMA / ALU
+// pipes or the issue slots are at least as busy as the SFU; not profiled yet. Not the default.
 #include "wgmma_softmax.cuh"
 
 namespace fk {
@@ -102,7 +116,7 @@ constexpr int fp8_smem() {
 }
 
 // One block per (query block of 128 rows, head); heaviest query block first when causal.
-template <typename TO, int D, int STAGES>
+template <typename TO, int D, int STAGES, int EMU>
 __global__ void __launch_bounds__(3 * 128, 1)
 flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                                const __grid_constant__ CUtensorMap tmV, TO* __restrict__ O, float* __restrict__ LSE,
@@ -204,7 +218,7 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
       fence_regs(s);
       release(empty_k + 8 * st);
       float alpha[2];
-      softmax_scores<BN>(s, m, l, alpha, 0, Nk, causal, wg_row0, row0, lane, sl2);  // O = 0: no rescale
+      softmax_scores<BN, kMaskIfNeeded, EMU>(s, m, l, alpha, 0, Nk, causal, wg_row0, row0, lane, sl2);  // O = 0
       pack_p_e4m3<BN>(s, pf);
     }
     int vst = st;
@@ -221,7 +235,8 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
       fence_regs(s);
       release(empty_k + 8 * st);
       float alpha[2];
-      const bool grew = softmax_scores<BN, kMaskAlways>(s, m, l, alpha, t * BN, Nk, causal, wg_row0, row0, lane, sl2);
+      const bool grew =
+          softmax_scores<BN, kMaskAlways, EMU>(s, m, l, alpha, t * BN, Nk, causal, wg_row0, row0, lane, sl2);
       fence_regs(s);
       fence_regs(l);
       fence_regs(alpha);
@@ -258,13 +273,14 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
 }
 
 // q, k: [B * H][Nq][D], [B * Hkv][Nk][D] e4m3; v: Vt [B * Hkv][D][Nk rounded up to 32] e4m3 in the permuted
-// key order; a.ws[0]: descale {q, k, v} fp32 on the device; option bit 0: output fp16 (1) or bf16 (0).
-template <typename TO, int D>
+// key order; a.ws[0]: descale {q, k, v} fp32 on the device; option bit 0: output fp16 (1) or bf16 (0); bits 4..:
+// the exponentials' split (fp8_forward_emu).
+template <typename TO, int D, int EMU>
 cudaError_t fp8_forward_launch(const AttnArgs& a, cudaStream_t stream) {
   constexpr int STAGES = kFp8Stages;
   constexpr int smem = fp8_smem<D, STAGES>();
   static_assert(smem <= 227 * 1024, "shared memory of a block");
-  auto kernel = flash_wgmma_fp8_forward_kernel<TO, D, STAGES>;
+  auto kernel = flash_wgmma_fp8_forward_kernel<TO, D, STAGES, EMU>;
   const int npad = (a.Nk + 31) / 32 * 32;
   const CUtensorMapSwizzle qk_swizzle = D == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
   const CUtensorMapDataType u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
@@ -281,11 +297,23 @@ cudaError_t fp8_forward_launch(const AttnArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// option >> 4: the share of the softmax's exponentials computed without the SFU (softmax_scores' EMU):
+// 0 = none, 1 = every 4th 8-column block (a quarter), 2 = every 2nd (half)
+template <typename TO, int D>
+cudaError_t fp8_forward_emu(const AttnArgs& a, cudaStream_t stream) {
+  switch (a.option >> 4) {
+    case 0: return fp8_forward_launch<TO, D, 0>(a, stream);
+    case 1: return fp8_forward_launch<TO, D, 4>(a, stream);
+    case 2: return fp8_forward_launch<TO, D, 2>(a, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 template <typename TO>
 cudaError_t fp8_forward_hdim(const AttnArgs& a, cudaStream_t stream) {
   switch (a.D) {
-    case 64: return fp8_forward_launch<TO, 64>(a, stream);
-    case 128: return fp8_forward_launch<TO, 128>(a, stream);
+    case 64: return fp8_forward_emu<TO, 64>(a, stream);
+    case 128: return fp8_forward_emu<TO, 128>(a, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -15,8 +15,23 @@ namespace fk {
 // row0: this thread's first row (the second is row0 + 8); wg_row0: the warpgroup's first row.
 // MASK: kMaskIfNeeded tests whether the tile reaches past Nk or the diagonal (a branch); kMaskAlways
 // masks every tile with compares and selects (no branch), which tma-ws-overlap needs (flash_wgmma_fwd.cu).
+// 2^x for x <= 0 (or -inf) without the SFU, on the FMA and integer pipes (FlashAttention-4's way of sharing
+// the exponentials when the SFU is the bottleneck): x (clamped to -125, where 2^x is ~2e-38) = j + f with j =
+// round(x) (adding 1.5 * 2^23 rounds x and leaves j in the low bits of the sum), f in [-0.5, 0.5], 2^f by a
+// degree-3 polynomial fitted to the relative error (at most 1.8e-4 over the interval), j added to the
+// exponent bits. 3 FADD, 3 FFMA, a max, a shift and an integer add.
+__device__ __forceinline__ float exp2_poly(float x) {
+  x = fmaxf(x, -125.f);
+  const float r = x + 12582912.f;
+  const float f = x - (r - 12582912.f);
+  const float p = fmaf(fmaf(fmaf(0.05460262f, f, 0.24192413f), f, 0.69331648f), f, 1.f);
+  return __int_as_float(__float_as_int(p) + (__float_as_int(r) << 23));
+}
+
+// EMU > 0: the exponentials of every EMU-th 8-column block of the tile (blocks EMU - 1, 2 EMU - 1, ...) by
+// exp2_poly, the others on the SFU (flash_wgmma_fp8.cu); 0: all on the SFU.
 enum MaskMode { kMaskIfNeeded, kMaskAlways };
-template <int BN, MaskMode MASK = kMaskIfNeeded>
+template <int BN, MaskMode MASK = kMaskIfNeeded, int EMU = 0>
 __device__ __forceinline__ bool softmax_scores(float (&s)[BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
                                                int j0, int Nk, int causal, int wg_row0, int row0, int lane,
                                                float scale_log2) {
@@ -46,8 +61,13 @@ __device__ __forceinline__ bool softmax_scores(float (&s)[BN / 2], float (&m)[2]
     float rs = 0.f;
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
-      s[4 * j + 2 * h] = fast_exp2(fmaf(s[4 * j + 2 * h], scale_log2, -ms));
-      s[4 * j + 2 * h + 1] = fast_exp2(fmaf(s[4 * j + 2 * h + 1], scale_log2, -ms));
+      if (EMU > 0 && j % (EMU > 0 ? EMU : 1) == EMU - 1) {
+        s[4 * j + 2 * h] = exp2_poly(fmaf(s[4 * j + 2 * h], scale_log2, -ms));
+        s[4 * j + 2 * h + 1] = exp2_poly(fmaf(s[4 * j + 2 * h + 1], scale_log2, -ms));
+      } else {
+        s[4 * j + 2 * h] = fast_exp2(fmaf(s[4 * j + 2 * h], scale_log2, -ms));
+        s[4 * j + 2 * h + 1] = fast_exp2(fmaf(s[4 * j + 2 * h + 1], scale_log2, -ms));
+      }
       rs += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
     }
     l[h] = l[h] * alpha[h] + rs;

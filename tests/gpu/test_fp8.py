@@ -106,6 +106,18 @@ def test_vt_kernel_matches_the_torch_reference(D, Nk):
     assert torch.equal(vt.view(torch.uint8), fp8.vt_e4m3_reference(v8).view(torch.uint8))
 
 
+@pytest.mark.parametrize("exp_on_fma", [0.25, 0.5])
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp8_exponentials_on_the_fma_units(exp_on_fma, causal):
+    _, x8, descale, real = _quantized(2, 4, 2, 1000, 777, 128, seed=11)
+    ref_o, ref_lse = reference_forward(*real, causal=causal)
+    with poisoned_outputs():
+        o, lse = fk.attention_fp8(*x8, *descale, causal=causal, return_lse=True, exp_on_fma=exp_on_fma)
+    m = error_metrics(o, ref_o)
+    assert m["nonfinite"] == 0 and m["rel_l2"] <= OUT_REL_L2 and m["max_rel"] <= OUT_MAX_REL, m
+    _check_lse(lse, ref_lse)
+
+
 def test_fp8_kernel_alone_matches_the_checked_call():
     _, (q8, k8, v8), (dq, dk, dv), _ = _quantized(1, 4, 4, 256, 256, 128, seed=9)
     o = fk.attention_fp8(q8, k8, v8, dq, dk, dv)
