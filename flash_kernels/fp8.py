@@ -17,6 +17,7 @@ must be positive and finite, as :func:`quantize_e4m3` makes it.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -109,6 +110,13 @@ def _check_descale(name: str, d: Any) -> None:
                          f"got {d!r}")
 
 
+@functools.lru_cache(maxsize=64)
+def _descale_floats(values: tuple[float, float, float], device: torch.device) -> torch.Tensor:
+    """[dq, dk, dv] on ``device``, made once per distinct triple (a host-to-device copy waits for the stream);
+    the kernel only reads it."""
+    return torch.tensor(values, dtype=torch.float32, device=device)
+
+
 def _descale(name: str, d: Any, device: torch.device) -> torch.Tensor:
     """A checked descale as a one-element fp32 tensor on ``device``."""
     if isinstance(d, torch.Tensor):
@@ -172,8 +180,11 @@ def attention_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, descale_
     why = unavailable_reason("flash_wgmma", torch.cuda.get_device_capability(q8.device))
     if why is not None:
         raise ValueError(why.replace("flash_wgmma", "attention_fp8 (flash_wgmma's FP8 path)", 1))
-    descale = torch.cat([_descale(n, d, q8.device) for n, d in zip(names, (descale_q, descale_k, descale_v),
-                                                                   strict=True)])
+    ds = (descale_q, descale_k, descale_v)
+    if not any(isinstance(d, torch.Tensor) for d in ds):  # floats: one cached device tensor, no copy per call
+        descale = _descale_floats(tuple(float(d) for d in ds), q8.device)
+    else:
+        descale = torch.cat([_descale(n, d, q8.device) for n, d in zip(names, ds, strict=True)])
     q8, k8 = q8.contiguous(), k8.contiguous()
     if sc < 0:  # the kernel's softmax keeps the running max of the raw scores (scale > 0): flip q's sign bit
         q8 = (q8.view(torch.uint8) ^ 0x80).view(torch.float8_e4m3fn)

@@ -241,6 +241,32 @@ def tile_step_table(gpu: Path, tiles: tuple[str, ...] = ("128x32", "128x64")) ->
     return _md(pd.DataFrame(rows))
 
 
+def fp8_table(gpu: Path) -> str:
+    """flash_wgmma's FP8 forward from scripts/fp8_bench.py's CSV (profiles/_logs/<gpu>/fp8_bench.csv): per head dim
+    and mask, TFLOP/s of the kernel alone at each N (in brackets: the share of the dense FP8 peak), its speed
+    against cuDNN's and our own fp16 forward in the same run, the cost of making Vt, and the error."""
+    df = pd.read_csv(gpu.parent / "_logs" / gpu.name / "fp8_bench.csv")
+    rows = []
+    for (D, causal), g in df.groupby(["D", "causal"], sort=True):
+        g = g.sort_values("N")
+        cells = {f"N={n}": f"{r.fp8_tflops:.0f} ({100 * r.fp8_peak_frac:.0f} %)" for n, r in zip(g["N"], g.itertuples())}
+
+        def span(col: str, fmt: str = "{:.2f}") -> str:
+            lo, hi = g[col].min(), g[col].max()
+            return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else f"{fmt.format(lo)}–{fmt.format(hi)}"
+
+        # the whole call's extra time (Vt, argument checks) at the shortest N: at the longer ones it is below the
+        # spread of two separately timed medians
+        first = g.iloc[0]
+        vt_us = (first["fp8+vt_ms"] - first["fp8_ms"]) * 1e3
+        rows.append({"D": D, "causal": "yes" if causal else "no", **cells,
+                     "× cuDNN fp16": span("fp8_x_cudnn"), "× flash_wgmma fp16": span("fp8_x_flash_wgmma"),
+                     f"Vt + checks at N={first['N']}, µs": f"{vt_us:.0f}",
+                     "rel. L2 error: dequantized / fp32 inputs": f"{span('fp8_rel_l2_vs_dequantized', '{:.1e}')} / "
+                                                                 f"{span('fp8_rel_l2_vs_fp32_inputs', '{:.1e}')}"})
+    return _md(pd.DataFrame(rows))
+
+
 def roofline_check(rng: pd.DataFrame) -> pd.DataFrame:
     from nsightlab.analysis.roofline import flop_check
 
@@ -269,6 +295,8 @@ def main(argv: list[str]) -> int:
                 print("### KV-cache decode (decode suite), forward\n\n" + decode_table(gpu) + "\n")
         if (gpu.parent / "_logs" / gpu.name / "bench_mma_tile_128x64.csv").exists():
             print("### flash_mma forward: 128x32 and 128x64 tiles (fp16 convention)\n\n" + tile_step_table(gpu) + "\n")
+        if (gpu.parent / "_logs" / gpu.name / "fp8_bench.csv").exists():
+            print("### FP8 forward (scripts/fp8_bench.py)\n\n" + fp8_table(gpu) + "\n")
         if (gpu / "triton-example").exists():
             print("### the Triton example (B=4, H=16, N=4096, D=128)\n\n" + example_table(gpu) + "\n")
         if (gpu / "seqlen").exists():
