@@ -246,24 +246,23 @@ def fp8_table(gpu: Path) -> str:
     and mask, TFLOP/s of the kernel alone at each N (in brackets: the share of the dense FP8 peak), its speed
     against cuDNN's and our own fp16 forward in the same run, the cost of making Vt, and the error."""
     df = pd.read_csv(gpu.parent / "_logs" / gpu.name / "fp8_bench.csv")
+    def span(g: pd.DataFrame, col: str, fmt: str = "{:.2f}") -> str:
+        lo, hi = fmt.format(g[col].min()), fmt.format(g[col].max())
+        return lo if lo == hi else f"{lo}–{hi}"
+
     rows = []
     for (D, causal), g in df.groupby(["D", "causal"], sort=True):
         g = g.sort_values("N")
-        cells = {f"N={n}": f"{r.fp8_tflops:.0f} ({100 * r.fp8_peak_frac:.0f} %)" for n, r in zip(g["N"], g.itertuples())}
-
-        def span(col: str, fmt: str = "{:.2f}") -> str:
-            lo, hi = g[col].min(), g[col].max()
-            return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else f"{fmt.format(lo)}–{fmt.format(hi)}"
-
+        cells = {f"N={r.N}": f"{r.fp8_tflops:.0f} ({100 * r.fp8_peak_frac:.0f} %)" for r in g.itertuples()}
         # the whole call's extra time (Vt, argument checks) at the shortest N: at the longer ones it is below the
         # spread of two separately timed medians
         first = g.iloc[0]
         vt_us = (first["fp8+vt_ms"] - first["fp8_ms"]) * 1e3
         rows.append({"D": D, "causal": "yes" if causal else "no", **cells,
-                     "× cuDNN fp16": span("fp8_x_cudnn"), "× flash_wgmma fp16": span("fp8_x_flash_wgmma"),
+                     "× cuDNN fp16": span(g, "fp8_x_cudnn"), "× flash_wgmma fp16": span(g, "fp8_x_flash_wgmma"),
                      f"Vt + checks at N={first['N']}, µs": f"{vt_us:.0f}",
-                     "rel. L2 error: dequantized / fp32 inputs": f"{span('fp8_rel_l2_vs_dequantized', '{:.1e}')} / "
-                                                                 f"{span('fp8_rel_l2_vs_fp32_inputs', '{:.1e}')}"})
+                     "rel. L2 error: dequantized / fp32 inputs": f"{span(g, 'fp8_rel_l2_vs_dequantized', '{:.1e}')} / "
+                                                                 f"{span(g, 'fp8_rel_l2_vs_fp32_inputs', '{:.1e}')}"})
     return _md(pd.DataFrame(rows))
 
 
