@@ -94,10 +94,39 @@ def implementation(var: Variant) -> Implementation:
         var.description, setup=build)
 
 
+def _fp8_bytes(p: Mapping[str, Any], pass_: str) -> float:
+    """Compulsory bytes of the FP8 forward: Q, K, V read as e4m3 (1 byte), O written in the inputs' dtype, LSE."""
+    q_like = p["B"] * p["H"] * p["N"] * p["D"]
+    kv_like = p["B"] * (p.get("Hkv") or p["H"]) * (p.get("Nk") or p["N"]) * p["D"]
+    return float(q_like + 2 * kv_like + q_like * attention.DTYPE_BYTES[p["dtype"]] + 4 * p["B"] * p["H"] * p["N"])
+
+
+def _fp8_supports(p: Mapping[str, Any], pass_: str) -> str | None:
+    why = unavailable_reason("flash_wgmma", _gpu_capability())
+    if why is not None:
+        return why
+    if p["dtype"] not in ("float16", "bfloat16"):
+        return f"flash_wgmma_fp8 quantizes fp16 or bf16 inputs, not {p['dtype']}"
+    return None if p["D"] in (64, 128) else f"flash_wgmma_fp8 supports head dims (64, 128), not {p['D']}"
+
+
+#: flash_wgmma's FP8 forward (flash_kernels.fp8): the range's dtype is that of the inputs it quantizes, per tensor,
+#: before the range (the warm-up call); the range holds the e4m3 kernel alone
+FP8 = Implementation(
+    "flash_wgmma_fp8", "flash_kernels.fp8:profiled_forward", attention.NAME, ("forward",),
+    WorkModel(attention.WORK.source + "; FP8: Q, K, V read as 1-byte e4m3 (quantized before the range), O in the "
+              "inputs' dtype", attention.flops, _fp8_bytes, _fp8_bytes),
+    _fp8_supports, None,
+    {"materializes": False, "engine": "tensor cores (e4m3)", "needs_warmup": True},
+    "flash_wgmma's FP8 forward: e4m3 Q, K, V with per-tensor scales on wgmma's 8-bit path, V transposed, O in fp32",
+    setup=lambda: __import__("flash_kernels").build())
+
+
 def register() -> None:
     register_schema(SCHEMA)
     for var in VARIANTS.values():
         register_impl(implementation(var))
+    register_impl(FP8)
     register_sweeps(SWEEPS)
 
 

@@ -123,3 +123,28 @@ def test_fp8_dense_peak():
     assert math.isclose(fp8.fp8_dense_peak_tflops(132), 1978.9, rel_tol=1e-4)  # H100 SXM / H200, published
     with pytest.raises(ValueError):
         fp8.fp8_dense_peak_tflops(0)
+
+
+def test_fp8_is_an_attention_implementation_of_the_study():
+    """flash_kernels.study registers the FP8 forward as ``flash_wgmma_fp8``: forward only, Q, K, V counted as one
+    byte each in its compulsory traffic, refusing what the kernel cannot run (with the reason), and a sweep
+    (fp8.toml) that names it."""
+    import flash_kernels.study as study
+    from nsightlab.problems import attention
+    from nsightlab.problems.impls import resolve
+
+    impl = resolve("flash_wgmma_fp8")
+    assert impl is study.FP8 and impl.passes == ("forward",) and impl.problem == attention.NAME
+    p = {"B": 2, "H": 4, "N": 100, "D": 128, "dtype": "float16", "causal": False}
+    qkv = 2 * 4 * 100 * 128
+    assert impl.work.bytes(p, "forward") == 3 * qkv + 2 * qkv + 4 * 2 * 4 * 100
+    assert impl.work.flops(p, "forward") == attention.flops(p, "forward")
+    assert "float32" in impl.why_not({**p, "dtype": "float32"}, "forward")
+    assert "head dims (64, 128)" in impl.why_not({**p, "D": 96}, "forward")
+    assert "no backward pass" in impl.why_not(p, "backward")
+    assert "flash_wgmma_fp8" in (study.SWEEPS / "fp8.toml").read_text()
+
+
+def test_profiled_forward_refuses_what_it_cannot_quantize():
+    with pytest.raises(TypeError, match="fp16 or bf16 tensors to quantize"):
+        fp8.profiled_forward(torch.zeros(1, 1, 4, 64), torch.zeros(1, 1, 4, 64), torch.zeros(1, 1, 4, 64))

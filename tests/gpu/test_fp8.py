@@ -124,3 +124,21 @@ def test_fp8_kernel_alone_matches_the_checked_call():
     o2, _ = fp8.forward_vt(q8, k8, fp8.vt_e4m3(v8), torch.stack([dq, dk, dv]).float(), False, 128 ** -0.5,
                            torch.bfloat16)
     assert torch.equal(o, o2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_profiled_forward_is_the_kernel_on_inputs_prepared_once(dtype):
+    """nsightlab's flash_wgmma_fp8 (fp8.profiled_forward): the first call quantizes and makes Vt, later calls with
+    the same tensors launch the FP8 kernel alone (the capture's range), with the checked call's result."""
+    q, k, v, _ = random_attention_inputs(2, 4, 300, 128, dtype, Hkv=2, Nk=333, seed=13)
+    o1 = fp8.profiled_forward(q, k, v, causal=True)
+    prepared = next(iter(fp8._PREPARED.values()))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        o2 = fp8.profiled_forward(q, k, v, causal=True)
+        torch.cuda.synchronize()
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert next(iter(fp8._PREPARED.values())) is prepared
+    assert len(kernels) == 1 and "fp8" in kernels[0], kernels
+    (q8, dq), (k8, dk), (v8, dv) = (fp8.quantize_e4m3(t) for t in (q, k, v))
+    ref = fk.attention_fp8(q8, k8, v8, dq, dk, dv, causal=True, out_dtype=dtype)
+    assert o1.dtype == dtype and torch.equal(o1, ref) and torch.equal(o2, ref)
