@@ -74,6 +74,32 @@ def test_target_table_ratios():
     assert ((t["ratio"] - t["tflops"] / t["ref_tflops"]).abs() < 1e-12).all()
 
 
+def test_compacted_bench_csvs_read_as_the_plain_ones(tmp_path):
+    """The store compacts large exports (X.csv -> X.csv.xz); a bench capture reads the same either way."""
+    import pandas as pd
+
+    from nsightlab.core.files import copy_content
+    from nsightlab.store.read import bench_files
+
+    cap = tmp_path / "bench"
+    shutil.copytree(BENCH, cap)
+    plain = cap / "plain"
+    plain.mkdir()
+    for p in list(cap.iterdir()):
+        if p.name.endswith((".csv.xz", ".csv.gz")):
+            with open(plain / p.name.rsplit(".", 1)[0], "wb") as out:
+                copy_content(p, out)
+        elif p.is_file():
+            shutil.copy(p, plain / p.name)
+    assert any(p.name.endswith(".csv.xz") for p in cap.iterdir()), "the committed bench has a compacted CSV"
+    assert [p.name for p in bench_files(cap)] != [p.name for p in bench_files(plain)]
+    assert len(bench_files(cap)) == len(bench_files(plain)) == 5
+    a, ma = load_bench(cap)
+    b, mb = load_bench(plain)
+    pd.testing.assert_frame_equal(a, b)
+    assert ma == mb
+
+
 def test_missing_and_corrupt_bench_files(tmp_path):
     cap = tmp_path / "bench"
     shutil.copytree(BENCH, cap)

@@ -28,20 +28,27 @@
 // - Q and K rows are D bytes: D = 128 uses the 128-byte swizzle, D = 64 the 64-byte one; Vt rows are
 //   BN = 128 bytes. O (16-bit) is staged in a buffer of its own (the Q tile's rows are half as wide).
 //
-// Measured (H100 80GB HBM3, torch 2.11.0+cu130, `STEPS="build fp8" bash scripts/gpu_node.sh` = scripts/fp8_bench.py,
-// log profiles/_logs/nvidia-h100-80gb-hbm3/fp8_bench.log; B*N = 16k, H*D = 2048, L2 flushed, GPU-side wait, medians):
-// at D = 128 the kernel alone runs 525 / 662 / 718 TFLOP/s at N = 1024 / 4096 / 16384 (full; causal 408 / 580 / 719),
-// 27-36 % of the dense FP8 peak (1,979 TFLOP/s), 0.90-1.15x cuDNN's fp16 time and 1.00-1.12x our fp16
-// forward's; at D = 64 328-412 TFLOP/s, 0.77-0.86x cuDNN fp16, slower than our fp16 forward (0.80-0.86x).
-// Error (relative L2) against fp64 attention of the dequantized inputs 2.2e-3 to 5.7e-3, of the fp32
-// inputs before quantization 3.0e-3 to 1.4e-2 (fp16 kernels there: 2.3e-4). Making Vt costs 30 us at
-// N = 16384, D = 128 (a torch permute took 220 us in the first version).
-// So the 8-bit products buy little: the tile's softmax, not the tensor cores, sets the pace. The SFU was
-// the suspect (per 128 x 128 tile the exponentials take 16,384 / 16 per clock = 1,024 SM cycles, the
-// e4m3 products 2 x 128 x 128 x 128 x 2 / 8,192 = 1,024), so exp_on_fma (option >> 4) computes a quarter or
-// half of them by a polynomial on the FMA units (wgmma_softmax.cuh: exp2_poly, FlashAttention-4's trick):
-// slower, 0.91-0.95x (a quarter) and 0.79-0.87x (half) of the SFU-only kernel at D = 128. The FMA / ALU
-// pipes or the issue slots are at least as busy as the SFU; not profiled yet. Not the default.
+// Measured (H100 80GB HBM3, torch 2.11.0+cu130, `STEPS="build fp8" bash scripts/gpu_node.sh` = scripts/fp8_bench.py
+// at b5eed84, log profiles/_logs/nvidia-h100-80gb-hbm3/fp8_bench.log; B*N = 16k, H*D = 2048, L2 flushed, GPU-side
+// wait, medians): at D = 128 the kernel alone runs 554 / 660 / 712 TFLOP/s at N = 1024 / 4096 / 16384 (full; causal
+// 415 / 586 / 710), 28-36 % of the dense FP8 peak (1,979 TFLOP/s), 0.96-1.16x cuDNN's fp16 time and 1.00-1.13x our
+// fp16 forward's; at D = 64 338-449 TFLOP/s, 0.80-0.94x cuDNN fp16 (slower than our fp16 forward). Error (relative
+// L2) against fp64 attention of the dequantized inputs 2.2e-3 to 5.7e-3, of the fp32 inputs before quantization
+// 3.0e-3 to 1.4e-2 (fp16 kernels there: 2.3e-4). Making Vt (plus the call's checks) costs 31-43 us at N = 1024
+// (a torch permute took 220 us at N = 16384 in the first version).
+// So the 8-bit products buy little: the tile's softmax, not the tensor cores, sets the pace. Nsight Compute (deep
+// tier, profiles/nvidia-h100-80gb-hbm3/fp8 at d420569, N = 4096, D = 128, not causal; its why page): 0.97x the time of
+// our fp16 forward with the tensor pipe busy 36 % of active cycles against 79 %; it issues 1.28x the instructions
+// with 2.2 warps per scheduler against the fp16 192x128 tile's 3.2, and its warp samples sit on the softmax: the
+// mask 20 % (every tile is masked, branch-free, for the overlap), the exponentials 19 %, the row max 7 %, P's
+// conversion 4 %, O += O_t 4 %. The mask became one compare per score (wgmma_softmax.cuh, b5eed84): +3-9 % at
+// D = 64, no change at D = 128 (fp8_bench_4e2e577.log before it). The SFU was the other suspect (per 128 x 128 tile
+// the exponentials take 16,384 / 16 per clock = 1,024 SM cycles, the e4m3 products 2 x 128 x 128 x 128 x 2 /
+// 8,192 = 1,024), so exp_on_fma (option >> 4) computes a quarter or half of them by a polynomial on the FMA units
+// (wgmma_softmax.cuh: exp2_poly, FlashAttention-4's trick): slower, 0.87-0.93x (a quarter) and 0.91-0.93x (half)
+// of the SFU-only kernel at D = 128. Not the default. What would pay, by the capture: more warps per scheduler (a
+// third consumer warpgroup, which the 168-register budget of 384-thread blocks leaves no room for with O and O_t
+// both in registers) or fewer softmax instructions per score.
 #include "wgmma_softmax.cuh"
 
 namespace fk {

@@ -52,6 +52,16 @@ REQUIRED_COLUMNS = ("suite", "config", "B", "H", "N", "D", "causal", "dtype", "i
                     "ms", "tflops")
 
 
+def bench_csvs(capture: Path) -> list[Path]:
+    """The CSVs of a capture folder, stored plain or compacted (``X.csv.xz``, ``X.csv.gz``), by name."""
+    return sorted(p for p in Path(capture).iterdir() if p.is_file() and uncompressed_name(p.name).endswith(".csv"))
+
+
+def bench_manifest(csv: Path) -> Path:
+    """The manifest of a benchmark CSV: ``<suite>.manifest.json`` beside ``<suite>.csv[.xz|.gz]``."""
+    return csv.with_name(uncompressed_name(csv.name)[: -len(".csv")] + ".manifest.json")
+
+
 def load_bench(capture: Path) -> tuple[pd.DataFrame, dict[str, dict]]:
     """All benchmark CSVs of a capture folder as one frame, and their manifests by suite name.
     ``Hkv`` and ``Nk`` (key/value heads, keys) are H and N where a CSV does not have them.
@@ -59,16 +69,16 @@ def load_bench(capture: Path) -> tuple[pd.DataFrame, dict[str, dict]]:
     Raises ProfileError naming the file when a CSV has no manifest, cannot be parsed or lacks columns.
     """
     capture = Path(capture)
-    csvs = sorted(capture.glob("*.csv"))
+    csvs = bench_csvs(capture)
     if not csvs:
         raise ProfileError(f"{capture}: no benchmark CSV (expected <suite>.csv with <suite>.manifest.json beside it)")
     frames, manifests = [], {}
     for csv in csvs:
-        man = csv.with_suffix(".manifest.json")
+        man = bench_manifest(csv)
         if not man.exists():
             raise ProfileError(f"{csv}: its manifest {man.name} is missing; re-run the benchmark to capture both")
         try:
-            manifests[csv.stem] = json.loads(man.read_text())
+            manifests[uncompressed_name(csv.name)[: -len(".csv")]] = json.loads(man.read_text())
         except json.JSONDecodeError as exc:
             raise ProfileError(f"{man}: not valid JSON ({exc})") from None
         try:

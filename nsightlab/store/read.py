@@ -18,7 +18,7 @@ from ..core.errors import NotApplicable, ProfileError
 from ..core.ranges import RangeSchema, schemas_of
 from ..parse.ncu import ncu_csv_frame, ncu_frame
 from ..parse.nsys import nsys_tables
-from .captures import list_captures
+from .captures import bench_csvs, bench_manifest, list_captures
 
 #: the repository this package sits in: notebooks run from notebooks/ (JupyterLab) still find profiles/
 REPO = Path(__file__).resolve().parents[2]
@@ -79,8 +79,9 @@ def nsys_files(path: Path) -> list[Path]:
 
 
 def bench_files(path: Path) -> list[Path]:
-    """Benchmark CSVs: ``<suite>.csv`` with ``<suite>.manifest.json`` beside it."""
-    return [p for p in sorted(Path(path).glob("*.csv")) if p.with_suffix(".manifest.json").exists()]
+    """Benchmark CSVs: ``<suite>.csv`` (or compacted, ``<suite>.csv.xz`` / ``.gz``) with ``<suite>.manifest.json``
+    beside it."""
+    return [p for p in bench_csvs(Path(path)) if bench_manifest(p).exists()]
 
 
 def tools_of(manifest: dict) -> list[str]:
