@@ -151,3 +151,21 @@ def test_roofline_views_split_a_cross_product_and_keep_a_sweep_of_several_grids_
     (title, sel, row), = roofline.views(grids, "N")
     assert row == "D" and len(sel) == len(grids)
     assert title == "every range (Hkv, Nk, dtype in each point's hover)"
+
+
+def test_a_range_above_every_counted_pipe_gets_no_nearest_roof():
+    """The FP8 kernel's useful FLOP/s are 10x the FP32 peak, the only pipe its counters saw (the capture counts the
+    fp16 tensor path, not the FP8 one): the page says so instead of naming FP32 its nearest roof."""
+    path = ROOT / "profiles" / "nvidia-h100-80gb-hbm3" / "fp8"
+    man = captures.load_manifest(path)
+    work = counters.kernel_work(read.load_ncu(path, man))
+    rng = counters.attach_model(counters.per_range(work, by_kernel_if_no_ranges=True), captures.cases(man))
+    pts = roofline.roofline_points(rng)
+    ceil = roofline.ceilings(work, man, pts)
+    near = roofline.nearest_roof(pts, ceil)
+    fp8 = near[near["variant"] == "flash_wgmma_fp8"]
+    assert len(fp8) and (fp8["fraction"] > roofline.UNCOUNTED_PATH).all()
+    lines = roofline.findings(pts, ceil)
+    nearest = next(x for x in lines if x.startswith("Nearest roof"))
+    assert "flash_wgmma_fp8" not in nearest and "flash_wgmma 7" in nearest
+    assert any(x.startswith("flash_wgmma_fp8: ") and "not count" in x for x in lines)

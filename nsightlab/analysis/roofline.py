@@ -434,6 +434,11 @@ def _fields_text(r: pd.Series, fields: list[str]) -> str:
     return ", ".join(x for x in out if x)
 
 
+#: a range whose useful FLOP/s exceed the peak of the pipe that did most of its counted FLOPs by more than this
+#: did its work on a path the capture does not count (findings says so instead of naming a nearest roof)
+UNCOUNTED_PATH = 1.05
+
+
 def nearest_roof(points: pd.DataFrame, ceil: pd.DataFrame) -> pd.DataFrame:
     """Per range: its achieved fraction of every roof (each level's bandwidth: bytes/s over the
     level's peak; compute: FLOP/s over the Nsight peak of the pipe that did most of its counted
@@ -498,9 +503,18 @@ def findings(points: pd.DataFrame, ceil: pd.DataFrame, fc: pd.DataFrame | None =
     if len(near):
         top = near.loc[near.groupby(near[label].astype(str), sort=False)["flop_per_s"].idxmax()]
         top = top.sort_values("flop_per_s", ascending=False)
-        txt = ", ".join(f"{r[label]} {r['fraction']:.0%} of {r['nearest']}" for _, r in top.head(8).iterrows())
-        out.append(f"Nearest roof at each one's fastest range: {txt}"
-                   + (f" (and {len(top) - 8} more)" if len(top) > 8 else "") + ".")
+        # above the peak of the pipe its counters saw: the work ran on a path this capture does not count (an FP8,
+        # INT8 or bf16 tensor path: the metric list counts the fp16 one), so no roof here is its own
+        over = (top["fraction"] > UNCOUNTED_PATH) & top["nearest"].str.endswith(" peak")
+        txt = ", ".join(f"{r[label]} {r['fraction']:.0%} of {r['nearest']}" for _, r in top[~over].head(8).iterrows())
+        if txt:
+            out.append(f"Nearest roof at each one's fastest range: {txt}"
+                       + (f" (and {int((~over).sum()) - 8} more)" if (~over).sum() > 8 else "") + ".")
+        for _, r in top[over].iterrows():
+            out.append(f"{r[label]}: {r['flop_per_s'] / 1e12:,.0f} useful TFLOP/s, {r['fraction']:.0%} of "
+                       f"{r['nearest']}, the pipe that did most of its counted FLOPs: its work ran on a path these "
+                       "counters do not count (the capture counts FP32, FP16 and the fp16 tensor path; an FP8, INT8 or "
+                       "bf16 tensor path is not among them), so none of the roofs drawn is its own.")
     line = instruction_finding(points, ceil, label)
     if line:
         out.append(line)
