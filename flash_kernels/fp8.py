@@ -31,6 +31,8 @@ E4M3_MAX = 448.0
 #: output dtypes of the kernel and their option bit (flash_wgmma_fp8.cu: option & 1)
 _OUT_DTYPES = {torch.bfloat16: 0, torch.float16: 1}
 _HEAD_DIMS = (64, 128)
+#: head dims whose default schedule is the consumers' ping-pong (measured at D = 128 only: +7-11 %, H200)
+PINGPONG_HEAD_DIMS = (128,)
 #: keys per group of Vt's permuted order (flash_wgmma_fp8.cu: one k32 step of O += P V)
 VT_GROUP = 32
 _MODULE = "flash_wgmma_fp8"
@@ -194,14 +196,19 @@ def attention_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, descale_
 
 
 def forward_vt(q8: torch.Tensor, k8: torch.Tensor, vt: torch.Tensor, descale: torch.Tensor, causal: bool,
-               scale: float, out_dtype: torch.dtype, exp_on_fma: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+               scale: float, out_dtype: torch.dtype, exp_on_fma: float = 0.0,
+               pingpong: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernel alone, unchecked: q8, k8 contiguous e4m3, vt = :func:`vt_e4m3` (v8), descale = fp32
     [dq, dk, dv] on the device, scale > 0. For benchmarks that time the kernel without Vt's preparation;
-    :func:`attention_fp8` is the checked entry point."""
+    :func:`attention_fp8` is the checked entry point. ``pingpong``: the two consumer warpgroups take turns to
+    issue their products; None: where it was measured faster (:data:`PINGPONG_HEAD_DIMS`, flash_wgmma_fp8.cu's
+    header)."""
     B, H, Nq, D = q8.shape
     o = _ops._alloc((B, H, Nq, D), out_dtype, q8.device)
     lse = _ops._alloc((B, H, Nq), torch.float32, q8.device)
-    code = _OUT_DTYPES[out_dtype] | EXP_ON_FMA[exp_on_fma] << 4
+    if pingpong is None:
+        pingpong = D in PINGPONG_HEAD_DIMS
+    code = _OUT_DTYPES[out_dtype] | EXP_ON_FMA[exp_on_fma] << 4 | int(pingpong) << 8
     _build.load(_MODULE).fwd(code, q8, k8, vt, o, lse, [descale], scale, causal)
     return o, lse
 

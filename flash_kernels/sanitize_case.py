@@ -58,6 +58,12 @@ def main() -> None:
                     for causal, out_dtype in ((False, torch.bfloat16), (True, torch.float16)):
                         fk.attention_fp8(*(x for x, _ in x8), *(d for _, d in x8), causal=causal, out_dtype=out_dtype)
                         launches += 1
+                    (q8, dq), (k8, dk), (v8, dv) = x8
+                    from flash_kernels import fp8
+
+                    fp8.forward_vt(q8, k8, fp8.vt_e4m3(v8), torch.stack([dq, dk, dv]).float(), True, D ** -0.5,
+                                   torch.bfloat16, pingpong=True)
+                    launches += 1
     torch.cuda.synchronize()
     print(f"sanitize_case: ran {launches} forward/backward cases")
 

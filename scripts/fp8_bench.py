@@ -5,7 +5,8 @@ the error against fp64 attention (of the dequantized inputs, and of the original
 
 Per shape (FlashAttention's convention: B*N = 16384, H*D = 2048, causal and not), timed as the bench times
 (flash_kernels.bench.time_gpu: CUDA events, L2 flushed, a GPU-side wait before each repeat, medians):
-  fp8          the e4m3 kernel alone (flash_kernels.fp8.forward_vt, Vt made beforehand)
+  fp8          the e4m3 kernel alone (flash_kernels.fp8.forward_vt, Vt made beforehand), its default schedule
+  fp8-free, fp8-pingpong   the same with free-running consumer warpgroups / taking turns to issue their products
   fp8-fma25, fp8-fma50   the same with a quarter / half of the exponentials on the FMA units (exp_on_fma)
   fp8+vt       flash_kernels.attention_fp8 as a user calls it (Vt's transpose of v8 included, argument checks)
   flash_wgmma  our fp16 forward (its default pipeline and tile)
@@ -31,7 +32,8 @@ from flash_kernels.bench_suites import convention
 from flash_kernels.reference import reference_forward
 from flash_kernels.testing import error_metrics, random_attention_inputs
 
-IMPLS = ("fp8", "fp8-fma25", "fp8-fma50", "fp8+vt", "flash_wgmma", "sdpa_cudnn", "sdpa_flash")
+IMPLS = ("fp8", "fp8-free", "fp8-pingpong", "fp8-fma25", "fp8-fma50", "fp8+vt", "flash_wgmma", "sdpa_cudnn",
+         "sdpa_flash")
 
 
 def sm_clock_ghz() -> float | None:
@@ -63,6 +65,8 @@ def measure(cfg, peak: float, flush: bench.L2Flusher, hold: bench.GpuHold, budge
 
     calls = {
         "fp8": lambda: fp8.forward_vt(q8, k8, vt, descale, cfg.causal, scale, torch.bfloat16),
+        "fp8-free": lambda: fp8.forward_vt(q8, k8, vt, descale, cfg.causal, scale, torch.bfloat16, pingpong=False),
+        "fp8-pingpong": lambda: fp8.forward_vt(q8, k8, vt, descale, cfg.causal, scale, torch.bfloat16, pingpong=True),
         "fp8-fma25": lambda: fp8.forward_vt(q8, k8, vt, descale, cfg.causal, scale, torch.bfloat16, 0.25),
         "fp8-fma50": lambda: fp8.forward_vt(q8, k8, vt, descale, cfg.causal, scale, torch.bfloat16, 0.5),
         "fp8+vt": lambda: fk.attention_fp8(q8, k8, v8, dq, dk, dv, causal=cfg.causal),
@@ -86,6 +90,8 @@ def measure(cfg, peak: float, flush: bench.L2Flusher, hold: bench.GpuHold, budge
     row = {"config": cfg.name, "B": cfg.B, "H": cfg.H, "N": cfg.N, "D": cfg.D, "causal": int(cfg.causal),
            **{f"{i}_ms": round(ms[i], 5) for i in IMPLS},
            "fp8_tflops": round(flop / ms["fp8"] / 1e9, 1),
+           "fp8_free_tflops": round(flop / ms["fp8-free"] / 1e9, 1),
+           "fp8_pingpong_tflops": round(flop / ms["fp8-pingpong"] / 1e9, 1),
            "fp8_fma25_tflops": round(flop / ms["fp8-fma25"] / 1e9, 1),
            "fp8_fma50_tflops": round(flop / ms["fp8-fma50"] / 1e9, 1), "fp8_peak_frac": round(flop / ms["fp8"] / 1e9 / peak, 4),
            "flash_wgmma_tflops": round(flop / ms["flash_wgmma"] / 1e9, 1),
@@ -96,7 +102,8 @@ def measure(cfg, peak: float, flush: bench.L2Flusher, hold: bench.GpuHold, budge
            "fp8_rel_l2_vs_fp32_inputs": f"{err_src['rel_l2']:.3e}",
            "fp16_rel_l2_vs_fp32_inputs": f"{err_16['rel_l2']:.3e}"}
     print(f"{cfg.name:18s} fp8 {ms['fp8']:.3f} ms ({row['fp8_tflops']:.0f} TFLOP/s, {100 * row['fp8_peak_frac']:.0f}% "
-          f"of peak) fma25 {row['fp8_fma25_tflops']:.0f} fma50 {row['fp8_fma50_tflops']:.0f} fp8+vt {ms['fp8+vt']:.3f} "
+          f"of peak) free {row['fp8_free_tflops']:.0f} pingpong {row['fp8_pingpong_tflops']:.0f} fma25 {row['fp8_fma25_tflops']:.0f} "
+          f"fma50 {row['fp8_fma50_tflops']:.0f} fp8+vt {ms['fp8+vt']:.3f} "
           f"| fp16 flash_wgmma {ms['flash_wgmma']:.3f} "
           f"({row['flash_wgmma_tflops']:.0f}) cuDNN {ms['sdpa_cudnn']:.3f} FA2 {ms['sdpa_flash']:.3f} | fp8 x cuDNN "
           f"{row['fp8_x_cudnn']:.2f} | rel_l2 {row['fp8_rel_l2_vs_dequantized']} (deq) "

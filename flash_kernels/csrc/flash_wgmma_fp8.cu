@@ -49,6 +49,14 @@
 // of the SFU-only kernel at D = 128. Not the default. What would pay, by the capture: more warps per scheduler (a
 // third consumer warpgroup, which the 168-register budget of 384-thread blocks leaves no room for with O and O_t
 // both in registers) or fewer softmax instructions per score.
+// Ping-pong (option bit 8; the default at D = 128, flash_kernels/fp8.py: PINGPONG_HEAD_DIMS): the two consumers
+// take turns to issue their products (named barriers 4, 5), so one's softmax runs under the other's GEMMs, which
+// the fp16 kernels did not need (their products take twice the softmax's time) and FP8 does. Measured in one run
+// (NVIDIA H200, torch 2.11.0+cu130, scripts/fp8_bench.py --head-dims 128, log
+// profiles/_logs/nvidia-h200/fp8_bench_pingpong.log): 578 / 721 / 787 TFLOP/s at N = 1024 / 4096 / 16384 (full;
+// causal 429 / 637 / 792) against the free-running consumers' 539 / 660 / 707 (405 / 586 / 717): +6-11 %, up to
+// 40 % of the FP8 peak, 1.00-1.28x cuDNN fp16 in that run. Same output bits (a GPU test). D = 64 not measured with
+// it (free-running there). compute-sanitizer has not run on it yet (that run ran out of device time).
 #include "wgmma_softmax.cuh"
 
 namespace fk {
@@ -123,7 +131,8 @@ constexpr int fp8_smem() {
 }
 
 // One block per (query block of 128 rows, head); heaviest query block first when causal.
-template <typename TO, int D, int STAGES, int EMU>
+constexpr int kFp8TurnBar = 4;  // named barriers 4, 5: the ping-pong turns (1, 2: store_rows; 0: __syncthreads)
+template <typename TO, int D, int STAGES, int EMU, bool PINGPONG>
 __global__ void __launch_bounds__(3 * 128, 1)
 flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                                const __grid_constant__ CUtensorMap tmV, TO* __restrict__ O, float* __restrict__ LSE,
@@ -201,6 +210,18 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
     const uint64_t dK = desc_rows<D>(sK);
     const uint64_t dV = desc_kmajor(sV);
     auto release = [&](uint32_t bar) { mbar_arrive_if(bar, t128 == 0); };
+    // PINGPONG: the two consumers take turns to issue their products (FlashAttention-3's inter-warpgroup
+    // schedule, as flash_wgmma_fwd.cu's tma-ws-pingpong), one turn per K/V tile each, so one's softmax runs
+    // under the other's GEMMs
+    auto turn_wait = [&] {
+      if constexpr (PINGPONG) bar_sync(kFp8TurnBar + c, 256);
+    };
+    auto turn_pass = [&] {
+      if constexpr (PINGPONG) bar_arrive(kFp8TurnBar + (c ^ 1), 256);
+    };
+    if constexpr (PINGPONG) {
+      if (c == 0) bar_arrive(kFp8TurnBar, 256);  // the first turn is consumer 0's
+    }
     int st = 0;
     uint32_t ph = 0;
     auto advance = [&] {
@@ -220,7 +241,9 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
     {
       float s[NS];
       mbar_wait(full_k + 8 * st, ph);
+      turn_wait();
       issue_scores_e4m3<D, BN>(s, dQ, desc_add(dK, st * TK));
+      turn_pass();
       wgmma_wait<0>();
       fence_regs(s);
       release(empty_k + 8 * st);
@@ -235,9 +258,11 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
     for (int t = 1; t < n_wg; ++t) {
       float s[NS];
       mbar_wait(full_k + 8 * st, ph);
+      turn_wait();
       issue_scores_e4m3<D, BN>(s, dQ, desc_add(dK, st * TK));
       mbar_wait(full_v + 8 * vst, vph);
       issue_pv_e4m3<D, BN>(ot, pf, desc_add(dV, vst * TV));
+      turn_pass();
       wgmma_wait<1>();
       fence_regs(s);
       release(empty_k + 8 * st);
@@ -268,6 +293,8 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
     // causal: the tiles after this warpgroup's rows are released unread, in the ring's order
     for (int t = n_wg; t < n_kv; ++t) {
       mbar_wait(full_k + 8 * st, ph);
+      turn_wait();
+      turn_pass();
       release(empty_k + 8 * st);
       mbar_wait(full_v + 8 * st, ph);
       release(empty_v + 8 * st);
@@ -282,12 +309,12 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
 // q, k: [B * H][Nq][D], [B * Hkv][Nk][D] e4m3; v: Vt [B * Hkv][D][Nk rounded up to 32] e4m3 in the permuted
 // key order; a.ws[0]: descale {q, k, v} fp32 on the device; option bit 0: output fp16 (1) or bf16 (0); bits 4..:
 // the exponentials' split (fp8_forward_emu).
-template <typename TO, int D, int EMU>
+template <typename TO, int D, int EMU, bool PINGPONG>
 cudaError_t fp8_forward_launch(const AttnArgs& a, cudaStream_t stream) {
   constexpr int STAGES = kFp8Stages;
   constexpr int smem = fp8_smem<D, STAGES>();
   static_assert(smem <= 227 * 1024, "shared memory of a block");
-  auto kernel = flash_wgmma_fp8_forward_kernel<TO, D, STAGES, EMU>;
+  auto kernel = flash_wgmma_fp8_forward_kernel<TO, D, STAGES, EMU, PINGPONG>;
   const int npad = (a.Nk + 31) / 32 * 32;
   const CUtensorMapSwizzle qk_swizzle = D == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
   const CUtensorMapDataType u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
@@ -306,12 +333,13 @@ cudaError_t fp8_forward_launch(const AttnArgs& a, cudaStream_t stream) {
 
 // option >> 4: the share of the softmax's exponentials computed without the SFU (softmax_scores' EMU):
 // 0 = none, 1 = every 4th 8-column block (a quarter), 2 = every 2nd (half)
-template <typename TO, int D>
+// option bit 8: the consumers' ping-pong (PINGPONG)
+template <typename TO, int D, bool PINGPONG>
 cudaError_t fp8_forward_emu(const AttnArgs& a, cudaStream_t stream) {
-  switch (a.option >> 4) {
-    case 0: return fp8_forward_launch<TO, D, 0>(a, stream);
-    case 1: return fp8_forward_launch<TO, D, 4>(a, stream);
-    case 2: return fp8_forward_launch<TO, D, 2>(a, stream);
+  switch ((a.option >> 4) & 15) {
+    case 0: return fp8_forward_launch<TO, D, 0, PINGPONG>(a, stream);
+    case 1: return fp8_forward_launch<TO, D, 4, PINGPONG>(a, stream);
+    case 2: return fp8_forward_launch<TO, D, 2, PINGPONG>(a, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -319,8 +347,9 @@ cudaError_t fp8_forward_emu(const AttnArgs& a, cudaStream_t stream) {
 template <typename TO>
 cudaError_t fp8_forward_hdim(const AttnArgs& a, cudaStream_t stream) {
   switch (a.D) {
-    case 64: return fp8_forward_emu<TO, 64>(a, stream);
-    case 128: return fp8_forward_emu<TO, 128>(a, stream);
+    case 64: return (a.option >> 8) & 1 ? fp8_forward_emu<TO, 64, true>(a, stream) : fp8_forward_emu<TO, 64, false>(a, stream);
+    case 128:
+      return (a.option >> 8) & 1 ? fp8_forward_emu<TO, 128, true>(a, stream) : fp8_forward_emu<TO, 128, false>(a, stream);
     default: return cudaErrorInvalidValue;
   }
 }
