@@ -106,8 +106,14 @@ def test_missing_and_corrupt_bench_files(tmp_path):
     (cap / "mixed.manifest.json").unlink()
     with pytest.raises(ProfileError, match="mixed.csv: its manifest mixed.manifest.json is missing"):
         load_bench(cap)
+    (cap / "mixed.manifest.json").write_text("{}")
+    (cap / "gqa.csv").unlink()  # a suite whose CSV is gone: named, not silently left out
+    with pytest.raises(ProfileError, match="gqa.manifest.json without the benchmark CSV beside it"):
+        load_bench(cap)
+    (cap / "gqa.manifest.json").unlink()
     (cap / "d128.csv").write_text("a,b\n1,2\n")
     (cap / "mixed.csv").unlink()
+    (cap / "mixed.manifest.json").unlink()
     with pytest.raises(ProfileError, match="missing columns"):
         load_bench(cap)
 

@@ -72,6 +72,12 @@ def load_bench(capture: Path) -> tuple[pd.DataFrame, dict[str, dict]]:
     csvs = bench_csvs(capture)
     if not csvs:
         raise ProfileError(f"{capture}: no benchmark CSV (expected <suite>.csv with <suite>.manifest.json beside it)")
+    # a suite's manifest without its CSV is a suite the pages would silently leave out
+    have = {bench_manifest(c).name for c in csvs}
+    orphans = sorted(m.name for m in capture.glob("*.manifest.json") if m.name not in have)
+    if orphans:
+        raise ProfileError(f"{capture}: {', '.join(orphans)} without the benchmark CSV beside it (expected "
+                           f"<suite>.csv, or compacted <suite>.csv.xz / .csv.gz)")
     frames, manifests = [], {}
     for csv in csvs:
         man = bench_manifest(csv)
