@@ -162,13 +162,7 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
 
   if (tid == 0) {
     mbar_init(full_q, 1);
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full_k + 8 * s, 1);
-      mbar_init(full_v + 8 * s, 1);
-      mbar_init(empty_k + 8 * s, NWG);
-      mbar_init(empty_v + 8 * s, NWG);
-    }
+    mbar_init_kv_ring<STAGES>(full_k, full_v, empty_k, empty_v, NWG);
     mbar_init_fence();
   }
   __syncthreads();

@@ -457,13 +457,7 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
       mbar_init(full_q + 8 * b, 1);
       mbar_init(empty_q + 8 * b, NWG * 128);  // every consumer thread, after its last read of the tile
     }
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full_k + 8 * s, 1);
-      mbar_init(full_v + 8 * s, 1);
-      mbar_init(empty_k + 8 * s, NWG);
-      mbar_init(empty_v + 8 * s, NWG);
-    }
+    mbar_init_kv_ring<STAGES>(full_k, full_v, empty_k, empty_v, NWG);
     mbar_init_fence();
   }
   __syncthreads();  // the last block-wide barrier: from here on the roles meet only on mbarriers

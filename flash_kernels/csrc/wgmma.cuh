@@ -256,6 +256,20 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t arrivals) {
 __device__ __forceinline__ void mbar_init_fence() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
+// The mbarriers of a warp-specialised kernel's K/V ring (one initialising thread, before mbar_init_fence): per
+// stage s, full_k / full_v + 8 s complete on one arrival (the producer's expect_tx) and the copy engine's bytes,
+// empty_k / empty_v + 8 s on `consumers` arrivals (one per consumer warpgroup, once it is done with the stage).
+template <int STAGES>
+__device__ __forceinline__ void mbar_init_kv_ring(uint32_t full_k, uint32_t full_v, uint32_t empty_k, uint32_t empty_v,
+                                                  uint32_t consumers) {
+#pragma unroll
+  for (int s = 0; s < STAGES; ++s) {
+    mbar_init(full_k + 8 * s, 1);
+    mbar_init(full_v + 8 * s, 1);
+    mbar_init(empty_k + 8 * s, consumers);
+    mbar_init(empty_v + 8 * s, consumers);
+  }
+}
 // One arrival that also announces `bytes` more bytes to come from the copy engine this phase.
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
