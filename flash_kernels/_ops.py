@@ -44,9 +44,9 @@ def _alloc(shape: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor
     return t
 
 
-def _check_tensors(variant: Variant, names: tuple[str, ...], tensors: tuple[Any, ...]) -> tuple[int, ...]:
-    """q [B, H, Nq, D]; k and v [B, Hkv, Nk, D]; any further tensor (out, grad_out) like q.
-    Returns (B, H, Nq, D, Hkv, Nk)."""
+def _check_layout(names: tuple[str, ...], tensors: tuple[Any, ...]) -> tuple[int, ...]:
+    """The layout every entry point shares: tensors, 4-D, one dtype; q [B, H, Nq, D], k and v [B, Hkv, Nk, D]; any
+    further tensor (out, grad_out) like q. Errors name the tensors by ``names``. Returns (B, H, Nq, D, Hkv, Nk)."""
     for name, t in zip(names, tensors, strict=False):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -63,21 +63,34 @@ def _check_tensors(variant: Variant, names: tuple[str, ...], tensors: tuple[Any,
                          f"and {tuple(v.shape)}")
     _, Hkv, Nk, _ = k.shape
     if k.shape[0] != B or k.shape[3] != D:
-        raise ValueError(f"{names[1]} must be [B, Hkv, Nk, D] with q's batch B={B} and head dim D={D}; got "
+        raise ValueError(f"{names[1]} must be [B, Hkv, Nk, D] with {names[0]}'s batch B={B} and head dim D={D}; got "
                          f"{tuple(k.shape)}")
     for name, t in zip(names[3:], tensors[3:], strict=False):
         if tuple(t.shape) != tuple(q.shape):
-            raise ValueError(f"{name} must have q's shape {tuple(q.shape)}; got {tuple(t.shape)}")
+            raise ValueError(f"{name} must have {names[0]}'s shape {tuple(q.shape)}; got {tuple(t.shape)}")
+    return B, H, Nq, D, Hkv, Nk
+
+
+def _check_sizes(names: tuple[str, ...], tensors: tuple[Any, ...], B: int, H: int, Nq: int, Hkv: int, Nk: int) -> None:
+    """Every size at least 1, and the query heads a multiple of the key/value heads."""
+    if min(B, H, Nq, Hkv, Nk) < 1:
+        raise ValueError(f"B, H, N and Hkv, Nk must be >= 1; got {names[0]} {tuple(tensors[0].shape)}, {names[1]} "
+                         f"{tuple(tensors[1].shape)}")
+    if H % Hkv:
+        raise ValueError(f"{names[0]}'s {H} heads must be a multiple of {names[1]}/{names[2]}'s {Hkv} heads "
+                         f"(grouped-query attention: each k/v head serves H / Hkv query heads)")
+
+
+def _check_tensors(variant: Variant, names: tuple[str, ...], tensors: tuple[Any, ...]) -> tuple[int, ...]:
+    """:func:`_check_layout`, then what ``variant`` accepts. Returns (B, H, Nq, D, Hkv, Nk)."""
+    B, H, Nq, D, Hkv, Nk = _check_layout(names, tensors)
+    q = tensors[0]
     if q.dtype not in _DTYPES or _DTYPES[q.dtype] not in variant.dtypes:
         raise TypeError(f"{variant.name} does not support dtype {q.dtype}; accepted: "
                         f"{', '.join('torch.' + d for d in variant.dtypes)}")
     if D not in variant.head_dims:
         raise ValueError(f"{variant.name} does not support head dim {D}; accepted: {variant.head_dims}")
-    if min(B, H, Nq, Hkv, Nk) < 1:
-        raise ValueError(f"B, H, N and Hkv, Nk must be >= 1; got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    if H % Hkv:
-        raise ValueError(f"q's {H} heads must be a multiple of k/v's {Hkv} heads (grouped-query attention: each "
-                         f"k/v head serves H / Hkv query heads)")
+    _check_sizes(names, tensors, B, H, Nq, Hkv, Nk)
     if Hkv != H and not variant.grouped_query:
         raise ValueError(f"{variant.name} takes k/v with as many heads as q (got H={H}, Hkv={Hkv}); variants "
                          f"with grouped-query attention: {', '.join(_variants_where(lambda v: v.grouped_query))}")

@@ -130,8 +130,8 @@ def _descale(name: str, d: Any, device: torch.device) -> torch.Tensor:
 
 
 def _check(q8: Any, k8: Any, v8: Any, out_dtype: Any) -> tuple[int, ...]:
-    names = ("q8", "k8", "v8")
-    for name, t in zip(names, (q8, k8, v8), strict=True):
+    names, tensors = ("q8", "k8", "v8"), (q8, k8, v8)
+    for name, t in zip(names, tensors, strict=True):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dtype != torch.float8_e4m3fn:
@@ -139,20 +139,10 @@ def _check(q8: Any, k8: Any, v8: Any, out_dtype: Any) -> tuple[int, ...]:
                             f"got {t.dtype}")
         if t.dim() != 4:
             raise ValueError(f"{name} must be 4-D [B, H, N, D]; got shape {tuple(t.shape)}")
-    B, H, Nq, D = q8.shape
-    if tuple(k8.shape) != tuple(v8.shape):
-        raise ValueError(f"k8 and v8 must have the same shape [B, Hkv, Nk, D]; got {tuple(k8.shape)} and "
-                         f"{tuple(v8.shape)}")
-    _, Hkv, Nk, _ = k8.shape
-    if k8.shape[0] != B or k8.shape[3] != D:
-        raise ValueError(f"k8 must be [B, Hkv, Nk, D] with q8's batch B={B} and head dim D={D}; got "
-                         f"{tuple(k8.shape)}")
+    B, H, Nq, D, Hkv, Nk = _ops._check_layout(names, tensors)
     if D not in _HEAD_DIMS:
         raise ValueError(f"attention_fp8 supports head dim {_HEAD_DIMS}; got D={D}")
-    if min(B, H, Nq, Hkv, Nk) < 1:
-        raise ValueError(f"B, H, N and Hkv, Nk must be >= 1; got q8 {tuple(q8.shape)}, k8 {tuple(k8.shape)}")
-    if H % Hkv:
-        raise ValueError(f"q8's {H} heads must be a multiple of k8/v8's {Hkv} heads (grouped-query attention)")
+    _ops._check_sizes(names, tensors, B, H, Nq, Hkv, Nk)
     if B * H > _ops._MAX_BH:
         raise ValueError(f"B*H = {B * H} exceeds {_ops._MAX_BH}, the kernel's grid limit; split the batch")
     if out_dtype not in _OUT_DTYPES:
