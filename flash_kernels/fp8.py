@@ -159,6 +159,15 @@ def attention_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, descale_
     scale defaults to 1/sqrt(D); causal masking is top-left aligned (query i sees keys j <= i). ``exp_on_fma``
     (0, 0.25 or 0.5): the share of the softmax's exponentials computed by a degree-3 polynomial on the FMA
     units instead of the SFU (relative error <= 1.8e-4, below e4m3's rounding of P)."""
+    out, lse = forward_vt(*_prepare(q8, k8, v8, descale_q, descale_k, descale_v, causal, scale, out_dtype,
+                                     exp_on_fma))
+    return (out, lse) if return_lse else out
+
+
+def _prepare(q8: Any, k8: Any, v8: Any, descale_q: Any, descale_k: Any, descale_v: Any, causal: Any, scale: Any,
+             out_dtype: Any, exp_on_fma: Any) -> tuple[Any, ...]:
+    """:func:`attention_fp8`'s arguments checked and made into :func:`forward_vt`'s: contiguous q8, k8 (q8's sign
+    flipped for a negative scale), Vt, the descales as one device tensor, scale > 0."""
     B, H, Nq, D, Hkv, Nk = _check(q8, k8, v8, out_dtype)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
@@ -181,8 +190,7 @@ def attention_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, descale_
     if sc < 0:  # the kernel's softmax keeps the running max of the raw scores (scale > 0): flip q's sign bit
         q8 = (q8.view(torch.uint8) ^ 0x80).view(torch.float8_e4m3fn)
         sc = -sc
-    out, lse = forward_vt(q8, k8, vt_e4m3(v8.contiguous()), descale, causal, sc, out_dtype, exp_on_fma)
-    return (out, lse) if return_lse else out
+    return q8, k8, vt_e4m3(v8.contiguous()), descale, causal, sc, out_dtype, exp_on_fma
 
 
 def forward_vt(q8: torch.Tensor, k8: torch.Tensor, vt: torch.Tensor, descale: torch.Tensor, causal: bool,
@@ -216,14 +224,14 @@ def fp8_dense_peak_tflops(sms: int, clock_ghz: float = 1.83) -> float:
 
 
 #: profiled_forward's prepared inputs: one set (captures run one case after another)
-_PREPARED: dict[tuple[Any, ...], tuple[torch.Tensor, ...]] = {}
+_PREPARED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
 
 def profiled_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                      scale: float | None = None) -> torch.Tensor:
     """The FP8 forward as an implementation of nsightlab's attention problem (flash_kernels.study registers it as
     ``flash_wgmma_fp8``): fp16 or bf16 q, k, v are quantized per tensor and Vt made on the first call with these
-    tensors (checked by :func:`attention_fp8`), then kept, keyed by the tensors' storage, shape and version, so a
+    tensors (checked as :func:`attention_fp8` checks them), then kept, keyed by the tensors' storage, shape and version, so a
     later call (the one a capture's range holds, after the warm-up) runs the FP8 kernel alone. Output in q's dtype."""
     if not isinstance(q, torch.Tensor) or q.dtype not in _OUT_DTYPES:
         raise TypeError(f"profiled_forward takes fp16 or bf16 tensors to quantize; got "
@@ -233,11 +241,6 @@ def profiled_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     if prep is None:
         _PREPARED.clear()
         (q8, dq), (k8, dk), (v8, dv) = (quantize_e4m3(t) for t in (q, k, v))
-        attention_fp8(q8, k8, v8, dq, dk, dv, causal=causal, scale=scale, out_dtype=q.dtype)  # every check
-        sc = _ops._scale(scale, q.shape[-1])
-        if sc < 0:
-            q8, sc = (q8.view(torch.uint8) ^ 0x80).view(torch.float8_e4m3fn), -sc
-        prep = _PREPARED[key] = (q8, k8, vt_e4m3(v8), torch.stack([dq, dk, dv]).float(), torch.tensor(sc))
-    q8, k8, vt, descale, sc_t = prep
-    return forward_vt(q8, k8, vt, descale, causal, float(sc_t), q.dtype)[0]
+        prep = _PREPARED[key] = _prepare(q8, k8, v8, dq, dk, dv, causal, scale, q.dtype, 0.0)
+    return forward_vt(*prep)[0]
 
