@@ -10,6 +10,7 @@ import os
 import torch
 
 import flash_kernels as fk
+from flash_kernels import fp8
 from flash_kernels.testing import random_attention_inputs
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -59,8 +60,6 @@ def main() -> None:
                         fk.attention_fp8(*(x for x, _ in x8), *(d for _, d in x8), causal=causal, out_dtype=out_dtype)
                         launches += 1
                     (q8, dq), (k8, dk), (v8, dv) = x8
-                    from flash_kernels import fp8
-
                     fp8.forward_vt(q8, k8, fp8.vt_e4m3(v8), torch.stack([dq, dk, dv]).float(), True, D ** -0.5,
                                    torch.bfloat16, pingpong=True)
                     launches += 1

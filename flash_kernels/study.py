@@ -75,15 +75,17 @@ def _working_set(var: Variant) -> Callable[[Mapping[str, Any], str], float]:
     return ws
 
 
+def _build_kernels() -> None:
+    """Every implementation's setup: compile (or load) the kernel modules, outside every range."""
+    from . import build as fk_build
+
+    fk_build()
+
+
 def implementation(var: Variant) -> Implementation:
     work = WorkModel(attention.WORK.source + ("; working set adds the N x N fp32 score matrices (one forward, two "
                                               "backward)" if var.materializes else ""),
                      attention.flops, attention.compulsory_bytes, _working_set(var))
-
-    def build() -> None:
-        from . import build as fk_build
-
-        fk_build()
 
     return Implementation(
         var.name, _runner(var.name), attention.NAME, var.passes, work, _supports(var),
@@ -91,7 +93,7 @@ def implementation(var: Variant) -> Implementation:
         {"materializes": var.materializes, "engine": "tensor cores" if var.name in ("flash_mma", "flash_wgmma", "flash_decode") else "CUDA cores",
          # under Nsight Compute's application replay the warm-ups would run patched: our kernels need none
          "needs_warmup": False},
-        var.description, setup=build)
+        var.description, setup=_build_kernels)
 
 
 def _fp8_bytes(p: Mapping[str, Any], pass_: str) -> float:
@@ -119,7 +121,7 @@ FP8 = Implementation(
     _fp8_supports, None,
     {"materializes": False, "engine": "tensor cores (e4m3)", "needs_warmup": True},
     "flash_wgmma's FP8 forward: e4m3 Q, K, V with per-tensor scales on wgmma's 8-bit path, V transposed, O in fp32",
-    setup=lambda: __import__("flash_kernels").build())
+    setup=_build_kernels)
 
 
 def register() -> None:
