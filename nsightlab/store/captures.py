@@ -57,9 +57,14 @@ def bench_csvs(capture: Path) -> list[Path]:
     return sorted(p for p in Path(capture).iterdir() if p.is_file() and uncompressed_name(p.name).endswith(".csv"))
 
 
+def bench_suite(csv: Path) -> str:
+    """The suite of a benchmark CSV: ``<suite>`` of ``<suite>.csv[.xz|.gz]``."""
+    return uncompressed_name(csv.name)[: -len(".csv")]
+
+
 def bench_manifest(csv: Path) -> Path:
     """The manifest of a benchmark CSV: ``<suite>.manifest.json`` beside ``<suite>.csv[.xz|.gz]``."""
-    return csv.with_name(uncompressed_name(csv.name)[: -len(".csv")] + ".manifest.json")
+    return csv.with_name(bench_suite(csv) + ".manifest.json")
 
 
 def load_bench(capture: Path) -> tuple[pd.DataFrame, dict[str, dict]]:
@@ -84,7 +89,7 @@ def load_bench(capture: Path) -> tuple[pd.DataFrame, dict[str, dict]]:
         if not man.exists():
             raise ProfileError(f"{csv}: its manifest {man.name} is missing; re-run the benchmark to capture both")
         try:
-            manifests[uncompressed_name(csv.name)[: -len(".csv")]] = json.loads(man.read_text())
+            manifests[bench_suite(csv)] = json.loads(man.read_text())
         except json.JSONDecodeError as exc:
             raise ProfileError(f"{man}: not valid JSON ({exc})") from None
         try:
