@@ -173,9 +173,10 @@ VARIANTS: dict[str, Variant] = {
                     "tma-ws-overlap = tma-ws with the softmax overlapping O += P V in each warpgroup; tma-ws-pingpong = "
                     "tma-ws-overlap with the consumer warpgroups taking turns to issue their products (named "
                     "barriers), one's softmax under the other's GEMMs; tma-ws-persistent = tma-ws-overlap with one "
-                    "block per SM looping over work tiles handed out by a global counter (two Q buffers, the K/V "
-                    "ring running on from one tile to the next); tma-ws-persistent-pingpong = both",
-                    default={64: "tma", 128: "tma-ws-persistent"},
+                    "block per SM looping over work tiles handed out by a global counter (the K/V ring running on "
+                    "from one tile to the next; two Q buffers, or one where that buys a third K/V stage); "
+                    "tma-ws-persistent-pingpong = both",
+                    default={64: "tma", 128: "tma-ws-persistent-pingpong"},
                 ),
                 "wg_bwd_tile": Option(
                     "wg_bwd_tile", ("64x128", "128x128"),

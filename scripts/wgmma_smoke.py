@@ -7,6 +7,7 @@ flash_mma and SDPA flash (FlashAttention-2). Run from the repository root with t
     python scripts/wgmma_smoke.py --no-time                         # correctness only
     python scripts/wgmma_smoke.py --passes forward --tiles 128x128  # one forward tile, every pipeline
     python scripts/wgmma_smoke.py --passes forward --pipelines tma,tma-ws,tma-ws-overlap
+    python scripts/wgmma_smoke.py --passes forward --tiles 128x128 --head-dims 128 --time-n 4096,16384
     python scripts/wgmma_smoke.py --passes backward --bwd-tiles 64x128
     python scripts/wgmma_smoke.py --passes backward --bwd-pipelines cp.async,tma-ws --time-n 16384
 
@@ -206,12 +207,13 @@ def median_ms(impl: str, cfg: Config, inputs: bench.Inputs, pass_: str, options:
     return statistics.median(bench.time_gpu(fn, flush, warmup=5, reps=20, budget_ms=1000.0, hold=HOLD).ms)
 
 
-def timing(pass_: str, chosen: dict[str, list[str]], tally: Tally, shapes: list[tuple[int, int, int]]) -> None:
+def timing(pass_: str, chosen: dict[str, list[str]], tally: Tally, shapes: list[tuple[int, int, int]],
+           head_dims: tuple[int, ...] = (64, 128)) -> None:
     """Each setting, flash_mma, SDPA flash and cuDNN at ``shapes`` (of TIME_SHAPES; fp16), each setting first
     checked on one head of the same inputs."""
     print(f"\n== {pass_} timing, fp16 (TFLOP/s; median of up to 20, L2 flushed; x/cudnn: SDPA cuDNN's time over it) ==")
     flush = bench.L2Flusher()
-    for D, causal, (B, H, N) in itertools.product((64, 128), (False, True), shapes):
+    for D, causal, (B, H, N) in itertools.product(head_dims, (False, True), shapes):
         cfg = Config(f"B{B}-H{H}-N{N}-D{D}", B, H, N, D, causal)
         inputs = random_attention_inputs(B, H, N, D, torch.float16, seed=N + D)
         one_head = tuple(t[:1, :1] for t in inputs)
@@ -254,7 +256,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--time-n", default="4096,8192,16384",
                    help=f"sequence lengths to time, comma-separated, of {', '.join(str(n) for *_, n in TIME_SHAPES)} "
                         "(B x N = 16k)")
+    p.add_argument("--head-dims", default="64,128", help="head dims to time, comma-separated, of 64, 128")
     a = p.parse_args(argv)
+    try:
+        head_dims = tuple(int(x) for x in a.head_dims.split(","))
+    except ValueError:
+        head_dims = ()
+    if not head_dims or any(d not in (64, 128) for d in head_dims):
+        p.error(f"--head-dims takes comma-separated values of 64, 128; got {a.head_dims!r}")
     by_n = {n: (b, h, n) for b, h, n in TIME_SHAPES}
     try:
         shapes = [by_n[int(x)] for x in a.time_n.split(",")]
@@ -276,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     for pass_ in passes:
         correctness(pass_, chosen[pass_], tally)
         if not a.no_time:
-            timing(pass_, chosen[pass_], tally, shapes)
+            timing(pass_, chosen[pass_], tally, shapes, head_dims)
     print(f"\n{'PASS' if tally.failures == 0 else 'FAIL'}: {VARIANT} {' and '.join(passes)}, "
           f"{tally.failures} failing checks")
     return 0 if tally.failures == 0 else 1

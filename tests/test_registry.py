@@ -53,7 +53,7 @@ def test_flash_wgmma_is_a_hopper_variant():
     v = get_variant("flash_wgmma")
     assert v.passes == ("forward", "backward") and v.arch == "sm_90a" and v.dtypes == ("float16", "bfloat16")
     assert v.grouped_query and v.cross and v.causal and v.head_dims == (64, 128)
-    assert v.resolve_options({}, 128) == {"wg_tile": "192x128", "pipeline": "tma-ws-persistent",
+    assert v.resolve_options({}, 128) == {"wg_tile": "192x128", "pipeline": "tma-ws-persistent-pingpong",
                                           "wg_bwd_tile": "64x128", "bwd_pipeline": "tma-ws", "group_split": "auto"}
     assert v.resolve_options({}, 64) == {"wg_tile": "128x128", "pipeline": "tma", "wg_bwd_tile": "128x128",
                                          "bwd_pipeline": "tma-ws", "group_split": "auto"}

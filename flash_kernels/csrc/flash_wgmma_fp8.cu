@@ -178,11 +178,12 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
       tma_load_3d(sQ, &tmQ, full_q, 0, q0, bh);
       int st = 0;
       uint32_t ph = 0;
-      for (int t = 0; t < n_kv; ++t) {
-        if (t >= STAGES) mbar_wait(empty_k + 8 * st, ph ^ 1);
+      for (int i = 0; i < n_kv; ++i) {
+        const int t = n_kv - 1 - i;  // last K/V tile first (the consumers' order)
+        if (i >= STAGES) mbar_wait(empty_k + 8 * st, ph ^ 1);
         mbar_arrive_expect_tx(full_k + 8 * st, TK);
         tma_load_3d(sK + st * TK, &tmK, full_k + 8 * st, 0, t * BN, kvh);
-        if (t >= STAGES) mbar_wait(empty_v + 8 * st, ph ^ 1);
+        if (i >= STAGES) mbar_wait(empty_v + 8 * st, ph ^ 1);
         mbar_arrive_expect_tx(full_v + 8 * st, TV);
         tma_load_3d(sV + st * TV, &tmV, full_v + 8 * st, t * BN, 0, kvh);
         if (++st == STAGES) {
@@ -231,6 +232,18 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
     mbar_wait(full_q, 0);
 
+    // K/V tiles last to first, as the producer loads them (flash_wgmma_fwd.cu's warp-specialised kernel): the
+    // causal tiles after this warpgroup's rows first, released unread in the ring's order; then tile n_wg - 1,
+    // the only one that can reach past Nk or the diagonal, masked if it needs it; the rest without a mask.
+    for (int t = n_kv - 1; t >= n_wg; --t) {
+      mbar_wait(full_k + 8 * st, ph);
+      turn_wait();
+      turn_pass();
+      release(empty_k + 8 * st);
+      mbar_wait(full_v + 8 * st, ph);
+      release(empty_v + 8 * st);
+      advance();
+    }
     uint32_t pf[KB][4];
     {
       float s[NS];
@@ -242,14 +255,16 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
       fence_regs(s);
       release(empty_k + 8 * st);
       float alpha[2];
-      softmax_scores<BN, kMaskIfNeeded, EMU>(s, m, l, alpha, 0, Nk, causal, wg_row0, row0, lane, sl2);  // O = 0
+      softmax_scores<BN, kMaskIfNeeded, EMU>(s, m, l, alpha, (n_wg - 1) * BN, Nk, causal, wg_row0, row0, lane,
+                                             sl2);  // O = 0
       pack_p_e4m3<BN>(s, pf);
     }
     int vst = st;
     uint32_t vph = ph;
     advance();
-    // tiles t >= 1, S_t under O += P_{t-1} V_{t-1}; no branch between the two waits (flash_wgmma_fwd.cu)
-    for (int t = 1; t < n_wg; ++t) {
+    // tiles t < n_wg - 1, S_t under O += P_{t+1} V_{t+1}, unmasked; no branch between the two waits
+    // (flash_wgmma_fwd.cu)
+    for (int t = n_wg - 2; t >= 0; --t) {
       float s[NS];
       mbar_wait(full_k + 8 * st, ph);
       turn_wait();
@@ -262,7 +277,7 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
       release(empty_k + 8 * st);
       float alpha[2];
       const bool grew =
-          softmax_scores<BN, kMaskAlways, EMU>(s, m, l, alpha, t * BN, Nk, causal, wg_row0, row0, lane, sl2);
+          softmax_scores<BN, kMaskNever, EMU>(s, m, l, alpha, t * BN, Nk, causal, wg_row0, row0, lane, sl2);
       fence_regs(s);
       fence_regs(l);
       fence_regs(alpha);
@@ -284,16 +299,6 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
     fence_regs(ot);
     release(empty_v + 8 * vst);
     add_o(o, ot);
-    // causal: the tiles after this warpgroup's rows are released unread, in the ring's order
-    for (int t = n_wg; t < n_kv; ++t) {
-      mbar_wait(full_k + 8 * st, ph);
-      turn_wait();
-      turn_pass();
-      release(empty_k + 8 * st);
-      mbar_wait(full_v + 8 * st, ph);
-      release(empty_v + 8 * st);
-      advance();
-    }
 #pragma unroll
     for (int k = 0; k < NO; ++k) o[k] *= dv;
     store_rows<TO, D, 64>(o, m, l, smem + (sO - sQ) + c * TSTAGE_O, 0, 1 + c, wg_row0, Nq, bh, O, LSE, sl2);

@@ -394,6 +394,12 @@ template <int D, int BM, int BN, int QBUF = 1>
 constexpr int ws_stages() {
   return ws_smem<D, BM, BN, QBUF, 3>() <= 227 * 1024 ? 3 : 2;
 }
+// Q buffers of the persistent kernel: two (the next tile's Q loads during this one's epilogue) where a
+// 3-stage ring still fits beside them, else one where that buys the third stage (128x128 at D = 128), else two.
+template <int D, int BM, int BN>
+constexpr int ws_persistent_qbuf() {
+  return ws_stages<D, BM, BN, 2>() == 3 || ws_stages<D, BM, BN, 1>() == 2 ? 2 : 1;
+}
 
 // Warpgroup 0 is the producer (one thread issues every copy), warpgroups 1 .. NWG the consumers
 // (64 query rows each). Barriers per stage: full_k / full_v (the copy engine's bytes landed; one
@@ -405,14 +411,15 @@ constexpr int ws_stages() {
 // barrier kSchedBar + c for its turn, issues the tile's products and arrives at the next warpgroup's
 // barrier, so the tensor cores run one warpgroup's GEMMs while the other does its softmax.
 constexpr int kSchedBar = 4;  // named barriers 4 .. 4 + NWG - 1 (1 .. NWG: store_rows; 0: __syncthreads)
-template <typename T, int D, int BM, int BN, int STAGES, bool OVERLAP, bool PINGPONG = false, int QBUF = 1>
+template <typename T, int D, int BM, int BN, int STAGES, bool OVERLAP, bool PINGPONG = false, int QBUF = 1,
+          bool PERSIST = false>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                               const __grid_constant__ CUtensorMap tmV, T* __restrict__ O, float* __restrict__ LSE,
                               Dims dm, int batch_heads, float scale_log2, int causal,
                               int* __restrict__ next_tile) {
   static_assert(BM % 64 == 0 && (BN == 64 || BN == 128) && (D == 64 || D == 128), "tile shape");
-  static_assert(STAGES >= 2 && (QBUF == 1 || QBUF == 2), "K/V ring, Q buffers");
+  static_assert(STAGES >= 2 && (QBUF == 1 || (QBUF == 2 && PERSIST)), "K/V ring, Q buffers");
   constexpr int NWG = BM / 64;  // consumer warpgroups
   constexpr int KB = BN / 16, NS = BN / 2, NO = D / 2;
   constexpr uint32_t TQ = BM * D * 2, TKV = BN * D * 2;
@@ -437,7 +444,7 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
   const int Nq = dm.Nq, Nk = dm.Nk;
   // Work tiles (head bh, query block j) in the order a 2-D grid (query blocks x heads) would launch them,
   // heaviest query block of a head first when causal; consecutive tiles share a head's K/V (L2 reuse). One
-  // block per tile, or (persistent, QBUF = 2) one block per SM taking tile blockIdx.x first and then the
+  // block per tile, or (PERSIST) one block per SM taking tile blockIdx.x first and then the
   // next one not yet taken, from the global counter *next_tile (zero at launch), as the hardware's block
   // scheduler would: whichever SM is free takes the next tile. A fixed deal of tiles b, b + gridDim.x, ...
   // left 14 % of the SMs' cycles idle at the end (H100, D = 128, N = 4096), and dealing causal tiles
@@ -472,13 +479,20 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
       int st = 0, loaded = 0;  // the ring runs on across work tiles: stage, K/V tiles issued so far
       uint32_t ph = 0;         // parity of the current phase of stage st's barriers: (loaded / STAGES) & 1
       int it = 0;
+      // PERSIST with one Q buffer: a work tile's first K/V tiles (up to STAGES) are issued before its Q, whose
+      // buffer frees only after the previous tile's epilogue; the ring's stages free while the consumers finish
+      // that tile, so the next tile's K/V is in flight when they start it. Otherwise Q first.
+      constexpr bool Q_LATE = PERSIST && QBUF == 1;
       for (int i = blockIdx.x;; ++it) {
         const int qb = it % QBUF;
-        if (QBUF == 1 && i >= n_tiles) break;  // one tile per block
+        if (!PERSIST && i >= n_tiles) break;  // one tile per block
         // Q buffer qb is free once every consumer has stored the rows it staged there (work tile it - QBUF)
-        if (it >= QBUF) mbar_wait(empty_q + 8 * qb, ((it / QBUF) & 1) ^ 1);
+        auto wait_q_free = [&] {
+          if (it >= QBUF) mbar_wait(empty_q + 8 * qb, ((it / QBUF) & 1) ^ 1);
+        };
         if (i >= n_tiles) {
-          if constexpr (QBUF == 2) {  // tell the consumers there is no more work
+          wait_q_free();
+          if constexpr (PERSIST) {  // tell the consumers there is no more work
             sTile[qb] = -1;
             mbar_arrive(full_q + 8 * qb);
           }
@@ -487,10 +501,16 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
         int bh, q0, n_kv;
         tile_of(i, bh, q0, n_kv);
         const int kvh = int(dm.kv_head(bh));
-        if constexpr (QBUF == 2) sTile[qb] = i;
-        mbar_arrive_expect_tx(full_q + 8 * qb, TQ);
-        tma_load_tile<D, BM>(sQ + qb * TQ, &tmQ, full_q + 8 * qb, q0, bh);
-        for (int t = 0; t < n_kv; ++t, ++loaded) {
+        auto load_q = [&] {
+          wait_q_free();
+          if constexpr (PERSIST) sTile[qb] = i;
+          mbar_arrive_expect_tx(full_q + 8 * qb, TQ);
+          tma_load_tile<D, BM>(sQ + qb * TQ, &tmQ, full_q + 8 * qb, q0, bh);
+        };
+        if constexpr (!Q_LATE) load_q();
+        const int q_at = Q_LATE ? min(STAGES, n_kv) : -1;  // K/V tiles issued before Q
+        for (int t = n_kv - 1, n = 0; t >= 0; --t, ++n, ++loaded) {  // last K/V tile first (the consumers' order)
+          if (Q_LATE && n == q_at) load_q();
           // refilling stage st waits for its release of the tile STAGES loads ago (the previous phase)
           if (loaded >= STAGES) mbar_wait(empty_k + 8 * st, ph ^ 1);
           mbar_arrive_expect_tx(full_k + 8 * st, TKV);
@@ -503,7 +523,8 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
             ph ^= 1;
           }
         }
-        i = QBUF == 2 ? int(gridDim.x) + atomicAdd(next_tile, 1) : n_tiles;
+        if (Q_LATE && q_at == n_kv) load_q();  // n_kv <= STAGES
+        i = PERSIST ? int(gridDim.x) + atomicAdd(next_tile, 1) : n_tiles;
       }
     }
   } else {
@@ -548,7 +569,7 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
     for (int it = 0;; ++it) {
       const int qb = it % QBUF;
       int i = int(blockIdx.x);
-      if constexpr (QBUF == 2) {
+      if constexpr (PERSIST) {
         mbar_wait(full_q + 8 * qb, (it / QBUF) & 1);
         i = sTile[qb];
         if (i < 0) break;
@@ -568,9 +589,24 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
       for (int k = 0; k < NO; ++k) o[k] = 0.f;
       float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
-      if constexpr (QBUF == 1) mbar_wait(full_q, 0);
+      if constexpr (!PERSIST) mbar_wait(full_q, 0);
+      // K/V tiles last to first, as the producer loads them. Causal: the tiles after this warpgroup's rows
+      // (t >= n_wg) come first; nothing to compute, but each stage is released in its turn, after it has been
+      // filled (so no warpgroup arrives twice on one phase). Then tile n_wg - 1, the only one that can reach
+      // past Nk or the diagonal (n_wg - 1 = floor((last row) / BN) and rows start at multiples of 64, so every
+      // key of an earlier tile is at most the warpgroup's first row), masked if it needs it; then the rest
+      // without a mask.
+      for (int t = n_kv - 1; t >= n_wg; --t) {
+        mbar_wait(full_k + 8 * st, ph);
+        turn_wait();
+        turn_pass();
+        release(empty_k + 8 * st);
+        mbar_wait(full_v + 8 * st, ph);
+        release(empty_v + 8 * st);
+        advance();
+      }
       if constexpr (!OVERLAP) {
-        for (int t = 0; t < n_wg; ++t) {
+        for (int t = n_wg - 1; t >= 0; --t) {
           uint32_t pf[KB][4];
           {
             float s[NS];
@@ -587,70 +623,56 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
           advance();
         }
       } else {
-        // P_{t-1} (in pf) waits for V_{t-1} in stage vst while S_t is computed; n_wg >= 1
+        // P_{t+1} (in pf) waits for V_{t+1} in stage vst while S_t is computed; n_wg >= 1
         uint32_t pf[KB][4];
         {
           float s[NS];
           scores_waited(s, dQ);
           float alpha[2];
-          softmax_scores<BN>(s, m, l, alpha, 0, Nk, causal, wg_row0, row0, lane, scale_log2);  // O = 0: no rescale
+          softmax_scores<BN>(s, m, l, alpha, (n_wg - 1) * BN, Nk, causal, wg_row0, row0, lane,
+                             scale_log2);  // O = 0: no rescale
           pack_p<T, BN>(s, pf);
         }
         int vst = st;
         uint32_t vph = ph;
         advance();
-        // One tile t >= 1. Between wgmma_wait<1> and wgmma_wait<0> the code must not branch: ptxas
-        // then waits for every wgmma before the branch (seen in the SASS: WARPGROUP.DEPBAR.LE gsb0, 0x0
-        // right after 0x1), and the softmax no longer overlaps O += P V. Hence the predicated arrival
-        // and the masking mode fixed at compile time. S is a fresh array per tile (not loop-carried).
-        auto step = [&](int t, auto mask) {
+        // One tile t < n_wg - 1: no mask (see above). Between wgmma_wait<1> and wgmma_wait<0> the code must not
+        // branch: ptxas then waits for every wgmma before the branch (seen in the SASS: WARPGROUP.DEPBAR.LE gsb0,
+        // 0x0 right after 0x1), and the softmax no longer overlaps O += P V. Hence the predicated arrival. S is a
+        // fresh array per tile (not loop-carried).
+        for (int t = n_wg - 2; t >= 0; --t) {
           float s[NS];
           mbar_wait(full_k + 8 * st, ph);
           turn_wait();
           issue_scores<T, D, BM, BN>(s, dQ, desc_add(dK, st * TKV));  // S_t
           mbar_wait(full_v + 8 * vst, vph);
-          issue_pv<T, D, BN>(o, pf, desc_add(dV, vst * TKV));         // O += P_{t-1} V_{t-1}
+          issue_pv<T, D, BN>(o, pf, desc_add(dV, vst * TKV));         // O += P_{t+1} V_{t+1}
           turn_pass();
           wgmma_wait<1>();                                            // S_t done, O += P V in flight
           fence_regs(s);
           release(empty_k + 8 * st);
           float alpha[2];
-          const bool grew = softmax_scores<BN, decltype(mask)::value>(s, m, l, alpha, t * BN, Nk, causal, wg_row0,
-                                                                       row0, lane, scale_log2);
+          const bool grew =
+              softmax_scores<BN, kMaskNever>(s, m, l, alpha, t * BN, Nk, causal, wg_row0, row0, lane, scale_log2);
           fence_regs(s);  // the softmax is computed here, while O += P V runs, not sunk past the wait
           fence_regs(l);
           fence_regs(alpha);
           wgmma_wait<0>();
           fence_regs(o);
 #pragma unroll
-          for (int kk = 0; kk < KB; ++kk) fence_regs(pf[kk]);  // P_{t-1} is read until here
+          for (int kk = 0; kk < KB; ++kk) fence_regs(pf[kk]);  // P_{t+1} is read until here
           release(empty_v + 8 * vst);
           if (grew) rescale_o(o, alpha);
           pack_p<T, BN>(s, pf);
           vst = st;
           vph = ph;
           advance();
-        };
-        // Every tile is masked, branch-free (compares and selects, whether or not it reaches past Nk
-        // or the diagonal): with a separate loop of unmasked tiles, ptxas 13.0 put
-        // WARPGROUP.DEPBAR.LE gsb0, 0x0 before that loop's exponentials, for reasons not understood.
-        for (int t = 1; t < n_wg; ++t) step(t, std::integral_constant<MaskMode, kMaskAlways>{});
+        }
         mbar_wait(full_v + 8 * vst, vph);
         issue_pv<T, D, BN>(o, pf, desc_add(dV, vst * TKV));
         wgmma_wait<0>();
         fence_regs(o);
         release(empty_v + 8 * vst);
-      }
-      // the tiles after this warpgroup's rows (causal): nothing to compute, but each stage is released
-      // in its turn, after it has been filled (so no warpgroup arrives twice on one phase)
-      for (int t = n_wg; t < n_kv; ++t) {
-        mbar_wait(full_k + 8 * st, ph);
-        turn_wait();
-        turn_pass();
-        release(empty_k + 8 * st);
-        mbar_wait(full_v + 8 * st, ph);
-        release(empty_v + 8 * st);
-        advance();
       }
       store_rows<T, D, BM>(o, m, l, smem + qb * TQ, c * 64, 1 + c, wg_row0, Nq, bh, O, LSE, scale_log2);
       // the Q buffer goes back to the producer: this thread's generic reads and writes of it are
@@ -708,10 +730,10 @@ cudaError_t wgmma_tma_forward_launch(const AttnArgs& a, cudaStream_t stream) {
 // per work tile.
 template <typename T, int D, int BM, int BN, bool OVERLAP_REQUESTED, bool PINGPONG = false, bool PERSISTENT = false>
 cudaError_t wgmma_ws_forward_launch(const AttnArgs& a, cudaStream_t stream) {
-  constexpr int QBUF = PERSISTENT ? 2 : 1;
+  constexpr int QBUF = PERSISTENT ? ws_persistent_qbuf<D, BM, BN>() : 1;
   constexpr int STAGES = ws_stages<D, BM, BN, QBUF>();
   constexpr bool OVERLAP = OVERLAP_REQUESTED && !(D == 128 && BM == 192 && BN == 128);
-  auto kernel = flash_wgmma_ws_forward_kernel<T, D, BM, BN, STAGES, OVERLAP, PINGPONG, QBUF>;
+  auto kernel = flash_wgmma_ws_forward_kernel<T, D, BM, BN, STAGES, OVERLAP, PINGPONG, QBUF, PERSISTENT>;
   constexpr int smem = ws_smem<D, BM, BN, QBUF, STAGES>();
   static_assert(smem <= 227 * 1024, "shared memory of a block");
   CUtensorMap maps[3];

@@ -14,7 +14,9 @@ namespace fk {
 // any row max of this warp grew (each warp owns its rows' registers, so the test is warp-uniform).
 // row0: this thread's first row (the second is row0 + 8); wg_row0: the warpgroup's first row.
 // MASK: kMaskIfNeeded tests whether the tile reaches past Nk or the diagonal (a branch); kMaskAlways
-// masks every tile with compares and selects (no branch), which tma-ws-overlap needs (flash_wgmma_fwd.cu).
+// masks every tile with compares and selects (no branch); kMaskNever masks nothing: the warp-specialised
+// kernels visit a block's K/V tiles last to first, so only the first tile they compute can reach past Nk
+// or the diagonal and their overlapped loop (which must not branch) needs no mask at all.
 // 2^x for x <= 0 (or -inf) without the SFU, on the FMA and integer pipes (FlashAttention-4's way of sharing
 // the exponentials when the SFU is the bottleneck): x (clamped to -125, where 2^x is ~2e-38) = j + f with j =
 // round(x) (adding 1.5 * 2^23 rounds x and leaves j in the low bits of the sum), f in [-0.5, 0.5], 2^f by a
@@ -30,13 +32,13 @@ __device__ __forceinline__ float exp2_poly(float x) {
 
 // EMU > 0: the exponentials of every EMU-th 8-column block of the tile (blocks EMU - 1, 2 EMU - 1, ...) by
 // exp2_poly, the others on the SFU (flash_wgmma_fp8.cu); 0: all on the SFU.
-enum MaskMode { kMaskIfNeeded, kMaskAlways };
+enum MaskMode { kMaskIfNeeded, kMaskAlways, kMaskNever };
 template <int BN, MaskMode MASK = kMaskIfNeeded, int EMU = 0>
 __device__ __forceinline__ bool softmax_scores(float (&s)[BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
                                                int j0, int Nk, int causal, int wg_row0, int row0, int lane,
                                                float scale_log2) {
   constexpr int NS = BN / 2;
-  if (MASK == kMaskAlways || j0 + BN > Nk || (causal && j0 + BN - 1 > wg_row0)) {
+  if (MASK == kMaskAlways || (MASK == kMaskIfNeeded && (j0 + BN > Nk || (causal && j0 + BN - 1 > wg_row0)))) {
     // s[i] holds key j0 + 2 t + c_i (c_i = 8 (i >> 2) + (i & 1), a constant once unrolled) of row h = (i >> 1) & 1,
     // which sees keys below min(Nk, row + 1) (causal) or Nk: one compare against that bound, moved by j0 + 2 t,
     // and a select per score (the FP8 kernel, which masks every tile, spent 20 % of its warp samples on a
