@@ -48,7 +48,9 @@ def test_usage_errors_say_what_is_accepted(capsys):
                        (["--passes", "backward", "--bwd-tiles", "192x64"], "unknown wg_bwd_tile ['192x64']"),
                        (["--time-n", "4096,5000"], "--time-n takes comma-separated values of 1024, 4096, 8192, 16384; "
                                                    "got '4096,5000'"),
-                       (["--time-n", "big"], "--time-n takes comma-separated values of")):
+                       (["--time-n", "big"], "--time-n takes comma-separated values of"),
+                       (["--head-dims", "96"], "--head-dims takes comma-separated values of 64, 128; got '96'"),
+                       (["--head-dims", "128,x"], "--head-dims takes comma-separated values of 64, 128; got '128,x'")):
         with pytest.raises(SystemExit) as exc:
             smoke.main(argv)
         assert exc.value.code == 2 and said in capsys.readouterr().err

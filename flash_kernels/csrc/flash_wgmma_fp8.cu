@@ -55,8 +55,20 @@
 // (NVIDIA H200, torch 2.11.0+cu130, scripts/fp8_bench.py --head-dims 128, log
 // profiles/_logs/nvidia-h200/fp8_bench_pingpong.log): 578 / 721 / 787 TFLOP/s at N = 1024 / 4096 / 16384 (full;
 // causal 429 / 637 / 792) against the free-running consumers' 539 / 660 / 707 (405 / 586 / 717): +6-11 %, up to
-// 40 % of the FP8 peak, 1.00-1.28x cuDNN fp16 in that run. Same output bits (a GPU test). D = 64 not measured with
-// it (free-running there). compute-sanitizer has not run on it yet (that run ran out of device time).
+// 40 % of the FP8 peak, 1.00-1.28x cuDNN fp16 in that run. Same output bits (a GPU test). At D = 64 it loses 1-4 %
+// from N = 2048 on (the 1b29c8e log below: 453 / 494 / 550 against 459 / 506 / 572), so D = 64 runs free.
+// K/V last to first (8065551, as flash_wgmma_fwd.cu's step 5): the one tile that can reach past Nk or the diagonal
+// is the first a consumer computes, masked if it needs it before the overlapped loop, and the loop runs without a
+// mask (it had masked every tile, branch-free). Measured (H100 80GB HBM3, scripts/fp8_bench.py at 1b29c8e, log
+// profiles/_logs/nvidia-h100-80gb-hbm3/fp8_bench.log): D = 128 633 / 784 / 857 TFLOP/s at N = 1024 / 4096 / 16384
+// (full; causal 427 / 681 / 856) against b5eed84's 554 / 660 / 712 (fp8_bench_b5eed84.log; that table had no
+// ping-pong, which is worth 6-11 % of it): 32-43 % of the FP8 peak, 1.08-1.25x cuDNN fp16 (causal 1.03-1.36x);
+// D = 64 381-564 (was 338-449), 0.87-1.16x cuDNN. Same errors (the same keys, summed in another order). Nsight
+// Compute (profiles/nvidia-h100-80gb-hbm3/fp8 at 1b29c8e, N = 4096, D = 128, not causal; `nsightlab why
+// profiles/nvidia-h100-80gb-hbm3/fp8 --a flash_wgmma_fp8 --b flash_wgmma --case causal=0`): 0.82x the time of our
+// fp16 forward (0.676 vs 0.826 ms; was 0.97x), the tensor pipe busy 43 % of active cycles (was 36 %), 1.07x its
+// instructions per scheduler (was 1.28x), still 2.2 warps per scheduler against 3.3. compute-sanitizer (memcheck,
+// racecheck) clean on it with ping-pong at 8065551 (H200, profiles/_logs/nvidia-h200/sanitizer_8065551_flash_wgmma.log).
 #include "wgmma_softmax.cuh"
 
 namespace fk {

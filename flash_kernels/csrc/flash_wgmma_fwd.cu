@@ -67,8 +67,8 @@
 // pipeline "tma-ws-overlap": tma-ws plus FlashAttention-3's intra-warpgroup overlap: a consumer
 // issues S_t = Q K_t^T and O += P_{t-1} V_{t-1} back to back, waits for S_t alone
 // (wgmma.wait_group 1), runs the softmax of S_t while O += P V runs, then waits for it, rescales O
-// and packs P_t. Costs: every tile is masked by selects (no branch may sit between the two waits),
-// and S, P and O of two tiles live at once, so 192x128 at D = 128 (160 registers) runs without the
+// and packs P_t. Costs: no branch may sit between the two waits, so the loop's tiles were all masked by
+// selects until step 5 (below) left the loop without a mask; and S, P and O of two tiles live at once, so 192x128 at D = 128 (160 registers) runs without the
 // overlap. SASS (ptxas 13.0): the wait for O += P V lands part-way through the softmax, not after
 // it as written: of a thread's exponentials per tile, 42 of 64 come before it with 128x128 at
 // D = 128 (52 of 64 at D = 64), 6 to 25 of 32 with the BN = 64 tiles, 17 of 64 with 192x128 at D = 64.
@@ -141,6 +141,30 @@
 //   (1.05x cuDNN at D = 128) is not met: 1.00x under Nsight Compute, 0.94-1.03x in the timed runs.
 //   The ping-pong on top (tma-ws-persistent-pingpong) measured 0.836 / 0.488 ms under Nsight Compute:
 //   slower, as at the non-persistent tiles (4a above).
+//
+// Step 5 (every warp-specialised pipeline, and flash_wgmma_fp8.cu): a block's K/V tiles are visited last to
+// first (the producer loads them in that order). The one tile that can reach past Nk or the diagonal is then
+// the first a warpgroup computes (outside the overlapped loop, masked if it needs it, kMaskIfNeeded), and the
+// overlapped loop runs with no mask at all (kMaskNever) where it had compared and selected every score. With
+// one Q buffer the persistent 128x128 tile at D = 128 gets a third K/V stage (two Q buffers left it two),
+// its next Q issued after the next tile's first K/V tiles. Measured (H200, torch 2.11.0+cu130, fp16, B*N = 16k,
+// H = 16, TFLOP/s, L2 flushed; scripts/wgmma_smoke.py --passes forward --tiles 128x128,192x128 --pipelines
+// tma-ws-overlap,tma-ws-persistent,tma-ws-persistent-pingpong; logs profiles/_logs/nvidia-h200/
+// wgmma_smoke_reverse_order.log (before the Q-buffer change) and wgmma_smoke_reverse_order_qbuf1_8065551.log):
+//   the 128x128 overlap, which lost 11 % to 192x128 without overlap in the dab5fb4 run (556 against 623 at
+//   N = 4096, H100), is now level with it: 618 / 665 against 611 / 632 at N = 4096 / 16384 (first run), 627 /
+//   659 / 623 against 633 / 639 / 651 at N = 4096 / 8192 / 16384 (second). The third stage did not make the
+//   persistent 128x128 faster than the non-persistent one (621 / 613 / 614 against 627 / 659 / 623).
+//   The ping-pong on the persistent 192x128 tile was at least as fast as without it in 10 of 10 cells of the
+//   two runs (+0-5 %; e.g. 666 / 667 against 639 / 651 full, 617 / 640 against 600 / 639 causal at N = 8192 /
+//   16384), where before step 5 it had been slower (0.836 against 0.812 ms above): tma-ws-persistent-pingpong
+//   is the default at D = 128 since 8065551. Bench capture at 8065551 (profiles/nvidia-h200/bench, convention
+//   suite, N >= 4096, in the same run as cuDNN): 0.98-1.06x cuDNN at D = 128 (3 of 12 cells >= 1.05), the
+//   same band as the 1687b8b bench on the H100 (0.98-1.06x, 2 of 12) before it. Under Nsight Compute (H100,
+//   profiles/nvidia-h100-80gb-hbm3/fp8 at 1b29c8e, N = 4096, not causal; `nsightlab why ... --a flash_wgmma
+//   --b sdpa_cudnn --case causal=0`): 1.01x cuDNN's time (0.826 vs 0.821 ms), tensor pipe 78 % vs 76 % of
+//   active cycles, 0.91x its instructions, but 2.39 cycles per instruction stalled on barriers (the turns of
+//   three consumers) against 1.37 and Stall Wait 1.57 against 0.89. The 1.05x target at D = 128 is not met.
 #include "wgmma.cuh"
 #include "wgmma_softmax.cuh"
 
