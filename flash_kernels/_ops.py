@@ -25,6 +25,8 @@ _WG_BWD_PIPELINES = {"cp.async": 0, "tma-ws": 1}  # bits 4..7
 _MATERIALIZED = {"naive": ("naive", 0), "tiled": ("tiled", 0), "tiled_uncoalesced": ("tiled", 1)}
 #: flash_decode's plan "auto": the fewest 64-key tiles a split gets (_decode_plan)
 _DECODE_MIN_TILES_PER_SPLIT = 4
+#: ... and where several row blocks read the same k/v head, the fewest tiles a split gets from the extra splits
+_DECODE_MIN_TILES_PER_DUP_SPLIT = 16
 #: flash_decode.cu: keys per K/V tile, K/V pipeline stages per head dim, option code of the rows per block
 #: (bits 0..7; bits 8..: the number of key splits), shared memory a GPU keeps back per resident block
 _DECODE_KEYS = 64
@@ -264,13 +266,20 @@ def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: 
     memory. rows "auto": 16 for up to 32 of the H/Hkv x Nq rows of a k/v head (two 16-row blocks beat one of
     32), else 64. splits "auto": as many as give every SM one block, in one wave (with more than 64 rows a k/v
     head, the tensor work's, as many blocks as its shared memory holds), but no more than leave 4 key tiles
-    (256 keys) a split (the last split may hold fewer). Either way at most one split per 64-key tile of the
-    keys a row can see (min(Nk, Nq) when causal), dealt out so that no split is empty.
+    (256 keys) a split (the last split may hold fewer). Where a k/v head's rows take several blocks (17-64 rows:
+    two 16-row blocks), those blocks read the same K/V, so half the SMs' loads go to DRAM: then as many splits as
+    give every SM one block of distinct K/V, while a split keeps 16 tiles (1024 keys). Either way at most one
+    split per 64-key tile of the keys a row can see (min(Nk, Nq) when causal), dealt out so that no split is
+    empty.
 
     Tuned on an H100 with scripts/decode_plan_sweep.py (every rows x splits, interleaved on the same inputs):
     the partial results and their merge cost more than a second block per SM buys while a block streams K/V
     for few rows (Hkv = 1, Nq = 1, Nk = 4096: 19.1 us against 25.5 us for 32 rows x 32 splits, the plan
-    before; Hkv = 8: 2 splits 1-8 % faster than 4); 256 keys a split at Nk = 1024 (12.8 us against 15.3)."""
+    before; Hkv = 8: 2 splits 1-8 % faster than 4); 256 keys a split at Nk = 1024 (12.8 us against 15.3). The
+    distinct-K/V rule from an H200 run (profiles/_logs/nvidia-h200/decode_plan_sweep_hkv1.log; Hkv = 1, Nq = 1, 32
+    rows): 16 splits of two 16-row blocks 81.8 us at Nk = 65536 against 93.7 for 8 (SDPA flash 90.9, cuDNN 97.7),
+    34.8 against 36.3 at Nk = 16384 (cuDNN 36.2); in the H100 run 110.8 against 112.8 and 42.5 against 42.7, and
+    8 splits stay at Nk = 4096 (19.1 us against 20.7 for 16) and 4 at Nk = 1024."""
     R = H // Hkv * Nq
     if rows == "auto":
         rows = 16 if R <= 32 else 64
@@ -280,7 +289,12 @@ def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: 
         if R > 64:
             smem = rows * D * 2 + _DECODE_STAGES[D] * 2 * _DECODE_KEYS * D * 2  # decode_smem in flash_decode.cu
             per_sm = max(1, smem_per_sm // (smem + _SMEM_RESERVED_PER_BLOCK))
-        splits = max(1, min(per_sm * sms // (-(-R // rows) * B * Hkv), tiles // _DECODE_MIN_TILES_PER_SPLIT))
+        row_blocks = -(-R // rows)
+        splits = max(1, min(per_sm * sms // (row_blocks * B * Hkv), tiles // _DECODE_MIN_TILES_PER_SPLIT))
+        if row_blocks > 1 and R <= 64:
+            # the row blocks of a k/v head read the same K/V (L2 serves all but one): count the head once, so that
+            # the distinct K/V streams fill the SMs, while each split keeps 1024 keys
+            splits = max(splits, min(sms // (B * Hkv), tiles // _DECODE_MIN_TILES_PER_DUP_SPLIT))
     per_split = -(-tiles // min(splits, tiles))
     return rows, -(-tiles // per_split)
 

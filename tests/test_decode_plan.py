@@ -52,6 +52,9 @@ def test_rows_auto_hold_the_rows_of_a_kv_head(Hkv, Nq, rows):
     (8, 8, 1, 16384, 64, 2),     # D = 64 likewise: one block per SM while a block holds few rows
     (1, 8, 1, 131072, 128, 16),  # one sequence: 8 blocks, 132 // 8
     (8, 1, 1, 4096, 128, 8),     # 32 rows: two 16-row blocks per k/v head, 16 blocks a split
+    (8, 1, 1, 16384, 128, 16),   # ... which read the same K/V: 8 distinct heads, 132 // 8, with 16 tiles a split
+    (8, 1, 1, 65536, 128, 16),
+    (8, 2, 1, 65536, 128, 8),    # 16 rows a k/v head: one block, no shared reads: 132 // 16
     (8, 1, 1, 1024, 128, 4),     # ... but at least 4 tiles (256 keys) a split: 16 tiles
     (1, 1, 1, 1000, 128, 4),     # 16 tiles (the last one short)
     (8, 1, 16, 4096, 128, 4),    # 512 rows: the tensor work's, 2 blocks per SM: 264 // 64
