@@ -277,8 +277,8 @@ def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: 
     for few rows (Hkv = 1, Nq = 1, Nk = 4096: 19.1 us against 25.5 us for 32 rows x 32 splits, the plan
     before; Hkv = 8: 2 splits 1-8 % faster than 4); 256 keys a split at Nk = 1024 (12.8 us against 15.3). The
     distinct-K/V rule from an H200 run (profiles/_logs/nvidia-h200/decode_plan_sweep_hkv1.log; Hkv = 1, Nq = 1, 32
-    rows): 16 splits of two 16-row blocks 81.8 us at Nk = 65536 against 93.7 for 8 (SDPA flash 90.9, cuDNN 97.7),
-    34.8 against 36.3 at Nk = 16384 (cuDNN 36.2); in the H100 run 110.8 against 112.8 and 42.5 against 42.7, and
+    rows): 16 splits of two 16-row blocks 81.9 us at Nk = 65536 against 94.2 for 8 (SDPA flash 90.9, cuDNN 97.7),
+    34.7 against 36.5 at Nk = 16384 (cuDNN 36.2); in the H100 run 110.8 against 112.8 and 42.5 against 42.7, and
     8 splits stay at Nk = 4096 (19.1 us against 20.7 for 16) and 4 at Nk = 1024."""
     R = H // Hkv * Nq
     if rows == "auto":
