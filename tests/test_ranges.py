@@ -156,3 +156,25 @@ def test_schema_definition_errors_and_manifest_round_trip():
     assert schemas_of({"range_schemas": [FK.to_json(), {"nonsense": 1}]}) == (FK,)
     assert schemas_of(None) == () and schemas_of({"range_schemas": None}) == ()
     assert FK.name(_values(causal=True, Hkv=None)) == "fk:naive:forward:B=1,H=8,N=64,D=64,dtype=float16,causal=1"
+
+
+def test_optional_fields_left_out_of_a_name_take_the_field_they_equal():
+    """attention's Hkv and Nk equal H and N where a name leaves them out: a frame of mixed names shows the value
+    rather than a gap; a capture whose names never give the field keeps no such column; a schema recorded before
+    same_as existed takes the registered problem's."""
+    from nsightlab.parse.range_columns import with_ranges
+    from nsightlab.store.read import capture_schemas
+
+    assert FK.same_as == {"Hkv": "H", "Nk": "N"} and RangeSchema.from_json(FK.to_json()) == FK
+    with pytest.raises(ValueError, match="same_as maps optional fields to fields"):
+        RangeSchema("p", fields={"H": "int"}, optional={"Hkv": "int"}, same_as={"H": "Hkv"})
+    gqa = FK.name(_values(H=8, Hkv=2))
+    plain = FK.name(_values(H=8))
+    df = with_ranges([{"range": gqa}, {"range": plain}, {"range": "outside:any:grammar"}], [FK])
+    assert df["Hkv"].tolist()[:2] == [2, 8] and df["Hkv"].isna().iloc[2] and "Nk" not in df
+    assert "Hkv" not in with_ranges([{"range": plain}], [FK])
+    old = {k: v for k, v in FK.to_json().items() if k != "same_as"}
+    assert RangeSchema.from_json(old).same_as == {}
+    assert capture_schemas({"range_schemas": [old], "sweep": {"problem": "attention"}})[0].same_as == FK.same_as
+    assert capture_schemas({"range_schemas": [old], "sweep": {"problem": "nope"}})[0].same_as == {}
+    assert capture_schemas({"range_schemas": [old]})[0].same_as == {}

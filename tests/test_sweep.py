@@ -262,7 +262,7 @@ def test_attention_is_a_problem_like_any_other():
     assert attention.schema("fk") == RangeSchema(
         "fk", (LABEL, PASS), {"B": "int", "H": "int", "N": "int", "D": "int", "dtype": "str", "causal": "bool"},
         {"Hkv": "int", "Nk": "int"}, {PASS: ("forward", "backward")},
-        "attention case: implementation, pass, shape [B, H, N, D], dtype, causal")
+        "attention case: implementation, pass, shape [B, H, N, D], dtype, causal", {"Hkv": "H", "Nk": "N"})
     assert [q.cli_flags()[0] for q in attention.PARAMETERS] == ["-B", "-H", "-N", "-D", "--dtype", "--causal", "--Hkv", "--Nk"]
     assert attention.PROBLEM.shapes_needed() == "at least -N (and -B -H -D, default 1, 8, 64)"
     assert attention.softmax_bound(1e12, 64, "backward") == 1e12 * 10 * 64  # 2.5x the forward's 4·D FLOPs per exp

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..core.text import plain_value
 from .counters import (
     NotApplicable,
     attach_model,
@@ -190,7 +191,7 @@ def findings(summary: pd.DataFrame, x: str = "N") -> list[str]:
     if len(s):
         fast = s.iloc[0]
         shown = [c for c in [x, *keys] if c in summary and (c == x or summary[c].nunique(dropna=True) > 1)]
-        where = ", ".join(str(fast[c]) if c == "pass" else f"{c}={fast[c]}" for c in shown
+        where = ", ".join(str(fast[c]) if c == "pass" else f"{c}={plain_value(fast[c])}" for c in shown
                           if pd.notna(fast[c]) and c != "causal") + (", causal" if bool(fast.get("causal")) else "")
         others = [f"{r['variant']} {r['gpu_ms'] / fast['gpu_ms']:.1f}×" for _, r in s.iloc[1:].iterrows()]
         out.append(f"At {where}: **{fast['variant']}** takes {fast['gpu_ms']:.3g} ms on the GPU"

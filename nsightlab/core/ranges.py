@@ -75,12 +75,19 @@ class RangeSchema:
     #: values a positional field may take (e.g. pass: forward, backward); empty = any token
     choices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     description: str = ""
+    #: optional field -> the field whose value it takes where a name leaves it out (attention: Hkv -> H,
+    #: Nk -> N); filled in a frame's column wherever some name gave the field (with_ranges)
+    same_as: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _check_token("prefix", self.prefix)
         bad = {k: v for k, v in {**self.fields, **self.optional}.items() if v not in _TYPES}
         if bad:
             raise ValueError(f"schema {self.prefix!r}: field types must be one of {sorted(_TYPES)}, not {bad}")
+        wrong = {k: v for k, v in self.same_as.items() if k not in self.optional or v not in {**self.fields, **self.optional}}
+        if wrong:
+            raise ValueError(f"schema {self.prefix!r}: same_as maps optional fields to fields; "
+                             f"not {wrong} (optional: {sorted(self.optional)})")
 
     # -- writing
     def name(self, values: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> str:
@@ -155,15 +162,16 @@ class RangeSchema:
     def to_json(self) -> dict[str, Any]:
         return {"prefix": self.prefix, "positional": list(self.positional), "fields": dict(self.fields),
                 "optional": dict(self.optional),
-                "choices": {k: list(v) for k, v in self.choices.items()}, "description": self.description}
+                "choices": {k: list(v) for k, v in self.choices.items()}, "description": self.description,
+                **({"same_as": dict(self.same_as)} if self.same_as else {})}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RangeSchema:
         try:
             return cls(str(data["prefix"]), tuple(data.get("positional", (LABEL, PASS))), dict(data.get("fields", {})),
                        dict(data.get("optional") or {}), {k: tuple(v) for k, v in (data.get("choices") or {}).items()},
-                       str(data.get("description", "")))
-        except (KeyError, TypeError) as exc:
+                       str(data.get("description", "")), dict(data.get("same_as") or {}))
+        except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not a range schema ({exc}): {data!r}") from None
 
     def nvtx_include(self) -> str:

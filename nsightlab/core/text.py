@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 
 def plural(n: int, word: str, many: str | None = None) -> str:
     """``1 file``, ``2 files``; ``many`` for a word whose plural is not ``word + "s"`` (``study``, ``studies``)."""
@@ -15,3 +17,8 @@ def impl_key(name: object) -> str:
     """The key an implementation's name is looked up by: lower case, blanks and dashes as ``_`` (an imported
     report's ``SDPA flash`` range is ``sdpa_flash``)."""
     return re.sub(r"[\s\-]+", "_", str(name).strip().lower())
+
+
+def plain_value(v: object) -> str:
+    """A field value as written in a range name: whole floats without their ``.0`` (a column with gaps is float)."""
+    return str(int(v)) if isinstance(v, (float, np.floating)) and float(v).is_integer() else str(v)

@@ -31,6 +31,22 @@ def fill_range_columns(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def fill_same_as(dec: pd.DataFrame, schemas: Iterable[RangeSchema]) -> pd.DataFrame:
+    """Decoded range fields with each schema's optional fields filled where its names left them out, from the
+    field they equal then (``RangeSchema.same_as``: attention's Hkv from H), in the rows of that schema, and
+    only where some name gave the field (a capture whose names never do keeps no such column)."""
+    for sch in schemas:
+        rows = dec["schema"] == sch.prefix if "schema" in dec else pd.Series(False, index=dec.index)
+        for key, other in sch.same_as.items():
+            if key in dec and other in dec and rows.any():
+                gap = rows & dec[key].isna()
+                if gap.any():
+                    col = dec[key].astype(object)
+                    col[gap] = dec.loc[gap, other]
+                    dec[key] = pd.to_numeric(col) if sch.optional.get(key) in ("int", "float") else col
+    return dec
+
+
 def with_ranges(rows: list[dict[str, Any]], schemas: Iterable[RangeSchema]) -> pd.DataFrame:
     """Rows with raw ``range``/``domain`` -> a frame with the decoded fields as further columns."""
     schemas = tuple(schemas)
@@ -41,7 +57,7 @@ def with_ranges(rows: list[dict[str, Any]], schemas: Iterable[RangeSchema]) -> p
         if name not in cache:
             cache[name] = decode(name, schemas)
         decoded.append(cache[name])
-    dec = pd.DataFrame(decoded, index=range(len(rows)))
+    dec = fill_same_as(pd.DataFrame(decoded, index=range(len(rows))), schemas)
     df = pd.DataFrame(rows, index=range(len(rows)))
     extra = [c for c in dec.columns if c not in df.columns]
     out = fill_range_columns(pd.concat([df, dec[extra]], axis=1))

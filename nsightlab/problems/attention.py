@@ -43,8 +43,8 @@ PARAMETERS = (
     Parameter("D", "int", "head dim", 64),
     Parameter("dtype", "str", "element type: float16, bfloat16 or float32", "float16", choices=tuple(DTYPE_BYTES)),
     Parameter("causal", "bool", "causal mask, aligned top-left: no, yes or both", False),
-    Parameter("Hkv", "int", "key/value heads (grouped-query attention; default H)", optional=True),
-    Parameter("Nk", "int", "key length (default N)", optional=True),
+    Parameter("Hkv", "int", "key/value heads (grouped-query attention; default H)", optional=True, same_as="H"),
+    Parameter("Nk", "int", "key length (default N)", optional=True, same_as="N"),
 )
 
 

@@ -43,6 +43,9 @@ class Parameter:
     choices: tuple[Any, ...] = ()
     #: command-line flags (default: -X for a one-letter name, --name otherwise)
     flags: tuple[str, ...] = ()
+    #: an optional parameter a case leaves out equals this parameter (attention's Hkv: "H"); the range
+    #: schema's same_as, so that frames show the value rather than a gap
+    same_as: str = ""
 
     def __post_init__(self) -> None:
         if self.type not in TYPES:
@@ -151,7 +154,8 @@ class Problem:
         fields = {p.name: p.type for p in self.parameters if not p.optional}
         optional = {p.name: p.type for p in self.parameters if p.optional}
         text = description or self.range_description or f"{self.name} case: implementation, pass, {', '.join(fields)}"
-        return RangeSchema(prefix or self.range_prefix, (LABEL, PASS), fields, optional, {PASS: PASSES}, text)
+        same_as = {p.name: p.same_as for p in self.parameters if p.optional and p.same_as}
+        return RangeSchema(prefix or self.range_prefix, (LABEL, PASS), fields, optional, {PASS: PASSES}, text, same_as)
 
     def normalize(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """Validated parameters with defaults filled in (then the problem's rules). ValueError says

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..core.text import plain_value  # noqa: F401 - re-exported: the pages' and figures' formatter
+
 MISSING = "—"
 #: significant digits a page keeps of the numbers inside its figures: the last digits of a computed float can
 #: differ between two CPUs or numpy builds, and a page must not
@@ -66,11 +68,6 @@ def no_empty_brackets(text: str) -> str:
     """``text`` without empty brackets after a word: ``gemm:fwd ()`` reads ``gemm:fwd`` (a label whose
     fields are all empty); a call such as ``f()`` is left alone."""
     return re.sub(r"\s+\(\s*\)", "", str(text))
-
-
-def plain_value(v: object) -> str:
-    """A field value as written in a range name: whole floats without their ``.0``."""
-    return str(int(v)) if isinstance(v, (float, np.floating)) and float(v).is_integer() else str(v)
 
 
 def natural_key(text: object) -> tuple:

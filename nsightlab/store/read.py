@@ -7,6 +7,7 @@ is found and decoded the same way everywhere.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Iterable
@@ -18,6 +19,7 @@ from ..core.errors import NotApplicable, ProfileError
 from ..core.ranges import RangeSchema, schemas_of
 from ..parse.ncu import ncu_csv_frame, ncu_frame
 from ..parse.nsys import nsys_tables
+from ..problems import problem as problems
 from .captures import bench_csvs, bench_manifest, list_captures
 
 #: the repository this package sits in: notebooks run from notebooks/ (JupyterLab) still find profiles/
@@ -119,12 +121,25 @@ def infer_schema(names: Iterable[str]) -> RangeSchema | None:
 
 def capture_schemas(manifest: dict) -> tuple[RangeSchema, ...]:
     """The range schemas to decode a capture's names with: the manifest's own, else (schema-1
-    manifests) one inferred from its case names; imported captures have none (generic decoding)."""
+    manifests) one inferred from its case names; imported captures have none (generic decoding). A recorded
+    schema of a registered problem's grammar that predates ``same_as`` takes the problem's (which optional
+    fields equal which when a name leaves them out)."""
     own = schemas_of(manifest)
     if own:
-        return own
+        return tuple(_with_problem_same_as(s, manifest) for s in own)
     inferred = infer_schema(case_names(manifest))
     return (inferred,) if inferred else ()
+
+
+def _with_problem_same_as(schema: RangeSchema, manifest: dict) -> RangeSchema:
+    sweep = manifest.get("sweep")
+    name = sweep.get("problem") if isinstance(sweep, dict) else None
+    if schema.same_as or not isinstance(name, str) or name not in problems.known():
+        return schema
+    mine = problems.get(name).schema(schema.prefix)
+    if (dict(mine.fields), dict(mine.optional)) != (dict(schema.fields), dict(schema.optional)):
+        return schema
+    return dataclasses.replace(schema, same_as=dict(mine.same_as))
 
 
 # --------------------------------------------------------------------------- its data as frames
