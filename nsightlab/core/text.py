@@ -1,5 +1,5 @@
-"""Small pieces of wording every stage shares: counted nouns, and the key implementation names are
-compared by."""
+"""Small pieces of wording every stage shares: counted nouns, the key implementation names are compared by,
+and field values as range names write them."""
 
 from __future__ import annotations
 
