@@ -174,14 +174,13 @@ def _prepare(q8: Any, k8: Any, v8: Any, descale_q: Any, descale_k: Any, descale_
     sc = _ops._scale(scale, D)
     if isinstance(exp_on_fma, bool) or exp_on_fma not in EXP_ON_FMA:
         raise ValueError(f"exp_on_fma must be one of {sorted(EXP_ON_FMA)}; got {exp_on_fma!r}")
-    names = ("descale_q", "descale_k", "descale_v")
-    for name, d in zip(names, (descale_q, descale_k, descale_v), strict=True):
+    names, ds = ("descale_q", "descale_k", "descale_v"), (descale_q, descale_k, descale_v)
+    for name, d in zip(names, ds, strict=True):
         _check_descale(name, d)
     _ops._check_devices(("q8", "k8", "v8"), (q8, k8, v8))
     why = unavailable_reason("flash_wgmma", torch.cuda.get_device_capability(q8.device))
     if why is not None:
         raise ValueError(why.replace("flash_wgmma", "attention_fp8 (flash_wgmma's FP8 path)", 1))
-    ds = (descale_q, descale_k, descale_v)
     if not any(isinstance(d, torch.Tensor) for d in ds):  # floats: one cached device tensor, no copy per call
         descale = _descale_floats(tuple(float(d) for d in ds), q8.device)
     else:

@@ -99,7 +99,7 @@ def implementation(var: Variant) -> Implementation:
 def _fp8_bytes(p: Mapping[str, Any], pass_: str) -> float:
     """Compulsory bytes of the FP8 forward: Q, K, V read as e4m3 (1 byte), O written in the inputs' dtype, LSE."""
     q_like = p["B"] * p["H"] * p["N"] * p["D"]
-    kv_like = p["B"] * (p.get("Hkv") or p["H"]) * (p.get("Nk") or p["N"]) * p["D"]
+    kv_like = p["B"] * attention.kv_heads(p) * attention.key_length(p) * p["D"]
     return float(q_like + 2 * kv_like + q_like * attention.DTYPE_BYTES[p["dtype"]] + 4 * p["B"] * p["H"] * p["N"])
 
 

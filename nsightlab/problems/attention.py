@@ -59,11 +59,13 @@ def _grouped(p: dict[str, Any]) -> dict[str, Any]:
     return p
 
 
-def _nk(p: Mapping[str, Any]) -> int:
+def key_length(p: Mapping[str, Any]) -> int:
+    """A case's keys: Nk, or N where the case leaves it out (self-attention)."""
     return int(p.get("Nk") or p["N"])
 
 
-def _hkv(p: Mapping[str, Any]) -> int:
+def kv_heads(p: Mapping[str, Any]) -> int:
+    """A case's key/value heads: Hkv, or H where the case leaves it out."""
     return int(p.get("Hkv") or p["H"])
 
 
@@ -80,7 +82,7 @@ def visible_pairs(N: int, Nk: int, causal: bool) -> float:
 
 
 def flops(p: Mapping[str, Any], pass_: str) -> float:
-    f = 4.0 * p["B"] * p["H"] * p["D"] * visible_pairs(p["N"], _nk(p), bool(p.get("causal")))
+    f = 4.0 * p["B"] * p["H"] * p["D"] * visible_pairs(p["N"], key_length(p), bool(p.get("causal")))
     return f * (2.5 if pass_ == "backward" else 1.0)
 
 
@@ -89,7 +91,7 @@ def compulsory_bytes(p: Mapping[str, Any], pass_: str) -> float:
     writes dQ, dK, dV."""
     e = DTYPE_BYTES[p["dtype"]]
     q_like = p["B"] * p["H"] * p["N"] * p["D"] * e
-    kv_like = p["B"] * _hkv(p) * _nk(p) * p["D"] * e
+    kv_like = p["B"] * kv_heads(p) * key_length(p) * p["D"] * e
     lse = 4.0 * p["B"] * p["H"] * p["N"]
     if pass_ == "forward":
         return float(2 * q_like + 2 * kv_like + lse)
@@ -118,13 +120,13 @@ def make_inputs(p: Mapping[str, Any], device: str = "cuda", seed: int | None = N
 
     dt = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[p["dtype"]]
     if seed is None:
-        seed = (p["B"] * 1_000_003 + p["H"] * 10_007 + p["N"] * 101 + p["D"] + _nk(p) * 7 + _hkv(p) * 13) % (2**31)
+        seed = (p["B"] * 1_000_003 + p["H"] * 10_007 + p["N"] * 101 + p["D"] + key_length(p) * 7 + kv_heads(p) * 13) % (2**31)
     gen = torch.Generator(device=device).manual_seed(seed)
 
     def rnd(*shape: int) -> Any:
         return (torch.randn(*shape, generator=gen, device=device, dtype=torch.float32) + 0.5).to(dt)
 
-    return rnd(p["B"], p["H"], p["N"], p["D"]), rnd(p["B"], _hkv(p), _nk(p), p["D"]), rnd(p["B"], _hkv(p), _nk(p), p["D"])
+    return rnd(p["B"], p["H"], p["N"], p["D"]), rnd(p["B"], kv_heads(p), key_length(p), p["D"]), rnd(p["B"], kv_heads(p), key_length(p), p["D"])
 
 
 def inputs(p: Mapping[str, Any], device: str = "cuda") -> tuple[tuple[Any, ...], dict[str, Any]]:

@@ -17,6 +17,7 @@ from ..core.files import COMPRESSIONS, MANIFEST, file_table, sha256, uncompresse
 from ..core.ranges import format_options
 from ..parse.ncu import ncu_csv_frame, ncu_frame
 from ..parse.nsys import nsys_tables
+from ..problems import attention
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,9 @@ def load_bench(capture: Path) -> tuple[pd.DataFrame, dict[str, dict]]:
         frames.append(df)
     df = pd.concat(frames, ignore_index=True)
     df["causal"] = df["causal"].astype(str).str.lower().eq("true")
-    # key/value heads and keys: CSVs written before these columns (or rows without them) are self-attention
-    for col, like in (("Hkv", "H"), ("Nk", "N")):
+    # key/value heads and keys: CSVs written before these columns (or rows without them) are self-attention, where
+    # the attention problem's optional fields equal the ones it names (its same_as: Hkv = H, Nk = N)
+    for col, like in attention.schema().same_as.items():
         df[col] = (df[col].fillna(df[like]) if col in df else df[like]).astype(df[like].dtype)
     df["options"] = df["options"].fillna("")
     return df, manifests
