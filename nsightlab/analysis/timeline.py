@@ -132,7 +132,7 @@ def window(kernels: pd.DataFrame, ranges: pd.DataFrame, query: str = "",
         what = query
     elif len(preferred):
         keys = [c for c in config_columns(timed) if c in prefer]
-        sel, what = preferred, ", ".join(f"{c}={prefer[c]}" for c in keys if prefer[c] == prefer[c])
+        sel, what = preferred, ", ".join(f"{c}={plain_value(prefer[c])}" for c in keys if prefer[c] == prefer[c])
     else:
         keys = config_columns(timed)
         shared = keys and int(timed.groupby(keys, dropna=False)["variant"].nunique().max()) > 1
@@ -144,7 +144,7 @@ def window(kernels: pd.DataFrame, ranges: pd.DataFrame, query: str = "",
             pick = best[len(best) // 2]
             pick = pick if isinstance(pick, tuple) else (pick,)
             sel = matching(timed, dict(zip(keys, pick, strict=True)))
-            what = ", ".join(f"{c}={v}" for c, v in zip(keys, pick, strict=True) if v == v and v is not None)
+            what = ", ".join(f"{c}={plain_value(v)}" for c, v in zip(keys, pick, strict=True) if v == v and v is not None)
     ks = kernels[kernels["range_id"].isin(sel.index)] if "range_id" in kernels else kernels.iloc[0:0]
     return ks, sel, what
 
@@ -200,7 +200,7 @@ def findings(summary: pd.DataFrame, x: str = "N") -> list[str]:
     if has_flops(summary):
         t = summary.loc[summary["tflops"].idxmax()]
         where = ", ".join(([str(t["pass"])] if "pass" in t and pd.notna(t["pass"]) else [])
-                          + [f"{c}={t[c]}" for c in config_columns(summary) if c != "pass" and summary[c].nunique() > 1
+                          + [f"{c}={plain_value(t[c])}" for c in config_columns(summary) if c != "pass" and summary[c].nunique() > 1
                              and pd.notna(t[c])])
         out.append(f"Highest throughput: {t['variant']} at {t['tflops']:,.0f} TFLOP/s" + (f" ({where})" if where else "")
                    + ".")
