@@ -9,13 +9,13 @@ from typing import Any
 import torch
 
 from . import _build
-from .registry import WGMMA_TILE_PIPELINES, Variant, get_variant, unavailable_reason, wgmma_tile_runs_on
+from .registry import Variant, get_variant, unavailable_reason
 
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 _MAX_BH = 65535  # grid dimension limit of the kernels' batch*head axis
 
 _FWD_TILES = {"128x64": 0, "128x32": 1, "64x64": 2}
-_WG_TILES = {"128x128": 0, "128x64": 1, "192x128": 2, "192x64": 3, "128x176": 4}
+_WG_TILES = {"128x128": 0, "128x64": 1, "192x128": 2, "192x64": 3}
 _WG_PIPELINES = {"cp.async": 0, "tma": 1, "tma-ws": 2, "tma-ws-overlap": 3, "tma-ws-pingpong": 4, "tma-ws-persistent": 5,
                  "tma-ws-persistent-pingpong": 6}  # option code bits 4.. (flash_wgmma_fwd.cu)
 _BWD_TILES = {"64x128": 0, "128x128": 1}
@@ -196,9 +196,6 @@ def _forward(variant: Variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     elif name == "flash_wgmma":
         if scale < 0:  # the same softmax convention as flash_mma's (running max of raw scores)
             q, scale = -q, -scale
-        if not wgmma_tile_runs_on(opts["wg_tile"], opts["pipeline"]):
-            raise ValueError(f"flash_wgmma: wg_tile={opts['wg_tile']!r} runs on pipeline "
-                             f"{', '.join(WGMMA_TILE_PIPELINES[opts['wg_tile']])}, not {opts['pipeline']!r}")
         code = _WG_TILES[opts["wg_tile"]] | _WG_PIPELINES[opts["pipeline"]] << 4
         # the persistent pipelines hand out work tiles from a counter that starts at zero each launch
         counter = [torch.zeros(1, dtype=torch.float32, device=dev)] if "persistent" in opts["pipeline"] else []

@@ -76,17 +76,6 @@ class Variant:
 
 _ALL = ("float16", "bfloat16", "float32")
 _HD = (64, 128)
-#: flash_wgmma forward tiles that only some pipelines run (flash_wgmma_fwd.cu's tile table); other tiles run on all
-WGMMA_TILE_PIPELINES: dict[str, tuple[str, ...]] = {
-    "128x176": ("tma-ws", "tma-ws-overlap", "tma-ws-pingpong", "tma-ws-persistent", "tma-ws-persistent-pingpong"),
-}
-
-
-def wgmma_tile_runs_on(wg_tile: str, pipeline: str) -> bool:
-    """Whether flash_wgmma's forward runs tile ``wg_tile`` on ``pipeline``."""
-    return pipeline in WGMMA_TILE_PIPELINES.get(wg_tile, (pipeline,))
-
-
 #: the backward's grouped-query split, shared by flash_mma and flash_wgmma (both read it from option code >> 8)
 _GROUP_SPLIT = Option(
     "group_split", ("auto", 1, 2, 4, 8, 16, 32),
@@ -170,12 +159,9 @@ VARIANTS: dict[str, Variant] = {
             ("float16", "bfloat16"), _HD, PASSES, True, grouped_query=True, cross=True, arch="sm_90a",
             options={
                 "wg_tile": Option(
-                    "wg_tile", ("128x128", "128x64", "192x128", "192x64", "128x176"),
-                    "query rows x keys per K/V tile (one consumer warpgroup per 64 rows: 2 or 3); 128x176 "
-                    "(FlashAttention-3's tile at D=128) on the warp-specialised pipelines only, and causal calls "
-                    "run it as 128x128 (a warpgroup's diagonal could cross two 176-key tiles)",
+                    "wg_tile", ("128x128", "128x64", "192x128", "192x64"),
+                    "query rows x keys per K/V tile (one consumer warpgroup per 64 rows: 2 or 3)",
                     default={64: "128x128", 128: "192x128"},
-                    head_dims={"128x176": (128,)},
                 ),
                 "pipeline": Option(
                     "pipeline", ("cp.async", "tma", "tma-ws", "tma-ws-overlap", "tma-ws-pingpong", "tma-ws-persistent",

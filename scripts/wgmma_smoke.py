@@ -38,7 +38,6 @@ import flash_kernels as fk
 from flash_kernels import bench, model
 from flash_kernels.bench_suites import Config
 from flash_kernels.reference import reference_backward, reference_forward
-from flash_kernels.registry import wgmma_tile_runs_on
 from flash_kernels.testing import TOLERANCES, error_metrics, poisoned_outputs, random_attention_inputs
 
 VARIANT = "flash_wgmma"
@@ -158,12 +157,10 @@ class Tally:
 
 
 def settings(chosen: dict[str, list[str]], D: int) -> list[dict[str, object]]:
-    """Every combination of the chosen option values that supports head dim D (and forward tiles on the
-    pipelines that run them)."""
+    """Every combination of the chosen option values that supports head dim D."""
     options = fk.VARIANTS[VARIANT].options
     combos = [dict(zip(chosen, values, strict=True)) for values in itertools.product(*chosen.values())]
-    return [c for c in combos if all(D in options[n].head_dims.get(x, (D,)) for n, x in c.items())
-            and ("wg_tile" not in c or wgmma_tile_runs_on(c["wg_tile"], c["pipeline"]))]
+    return [c for c in combos if all(D in options[n].head_dims.get(x, (D,)) for n, x in c.items())]
 
 
 def label(setting: dict[str, object]) -> str:

@@ -422,7 +422,6 @@ constexpr int ws_stages() {
 // 3-stage ring still fits beside them, else one where that buys the third stage (128x128 at D = 128), else two.
 template <int D, int BM, int BN>
 constexpr int ws_persistent_qbuf() {
-  if (ws_smem<D, BM, BN, 2, 2>() > 227 * 1024) return 1;  // 128x176 at D = 128: one Q buffer, two stages
   return ws_stages<D, BM, BN, 2>() == 3 || ws_stages<D, BM, BN, 1>() == 2 ? 2 : 1;
 }
 
@@ -443,10 +442,7 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
                               const __grid_constant__ CUtensorMap tmV, T* __restrict__ O, float* __restrict__ LSE,
                               Dims dm, int batch_heads, float scale_log2, int causal,
                               int* __restrict__ next_tile) {
-  static_assert(BM % 64 == 0 && (BN == 64 || BN == 128 || (BN == 176 && BM == 128 && D == 128)) &&
-                    (D == 64 || D == 128),
-                "tile shape");
-  // 176-key tiles: not causal (a 64-row warpgroup's diagonal may then cross two tiles; see kMaskNever below)
+  static_assert(BM % 64 == 0 && (BN == 64 || BN == 128) && (D == 64 || D == 128), "tile shape");
   static_assert(STAGES >= 2 && (QBUF == 1 || (QBUF == 2 && PERSIST)), "K/V ring, Q buffers");
   constexpr int NWG = BM / 64;  // consumer warpgroups
   constexpr int KB = BN / 16, NS = BN / 2, NO = D / 2;
@@ -803,9 +799,7 @@ cudaError_t wgmma_forward_pipeline(const AttnArgs& a, cudaStream_t stream) {
 }
 
 // The tile table: tile code (option & 15) -> (query rows BM = 64 per warpgroup, keys per K/V tile BN).
-// Codes as flash_kernels/_ops.py names them: 0 = 128x128, 1 = 128x64, 2 = 192x128, 3 = 192x64, 4 = 128x176
-// (D = 128, warp-specialised pipelines; causal launches run 128x128, as FlashAttention-3 does: with 176-key
-// tiles a 64-row warpgroup's diagonal can cross two tiles, and the overlapped loop masks none).
+// Codes as flash_kernels/_ops.py names them: 0 = 128x128, 1 = 128x64, 2 = 192x128, 3 = 192x64.
 template <typename T, int D>
 cudaError_t wgmma_forward_tiles(const AttnArgs& a, cudaStream_t stream) {
   switch (a.option & 15) {
@@ -813,19 +807,6 @@ cudaError_t wgmma_forward_tiles(const AttnArgs& a, cudaStream_t stream) {
     case 1: return wgmma_forward_pipeline<T, D, 128, 64>(a, stream);
     case 2: return wgmma_forward_pipeline<T, D, 192, 128>(a, stream);
     case 3: return wgmma_forward_pipeline<T, D, 192, 64>(a, stream);
-    case 4:
-      if constexpr (D == 128) {
-        if (a.causal) return wgmma_forward_pipeline<T, D, 128, 128>(a, stream);
-        switch (a.option >> 4) {
-          case 2: return wgmma_ws_forward_launch<T, D, 128, 176, false>(a, stream);
-          case 3: return wgmma_ws_forward_launch<T, D, 128, 176, true>(a, stream);
-          case 4: return wgmma_ws_forward_launch<T, D, 128, 176, true, true>(a, stream);
-          case 5: return wgmma_ws_forward_launch<T, D, 128, 176, true, false, true>(a, stream);
-          case 6: return wgmma_ws_forward_launch<T, D, 128, 176, true, true, true>(a, stream);
-          default: return cudaErrorInvalidValue;  // cp.async and tma: 64- or 128-key tiles only
-        }
-      }
-      return cudaErrorInvalidValue;
     default: return cudaErrorInvalidValue;
   }
 }

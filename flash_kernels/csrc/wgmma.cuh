@@ -135,19 +135,6 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),     \
   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),     \
   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-// N = 176 (FlashAttention-3's key tile at D = 128, not causal): 88 accumulators
-#define FK_WG_ACC176 \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
-  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
-  "%80, %81, %82, %83, %84, %85, %86, %87}"
-#define FK_WG_OUT176(d) \
-  FK_WG_OUT128(d), \
-  "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
-  "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
-  "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
 
 // SS: d (+)= A(desc) * B(desc); scale_d = 0 overwrites d. Operands after the accumulators:
 // a-desc, b-desc, scale-d, trans-a, trans-b (numbered from R = N / 2).
@@ -177,10 +164,9 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
 #define FK_DEFINE_WGMMA(CT, AB)                                                                                   \
   template <int N, int TA, int TB>                                                                                \
   __device__ __forceinline__ void wgmma_ss_impl(CT*, float (&d)[N / 2], uint64_t da, uint64_t db, int scale_d) {  \
-    static_assert(N == 64 || N == 128 || N == 176, "wgmma_ss: N = 64, 128 or 176");                               \
+    static_assert(N == 64 || N == 128, "wgmma_ss: N = 64 or 128");                                                \
     if constexpr (N == 64) FK_WGMMA_SS(64, AB, "32", "33", "34", "35", "36");                                     \
-    else if constexpr (N == 128) FK_WGMMA_SS(128, AB, "64", "65", "66", "67", "68");                              \
-    else FK_WGMMA_SS(176, AB, "88", "89", "90", "91", "92");                                                      \
+    else FK_WGMMA_SS(128, AB, "64", "65", "66", "67", "68");                                                      \
   }                                                                                                               \
   template <int N, int TB>                                                                                        \
   __device__ __forceinline__ void wgmma_rs_impl(CT*, float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db,      \
