@@ -212,7 +212,8 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
     const float sl2 = scale_log2 * dq_dk;  // exp2 scale of the raw e4m3 dot products
     const int wg_row0 = q0 + c * 64;
     const int row0 = wg_row0 + warp * 16 + (lane >> 2);
-    const int n_wg = causal ? min(n_kv, (wg_row0 + 64 + BN - 1) / BN) : n_kv;
+    // rows all past Nq (the last block of a ragged Nq): no tile to compute (flash_wgmma_fwd.cu)
+    const int n_wg = wg_row0 >= Nq ? 0 : causal ? min(n_kv, (wg_row0 + 64 + BN - 1) / BN) : n_kv;
     const uint64_t dQ = desc_rows<D>(sQ + c * 64 * D);
     const uint64_t dK = desc_rows<D>(sK);
     const uint64_t dV = desc_kmajor(sV);
@@ -247,15 +248,8 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
     // K/V tiles last to first, as the producer loads them (flash_wgmma_fwd.cu's warp-specialised kernel): the
     // causal tiles after this warpgroup's rows first, released unread in the ring's order; then tile n_wg - 1,
     // the only one that can reach past Nk or the diagonal, masked if it needs it; the rest without a mask.
-    for (int t = n_kv - 1; t >= n_wg; --t) {
-      mbar_wait(full_k + 8 * st, ph);
-      turn_wait();
-      turn_pass();
-      release(empty_k + 8 * st);
-      mbar_wait(full_v + 8 * st, ph);
-      release(empty_v + 8 * st);
-      advance();
-    }
+    release_kv_unread(n_kv - n_wg, full_k, full_v, empty_k, empty_v, st, ph, turn_wait, turn_pass, release, advance);
+    if (n_wg == 0) return;  // warpgroup-uniform; no block-wide barrier follows
     uint32_t pf[KB][4];
     {
       float s[NS];

@@ -604,8 +604,10 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
       tile_of(i, bh, q0, n_kv);
       const int wg_row0 = q0 + c * 64;
       const int row0 = wg_row0 + warp * 16 + (lane >> 2);
-      // causal: tiles from n_wg on start after this warpgroup's last row and contribute nothing
-      const int n_wg = causal ? min(n_kv, (wg_row0 + 64 + BN - 1) / BN) : n_kv;
+      // causal: tiles from n_wg on start after this warpgroup's last row and contribute nothing; a warpgroup
+      // whose rows all lie past Nq (the last query block of a ragged Nq: at N = 4096 the 22nd 192-row block holds
+      // 64 rows) computes none (n_wg = 0) and only keeps the ring's phases and the turns in step
+      const int n_wg = wg_row0 >= Nq ? 0 : causal ? min(n_kv, (wg_row0 + 64 + BN - 1) / BN) : n_kv;
       const uint64_t dQ = desc_kmajor(sQ + qb * TQ + c * 64 * 128);
 
       float o[NO];
@@ -620,15 +622,7 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
       // past Nk or the diagonal (n_wg - 1 = floor((last row) / BN) and rows start at multiples of 64, so every
       // key of an earlier tile is at most the warpgroup's first row), masked if it needs it; then the rest
       // without a mask.
-      for (int t = n_kv - 1; t >= n_wg; --t) {
-        mbar_wait(full_k + 8 * st, ph);
-        turn_wait();
-        turn_pass();
-        release(empty_k + 8 * st);
-        mbar_wait(full_v + 8 * st, ph);
-        release(empty_v + 8 * st);
-        advance();
-      }
+      release_kv_unread(n_kv - n_wg, full_k, full_v, empty_k, empty_v, st, ph, turn_wait, turn_pass, release, advance);
       if constexpr (!OVERLAP) {
         for (int t = n_wg - 1; t >= 0; --t) {
           uint32_t pf[KB][4];
@@ -646,8 +640,8 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
           release(empty_v + 8 * st);
           advance();
         }
-      } else {
-        // P_{t+1} (in pf) waits for V_{t+1} in stage vst while S_t is computed; n_wg >= 1
+      } else if (n_wg > 0) {
+        // P_{t+1} (in pf) waits for V_{t+1} in stage vst while S_t is computed
         uint32_t pf[KB][4];
         {
           float s[NS];
@@ -698,7 +692,7 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
         fence_regs(o);
         release(empty_v + 8 * vst);
       }
-      store_rows<T, D, BM>(o, m, l, smem + qb * TQ, c * 64, 1 + c, wg_row0, Nq, bh, O, LSE, scale_log2);
+      store_rows<T, D, BM>(o, m, l, smem + qb * TQ, c * 64, 1 + c, wg_row0, Nq, bh, O, LSE, scale_log2);  // writes no row past Nq
       // the Q buffer goes back to the producer: this thread's generic reads and writes of it are
       // ordered before the copy engine's next writes (proxy fence), then one arrival per thread
       fence_proxy_async();

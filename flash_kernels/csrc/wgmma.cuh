@@ -302,6 +302,26 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   } while (!done);
 }
 
+// A consumer warpgroup's pass over `n` K/V tiles of the ring that it does not compute (causal tiles after its
+// rows; every tile when its rows lie past the last query): each stage waited for until filled, so that no
+// warpgroup arrives twice on one phase, then released, with its ping-pong turn (if any) taken and passed on so
+// that the rotation never waits for it. st / ph: the ring's stage and phase parity, moved on by advance().
+template <class TurnWait, class TurnPass, class Release, class Advance>
+__device__ __forceinline__ void release_kv_unread(int n, uint32_t full_k, uint32_t full_v, uint32_t empty_k,
+                                                  uint32_t empty_v, const int& st, const uint32_t& ph,
+                                                  TurnWait turn_wait, TurnPass turn_pass, Release release,
+                                                  Advance advance) {
+  for (int t = 0; t < n; ++t) {
+    mbar_wait(full_k + 8 * st, ph);
+    turn_wait();
+    turn_pass();
+    release(empty_k + 8 * st);
+    mbar_wait(full_v + 8 * st, ph);
+    release(empty_v + 8 * st);
+    advance();
+  }
+}
+
 // ------------------------------------------------------------------------------ TMA (copy engine)
 
 // Global -> shared copy of one box of a 3-D tensor map (coordinates innermost first), completing
