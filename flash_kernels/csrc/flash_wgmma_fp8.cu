@@ -69,6 +69,11 @@
 // fp16 forward (0.676 vs 0.826 ms; was 0.97x), the tensor pipe busy 43 % of active cycles (was 36 %), 1.07x its
 // instructions per scheduler (was 1.28x), still 2.2 warps per scheduler against 3.3. compute-sanitizer (memcheck,
 // racecheck) clean on it with ping-pong at 8065551 (H200, profiles/_logs/nvidia-h200/sanitizer_8065551_flash_wgmma.log).
+// Since cb973de a consumer warpgroup whose rows all lie past Nq returns after releasing the ring (flash_wgmma_fwd.cu,
+// step 6; only a ragged Nq has such a block here) and the release loop is wgmma.cuh's release_kv_unread: GPU suite
+// and sanitizer clean on the H100 there (profiles/_logs/nvidia-h100-80gb-hbm3/{gpu_tests,sanitizer}_cb973de*.log);
+// fp8_bench at D = 128 in that call 611 / 720 / 779 / 830 / 853 TFLOP/s at N = 1k .. 16k full, within 3.5 % of the
+// table above (fp8_bench_cb973de.log).
 #include "wgmma_softmax.cuh"
 
 namespace fk {

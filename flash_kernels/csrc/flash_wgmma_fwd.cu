@@ -165,6 +165,25 @@
 //   --b sdpa_cudnn --case causal=0`): 1.01x cuDNN's time (0.826 vs 0.821 ms), tensor pipe 78 % vs 76 % of
 //   active cycles, 0.91x its instructions, but 2.39 cycles per instruction stalled on barriers (the turns of
 //   three consumers) against 1.37 and Stall Wait 1.57 against 0.89. The 1.05x target at D = 128 is not met.
+//
+// Step 6 (warp-specialised pipelines and flash_wgmma_fp8.cu): a consumer warpgroup whose 64 rows all lie past Nq
+// computes nothing; it only releases the ring's stages and takes its ping-pong turns (n_wg = 0, release_kv_unread
+// in wgmma.cuh). With 192-row tiles every convention length is ragged (1024, 4096 and 16384 leave a last block of
+// 64 rows, 8192 one of 128), and that block's idle warpgroups had run a whole block's products for rows that are
+// never written: 2 of 66 warpgroup tiles per head at N = 4096. Measured (H100 80GB HBM3, torch 2.11.0+cu130, fp16,
+// D = 128, 192x128 tma-ws-persistent-pingpong, B*N = 16k, H = 16, L2 flushed, TFLOP/s; one device call, the
+// package before (c6c4ed1) and after (cb973de) run alternately twice, each with its own build; logs
+// profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_skip_past_nq_{old,new}.log), N = 1024 / 4096 / 16384:
+//   full    before 520 / 652 / 683 and 518 / 655 / 662   after 561 / 689 / 667 and 559 / 687 / 712   cuDNN 586-590 / 660-662 / 653-679
+//   causal  before 366 / 560 / 657 and 328 / 556 / 659   after 409 / 589 / 689 and 371 / 588 / 688   cuDNN 410-414 / 559-564 / 619-624
+// so +8 % (full) and +12 % (causal) at N = 1024, +5 % at N = 4096, +5 % causal at N = 16384 (full: within the two
+// runs' spread). The bench capture at cb973de (profiles/nvidia-h100-80gb-hbm3/bench, convention suite, N >= 4096,
+// same run as cuDNN): 1.04-1.11x cuDNN at D = 128 (9 of 12 cells >= 1.05; N = 4096 full 1.04) where the 76739b0
+// capture of the same morning, on the same GPU model, had 0.98-1.05x (none >= 1.05).
+// Tried and not kept (76739b0, reverted in c6c4ed1): FlashAttention-3's 128x176 tile for non-causal D = 128 (two
+// consumers, one Q buffer, two stages; causal calls on 128x128): below the 192x128 default in one H100 run at every
+// pipeline (fp16, N = 4096 / 8192 / 16384: overlap 607 / 619 / 631, ping-pong 625 / 644 / 646, persistent
+// ping-pong 639 / 654 / 556 against 644 / 669 / 678; log wgmma_smoke_128x176_76739b0.log).
 #include "wgmma.cuh"
 #include "wgmma_softmax.cuh"
 
