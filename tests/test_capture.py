@@ -154,6 +154,7 @@ FAKE_NCU = """#!/bin/sh
 if [ "$1" = "--version" ]; then echo "Version 2025.3.1 (fake)"; exit 0; fi
 if [ "$1" = "--import" ]; then echo '"ID","Kernel Name"'; echo '"",""'; exit 0; fi
 if [ -n "$FAKE_NCU_FAIL" ]; then echo "==ERROR== ERR_NVGPUCTRPERM - no permission"; exit 1; fi
+if [ -n "$FAKE_NCU_HANG" ]; then echo "==PROF== Connected to process (fake, hanging)"; exec sleep 120; fi
 while [ "$1" != "--export" ]; do shift; done
 out="$2"
 while [ "$1" != "--force-overwrite" ]; do shift; done
@@ -223,6 +224,37 @@ def test_capture_is_atomic_idempotent_and_keeps_the_previous_on_failure(tmp_path
     assert man["ncu"]["replay_mode"] == "application" and argv[argv.index("--replay-mode") + 1] == "application"
     assert argv[argv.index("--warmup-only") + 1] == "needed"  # application replay: warm-ups would run patched
     assert man["ceilings_measured_by"] == "this capture"
+
+
+def test_sigterm_ends_a_capture_as_ctrl_c_does(tmp_path):
+    """`timeout`'s default signal (or a scheduler's kill) in the middle of a tool: the tool is stopped, the partial
+    folder kept aside as .failed-<name>-<time> saying why, no .tmp-* left, a non-zero exit."""
+    import subprocess
+    import time
+
+    py, ncu, _ = _tools(tmp_path)
+    profiles = tmp_path / "profiles"
+    script = ("import sys\nfrom nsightlab.run import capture as C\nC.sigterm_as_interrupt()\n"
+              f"try:\n    C.capture('blocksize', {str(profiles)!r}, ncu={str(ncu)!r}, python={str(py)!r}, "
+              "only='flash_simt:forward:.*N=1024,D=64,')\nexcept KeyboardInterrupt:\n    sys.exit(130)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env={**os.environ, "FAKE_NCU_HANG": "1", "PYTHONPATH": str(ROOT),
+                                            "PYTHONUNBUFFERED": "1"})
+    seen = []
+    assert proc.stdout is not None
+    for line in proc.stdout:  # until the capture echoes the (fake) profiler's first line: ncu is running
+        seen.append(line)
+        if "hanging" in line:
+            break
+    assert proc.poll() is None, "".join(seen)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out = "".join(seen) + proc.communicate(timeout=60)[0]
+    assert proc.returncode == 130 and time.monotonic() - t0 < 30, out
+    assert "interrupted (terminated by signal" in out and "partial output and logs are in" in out, out
+    assert not list(profiles.glob(".tmp-*"))
+    (failed,) = profiles.glob(".failed-blocksize-*")
+    assert "SIGTERM" in (failed / "FAILED.txt").read_text() and (failed / "ncu.log").exists()
 
 
 def test_a_later_sweep_of_the_same_command_reuses_the_ceilings(tmp_path):

@@ -15,7 +15,7 @@ Each sweep lands in ``<profiles>/<gpu>/<name>/`` with ``manifest.json``: the GPU
 the sweep itself (so the capture re-runs exactly), every case with its range name, status and work
 model, the exact command lines, files with sizes and SHA-256, timings and measured ceilings. It is
 written into a temporary folder beside it and moved into place only when complete: a failed or
-interrupted capture leaves the previous one as it was, keeps its partial output in
+interrupted (Ctrl-C, SIGTERM) capture leaves the previous one as it was, keeps its partial output in
 ``<profiles>/.failed-<name>-<time>/`` and says what failed and which cases had finished.
 
 Two Nsight Compute tiers: the light tier profiles every case with the few metrics the roofline, FLOP
@@ -449,7 +449,8 @@ def _keep_failed(exc: BaseException, plan: Plan, tmp: Path, profiles: Path, stam
         fh.write(f"{type(exc).__name__}: {exc}\n")
         fh.write(f"cases finished ({len(done)} of {len(plan.runnable)}):\n" + "".join(f"  {s:10s} {r}\n" for r, s in done.items()))
     os.replace(tmp, failed)
-    what = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"failed: {exc}"
+    what = (f"interrupted{f' ({exc})' if str(exc) else ''}" if isinstance(exc, KeyboardInterrupt)
+            else f"failed: {exc}")
     return (f"capture of {plan.name!r} {what}. {len(done)} of {len(plan.runnable)} case(s) had finished (listed in "
             f"{failed}/FAILED.txt). The previous capture (if any) is untouched; partial output and logs are in {failed}")
 
@@ -704,6 +705,18 @@ def _capture_all(sweeps: Sequence[Sweep], a: argparse.Namespace) -> int:
     return status
 
 
+def sigterm_as_interrupt() -> None:
+    """Make SIGTERM end a capture as Ctrl-C does: the running tool is stopped and the partial folder is kept aside
+    as ``.failed-<name>-<time>/`` with its FAILED.txt, rather than left behind as ``.tmp-*`` (``timeout``'s default
+    signal, a job scheduler's kill, a notebook stopping its capture subprocess). Main thread only."""
+    import signal
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"terminated by signal {signum} (SIGTERM)")
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def main(argv: list[str] | None = None, prog: str = "nsightlab capture") -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     problem, error = _problem_of_flags(argv)
@@ -716,6 +729,7 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab capture") -> int:
     import signal
 
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `--list | head` ends quietly
+    sigterm_as_interrupt()
     if a.list_suites:
         for name, path in named_sweeps().items():
             print(f"{name:16s} {path}")
