@@ -10,6 +10,7 @@ flash_mma and SDPA flash (FlashAttention-2). Run from the repository root with t
     python scripts/wgmma_smoke.py --passes forward --tiles 128x128 --head-dims 128 --time-n 4096,16384
     python scripts/wgmma_smoke.py --passes backward --bwd-tiles 64x128
     python scripts/wgmma_smoke.py --passes backward --bwd-pipelines cp.async,tma-ws --time-n 16384
+    python scripts/wgmma_smoke.py --passes backward --no-check --time-dtypes float16,bfloat16  # timings only
 
 Correctness: inputs from flash_kernels.testing.random_attention_inputs (normal + 0.5, so relative errors
 mean something), outputs poisoned with NaN before each call, errors by flash_kernels.testing.error_metrics
@@ -208,14 +209,15 @@ def median_ms(impl: str, cfg: Config, inputs: bench.Inputs, pass_: str, options:
 
 
 def timing(pass_: str, chosen: dict[str, list[str]], tally: Tally, shapes: list[tuple[int, int, int]],
-           head_dims: tuple[int, ...] = (64, 128)) -> None:
-    """Each setting, flash_mma, SDPA flash and cuDNN at ``shapes`` (of TIME_SHAPES; fp16), each setting first
-    checked on one head of the same inputs."""
-    print(f"\n== {pass_} timing, fp16 (TFLOP/s; median of up to 20, L2 flushed; x/cudnn: SDPA cuDNN's time over it) ==")
+           head_dims: tuple[int, ...] = (64, 128), dtypes: tuple[str, ...] = ("float16",)) -> None:
+    """Each setting, flash_mma, SDPA flash and cuDNN at ``shapes`` (of TIME_SHAPES) in ``dtypes``, each setting
+    first checked on one head of the same inputs."""
+    print(f"\n== {pass_} timing, {', '.join(dtypes)} (TFLOP/s; median of up to 20, L2 flushed; x/cudnn: SDPA cuDNN's "
+          "time over it) ==")
     flush = bench.L2Flusher()
-    for D, causal, (B, H, N) in itertools.product(head_dims, (False, True), shapes):
+    for dtype, D, causal, (B, H, N) in itertools.product(dtypes, head_dims, (False, True), shapes):
         cfg = Config(f"B{B}-H{H}-N{N}-D{D}", B, H, N, D, causal)
-        inputs = random_attention_inputs(B, H, N, D, torch.float16, seed=N + D)
+        inputs = random_attention_inputs(B, H, N, D, DTYPES[dtype], seed=N + D)
         one_head = tuple(t[:1, :1] for t in inputs)
         ms = {}
         for setting in settings(chosen, D):
@@ -228,7 +230,7 @@ def timing(pass_: str, chosen: dict[str, list[str]], tally: Tally, shapes: list[
         flop = model.flops(B, H, N, D, causal=causal, pass_=pass_)
         cols = "  ".join(f"{n} {model.tflops(flop, t):6.1f}" for n, t in ms.items())
         ratios = "  ".join(f"{n}/cudnn {ms['sdpa_cudnn'] / t:4.2f}" for n, t in ms.items() if n != "sdpa_cudnn")
-        print(f"  D={D:<3d} {'causal' if causal else 'full  '} B={B:<2d} H={H} N={N:<5d} {cols}  {ratios}")
+        print(f"  {dtype:8s} D={D:<3d} {'causal' if causal else 'full  '} B={B:<2d} H={H} N={N:<5d} {cols}  {ratios}")
 
 
 def chosen_options(p: argparse.ArgumentParser, a: argparse.Namespace, pass_: str) -> dict[str, list[str]]:
@@ -253,11 +255,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bwd-tiles", default="all", help="backward: comma-separated wg_bwd_tile values, or all")
     p.add_argument("--bwd-pipelines", default="all", help="backward: comma-separated bwd_pipeline values, or all")
     p.add_argument("--no-time", action="store_true", help="correctness only")
+    p.add_argument("--no-check", action="store_true",
+                   help="timings only (each timed setting is still checked on one head of the timed inputs)")
     p.add_argument("--time-n", default="4096,8192,16384",
                    help=f"sequence lengths to time, comma-separated, of {', '.join(str(n) for *_, n in TIME_SHAPES)} "
                         "(B x N = 16k)")
     p.add_argument("--head-dims", default="64,128", help="head dims to time, comma-separated, of 64, 128")
+    p.add_argument("--time-dtypes", default="float16", help=f"dtypes to time, comma-separated, of {', '.join(DTYPES)}")
     a = p.parse_args(argv)
+    dtypes = tuple(x for x in a.time_dtypes.split(",") if x)
+    if not dtypes or any(x not in DTYPES for x in dtypes):
+        p.error(f"--time-dtypes takes comma-separated values of {', '.join(DTYPES)}; got {a.time_dtypes!r}")
     try:
         head_dims = tuple(int(x) for x in a.head_dims.split(","))
     except ValueError:
@@ -273,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     if not passes or any(x not in OUTPUTS for x in passes):
         p.error(f"--passes takes forward, backward or forward,backward; got {a.passes!r}")
     chosen = {pass_: chosen_options(p, a, pass_) for pass_ in passes}
+    if a.no_time and a.no_check:
+        p.error("--no-time and --no-check together leave nothing to run")
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU (torch.cuda.is_available() is False)")
     cap = torch.cuda.get_device_capability()
@@ -283,9 +293,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     tally = Tally()
     for pass_ in passes:
-        correctness(pass_, chosen[pass_], tally)
+        if not a.no_check:
+            correctness(pass_, chosen[pass_], tally)
         if not a.no_time:
-            timing(pass_, chosen[pass_], tally, shapes, head_dims)
+            timing(pass_, chosen[pass_], tally, shapes, head_dims, dtypes)
     print(f"\n{'PASS' if tally.failures == 0 else 'FAIL'}: {VARIANT} {' and '.join(passes)}, "
           f"{tally.failures} failing checks")
     return 0 if tally.failures == 0 else 1

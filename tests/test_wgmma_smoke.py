@@ -50,7 +50,10 @@ def test_usage_errors_say_what_is_accepted(capsys):
                                                    "got '4096,5000'"),
                        (["--time-n", "big"], "--time-n takes comma-separated values of"),
                        (["--head-dims", "96"], "--head-dims takes comma-separated values of 64, 128; got '96'"),
-                       (["--head-dims", "128,x"], "--head-dims takes comma-separated values of 64, 128; got '128,x'")):
+                       (["--head-dims", "128,x"], "--head-dims takes comma-separated values of 64, 128; got '128,x'"),
+                       (["--time-dtypes", "float16,fp8"], "--time-dtypes takes comma-separated values of float16, "
+                                                          "bfloat16; got 'float16,fp8'"),
+                       (["--no-time", "--no-check"], "--no-time and --no-check together leave nothing to run")):
         with pytest.raises(SystemExit) as exc:
             smoke.main(argv)
         assert exc.value.code == 2 and said in capsys.readouterr().err

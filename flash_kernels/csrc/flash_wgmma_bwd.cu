@@ -80,6 +80,19 @@
 // 0.96x against 0.90 / 0.96 / 0.97x (D = 64: 0.95 / 1.00 / 0.97 against 1.03 / 1.01 / 1.00); without causal
 // both equal tma-ws within 1-2%, as they should. Logs: profiles/_logs/nvidia-h100-80gb-hbm3/
 // wgmma_smoke_bwd_longest_first_{kb_major,chunked}_not_kept.log.
+//
+// Staggered query sweep, tried and not kept. Without causal, every key block of a head sweeps the query blocks
+// from the first, so the blocks in flight (up to 132 of one head at N = 16384) add their dQ pieces into the same
+// query block's accumulator at once. A pipeline "tma-ws-staggered" started each key block at the query block
+// on its diagonal and wrapped round (the code: wgmma_bwd_staggered_not_kept.diff beside the log). Measured in
+// one run against tma-ws (H100 80GB HBM3, torch 2.11.0+cu130, scripts/wgmma_smoke.py --passes backward
+// --bwd-pipelines tma-ws,tma-ws-staggered --no-check --time-dtypes float16,bfloat16; log profiles/_logs/
+// nvidia-h100-80gb-hbm3/wgmma_smoke_bwd_staggered_not_kept.log), TFLOP/s at N = 4096 / 8192 / 16384, full:
+// D = 128 fp16 507 / 513 / 516 against staggered 476 / 498 / 506, bf16 516 / 508 / 526 against 484 / 509 / 522;
+// D = 64 (128x128) level or lower (fp16 422 / 438 / 447 against 411 / 434 / 436); causal (unchanged but for
+// the code) within 1-3 %. The same-address adds cost less than the spread-out sweep loses (Q, dO of a query
+// block no longer read by many blocks at once): not kept. In that run fp16 and bf16 ran N = 16384 alike (516 /
+// 526 TFLOP/s, 0.87 / 0.86x cuDNN), where the cb973de bench had fp16 at 0.82x and bf16 at 0.94x.
 #include <climits>
 
 #include "wgmma.cuh"
