@@ -178,6 +178,14 @@ VARIANTS: dict[str, Variant] = {
                     "tma-ws-persistent-pingpong = both",
                     default={64: "tma", 128: "tma-ws-persistent-pingpong"},
                 ),
+                "tail": Option(
+                    "tail", ("none", "auto"),
+                    "the persistent pipelines' last work tiles, not causal (other pipelines and causal calls "
+                    "ignore it): none = every tile the tile's query rows; auto = the host list-schedules the "
+                    "tiles over the SMs and cuts the last query blocks of each head into tiles of 64 rows fewer, "
+                    "handed out after every whole one, where that shortens the schedule (step 7)",
+                    default={64: "none", 128: "auto"},
+                ),
                 "wg_bwd_tile": Option(
                     "wg_bwd_tile", ("64x128", "128x128"),
                     "backward tile: query rows per step x keys per block (two warpgroups of 64 keys)",

@@ -54,7 +54,7 @@ TIME_SHAPES = [(16, 16, 1024), (4, 16, 4096), (2, 16, 8192), (1, 16, 16384)]
 #: the bench's GPU-side wait ahead of each timed repeat (host overhead not timed)
 HOLD = bench.GpuHold()
 #: the options each pass sweeps, by command-line flag
-SWEPT = {"forward": {"tiles": "wg_tile", "pipelines": "pipeline"}, "backward": {"bwd_tiles": "wg_bwd_tile", "bwd_pipelines": "bwd_pipeline"}}
+SWEPT = {"forward": {"tiles": "wg_tile", "pipelines": "pipeline", "tails": "tail"}, "backward": {"bwd_tiles": "wg_bwd_tile", "bwd_pipelines": "bwd_pipeline"}}
 #: what to look at when an output is wrong; the first wrong output in this order names the place
 HINTS = {
     "LSE": "LSE wrong: S = Q K^T (the Q/K descriptors) or the softmax / masking",
@@ -252,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--passes", default="forward,backward", help="forward, backward or both, comma-separated")
     p.add_argument("--tiles", default="all", help="forward: comma-separated wg_tile values, or all")
     p.add_argument("--pipelines", default="all", help="forward: comma-separated pipeline values, or all")
+    p.add_argument("--tails", default="all", help="forward: comma-separated tail values, or all")
     p.add_argument("--bwd-tiles", default="all", help="backward: comma-separated wg_bwd_tile values, or all")
     p.add_argument("--bwd-pipelines", default="all", help="backward: comma-separated bwd_pipeline values, or all")
     p.add_argument("--no-time", action="store_true", help="correctness only")

@@ -54,17 +54,18 @@ def test_flash_wgmma_is_a_hopper_variant():
     assert v.passes == ("forward", "backward") and v.arch == "sm_90a" and v.dtypes == ("float16", "bfloat16")
     assert v.grouped_query and v.cross and v.causal and v.head_dims == (64, 128)
     assert v.resolve_options({}, 128) == {"wg_tile": "192x128", "pipeline": "tma-ws-persistent-pingpong",
-                                          "wg_bwd_tile": "64x128", "bwd_pipeline": "tma-ws", "group_split": "auto"}
-    assert v.resolve_options({}, 64) == {"wg_tile": "128x128", "pipeline": "tma", "wg_bwd_tile": "128x128",
-                                         "bwd_pipeline": "tma-ws", "group_split": "auto"}
+                                          "tail": "auto", "wg_bwd_tile": "64x128", "bwd_pipeline": "tma-ws",
+                                          "group_split": "auto"}
+    assert v.resolve_options({}, 64) == {"wg_tile": "128x128", "pipeline": "tma", "tail": "none",
+                                         "wg_bwd_tile": "128x128", "bwd_pipeline": "tma-ws", "group_split": "auto"}
     with pytest.raises(ValueError, match="wg_bwd_tile='128x128' supports head dim"):
         v.resolve_options({"wg_bwd_tile": "128x128"}, 128)
     with pytest.raises(ValueError, match="wg_tile='64x64' is not supported; accepted: '128x128'"):
         v.resolve_options({"wg_tile": "64x64"}, 64)
     with pytest.raises(ValueError, match="pipeline='tcgen05' is not supported; accepted: 'cp.async', 'tma'"):
         v.resolve_options({"pipeline": "tcgen05"}, 64)
-    with pytest.raises(ValueError, match="unknown option.*tile; accepted: bwd_pipeline, group_split, pipeline, wg_bwd_tile, "
-                                         "wg_tile"):
+    with pytest.raises(ValueError, match="unknown option.*tile; accepted: bwd_pipeline, group_split, pipeline, tail, "
+                                         "wg_bwd_tile, wg_tile"):
         v.resolve_options({"tile": "128x64"}, 64)
     assert {r["variant"]: r["arch"] for r in fk.describe()}["flash_wgmma"] == "sm_90a"
 

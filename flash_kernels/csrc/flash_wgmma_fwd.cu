@@ -460,7 +460,7 @@ __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                               const __grid_constant__ CUtensorMap tmV, T* __restrict__ O, float* __restrict__ LSE,
                               Dims dm, int batch_heads, float scale_log2, int causal,
-                              int* __restrict__ next_tile) {
+                              int* __restrict__ next_tile, int main_qb) {
   static_assert(BM % 64 == 0 && (BN == 64 || BN == 128) && (D == 64 || D == 128), "tile shape");
   static_assert(STAGES >= 2 && (QBUF == 1 || (QBUF == 2 && PERSIST)), "K/V ring, Q buffers");
   constexpr int NWG = BM / 64;  // consumer warpgroups
@@ -492,11 +492,27 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
   // scheduler would: whichever SM is free takes the next tile. A fixed deal of tiles b, b + gridDim.x, ...
   // left 14 % of the SMs' cycles idle at the end (H100, D = 128, N = 4096), and dealing causal tiles
   // heaviest-first over all heads balanced them at 5.6x the DRAM traffic.
-  const int n_qb = (Nq + BM - 1) / BM, n_tiles = n_qb * batch_heads;
-  auto tile_of = [&](int i, int& bh, int& q0, int& n_kv) {
-    bh = i / n_qb;
-    const int j = i - bh * n_qb;
-    q0 = (causal ? n_qb - 1 - j : j) * BM;
+  // Tail tiles (PERSIST, not causal; main_qb < n_qb, chosen by the host): each head's first main_qb query
+  // blocks are BM-row tiles as above; the rows after them are cut into tiles of BM - 64 rows (one consumer
+  // warpgroup idle), all heads' handed out after every BM-row tile, so that the last work the SMs take is
+  // short and they finish closer together (flash_kernels/_ops.py: _wg_tail_plan). The tail visits the heads
+  // last to first: the last heads' K/V are the likeliest still in L2.
+  constexpr int TB = BM - 64;
+  const int n_qb = (Nq + BM - 1) / BM;
+  const int n_tail = main_qb < n_qb ? (Nq - main_qb * BM + TB - 1) / TB : 0;
+  const int n_main = main_qb * batch_heads, n_tiles = n_main + n_tail * batch_heads;
+  auto tile_of = [&](int i, int& bh, int& q0, int& n_kv, int& q_end) {
+    if (i < n_main) {
+      bh = i / main_qb;
+      const int j = i - bh * main_qb;
+      q0 = (causal ? n_qb - 1 - j : j) * BM;
+      q_end = q0 + BM;
+    } else {
+      const int k = i - n_main, r = k / n_tail;
+      bh = batch_heads - 1 - r;
+      q0 = main_qb * BM + (k - r * n_tail) * TB;
+      q_end = q0 + TB;
+    }
     const int kv_len = causal ? min(Nk, q0 + BM) : Nk;
     n_kv = (kv_len + BN - 1) / BN;
   };
@@ -541,8 +557,8 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
           }
           break;
         }
-        int bh, q0, n_kv;
-        tile_of(i, bh, q0, n_kv);
+        int bh, q0, n_kv, q_end;
+        tile_of(i, bh, q0, n_kv, q_end);
         const int kvh = int(dm.kv_head(bh));
         auto load_q = [&] {
           wait_q_free();
@@ -619,14 +635,15 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
       } else if (it > 0) {
         break;
       }
-      int bh, q0, n_kv;
-      tile_of(i, bh, q0, n_kv);
+      int bh, q0, n_kv, q_end;
+      tile_of(i, bh, q0, n_kv, q_end);
       const int wg_row0 = q0 + c * 64;
       const int row0 = wg_row0 + warp * 16 + (lane >> 2);
       // causal: tiles from n_wg on start after this warpgroup's last row and contribute nothing; a warpgroup
       // whose rows all lie past Nq (the last query block of a ragged Nq: at N = 4096 the 22nd 192-row block holds
-      // 64 rows) computes none (n_wg = 0) and only keeps the ring's phases and the turns in step
-      const int n_wg = wg_row0 >= Nq ? 0 : causal ? min(n_kv, (wg_row0 + 64 + BN - 1) / BN) : n_kv;
+      // 64 rows) or past its tile's (a tail tile's last 64) computes none (n_wg = 0) and only keeps the ring's
+      // phases and the turns in step
+      const int n_wg = wg_row0 >= Nq || wg_row0 >= q_end ? 0 : causal ? min(n_kv, (wg_row0 + 64 + BN - 1) / BN) : n_kv;
       const uint64_t dQ = desc_kmajor(sQ + qb * TQ + c * 64 * 128);
 
       float o[NO];
@@ -711,7 +728,8 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
         fence_regs(o);
         release(empty_v + 8 * vst);
       }
-      store_rows<T, D, BM>(o, m, l, smem + qb * TQ, c * 64, 1 + c, wg_row0, Nq, bh, O, LSE, scale_log2);  // writes no row past Nq
+      // writes no row past Nq or the tile's rows
+      store_rows<T, D, BM>(o, m, l, smem + qb * TQ, c * 64, 1 + c, wg_row0, Nq, bh, O, LSE, scale_log2, q_end);
       // the Q buffer goes back to the producer: this thread's generic reads and writes of it are
       // ordered before the copy engine's next writes (proxy fence), then one arrival per thread
       fence_proxy_async();
@@ -777,7 +795,11 @@ cudaError_t wgmma_ws_forward_launch(const AttnArgs& a, cudaStream_t stream) {
   cudaError_t err = make_qkv_maps<T, D, BM, BN>(a, maps);
   if (err == cudaSuccess) err = allow_smem(kernel, smem);
   if (err != cudaSuccess) return err;
-  const long tiles = long(cdiv(a.Nq, BM)) * a.B * a.H;
+  // main_qb: option bits 8.. less one where the host planned tail tiles (persistent, not causal), else every
+  // query block is a BM-row tile
+  const int n_qb = cdiv(a.Nq, BM);
+  const int main_qb = PERSISTENT && !a.causal && (a.option >> 8) > 0 ? std::min((a.option >> 8) - 1, n_qb) : n_qb;
+  const long tiles = (main_qb + (main_qb < n_qb ? cdiv(a.Nq - main_qb * BM, BM - 64) : 0)) * long(a.B) * a.H;
   long blocks = tiles;
   if constexpr (PERSISTENT) {
     int device = 0, sms = 0;
@@ -790,16 +812,16 @@ cudaError_t wgmma_ws_forward_launch(const AttnArgs& a, cudaStream_t stream) {
   if (tiles > INT32_MAX) return cudaErrorInvalidValue;
   kernel<<<unsigned(blocks), (BM / 64 + 1) * 128, smem, stream>>>(
       maps[0], maps[1], maps[2], static_cast<T*>(a.o), a.lse, dims_of(a), a.B * a.H, a.scale * kLog2e, a.causal,
-      reinterpret_cast<int*>(a.ws[0]));
+      reinterpret_cast<int*>(a.ws[0]), main_qb);
   return cudaGetLastError();
 }
 
-// Pipeline codes (option >> 4) as flash_kernels/_ops.py names them: 0 = cp.async, 1 = tma,
+// Pipeline codes (option bits 4..7) as flash_kernels/_ops.py names them: 0 = cp.async, 1 = tma,
 // 2 = tma-ws, 3 = tma-ws-overlap, 4 = tma-ws-pingpong, 5 = tma-ws-persistent,
-// 6 = tma-ws-persistent-pingpong.
+// 6 = tma-ws-persistent-pingpong. Bits 8..: the persistent pipelines' main query blocks per head + 1 (0: all).
 template <typename T, int D, int BM, int BN>
 cudaError_t wgmma_forward_pipeline(const AttnArgs& a, cudaStream_t stream) {
-  switch (a.option >> 4) {
+  switch ((a.option >> 4) & 15) {
     case 0: return wgmma_forward_launch<T, D, BM, BN>(a, stream);
     case 1: return wgmma_tma_forward_launch<T, D, BM, BN>(a, stream);
     case 2: return wgmma_ws_forward_launch<T, D, BM, BN, false>(a, stream);

@@ -341,6 +341,42 @@ def test_flash_wgmma_tiles_on_ragged_gqa_and_cross_shapes(variant: str, pipeline
         assert lse_err <= tol["lse_abs"], f"{B, H, Hkv, Nq, Nk}: LSE max abs error {lse_err} > {tol['lse_abs']}"
 
 
+_PERSISTENT = [p for p in fk.VARIANTS["flash_wgmma"].options["pipeline"].choices if "persistent" in p]
+
+
+@pytest.mark.parametrize("pipeline", _PERSISTENT)
+@pytest.mark.parametrize("wg_tile", fk.VARIANTS["flash_wgmma"].options["wg_tile"].choices)
+@pytest.mark.parametrize("dtype", fk.VARIANTS["flash_wgmma"].dtypes)
+@pytest.mark.parametrize("D", fk.VARIANTS["flash_wgmma"].head_dims)
+def test_flash_wgmma_tail_tiles(monkeypatch, pipeline: str, wg_tile: str, dtype: str, D: int) -> None:
+    """tail="auto" with the plan forced (whatever this GPU's SM count would choose): every head's rows from
+    query block m on cut into tiles of 64 rows fewer, handed out after all whole blocks, for m = 0 (tail tiles
+    only), 1 and the last block; causal calls ignore the plan. Rows of a tail tile's idle warpgroup belong to
+    the next tile and must not be written by this one (outputs poisoned first)."""
+    from flash_kernels import _ops
+
+    tol = TOLERANCES[dtype]
+    rows = int(wg_tile.split("x")[0])
+    planned = []
+    for B, H, Hkv, Nq, Nk in WGMMA_SHAPES:
+        q, k, v, _ = random_attention_inputs(B, H, Nq, D, DTYPES[dtype], Hkv=Hkv, Nk=Nk, seed=Nq * 3 + Nk + D)
+        n_qb = -(-Nq // rows)
+        for m in sorted({0, 1, n_qb - 1} - {n_qb}):
+            monkeypatch.setattr(_ops, "_wg_tail_plan", lambda *args, m=m: m)
+            for causal in (False, True):
+                ref_o, ref_lse = reference_forward(q, k, v, causal=causal)
+                with poisoned_outputs():
+                    o, lse = fk.forward(q, k, v, variant="flash_wgmma", causal=causal, wg_tile=wg_tile,
+                                        pipeline=pipeline, tail="auto")
+                torch.cuda.synchronize()
+                where = f"{B, H, Hkv, Nq, Nk} main blocks {m} causal={causal}"
+                _assert_close(f"O {where}", o, ref_o, tol["out_rel_l2"], tol["out_max_rel"])
+                lse_err = (lse.double() - ref_lse).abs().max().item()
+                assert lse_err <= tol["lse_abs"], f"{where}: LSE max abs error {lse_err} > {tol['lse_abs']}"
+            planned.append(m)
+    assert 0 in planned and len(planned) > len(WGMMA_SHAPES)  # the forced plans ran, not the default
+
+
 @pytest.mark.parametrize("variant", ["flash_wgmma"])
 def test_flash_wgmma_custom_scale(variant: str) -> None:
     q, k, v, g = random_qkv(1, 2, 200, 128, torch.bfloat16, seed=9, n=4)
