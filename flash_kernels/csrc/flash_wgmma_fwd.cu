@@ -184,6 +184,31 @@
 // consumers, one Q buffer, two stages; causal calls on 128x128): below the 192x128 default in one H100 run at every
 // pipeline (fp16, N = 4096 / 8192 / 16384: overlap 607 / 619 / 631, ping-pong 625 / 644 / 646, persistent
 // ping-pong 639 / 654 / 556 against 644 / 669 / 678; log wgmma_smoke_128x176_76739b0.log).
+//
+// Step 7 (option tail, "auto" the default at D = 128; persistent pipelines, not causal): tail tiles. The persistent
+// blocks take tiles from the counter as they free, and at the convention sizes (B*N = 16k, H = 16) 1365 blocks of
+// 192 rows make 10.3 rounds on 132 SMs, run as 11: the last round leaves SMs idle (Nsight Compute had them active
+// 96 % of the elapsed cycles, 8b4f242). With tail "auto" the host (_ops._wg_tail_plan) list-schedules the tiles
+// over the SMs with a cost model (a tile with k of the 3 warpgroups busy costs (k + 1) / 4 of a whole one) and
+// picks how many of each head's query blocks stay whole; the rows after them become 128-row tiles (one warpgroup
+// idle: n_wg = 0, and store_rows writes no row past the tile's), every head's handed out after all whole blocks,
+// the heads last to first (the last heads' K/V are the likeliest still in L2). At N = 4096 / 8192 / 16384 it keeps
+// 20 / 41 / 82 of 22 / 43 / 86 blocks; at N = 1024 none (cost (k + 1/2) / 3.5 had moved the 64-row last blocks to
+// the end there, 4 % slower in two runs). Measured (H100 80GB HBM3, torch 2.11.0+cu130, fp16 and bf16, D = 128,
+// 192x128 tma-ws-persistent-pingpong, B*N = 16k, H = 16, L2 flushed, TFLOP/s, tail none against auto in the same
+// run; `SMOKE_ARGS="--passes forward --tiles 192x128 --pipelines tma-ws-persistent-pingpong --tails none,auto
+// --no-check --time-dtypes float16,bfloat16 --head-dims 128 --time-n 1024,4096,8192,16384" STEPS=smoke bash
+// scripts/gpu_node.sh`; logs profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_tail_run{1,2}.log with the first plan,
+// wgmma_smoke_tail_6674bdd.log with this one), not causal:
+//   N = 4096   fp16 690 / 684 / 687 -> 697 / 693 / 696, bf16 705 / 702 / 702 -> 712 / 708 / 713: +0.9-1.6 %, 6 of 6
+//   N = 8192   fp16 708 / 707 / 708 -> 718 / 712 / 714, bf16 726 / 726 / 724 -> 718 / 703 / 725: -3.2 to +1.4 %
+//   N = 16384  fp16 670 / 644 / 702 -> 731 / 731 / 727, bf16 701 / 686 / 735 -> 713 / 704 / 686: -6.7 to +14 %
+//   N = 1024   (first plan) fp16 559 / 561 -> 537 / 538, bf16 568 / 562 -> 543 / 544; (this plan: unchanged)
+// N = 16384 is the noisiest cell of these runs in either setting (a sustained load there runs at the 700 W power
+// cap, scripts/clock_watch.py). The causal rows, which the option leaves alone, agree within 1 % at N >= 4096. An
+// H100 bench at 6674bdd that ran out of time after its convention suite (profiles/_logs/nvidia-h100-80gb-hbm3/
+// bench_convention_6674bdd_partial.csv.xz) has D = 128 full at 1.048 / 1.050x cuDNN (fp16 / bf16) at N = 4096,
+// 1.07 / 1.07 at 8192, 1.21 / 1.08 at 16384; the cb973de bench had 1.04 / 1.04, 1.06 / 1.06, 1.07 / 1.07.
 #include "wgmma.cuh"
 #include "wgmma_softmax.cuh"
 
