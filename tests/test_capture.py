@@ -138,6 +138,14 @@ if args[:2] == ["-m", "nsightlab.run.ceilings"]:
                "environment": {{"gpu": {{"name": "Fake GPU X", "l2_bytes": 1 << 20}}, "git_commit": "abc"}}}},
               open(arg("--out"), "w"))
     print("ceilings measured")
+elif args[:2] == ["-m", "nsightlab.run.workload"] and "--setup-only" in args:
+    import os
+    if not os.environ.get("FAKE_SETUP_REAL"):  # the real setups of kernel packages would build their kernels
+        print("setup (fake)")
+        sys.exit(0)
+    from nsightlab.run.sweep import Sweep
+    from nsightlab.run.workload import run_setups
+    sys.exit(run_setups(Sweep.load(arg("--sweep")).cases()))
 elif args[:2] == ["-m", "nsightlab.run.workload"]:
     from nsightlab.run.sweep import Sweep
     only = [args[i + 1] for i, a in enumerate(args) if a == "--only"]
@@ -307,6 +315,7 @@ def test_a_user_implementation_end_to_end_with_simulated_tools(tmp_path, monkeyp
     nsys_wl = next(c["argv"] for c in man["commands"] if c["step"] == "nsys")
     assert nsys_wl[nsys_wl.index("--iters") + 1] == "5"
     assert _ncu_argv(man)[_ncu_argv(man).index("--nvtx-include") + 1] == "regex:^attn:.*/"
+    assert "setup" not in [c["step"] for c in man["commands"]]  # neither implementation has a setup
 
     # a tool failing after the workload ran: the previous capture stays, the partial one says what finished
     before = (dest / "manifest.json").read_text()
@@ -319,6 +328,51 @@ def test_a_user_implementation_end_to_end_with_simulated_tools(tmp_path, monkeyp
     text = (failed / "FAILED.txt").read_text()
     assert "cases finished (16 of 16)" in text and all(c.range in text for c in cases)
     assert (failed / "nsys.log").exists() and not (failed / "manifest.json").exists()
+
+
+def test_implementations_are_set_up_before_any_profiler_runs(tmp_path, monkeypatch):
+    """An implementation with a setup (a kernel package building its kernels) gets it run in a process of its
+    own before Nsight Compute starts, so that no profiled process builds them."""
+    py, ncu, nsys = _tools(tmp_path)
+    monkeypatch.setenv("FAKE_SETUP_REAL", "1")
+    a = C.parser("nsightlab capture", attention.PROBLEM).parse_args([
+        "--impl", "tests.stand_in:built_attention", "--impl", "sdpa_flash", "-B", "1", "-H", "2", "-N", "128",
+        "-D", "64", "--name", "built", "--tools", "ncu"])
+    (sweep,) = C.sweeps_from_args(a)
+    dest = C.capture(sweep, tmp_path / "profiles", ncu=str(ncu), nsys=str(nsys), python=str(py), echo=lambda s: None)
+    man = validate(dest, open_reports=False)
+    steps = [c["step"] for c in man["commands"]]
+    assert steps.index("setup") < steps.index("ncu"), steps
+    setup = next(c for c in man["commands"] if c["step"] == "setup")
+    assert setup["argv"][-1] == "--setup-only" and setup["returncode"] == 0
+    log = (dest / setup["log"]).read_text()
+    assert "stand-in setup: built" in log and "setup: built_attention in" in log
+    assert "setup" in man["timings_seconds"]
+
+
+def test_the_workload_runs_setups_alone(tmp_path, capsys, monkeypatch):
+    import tests.stand_in as stand_in
+    from nsightlab.problems import impls
+    from nsightlab.run import workload
+
+    monkeypatch.setitem(impls._REGISTRY, "failing_setup",
+                        impls.Implementation("failing_setup", "tests.stand_in:my_attention", setup=lambda: 1 / 0))
+    a = C.parser("nsightlab capture", attention.PROBLEM).parse_args([
+        "--impl", "tests.stand_in:built_attention", "--impl", "sdpa_flash", "-B", "1", "-H", "2", "-N", "128,256",
+        "-D", "64", "--name", "built"])
+    (sweep,) = C.sweeps_from_args(a)
+    path = tmp_path / "sweep.toml"
+    path.write_text(sweep.to_toml())
+    before = len(stand_in.SETUPS)
+    assert workload.main(["--sweep", str(path), "--setup-only"]) == 0
+    assert len(stand_in.SETUPS) == before + 1  # once, though two cases use it; sdpa_flash has none
+    assert "setup: built_attention in" in capsys.readouterr().out
+    a = C.parser("nsightlab capture", attention.PROBLEM).parse_args([
+        "--impl", "failing_setup", "-B", "1", "-H", "2", "-N", "128", "-D", "64", "--name", "bad"])
+    (sweep,) = C.sweeps_from_args(a)
+    path.write_text(sweep.to_toml())
+    assert workload.main(["--sweep", str(path), "--setup-only"]) == 2
+    assert "error: the setup of failing_setup failed: ZeroDivisionError: division by zero" in capsys.readouterr().err
 
 
 def _main(argv, monkeypatch):

@@ -26,7 +26,9 @@ own CSV exports of it (``deep_details.csv``, ``deep_raw.csv``: what the parsers 
 ``--deep-only`` takes the deep tier alone, into ``<name>-deep/``.
 
 This module imports without torch: the workload (``python -m nsightlab.run.workload``), the ceilings
-and a sweep's benchmark run as subprocesses, which is also how a notebook launches a capture.
+and a sweep's benchmark run as subprocesses, which is also how a notebook launches a capture. Where an
+implementation has a ``setup`` (a kernel package building its kernels), the workload runs it once with
+``--setup-only`` before any profiler starts (``setup.log``), so that no profiled process builds them.
 """
 
 from __future__ import annotations
@@ -338,6 +340,17 @@ class _Steps:
                                       str(self.folder / "ceilings.json")], log="ceilings.log", env=self.env)
         return json.loads((self.folder / "ceilings.json").read_text())
 
+    def setup(self) -> None:
+        """The implementations' setup (e.g. building their kernels) in a process of its own, before any profiler
+        runs: otherwise the first profiled process builds them, under Nsight Compute's injection and replay."""
+        names = {c.impl for c in self.plan.cases if c.runnable}
+        if not any(resolve(n).setup is not None for n in sorted(names)):
+            return
+        with self.timed("setup"):
+            cmd = workload_command(self.folder / "sweep.toml", python=self.python, only=self.plan.only,
+                                   extra=["--setup-only"])
+            self.run("setup", cmd, log="setup.log", env=self.env)
+
     def ncu(self) -> dict[str, Any]:
         """The light tier: every case, the roofline's metrics."""
         # under application replay the patched pass would run the warm-ups patched too; kernels whose
@@ -421,6 +434,7 @@ def _run_steps(steps: _Steps, stamp: str, ceilings_from: Path | None) -> dict[st
     t_start = time.perf_counter()
     plan, names = steps.plan, steps.plan.steps
     measured = steps.ceilings(ceilings_from)
+    steps.setup()
     facts = {"ncu": steps.ncu() if "ncu" in names else {}, "nsys": steps.nsys() if "nsys" in names else {}}
     if "bench" in names:
         steps.bench()

@@ -100,6 +100,27 @@ def _skip_reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:200] if text else ''}".rstrip(": ")
 
 
+def run_setups(cases: list[Case], echo: Callable[[str], None] | None = None) -> int:
+    """Each implementation's setup among ``cases``' (runnable ones), once, timed; 2 with the error if one fails."""
+    echo = echo or (lambda s: print(s, flush=True))
+    seen: set[str] = set()
+    for c in cases:
+        if not c.runnable or c.impl in seen:
+            continue
+        seen.add(c.impl)
+        impl = resolve(c.impl)
+        if impl.setup is None:
+            continue
+        t = time.perf_counter()
+        try:
+            impl.setup()
+        except Exception as exc:  # noqa: BLE001 - any failure of a user's setup is reported, with its type
+            print(f"error: the setup of {impl.name} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            return 2
+        echo(f"setup: {impl.name} in {time.perf_counter() - t:.1f} s")
+    return 0
+
+
 def run_cases(cases: list[Case], *, warmup: int = 1, iters: int = 1, warmup_only: str = "all", log: Any = None,
               echo: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Run each runnable case; ``warmup_only="needed"`` warms up only implementations whose traits do
@@ -182,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=1, help="measured launches per case, inside its range")
     p.add_argument("--log", help="append one JSON line per finished case to this file")
     p.add_argument("--list", action="store_true", help="print the range names (and skips) and exit; no GPU needed")
+    p.add_argument("--setup-only", action="store_true",
+                   help="run the selected cases' implementations' setup (e.g. build their kernels) and exit: a "
+                        "capture does this outside the profilers first")
     a = p.parse_args(argv)
     try:
         sweep: Sweep = find(a.sweep)
@@ -198,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(idle)
     if a.list:
         return 0
+    if a.setup_only:
+        return run_setups(cases)
     import torch
 
     if not torch.cuda.is_available():
