@@ -469,6 +469,13 @@ constexpr int ws_persistent_qbuf() {
   return ws_stages<D, BM, BN, 2>() == 3 || ws_stages<D, BM, BN, 1>() == 2 ? 2 : 1;
 }
 
+// Query tiles of one head: main_qb whole BM-row blocks, then (main_qb < ceil(Nq / BM)) the rows after them in
+// tiles of BM - 64 rows (tail tiles, below). The launcher sizes the grid with it, the kernel deals tiles by it.
+template <int BM>
+__host__ __device__ __forceinline__ int tail_tiles_per_head(int Nq, int main_qb) {
+  return main_qb * BM < Nq ? (Nq - main_qb * BM + BM - 65) / (BM - 64) : 0;
+}
+
 // Warpgroup 0 is the producer (one thread issues every copy), warpgroups 1 .. NWG the consumers
 // (64 query rows each). Barriers per stage: full_k / full_v (the copy engine's bytes landed; one
 // arrival, the producer's expect_tx) and empty_k / empty_v (NWG arrivals, one per consumer
@@ -524,7 +531,7 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
   // last to first: the last heads' K/V are the likeliest still in L2.
   constexpr int TB = BM - 64;
   const int n_qb = (Nq + BM - 1) / BM;
-  const int n_tail = main_qb < n_qb ? (Nq - main_qb * BM + TB - 1) / TB : 0;
+  const int n_tail = tail_tiles_per_head<BM>(Nq, main_qb);
   const int n_main = main_qb * batch_heads, n_tiles = n_main + n_tail * batch_heads;
   auto tile_of = [&](int i, int& bh, int& q0, int& n_kv, int& q_end) {
     if (i < n_main) {
@@ -824,7 +831,7 @@ cudaError_t wgmma_ws_forward_launch(const AttnArgs& a, cudaStream_t stream) {
   // query block is a BM-row tile
   const int n_qb = cdiv(a.Nq, BM);
   const int main_qb = PERSISTENT && !a.causal && (a.option >> 8) > 0 ? std::min((a.option >> 8) - 1, n_qb) : n_qb;
-  const long tiles = (main_qb + (main_qb < n_qb ? cdiv(a.Nq - main_qb * BM, BM - 64) : 0)) * long(a.B) * a.H;
+  const long tiles = (main_qb + tail_tiles_per_head<BM>(a.Nq, main_qb)) * long(a.B) * a.H;
   long blocks = tiles;
   if constexpr (PERSISTENT) {
     int device = 0, sms = 0;
