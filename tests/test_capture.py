@@ -17,7 +17,7 @@ from nsightlab.core import tools as T
 from nsightlab.core.ranges import decode, schemas_of
 from nsightlab.problems import attention
 from nsightlab.run import capture as C
-from nsightlab.run.sweep import Sweep
+from nsightlab.run.sweep import Sweep, find
 from nsightlab.store.captures import ProfileError, list_captures, validate
 
 
@@ -150,9 +150,19 @@ elif args[:2] == ["-m", "nsightlab.run.workload"]:
     from nsightlab.run.sweep import Sweep
     only = [args[i + 1] for i, a in enumerate(args) if a == "--only"]
     cases = [c for c in Sweep.load(arg("--sweep")).cases() if c.runnable and all(re.search(o, c.range) for o in only)]
+    import os, time
+    from nsightlab.run.workload import running_file
+    hang_after = int(os.environ.get("FAKE_WORKLOAD_HANG_AFTER", -1))  # a kernel that never finishes under the profiler
     with open(arg("--log"), "a") as log:
-        for c in cases:
+        for i, c in enumerate(cases):
+            running_file(arg("--log")).write_text(c.range + "\\n")
+            if i == hang_after:
+                print("==WARNING== Launching the workload is taking more time than expected. If this continues to hang, ...",
+                      flush=True)
+                time.sleep(120)
             log.write(json.dumps({{"range": c.range, "impl": c.impl, "pass": c.pass_, "status": "ok"}}) + "\\n")
+            log.flush()
+    running_file(arg("--log")).unlink(missing_ok=True)
     print("workload ran", len(cases), "cases")
 else:
     sys.exit("fake python: unexpected " + " ".join(args))
@@ -263,6 +273,44 @@ def test_sigterm_ends_a_capture_as_ctrl_c_does(tmp_path):
     assert not list(profiles.glob(".tmp-*"))
     (failed,) = profiles.glob(".failed-blocksize-*")
     assert "SIGTERM" in (failed / "FAILED.txt").read_text() and (failed / "ncu.log").exists()
+
+
+def test_a_case_that_hangs_under_the_profiler_is_named(tmp_path):
+    """Nsight Compute warns that a launch is taking long (a replay pass that never ends): the capture says which
+    case is in flight at once, and the stopped capture's FAILED.txt and message name it beside the finished ones."""
+    import subprocess
+
+    py, ncu, _ = _tools(tmp_path)
+    profiles = tmp_path / "profiles"
+    script = ("import sys\nfrom nsightlab.run import capture as C\nC.sigterm_as_interrupt()\n"
+              f"try:\n    C.capture('blocksize', {str(profiles)!r}, ncu={str(ncu)!r}, python={str(py)!r}, "
+              "only='flash_simt:forward:.*N=1024,D=64,')\nexcept KeyboardInterrupt:\n    sys.exit(130)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env={**os.environ, "FAKE_WORKLOAD_HANG_AFTER": "2", "PYTHONPATH": str(ROOT),
+                                            "PYTHONUNBUFFERED": "1"})
+    seen = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        seen.append(line)
+        if "the case in flight:" in line:
+            break
+    assert proc.poll() is None, "".join(seen)
+    hung = [c.range for c in find("blocksize").cases() if c.runnable and re.search("flash_simt:forward:.*N=1024,D=64,", c.range)][2]
+    assert hung in seen[-1] and "leave that case out" in seen[-1]
+    proc.send_signal(signal.SIGTERM)
+    out = "".join(seen) + proc.communicate(timeout=60)[0]
+    assert proc.returncode == 130, out
+    (failed,) = profiles.glob(".failed-blocksize-*")
+    text = (failed / "FAILED.txt").read_text()
+    assert "cases finished (2 of 4)" in text and f"case in flight when it stopped (ncu step): {hung}" in text, text
+    assert f"The case in flight (ncu step): {hung}." in out, out
+
+
+def test_a_finished_capture_keeps_no_record_of_a_case_in_flight(tmp_path):
+    py, ncu, _ = _tools(tmp_path)
+    dest = C.capture("blocksize", tmp_path / "p", ncu=str(ncu), python=str(py), echo=lambda s: None,
+                     only="flash_simt:forward:.*N=1024,D=64,")
+    assert not list(dest.glob("*.running")) and validate(dest, open_reports=False)
 
 
 def test_a_later_sweep_of_the_same_command_reuses_the_ceilings(tmp_path):

@@ -214,6 +214,8 @@ class _Runner:
                         lf.write(line)
                         if line.strip() and not line.startswith("==PROF== Profiling"):
                             self.echo(f"  [{step}] {line.rstrip()[:200]}")
+                        if SLOW_LAUNCH in line:
+                            self.echo(f"  [{step}] {slow_launch_hint(self.folder)}")
                     proc.wait()
                 except KeyboardInterrupt:
                     proc.terminate()
@@ -230,6 +232,19 @@ class _Runner:
             raise CaptureError(f"step {step} failed (exit {proc.returncode}); log {log}: {tail}")
         self.echo(f"[{step}] done in {secs:.1f} s")
         return text
+
+
+#: what Nsight Compute prints while a profiled kernel does not finish (a replay pass that hangs)
+SLOW_LAUNCH = "Launching the workload is taking more time than expected"
+
+
+def slow_launch_hint(folder: Path) -> str:
+    """What to tell the user when Nsight Compute says a profiled launch is taking long: which case."""
+    flight = _in_flight(folder)
+    which = "; ".join(flight.values()) or "the one after the last case listed as finished"
+    return (f"the case in flight: {which}. If it does not finish, stop the capture (Ctrl-C or the timeout: the cases "
+            f"that finished are kept in .failed-*/) and leave that case out (--only / the sweep's deep regex), or profile "
+            f"it with fewer sections")
 
 
 def _finished(folder: Path) -> dict[str, str]:
@@ -440,6 +455,8 @@ def _run_steps(steps: _Steps, stamp: str, ceilings_from: Path | None) -> dict[st
         steps.bench()
     facts["deep"] = steps.deep() if "deep" in names else {}
     steps.timings["total"] = time.perf_counter() - t_start
+    for stale in steps.folder.glob("cases_*.jsonl.running"):  # a workload that ended early, its step still fine
+        stale.unlink()
     finished, deep = _finished(steps.folder), {c.range for c in plan.deep}
     environment = measured["environment"]
     return manifest.build(
@@ -454,19 +471,33 @@ def _run_steps(steps: _Steps, stamp: str, ceilings_from: Path | None) -> dict[st
         timings_seconds={k: round(v, 2) for k, v in steps.timings.items()})
 
 
+def _in_flight(folder: Path) -> dict[str, str]:
+    """step's log name -> the range of the case a workload in ``folder`` was running when it stopped."""
+    out: dict[str, str] = {}
+    for path in sorted(folder.glob("cases_*.jsonl.running")):
+        rng = path.read_text(errors="replace").strip()
+        if rng:
+            out[path.name.removesuffix(".running")] = rng
+    return out
+
+
 def _keep_failed(exc: BaseException, plan: Plan, tmp: Path, profiles: Path, stamp: str) -> str:
-    """Move a failed capture's folder aside with a FAILED.txt (what failed, which cases had finished);
-    the message that says so."""
+    """Move a failed capture's folder aside with a FAILED.txt (what failed, which cases had finished, the
+    case in flight); the message that says so."""
     failed = profiles / f".failed-{plan.name}-{stamp}"
-    done = _finished(tmp)
+    done, flight = _finished(tmp), _in_flight(tmp)
     with open(tmp / "FAILED.txt", "w") as fh:
         fh.write(f"{type(exc).__name__}: {exc}\n")
         fh.write(f"cases finished ({len(done)} of {len(plan.runnable)}):\n" + "".join(f"  {s:10s} {r}\n" for r, s in done.items()))
+        fh.write("".join(f"case in flight when it stopped ({log.removeprefix('cases_').removesuffix('.jsonl')} step): {r}\n"
+                         for log, r in flight.items()))
     os.replace(tmp, failed)
     what = (f"interrupted{f' ({exc})' if str(exc) else ''}" if isinstance(exc, KeyboardInterrupt)
             else f"failed: {exc}")
+    where = "".join(f" The case in flight ({log.removeprefix('cases_').removesuffix('.jsonl')} step): {r}."
+                    for log, r in flight.items())
     return (f"capture of {plan.name!r} {what}. {len(done)} of {len(plan.runnable)} case(s) had finished (listed in "
-            f"{failed}/FAILED.txt). The previous capture (if any) is untouched; partial output and logs are in {failed}")
+            f"{failed}/FAILED.txt).{where} The previous capture (if any) is untouched; partial output and logs are in {failed}")
 
 
 def capture(sweep: Sweep | str, profiles: str | os.PathLike = "profiles", *, ncu: str | None = None,

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ..core.args import ArgumentParser
@@ -122,10 +124,12 @@ def run_setups(cases: list[Case], echo: Callable[[str], None] | None = None) -> 
 
 
 def run_cases(cases: list[Case], *, warmup: int = 1, iters: int = 1, warmup_only: str = "all", log: Any = None,
-              echo: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+              echo: Callable[[str], None] | None = None, running: Path | None = None) -> list[dict[str, Any]]:
     """Run each runnable case; ``warmup_only="needed"`` warms up only implementations whose traits do
     not say ``needs_warmup = False`` (what Nsight Compute's application replay wants: there every
-    launch of the instruction-counting pass runs patched)."""
+    launch of the instruction-counting pass runs patched). ``running``: a file that holds the range name
+    of the case in flight while it runs (removed when every case has finished), so that whoever stops a
+    run that hangs (a kernel stuck under a profiler's replay) can say which case it was."""
     import nvtx
     import torch
 
@@ -142,6 +146,8 @@ def run_cases(cases: list[Case], *, warmup: int = 1, iters: int = 1, warmup_only
     for i, c in enumerate(todo, 1):
         impl = impls[c.impl]
         rec: dict[str, Any] = {"range": c.range, "impl": c.impl, "pass": c.pass_, "status": "ok", "started_unix": time.time()}
+        if running is not None:
+            running.write_text(c.range + "\n")
         t0 = time.perf_counter()
         try:
             run, arm = case_callable(impl, c)
@@ -178,7 +184,14 @@ def run_cases(cases: list[Case], *, warmup: int = 1, iters: int = 1, warmup_only
         eta = elapsed / i * (len(todo) - i)
         echo(f"[{i}/{len(todo)}] {rec['status'][:40]:8s} {rec['seconds']:6.2f} s  elapsed {elapsed:5.0f} s, "
              f"~{eta:4.0f} s left  {c.range}")
+    if running is not None:
+        running.unlink(missing_ok=True)
     return results
+
+
+def running_file(log: str | os.PathLike) -> Path:
+    """Where a workload that logs to ``log`` keeps the range name of the case in flight."""
+    return Path(f"{log}.running")
 
 
 def selected(cases: list[Case], only: list[str], sweep: str) -> list[Case]:
@@ -234,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     done: list[dict[str, Any]] = []
     try:
         done = run_cases(cases, warmup=sweep.warmup if a.warmup is None else a.warmup, iters=a.iters,
-                         warmup_only=a.warmup_only, log=log)
+                         warmup_only=a.warmup_only, log=log, running=running_file(a.log) if a.log else None)
     except KeyboardInterrupt:
         n = sum(1 for _ in open(a.log)) if a.log else "?"
         print(f"interrupted: {n} case(s) finished (see {a.log or 'the log'})", file=sys.stderr)
