@@ -208,7 +208,14 @@
 // cap, scripts/clock_watch.py). The causal rows, which the option leaves alone, agree within 1 % at N >= 4096. An
 // H100 bench at 6674bdd that ran out of time after its convention suite (profiles/_logs/nvidia-h100-80gb-hbm3/
 // bench_convention_6674bdd_partial.csv.xz) has D = 128 full at 1.048 / 1.050x cuDNN (fp16 / bf16) at N = 4096,
-// 1.07 / 1.07 at 8192, 1.21 / 1.08 at 16384; the cb973de bench had 1.04 / 1.04, 1.06 / 1.06, 1.07 / 1.07.
+// 1.07 / 1.07 at 8192, 1.21 / 1.08 at 16384; the cb973de bench had 1.04 / 1.04, 1.06 / 1.06, 1.07 / 1.07. The
+// complete H100 bench at 2a30619 (profiles/nvidia-h100-80gb-hbm3/bench): 1.0495 / 1.048 at N = 4096, 1.059 / 1.062
+// at 8192, 1.057 / 1.068 at 16384. Under Nsight Compute (profiles/nvidia-h100-80gb-hbm3/pipeline, 2a30619, N = 4096,
+// B = 4, H = 16, fp16, kernel replay, caches flushed; tail none -> auto): tma-ws-persistent-pingpong 0.797 -> 0.789
+// ms, tma-ws-persistent 0.825 -> 0.812 ms (cuDNN 0.829), DRAM bytes 261 -> 392 MB: the tail tiles read their heads'
+// K/V again (0.5 TB/s, far under the memory roof). The deep tier's full section set does not finish on the
+// persistent kernels (tail none or auto; README, "A kernel that does not finish under Nsight Compute"), so their
+// per-SM active cycles are not yet measured.
 #include "wgmma.cuh"
 #include "wgmma_softmax.cuh"
 
