@@ -327,6 +327,24 @@ def test_a_ladder_of_settings_reads_against_the_other_implementations_of_its_cas
     assert figures.is_empty(figures.option_ladder(st, options.beside_others(w, st), "mine", "backward"))
 
 
+def test_a_setting_reads_the_same_in_every_study_and_each_panel_shows_its_own():
+    """One study varies a second option (tail, at D=128 only): every study of the implementation labels its
+    settings with both, and the ladder's panels show the settings their study ran, no empty slots."""
+    rows = [launch(rng=f"t:mine:forward:B=1,N=1024,D={d},pipeline={p},tail=auto", kernel="k", ns=ns)
+            for d in (64, 128) for p, ns in (("a", 2e6), ("b", 1e6))]
+    rows.append(launch(rng="t:mine:forward:B=1,N=1024,D=128,pipeline=b,tail=none", kernel="k", ns=1.1e6))
+    rows.append(launch(rng="t:lib:forward:B=1,N=1024,D=64", kernel="lk", ns=3e6))
+    rows.append(launch(rng="t:lib:forward:B=1,N=1024,D=128", kernel="lk", ns=3e6))
+    w = work_of(*rows)
+    st = options.option_study(w)
+    by = st.groupby("study")["option"].apply(list).to_dict()
+    assert by == {"D=64": ["pipeline=a;tail=auto", "pipeline=b;tail=auto"],
+                  "D=128": ["pipeline=a;tail=auto", "pipeline=b;tail=auto", "pipeline=b;tail=none"]}
+    fig = figures.option_ladder(st, options.beside_others(w, st), "mine", "forward", figures.style_for(["mine"]))
+    bars = {t.xaxis: list(t.x) for t in fig.data if t.type == "bar"}
+    assert sorted(map(len, bars.values())) == [2, 3] and all(pd.notna(t.y).all() for t in fig.data if t.type == "bar")
+
+
 # --------------------------------------------------------------------------- device, figures, schemas
 
 

@@ -47,6 +47,10 @@ def _per_range(w: pd.DataFrame, fields: list[str]) -> pd.DataFrame:
                                               seconds=("seconds", "sum")).reset_index()
 
 
+def _impl_pass(g: pd.DataFrame) -> tuple:
+    return tuple(str(g[c].iloc[0]) for c in ("variant", "pass") if c in g)
+
+
 def option_study(work: pd.DataFrame) -> pd.DataFrame:
     """One row per range of every study (ranges equal in every field but their options, with at
     least two option settings): ``study`` (the shared fields), ``option`` (the options that vary
@@ -64,15 +68,22 @@ def option_study(work: pd.DataFrame) -> pd.DataFrame:
     opts = option_columns(w)
     shared = [c for c in fields if c not in opts]
     per = _per_range(w, [*fields, "options"]).merge(main, on="range", how="left")
-    rows = []
+    groups = []
     for _, g in per.groupby(shared, dropna=False, sort=True) if shared else [((), per)]:
         if g["options"].nunique() < 2:
             continue
         parsed = [_parse_options(o) for o in g["options"]]
         keys = dict.fromkeys(k for p in parsed for k in p)
-        varying = [k for k in keys if len({p.get(k) for p in parsed}) > 1]
+        groups.append((g, parsed, [k for k in keys if len({p.get(k) for p in parsed}) > 1]))
+    # a setting is labelled by the options that vary in any study of its implementation and pass, so that one
+    # setting reads the same in every study (pipeline=tma;tail=auto beside the study where tail varies too)
+    varying: dict[tuple, dict[str, None]] = {}
+    for g, _, keys in groups:
+        varying.setdefault(_impl_pass(g), {}).update(dict.fromkeys(keys))
+    rows = []
+    for g, parsed, _ in groups:
         g = g.copy()
-        g["option"] = [";".join(f"{k}={p.get(k, '-')}" for k in varying) for p in parsed]
+        g["option"] = [";".join(f"{k}={p.get(k, '-')}" for k in varying[_impl_pass(g)]) for p in parsed]
         rows.append(g)
     if not rows:
         raise NotApplicable("no option study: no two ranges share every field but their options "

@@ -1372,12 +1372,12 @@ def option_ladder(study: pd.DataFrame, others: pd.DataFrame, variant: str, pass_
         return message(f"no option study of {variant} {pass_}", title)
     o = others[(others["variant"].astype(str) == variant) & (others["pass"] == pass_)]
     studies = sorted(d["study"].unique(), key=natural_key)
-    order = option_order(d["option"])
+    everything = option_order(d["option"])
     st = _style(style, [variant, *o["other"].unique()])
     cols = min(len(studies), 2)
     rows = -(-len(studies) // cols)
     # slanted tick labels take about 5 px per character below each row: the gap between rows grows with them
-    label_px = 5.5 * max(len(str(v)) for v in order)
+    label_px = 5.5 * max(len(str(v)) for v in everything)
     row_px = 330 + label_px
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=studies,
                         vertical_spacing=min(0.3, (label_px + 50) / (rows * row_px)) if rows > 1 else 0.1,
@@ -1385,6 +1385,8 @@ def option_ladder(study: pd.DataFrame, others: pd.DataFrame, variant: str, pass_
     shown: set[str] = set()
     for k, s in enumerate(studies):
         r, c = k // cols + 1, k % cols + 1
+        present = set(d.loc[d["study"] == s, "option"])
+        order = [v for v in everything if v in present]  # each panel its own settings: no empty slots
         g = d[d["study"] == s].set_index("option").reindex(order)
         color = st[variant]["color"]
         fig.add_trace(go.Bar(x=order, y=g["ms"], name=variant, legendgroup=variant, showlegend=variant not in shown,
