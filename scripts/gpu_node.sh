@@ -3,6 +3,7 @@
 #   NSIGHTLAB_GIT_COMMIT=<sha from the dev machine, pasted literally: the node's copy of .git may be stale> STEPS="build test sanitize bench" bash scripts/gpu_node.sh
 #   (SMOKE_ARGS="--passes forward --pipelines tma,tma-ws-pingpong" STEPS="build smoke": scripts/wgmma_smoke.py)
 #   (TEST_PATHS=tests/gpu/test_x.py: some GPU tests only; STEPS="build fp8": scripts/fp8_bench.py, FP8_ARGS)
+#   (STEPS="build hang" HANG_ARGS="--sweep S --only RANGE": the Nsight Compute sections a case stalls under)
 # Installs the wheels carried in .whl/ (if any), builds the kernels, runs the GPU tests, the
 # compute-sanitizer checks and the benchmark suites, and writes logs and results under $OUT.
 set -uo pipefail
@@ -72,6 +73,13 @@ PY
     sanitize)
       step sanitize
       python3 -m pytest tests/gpu/test_sanitizer.py -q -p no:cacheprovider 2>&1 | tee "$OUT/sanitizer.log" | tail -20
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    hang)
+      # which Nsight Compute sections a case stalls under (nsightlab.run.hang), e.g.
+      # HANG_ARGS="--sweep pipeline --only 'D=128,dtype=float16,causal=0,.*pipeline=tma-ws-persistent,tail=none,'"
+      step hang
+      eval "hang_args=(${HANG_ARGS:-})" || { echo "HANG_ARGS is not valid shell words"; status=1; continue; }
+      python3 -m nsightlab.run.hang --out "$OUT/hang" "${hang_args[@]}" 2>&1 | tee "$OUT/hang.log" | tail -40
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     smoke)
       # flash_wgmma's options against the fp64 reference, then timed beside flash_mma, SDPA flash and cuDNN

@@ -243,8 +243,8 @@ def slow_launch_hint(folder: Path) -> str:
     flight = _in_flight(folder)
     which = "; ".join(flight.values()) or "the one after the last case listed as finished"
     return (f"the case in flight: {which}. If it does not finish, stop the capture (Ctrl-C or the timeout: the cases "
-            f"that finished are kept in .failed-*/) and leave that case out (--only / the sweep's deep regex), or profile "
-            f"it with fewer sections")
+            f"that finished are kept in .failed-*/) and leave that case out (--only / the sweep's deep regex); "
+            f"`python -m nsightlab.run.hang --sweep SWEEP --only RANGE` finds the sections it stalls under")
 
 
 def _finished(folder: Path) -> dict[str, str]:

@@ -1,0 +1,187 @@
+"""Which Nsight Compute sections keep a kernel from finishing: a bisection over the deep tier's sections.
+
+    python -m nsightlab.run.hang --sweep pipeline --only 'D=128,.*causal=0,.*pipeline=tma-ws-persistent,tail=none,'
+    python -m nsightlab.run.hang --sweep mine.toml --only RANGE --timeout 60 --sections SpeedOfLight,SourceCounters
+
+A kernel that runs to the end on its own can stall under a profiler's replay: Nsight Compute then prints
+"Launching the workload is taking more time than expected" and waits for ever. This runs the selected
+cases (one, ideally) under ``ncu`` with subsets of the sections (default: the deep tier's), each run cut
+off at ``--timeout`` seconds or as soon as Nsight Compute prints that warning, and narrows the set down to
+one from which no section can be dropped with the stall still there (halving first, then leaving one out
+at a time). Then it tries that set with application replay and with no cache control, and prints a
+verdict line per run and a summary. Each run writes its ncu log to ``--out`` (default
+``ncu-hang-<time>/``). Needs a GPU and ncu; ``--dry-run`` prints the commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ..core.args import ArgumentParser
+from ..core.metrics import DEEP_SECTIONS
+from .capture import CACHE_CONTROL, SLOW_LAUNCH, ncu_command, workload_command
+from .sweep import find, nothing_to_run
+from .workload import selected
+
+#: a stall: the run was cut off (timeout or Nsight Compute's slow-launch warning)
+STALL, DONE, FAILED = "stalls", "finishes", "fails"
+
+
+def minimal_stalling(sections: Sequence[str], stalls: Callable[[list[str]], bool]) -> list[str]:
+    """A subset of ``sections`` that still stalls and from which no section can be left out with the stall
+    kept (1-minimal), given ``stalls(subset)`` (which the caller has seen hold for ``sections`` itself).
+    Halves first (a half that stalls alone replaces the set), then leaves one section out at a time."""
+    current = list(sections)
+    while len(current) > 1:
+        half = len(current) // 2
+        first, second = current[:half], current[half:]
+        if stalls(first):
+            current = first
+        elif stalls(second):
+            current = second
+        else:
+            break
+    i = 0
+    while len(current) > 1 and i < len(current):
+        rest = current[:i] + current[i + 1:]
+        if stalls(rest):
+            current = rest
+        else:
+            i += 1
+    return current
+
+
+def run_ncu(cmd: list[str], log: Path, timeout: float, echo: Callable[[str], None] = print) -> tuple[str, float]:
+    """Run ``cmd`` (an ncu command line), its output to ``log``: (STALL | DONE | FAILED, seconds). STALL when
+    it runs past ``timeout`` or Nsight Compute says a launch is taking long (the run is then stopped)."""
+    t0 = time.monotonic()
+    slow = threading.Event()
+    with open(log, "w") as lf:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lf.write(line)
+                if SLOW_LAUNCH in line:
+                    slow.set()
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        while proc.poll() is None and not slow.is_set() and time.monotonic() - t0 < timeout:
+            time.sleep(0.1)
+        stalled = proc.poll() is None
+        if stalled:
+            _stop(proc)
+        reader.join(timeout=10)
+    secs = time.monotonic() - t0
+    verdict = STALL if stalled else DONE if proc.returncode == 0 else FAILED
+    echo(f"  {verdict:9s} {secs:5.1f} s  log {log.name}")
+    return verdict, secs
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop ncu and the workload it started (a process group of their own): SIGINT, then harder."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=10)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+        except ProcessLookupError:
+            return
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = ArgumentParser(prog="python -m nsightlab.run.hang", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sweep", required=True, help="a registered sweep's name or a sweep TOML file")
+    p.add_argument("--only", action="append", default=[], required=True,
+                   help="the case(s) to profile: a regex over range names (repeated: must match every one)")
+    p.add_argument("--sections", default=",".join(DEEP_SECTIONS),
+                   help="comma-separated Nsight Compute sections to narrow down (default: the deep tier's)")
+    p.add_argument("--timeout", type=float, default=45.0, help="seconds after which a run counts as stalled (default 45)")
+    p.add_argument("--ncu", default=None, help="path to ncu (else $NCU, PATH, standard folders)")
+    p.add_argument("--out", default=None, help="folder for the runs' logs (default ncu-hang-<time>/)")
+    p.add_argument("--dry-run", action="store_true", help="print the first ncu command and exit (no GPU needed)")
+    a = p.parse_args(argv)
+    sections = [s.strip() for s in a.sections.split(",") if s.strip()]
+    if not sections:
+        p.error("--sections names no section")
+    if a.timeout <= 0:
+        p.error(f"--timeout must be > 0 seconds, not {a.timeout}")
+    try:
+        sweep = find(a.sweep)
+        cases = selected(sweep.cases(), a.only, sweep.name)
+    except ValueError as exc:
+        p.error(str(exc))
+    idle = nothing_to_run(sweep.name, cases)
+    if idle:
+        p.error(idle)
+    sweep_file = Path(a.sweep) if Path(a.sweep).suffix == ".toml" else None
+    out = Path(a.out or f"ncu-hang-{time.strftime('%Y%m%d-%H%M%S')}")
+    if sweep_file is None:
+        out.mkdir(parents=True, exist_ok=True)
+        sweep_file = out / "sweep.toml"
+        sweep_file.write_text(sweep.to_toml())
+    wl = workload_command(sweep_file, python=sys.executable, only=a.only)
+    include = sweep.schema().nvtx_include()
+
+    def command(subset: list[str], replay: str = "kernel", extra: Sequence[str] = ()) -> list[str]:
+        cmd = ncu_command(a.ncu or "ncu", wl, out / "profile", nvtx_include=include, sections=subset,
+                          replay_mode=replay, extra=["--import-source", "yes", *extra])
+        if extra and "--cache-control" in extra:  # the later flag wins in ncu; keep the line readable
+            i = cmd.index("--cache-control")
+            del cmd[i:i + 2]
+        return cmd
+
+    if a.dry_run:
+        print(" ".join(command(sections)))
+        return 0
+    from ..core.tools import ToolError, find_ncu
+
+    try:
+        a.ncu = str(find_ncu(a.ncu))
+    except ToolError as exc:
+        p.error(str(exc))
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"{len([c for c in cases if c.runnable])} case(s): " + "; ".join(c.range for c in cases if c.runnable))
+    runs: list[tuple[str, str, float]] = []
+    n = 0
+
+    def trial(subset: list[str], replay: str = "kernel", extra: Sequence[str] = ()) -> str:
+        nonlocal n
+        n += 1
+        label = f"{','.join(subset)}{'' if replay == 'kernel' else f' (replay {replay})'}{' ' + ' '.join(extra) if extra else ''}"
+        print(f"[{n}] {label}", flush=True)
+        verdict, secs = run_ncu(command(subset, replay, extra), out / f"run{n:02d}.log", a.timeout)
+        runs.append((label, verdict, secs))
+        return verdict
+
+    first = trial(sections)
+    if first != STALL:
+        print(f"verdict: the {len(sections)} section(s) {first} on these cases within {a.timeout:.0f} s; nothing to narrow")
+        return 0 if first == DONE else 1
+    minimal = minimal_stalling(sections, lambda s: trial(s) == STALL)
+    app = trial(minimal, "application")
+    nocache = trial(minimal, "kernel", ["--cache-control", "none"])
+    print("summary:")
+    for label, verdict, secs in runs:
+        print(f"  {verdict:9s} {secs:5.1f} s  {label}")
+    print(f"verdict: {','.join(minimal)} stall(s) these cases (no section of it can be left out with the stall kept); "
+          f"with application replay the set {app}, with --cache-control none it {nocache} "
+          f"(the capture's default is --cache-control {CACHE_CONTROL}); logs in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
