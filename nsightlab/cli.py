@@ -6,6 +6,7 @@
     nsightlab compare ...   compare two captures, range by range                    (nsightlab.render.compare)
     nsightlab why ...       why one kernel is slower than another, from its counters (nsightlab.analysis.bottleneck)
     nsightlab store ...     list, validate and compact captures                     (nsightlab.store.captures)
+    nsightlab hang ...      which Nsight Compute sections a kernel stalls under      (nsightlab.run.hang)
 
 ``nsightlab SUBCOMMAND --help`` documents each; ``python -m nsightlab.SUBCOMMAND`` is the same command.
 """
@@ -23,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("nsightlab.render.compare", "compare two captures range by range, with verdicts"),
     "why": ("nsightlab.analysis.why", "explain why one kernel is slower than another (ranked table from Nsight's sections)"),
     "store": ("nsightlab.store.captures", "list, validate and compact (xz) capture folders"),
+    "hang": ("nsightlab.run.hang", "which Nsight Compute sections keep a kernel from finishing (bisects the deep tier's)"),
 }
 
 

@@ -79,7 +79,7 @@ PY
       # HANG_ARGS="--sweep pipeline --only 'D=128,dtype=float16,causal=0,.*pipeline=tma-ws-persistent,tail=none,'"
       step hang
       eval "hang_args=(${HANG_ARGS:-})" || { echo "HANG_ARGS is not valid shell words"; status=1; continue; }
-      python3 -m nsightlab.run.hang --out "$OUT/hang" "${hang_args[@]}" 2>&1 | tee "$OUT/hang.log" | tail -40
+      python3 -m nsightlab.hang --out "$OUT/hang" "${hang_args[@]}" 2>&1 | tee "$OUT/hang.log" | tail -40
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     smoke)
       # flash_wgmma's options against the fp64 reference, then timed beside flash_mma, SDPA flash and cuDNN

@@ -244,7 +244,7 @@ def slow_launch_hint(folder: Path) -> str:
     which = "; ".join(flight.values()) or "the one after the last case listed as finished"
     return (f"the case in flight: {which}. If it does not finish, stop the capture (Ctrl-C or the timeout: the cases "
             f"that finished are kept in .failed-*/) and leave that case out (--only / the sweep's deep regex); "
-            f"`python -m nsightlab.run.hang --sweep SWEEP --only RANGE` finds the sections it stalls under")
+            f"`nsightlab hang --sweep SWEEP --only RANGE` finds the sections it stalls under")
 
 
 def _finished(folder: Path) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """Which Nsight Compute sections keep a kernel from finishing: a bisection over the deep tier's sections.
 
-    python -m nsightlab.run.hang --sweep pipeline --only 'D=128,.*causal=0,.*pipeline=tma-ws-persistent,tail=none,'
-    python -m nsightlab.run.hang --sweep mine.toml --only RANGE --timeout 60 --sections SpeedOfLight,SourceCounters
+    nsightlab hang --sweep pipeline --only 'D=128,.*causal=0,.*pipeline=tma-ws-persistent,tail=none,'
+    nsightlab hang --sweep mine.toml --only RANGE --timeout 60 --sections SpeedOfLight,SourceCounters
 
 A kernel that runs to the end on its own can stall under a profiler's replay: Nsight Compute then prints
 "Launching the workload is taking more time than expected" and waits for ever. This runs the selected
@@ -101,8 +101,8 @@ def _stop(proc: subprocess.Popen) -> None:
             return
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = ArgumentParser(prog="python -m nsightlab.run.hang", description=__doc__,
+def main(argv: list[str] | None = None, prog: str = "nsightlab hang") -> int:
+    p = ArgumentParser(prog=prog, description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sweep", required=True, help="a registered sweep's name or a sweep TOML file")
     p.add_argument("--only", action="append", default=[], required=True,
