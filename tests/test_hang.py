@@ -67,7 +67,11 @@ echo '==PROF== Disconnected'
     assert (out / "run01.log").exists() and (out / "sweep.toml").exists()
 
 
-def test_bad_arguments_say_what_is_accepted(capsys):
+def test_bad_arguments_say_what_is_accepted(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        hang.main(["--sweep", "blocksize", "--only", "flash_simt", "--ncu", str(tmp_path / "no-ncu")])
+    assert "ncu" in capsys.readouterr().err and not list(tmp_path.iterdir())  # nothing written before the check
     with pytest.raises(SystemExit) as e:
         hang.main(["--sweep", "blocksize", "--only", "no-such-range-xyz", "--dry-run"])
     assert e.value.code == 2 and "matches no case" in capsys.readouterr().err

@@ -127,6 +127,13 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab hang") -> int:
     idle = nothing_to_run(sweep.name, cases)
     if idle:
         p.error(idle)
+    if not a.dry_run:
+        from ..core.tools import ToolError, find_ncu
+
+        try:
+            a.ncu = str(find_ncu(a.ncu))
+        except ToolError as exc:
+            p.error(str(exc))
     sweep_file = Path(a.sweep) if Path(a.sweep).suffix == ".toml" else None
     out = Path(a.out or f"ncu-hang-{time.strftime('%Y%m%d-%H%M%S')}")
     if sweep_file is None:
@@ -147,12 +154,6 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab hang") -> int:
     if a.dry_run:
         print(" ".join(command(sections)))
         return 0
-    from ..core.tools import ToolError, find_ncu
-
-    try:
-        a.ncu = str(find_ncu(a.ncu))
-    except ToolError as exc:
-        p.error(str(exc))
     out.mkdir(parents=True, exist_ok=True)
     print(f"{len([c for c in cases if c.runnable])} case(s): " + "; ".join(c.range for c in cases if c.runnable))
     runs: list[tuple[str, str, float]] = []
