@@ -15,11 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from nsightlab.cli import COMMANDS
+
 ROOT = Path(__file__).resolve().parent.parent
 #: the pipeline's stages, first to last: a module imports only its own stage or earlier ones
 STAGES = ("core", "problems", "parse", "store", "run", "analysis", "render", "cli")
-#: ``python -m nsightlab.X`` entry modules (and every ``__main__``): above every stage, they may import cli
-ENTRY_MODULES = ("capture", "import", "report", "compare", "why", "__main__")
+#: ``python -m nsightlab.X`` entry modules, one per subcommand of the nsightlab command that is not a stage's
+#: name (and every ``__main__``): above every stage, they may import cli
+ENTRY_MODULES = (*(name for name in COMMANDS if name not in STAGES), "__main__")
 ENTRY_RANK = len(STAGES)
 #: modules that import torch inside functions, for work that runs on the GPU machine only
 TORCH_AT_RUN_TIME = {
