@@ -33,6 +33,11 @@ def test_ncu_command_profiles_only_ranges_with_clocks_left_alone():
     assert base[base.index("--clock-control") + 1] == "base"
     with pytest.raises(ValueError, match="clock_control"):
         C.ncu_command("ncu", [], "o", clock_control="boost")
+    assert cmd[cmd.index("--cache-control") + 1] == "all"  # every profiled kernel starts with cold caches
+    cold = C.ncu_command("ncu", [], "o", cache_control="none")
+    assert cold.count("--cache-control") == 1 and cold[cold.index("--cache-control") + 1] == "none"
+    with pytest.raises(ValueError, match="cache_control"):
+        C.ncu_command("ncu", [], "o", cache_control="some")
     full = C.ncu_command("ncu", ["py"], "o", section_set="full", kernel_regex="flash_mma_backward",
                          extra=["--import-source", "yes"])
     assert "--set" in full and "--metrics" not in full and full[-1] == "py"
@@ -244,27 +249,38 @@ def test_capture_is_atomic_idempotent_and_keeps_the_previous_on_failure(tmp_path
     assert man["ceilings_measured_by"] == "this capture"
 
 
-def test_sigterm_ends_a_capture_as_ctrl_c_does(tmp_path):
-    """`timeout`'s default signal (or a scheduler's kill) in the middle of a tool: the tool is stopped, the partial
-    folder kept aside as .failed-<name>-<time> saying why, no .tmp-* left, a non-zero exit."""
+ONLY_SIMT_1024 = "flash_simt:forward:.*N=1024,D=64,"
+
+
+def _capture_until(tmp_path, marker, **env):
+    """A blocksize capture (the fake tools, ``env`` added) in a process of its own that turns SIGTERM into an
+    interrupt, read until a line with ``marker``: (the process, still running, the lines so far, profiles)."""
     import subprocess
-    import time
 
     py, ncu, _ = _tools(tmp_path)
     profiles = tmp_path / "profiles"
     script = ("import sys\nfrom nsightlab.run import capture as C\nC.sigterm_as_interrupt()\n"
               f"try:\n    C.capture('blocksize', {str(profiles)!r}, ncu={str(ncu)!r}, python={str(py)!r}, "
-              "only='flash_simt:forward:.*N=1024,D=64,')\nexcept KeyboardInterrupt:\n    sys.exit(130)\n")
+              f"only={ONLY_SIMT_1024!r})\nexcept KeyboardInterrupt:\n    sys.exit(130)\n")
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env={**os.environ, "FAKE_NCU_HANG": "1", "PYTHONPATH": str(ROOT),
-                                            "PYTHONUNBUFFERED": "1"})
+                            text=True, env={**os.environ, **env, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"})
     seen = []
     assert proc.stdout is not None
-    for line in proc.stdout:  # until the capture echoes the (fake) profiler's first line: ncu is running
+    for line in proc.stdout:
         seen.append(line)
-        if "hanging" in line:
+        if marker in line:
             break
     assert proc.poll() is None, "".join(seen)
+    return proc, seen, profiles
+
+
+def test_sigterm_ends_a_capture_as_ctrl_c_does(tmp_path):
+    """`timeout`'s default signal (or a scheduler's kill) in the middle of a tool: the tool is stopped, the partial
+    folder kept aside as .failed-<name>-<time> saying why, no .tmp-* left, a non-zero exit."""
+    import time
+
+    # until the capture echoes the (fake) profiler's first line: ncu is running
+    proc, seen, profiles = _capture_until(tmp_path, "hanging", FAKE_NCU_HANG="1")
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     out = "".join(seen) + proc.communicate(timeout=60)[0]
@@ -278,24 +294,8 @@ def test_sigterm_ends_a_capture_as_ctrl_c_does(tmp_path):
 def test_a_case_that_hangs_under_the_profiler_is_named(tmp_path):
     """Nsight Compute warns that a launch is taking long (a replay pass that never ends): the capture says which
     case is in flight at once, and the stopped capture's FAILED.txt and message name it beside the finished ones."""
-    import subprocess
-
-    py, ncu, _ = _tools(tmp_path)
-    profiles = tmp_path / "profiles"
-    script = ("import sys\nfrom nsightlab.run import capture as C\nC.sigterm_as_interrupt()\n"
-              f"try:\n    C.capture('blocksize', {str(profiles)!r}, ncu={str(ncu)!r}, python={str(py)!r}, "
-              "only='flash_simt:forward:.*N=1024,D=64,')\nexcept KeyboardInterrupt:\n    sys.exit(130)\n")
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env={**os.environ, "FAKE_WORKLOAD_HANG_AFTER": "2", "PYTHONPATH": str(ROOT),
-                                            "PYTHONUNBUFFERED": "1"})
-    seen = []
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        seen.append(line)
-        if "the case in flight:" in line:
-            break
-    assert proc.poll() is None, "".join(seen)
-    hung = [c.range for c in find("blocksize").cases() if c.runnable and re.search("flash_simt:forward:.*N=1024,D=64,", c.range)][2]
+    proc, seen, profiles = _capture_until(tmp_path, "the case in flight:", FAKE_WORKLOAD_HANG_AFTER="2")
+    hung = [c.range for c in find("blocksize").cases() if c.runnable and re.search(ONLY_SIMT_1024, c.range)][2]
     assert hung in seen[-1] and "leave that case out" in seen[-1]
     proc.send_signal(signal.SIGTERM)
     out = "".join(seen) + proc.communicate(timeout=60)[0]

@@ -94,7 +94,7 @@ def ncu_command(ncu: str | os.PathLike, workload: Sequence[str], export: str | o
                 metrics: Sequence[str] | None = None, clock_control: str = "none",
                 nvtx_include: str = "regex:^[^/]*/", section_set: str | None = None, sections: Sequence[str] = (),
                 replay_mode: str = "kernel", kernel_regex: str | None = None,
-                extra: Sequence[str] = ()) -> list[str]:
+                extra: Sequence[str] = (), cache_control: str = CACHE_CONTROL) -> list[str]:
     """ncu over the workload, profiling only launches inside the measured NVTX ranges (and, with
     ``kernel_regex``, only kernels whose name matches; ``extra``: further ncu options). What it
     collects: ``section_set`` (``--set``), else ``sections`` (``--section`` each), else ``metrics``
@@ -111,8 +111,10 @@ def ncu_command(ncu: str | os.PathLike, workload: Sequence[str], export: str | o
         raise ValueError(f"clock_control must be 'none' (leave the GPU's clocks alone) or 'base', not {clock_control!r}")
     if replay_mode not in ("kernel", "application"):
         raise ValueError(f"replay_mode must be 'kernel' or 'application', not {replay_mode!r}")
+    if cache_control not in ("all", "none"):
+        raise ValueError(f"cache_control must be 'all' (flush before each profiled kernel) or 'none', not {cache_control!r}")
     cmd = [str(ncu), "--nvtx", "--nvtx-include", nvtx_include, "--clock-control", clock_control,
-           "--cache-control", CACHE_CONTROL, "--replay-mode", replay_mode, "--target-processes", "all"]
+           "--cache-control", cache_control, "--replay-mode", replay_mode, "--target-processes", "all"]
     if kernel_regex:
         cmd += ["--kernel-name", f"regex:{kernel_regex}"]
     cmd += list(extra)
@@ -472,12 +474,12 @@ def _run_steps(steps: _Steps, stamp: str, ceilings_from: Path | None) -> dict[st
 
 
 def _in_flight(folder: Path) -> dict[str, str]:
-    """step's log name -> the range of the case a workload in ``folder`` was running when it stopped."""
+    """step (ncu, nsys, deep) -> the range of the case its workload in ``folder`` was running when it stopped."""
     out: dict[str, str] = {}
     for path in sorted(folder.glob("cases_*.jsonl.running")):
         rng = path.read_text(errors="replace").strip()
         if rng:
-            out[path.name.removesuffix(".running")] = rng
+            out[path.name.removeprefix("cases_").removesuffix(".jsonl.running")] = rng
     return out
 
 
@@ -489,13 +491,11 @@ def _keep_failed(exc: BaseException, plan: Plan, tmp: Path, profiles: Path, stam
     with open(tmp / "FAILED.txt", "w") as fh:
         fh.write(f"{type(exc).__name__}: {exc}\n")
         fh.write(f"cases finished ({len(done)} of {len(plan.runnable)}):\n" + "".join(f"  {s:10s} {r}\n" for r, s in done.items()))
-        fh.write("".join(f"case in flight when it stopped ({log.removeprefix('cases_').removesuffix('.jsonl')} step): {r}\n"
-                         for log, r in flight.items()))
+        fh.write("".join(f"case in flight when it stopped ({step} step): {r}\n" for step, r in flight.items()))
     os.replace(tmp, failed)
     what = (f"interrupted{f' ({exc})' if str(exc) else ''}" if isinstance(exc, KeyboardInterrupt)
             else f"failed: {exc}")
-    where = "".join(f" The case in flight ({log.removeprefix('cases_').removesuffix('.jsonl')} step): {r}."
-                    for log, r in flight.items())
+    where = "".join(f" The case in flight ({step} step): {r}." for step, r in flight.items())
     return (f"capture of {plan.name!r} {what}. {len(done)} of {len(plan.runnable)} case(s) had finished (listed in "
             f"{failed}/FAILED.txt).{where} The previous capture (if any) is untouched; partial output and logs are in {failed}")
 

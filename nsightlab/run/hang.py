@@ -143,13 +143,9 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab hang") -> int:
     wl = workload_command(sweep_file, python=sys.executable, only=a.only)
     include = sweep.schema().nvtx_include()
 
-    def command(subset: list[str], replay: str = "kernel", extra: Sequence[str] = ()) -> list[str]:
-        cmd = ncu_command(a.ncu or "ncu", wl, out / "profile", nvtx_include=include, sections=subset,
-                          replay_mode=replay, extra=["--import-source", "yes", *extra])
-        if extra and "--cache-control" in extra:  # the later flag wins in ncu; keep the line readable
-            i = cmd.index("--cache-control")
-            del cmd[i:i + 2]
-        return cmd
+    def command(subset: list[str], replay: str = "kernel", cache: str = CACHE_CONTROL) -> list[str]:
+        return ncu_command(a.ncu or "ncu", wl, out / "profile", nvtx_include=include, sections=subset,
+                           replay_mode=replay, cache_control=cache, extra=["--import-source", "yes"])
 
     if a.dry_run:
         print(" ".join(command(sections)))
@@ -159,12 +155,13 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab hang") -> int:
     runs: list[tuple[str, str, float]] = []
     n = 0
 
-    def trial(subset: list[str], replay: str = "kernel", extra: Sequence[str] = ()) -> str:
+    def trial(subset: list[str], replay: str = "kernel", cache: str = CACHE_CONTROL) -> str:
         nonlocal n
         n += 1
-        label = f"{','.join(subset)}{'' if replay == 'kernel' else f' (replay {replay})'}{' ' + ' '.join(extra) if extra else ''}"
+        label = (f"{','.join(subset)}{'' if replay == 'kernel' else f' (replay {replay})'}"
+                 f"{'' if cache == CACHE_CONTROL else f' --cache-control {cache}'}")
         print(f"[{n}] {label}", flush=True)
-        verdict, secs = run_ncu(command(subset, replay, extra), out / f"run{n:02d}.log", a.timeout)
+        verdict, secs = run_ncu(command(subset, replay, cache), out / f"run{n:02d}.log", a.timeout)
         runs.append((label, verdict, secs))
         return verdict
 
@@ -174,7 +171,7 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab hang") -> int:
         return 0 if first == DONE else 1
     minimal = minimal_stalling(sections, lambda s: trial(s) == STALL)
     app = trial(minimal, "application")
-    nocache = trial(minimal, "kernel", ["--cache-control", "none"])
+    nocache = trial(minimal, cache="none")
     print("summary:")
     for label, verdict, secs in runs:
         print(f"  {verdict:9s} {secs:5.1f} s  {label}")
