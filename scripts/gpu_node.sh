@@ -160,7 +160,8 @@ PY
       # one command for all the sweeps (the GEMM/copy ceilings are measured once), then ship each
       step capture
       t0=$(date +%s)
-      timeout --signal=INT "${CAPTURE_TIMEOUT:-3000}" python3 -m nsightlab.capture --suite "$CAPTURE_SUITES" --profiles "$OUT/profiles" $CAPTURE_ARGS 2>&1 | tee -a "$OUT/capture.log"
+      eval "capture_args=(${CAPTURE_ARGS:-})" || { echo "CAPTURE_ARGS is not valid shell words"; status=1; continue; }
+      timeout --signal=INT "${CAPTURE_TIMEOUT:-3000}" python3 -m nsightlab.capture --suite "$CAPTURE_SUITES" --profiles "$OUT/profiles" "${capture_args[@]}" 2>&1 | tee -a "$OUT/capture.log"
       [ "${PIPESTATUS[0]}" = 0 ] || status=1
       echo "capture wall time: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/capture.log"
       ship ;;

@@ -498,9 +498,35 @@ def test_deep_only_takes_the_deep_tier_alone_into_its_own_folder(tmp_path):
     assert man["deep_only"] and man["tools"] == ["ncu"] and man["ncu"] == {} and man["nsys"] == {}
     assert [c["range"] for c in man["cases"]] == man["deep"]["cases"] and all(c["deep"] for c in man["cases"])
     assert [c["step"] for c in man["commands"]] == ["ceilings", "deep", "deep-details-csv", "deep-raw-csv"]
+    assert "skipped_sections" not in man["deep"]
     assert not any(name.startswith(("ncu", "nsys")) for name in man["files"])
     with pytest.raises(C.CaptureError, match="--deep-only needs a deep regex"):
         C.capture(_mine(), profiles, ncu=str(ncu), python=str(py), deep_only=True, echo=lambda s: None)
+
+
+def test_deep_skip_leaves_sections_out_and_says_so(tmp_path, capsys, monkeypatch):
+    """A kernel that stalls under one deep section (nsightlab hang names it) is captured without it: the
+    manifest lists the sections used and the ones left out, and the sweep re-runs the same way."""
+    py, ncu, _ = _tools(tmp_path)
+    sweep = dataclasses.replace(_mine(), deep=DEEP, deep_skip=("MemoryWorkloadAnalysis",))
+    dest = C.capture(sweep, tmp_path / "profiles", ncu=str(ncu), nsys="/no/nsys", python=str(py), deep_only=True,
+                     echo=lambda s: None)
+    man = validate(dest, open_reports=False)
+    argv = _step(man, "deep")
+    used = [argv[i + 1] for i, a in enumerate(argv) if a == "--section"]
+    assert used == [s for s in C.DEEP_SECTIONS if s != "MemoryWorkloadAnalysis"] == man["deep"]["sections"]
+    assert man["deep"]["skipped_sections"] == ["MemoryWorkloadAnalysis"]
+    assert Sweep.load(dest / "sweep.toml").deep_skip == ("MemoryWorkloadAnalysis",)
+    assert "deep_skip" not in _mine().to_dict()  # a sweep without it writes no key
+    with pytest.raises(ValueError, match="deep_skip names \\['Memory'\\], which are not deep-tier sections; accepted: SpeedOfLight"):
+        dataclasses.replace(_mine(), deep_skip=("Memory",))
+    with pytest.raises(ValueError, match="leaves out every deep-tier section"):
+        dataclasses.replace(_mine(), deep_skip=C.DEEP_SECTIONS)
+    argv = ["--impl", "sdpa_flash", "-N", "256,512", "--name", "mine", "--deep", "forward:.*N=512,",
+            "--deep-skip", "Nope", "--list"]
+    with pytest.raises(SystemExit) as exc:
+        _main(argv, monkeypatch)
+    assert exc.value.code == 2 and "deep_skip names ['Nope']" in capsys.readouterr().err
 
 
 def test_list_marks_the_deep_cases(capsys, monkeypatch):

@@ -26,6 +26,49 @@ def test_the_set_narrows_to_the_sections_that_stall_together():
     pair = ("MemoryWorkloadAnalysis_Chart", "SourceCounters")  # in different halves: leave-one-out finds both
     assert hang.minimal_stalling(DEEP_SECTIONS, stalls_with(*pair)) == list(pair)
     assert hang.minimal_stalling(["A"], stalls_with("A")) == ["A"]
+    seen.clear()
+    many = [f"m{i}" for i in range(64)]
+    assert hang.minimal_stalling(many, stalls_with("m41")) == ["m41"]
+    assert len(seen) <= 12  # about 2 log2(64) runs for a lone culprit among 64
+    assert hang.minimal_stalling(many, stalls_with("m3", "m60")) == ["m3", "m60"]
+
+
+_SECTION = """Identifier: "{ident}"
+DisplayName: "{ident} shown"
+Header {{
+  Metrics {{
+    Label: "Throughput"
+    Name: "{m0}"
+  }}
+  Metrics {{
+    Label: "Busy"
+    Name: "{m1}"
+  }}
+}}
+Body {{
+  Items {{
+    Table {{ Label: "Breakdown" Metrics {{ Name: "breakdown:{m2}" }} }}
+  }}
+}}
+"""
+
+
+def test_section_files_name_their_metrics(tmp_path):
+    (tmp_path / "A.section").write_text(_SECTION.format(ident="Alpha", m0="dram__bytes.sum", m1="lts__t_sectors.sum",
+                                                        m2="gpu__throughput.avg.pct_of_peak_sustained_elapsed"))
+    (tmp_path / "B.section").write_text(_SECTION.format(ident="Beta", m0="sm__cycles_active.avg", m1="dram__bytes.sum",
+                                                        m2="sm__throughput.avg"))
+    assert hang.section_metrics(tmp_path, "Alpha") == [
+        "dram__bytes.sum", "lts__t_sectors.sum", "breakdown:gpu__throughput.avg.pct_of_peak_sustained_elapsed"]
+    assert hang.section_metrics(tmp_path, "Gamma") == []
+    bin_ = tmp_path / "ncu-2025" / "bin"
+    bin_.mkdir(parents=True)
+    (bin_.parent / "sections").mkdir()
+    (bin_.parent / "sections" / "A.section").write_text("Identifier: \"A\"\n")
+    assert hang.section_folder(bin_ / "ncu") is None  # not beside ncu, no nsight-compute* sibling
+    (bin_ / "sections").mkdir()
+    (bin_ / "sections" / "A.section").write_text("Identifier: \"A\"\n")
+    assert hang.section_folder(bin_ / "ncu") == bin_ / "sections"
 
 
 def _script(path, body):
@@ -65,6 +108,33 @@ echo '==PROF== Disconnected'
     assert "verdict: LaunchStats,WarpStateStats stall(s) these cases" in text
     assert "with application replay the set stalls, with --cache-control none it finishes" in text
     assert (out / "run01.log").exists() and (out / "sweep.toml").exists()
+    assert "metrics: Nsight Compute's section files were not found" in text
+
+
+def test_the_command_narrows_the_stalling_sections_metrics(tmp_path, capsys):
+    """A fake ncu that stalls whenever the metric lts__t_sectors_op_atom.sum is collected, by its section or by
+    name: the verdict names the section, then that metric (the section files are fakes too)."""
+    folder = tmp_path / "sections"
+    folder.mkdir()
+    for ident, metrics in (("MemoryWorkloadAnalysis", ["dram__bytes.sum", "lts__t_sectors_op_atom.sum", "l1tex__t_bytes.sum"]),
+                           ("SpeedOfLight", ["sm__throughput.avg", "gpu__time_duration.sum", "dram__bytes.sum"])):
+        (folder / f"{ident}.section").write_text(
+            f'Identifier: "{ident}"\n' + "".join(f'Metrics {{ Name: "{m}" }}\n' for m in metrics))
+    ncu = _script(tmp_path / "ncu", """
+case "$*" in
+  *"--section MemoryWorkloadAnalysis "*|*"lts__t_sectors_op_atom.sum"*)
+    echo "==WARNING== Launching the workload is taking more time than expected."; exec sleep 60 ;;
+esac
+echo '==PROF== Disconnected'
+""")
+    rc = hang.main(["--sweep", "blocksize", "--only", "flash_simt:forward:.*N=1024,D=64,dtype=float16,causal=0,block_size=16",
+                    "--ncu", ncu, "--out", str(tmp_path / "out"), "--timeout", "20", "--section-folder", str(folder),
+                    "--sections", "SpeedOfLight,MemoryWorkloadAnalysis,Occupancy"])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert "verdict: MemoryWorkloadAnalysis stall(s) these cases" in text
+    assert "metrics: 3 in MemoryWorkloadAnalysis" in text
+    assert "verdict: of their metrics, lts__t_sectors_op_atom.sum alone stall(s) these cases" in text
 
 
 def test_bad_arguments_say_what_is_accepted(capsys, tmp_path, monkeypatch):

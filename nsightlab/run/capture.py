@@ -128,11 +128,13 @@ def ncu_command(ncu: str | os.PathLike, workload: Sequence[str], export: str | o
 
 
 def deep_ncu_command(ncu: str | os.PathLike, workload: Sequence[str], export: str | os.PathLike, *,
-                     clock_control: str = "none", nvtx_include: str = "regex:^[^/]*/") -> list[str]:
-    """The deep tier's ncu: :data:`DEEP_SECTIONS`, the CUDA source imported into the report (SASS maps
-    to source lines where the kernels were built with -lineinfo), each kernel replayed."""
+                     clock_control: str = "none", nvtx_include: str = "regex:^[^/]*/",
+                     sections: Sequence[str] = DEEP_SECTIONS) -> list[str]:
+    """The deep tier's ncu: :data:`DEEP_SECTIONS` (or ``sections``: a sweep's deep_skip leaves some out), the
+    CUDA source imported into the report (SASS maps to source lines where the kernels were built with
+    -lineinfo), each kernel replayed."""
     return ncu_command(ncu, workload, export, clock_control=clock_control, nvtx_include=nvtx_include,
-                       sections=DEEP_SECTIONS, replay_mode=DEEP_REPLAY_MODE, extra=["--import-source", "yes"])
+                       sections=sections, replay_mode=DEEP_REPLAY_MODE, extra=["--import-source", "yes"])
 
 
 def nsys_command(nsys: str | os.PathLike, workload: Sequence[str], output: str | os.PathLike) -> list[str]:
@@ -406,13 +408,16 @@ class _Steps:
                                *map(str, bench.get("args", []))], log="bench.log", env=self.env)
 
     def deep(self) -> dict[str, Any]:
-        """The deep tier: the deep cases again, with :data:`DEEP_SECTIONS`, then Nsight Compute's own CSVs of it."""
+        """The deep tier: the deep cases again, with :data:`DEEP_SECTIONS` (less the sweep's deep_skip), then
+        Nsight Compute's own CSVs of it."""
         ncu, report = self.tools["ncu"], self.folder / "deep.ncu-rep"
+        sections = self.plan.sweep.deep_sections()
         include = self.plan.schema.nvtx_include()
         wl = self.workload("cases_deep.jsonl", only=[self.plan.sweep.deep or ""])
         with self.timed("deep"):
             text = self.run("deep", deep_ncu_command(ncu, wl, self.folder / "deep", clock_control=self.clock_control,
-                                                     nvtx_include=include), log="deep.log", env=self.env,
+                                                     nvtx_include=include, sections=sections),
+                            log="deep.log", env=self.env,
                             check=check_ncu_output)
         report_bytes = report.stat().st_size
         with self.timed("deep_csv"):
@@ -421,7 +426,9 @@ class _Steps:
             self.run("deep-raw-csv", ncu_raw_csv_command(ncu, report, base_units=True), log="deep_raw_csv.log",
                      stdout_to="deep_raw.csv", env=self.env)
         return {"regex": self.plan.sweep.deep, "cases": [c.range for c in self.plan.deep],
-                "version": tool_version(ncu), "path": str(ncu), "sections": list(DEEP_SECTIONS), "import_source": True,
+                "version": tool_version(ncu), "path": str(ncu), "sections": list(sections),
+                **({"skipped_sections": list(self.plan.sweep.deep_skip)} if self.plan.sweep.deep_skip else {}),
+                "import_source": True,
                 "replay_mode": DEEP_REPLAY_MODE, "clock_control": self.clock_control, "cache_control": CACHE_CONTROL, "nvtx_include": include,
                 "seconds": round(self.timings["deep"], 2), "export_seconds": round(self.timings["deep_csv"], 2),
                 "report_bytes": report_bytes, **_ncu_cost(text)}
@@ -649,6 +656,8 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--deep", help="profile the cases whose NVTX range name matches this regex a second time with "
                                   f"Nsight Compute's deep sections ({', '.join(DEEP_SECTIONS)}); "
                                   "replaces a sweep's own deep field")
+    p.add_argument("--deep-skip", help="deep-tier sections to leave out, comma-separated (for a kernel that stalls "
+                                       "under one: see nsightlab hang); replaces a sweep's own deep_skip")
     p.add_argument("--deep-only", action="store_true",
                    help="only the deep tier (no light ncu, no nsys, no benchmark), into <name>-deep/")
     p.add_argument("--list", action="store_true", help="print each sweep's cases (range names, skips, deep ones) and "
@@ -697,6 +706,9 @@ def _checked(sweeps: list[Sweep], a: argparse.Namespace) -> list[Sweep]:
     if a.deep is not None:
         regex(a.deep, "--deep")
         sweeps = [dataclasses.replace(s, deep=a.deep) if s.grids else s for s in sweeps]
+    if a.deep_skip is not None:
+        skip = tuple(x.strip() for x in a.deep_skip.split(",") if x.strip())
+        sweeps = [dataclasses.replace(s, deep_skip=skip) for s in sweeps]
     deep = {s.name: plan_cases(s, a.only)[1] for s in sweeps}
     if a.deep is not None and not any(deep.values()):
         raise ValueError(f"--deep {a.deep!r} matches no case to run of {', '.join(deep)}")

@@ -7,9 +7,10 @@ A kernel that runs to the end on its own can stall under a profiler's replay: Ns
 "Launching the workload is taking more time than expected" and waits for ever. This runs the selected
 cases (one, ideally) under ``ncu`` with subsets of the sections (default: the deep tier's), each run cut
 off at ``--timeout`` seconds or as soon as Nsight Compute prints that warning, and narrows the set down to
-one from which no section can be dropped with the stall still there (halving first, then leaving one out
-at a time). Then it tries that set with application replay and with no cache control, and prints a
-verdict line per run and a summary. Each run writes its ncu log to ``--out`` (default
+one from which no section can be dropped with the stall still there (delta debugging: chunks, then their
+complements, then finer chunks). Then it tries that set with application replay and with no cache
+control, and narrows the metrics those sections name (read from Nsight Compute's ``.section`` files,
+asked for with ``--metrics``) the same way, and prints a verdict line per run and a summary. Each run writes its ncu log to ``--out`` (default
 ``ncu-hang-<time>/``). Needs a GPU and ncu; ``--dry-run`` prints the commands.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -35,28 +37,54 @@ from .workload import selected
 STALL, DONE, FAILED = "stalls", "finishes", "fails"
 
 
-def minimal_stalling(sections: Sequence[str], stalls: Callable[[list[str]], bool]) -> list[str]:
-    """A subset of ``sections`` that still stalls and from which no section can be left out with the stall
-    kept (1-minimal), given ``stalls(subset)`` (which the caller has seen hold for ``sections`` itself).
-    Halves first (a half that stalls alone replaces the set), then leaves one section out at a time."""
-    current = list(sections)
+def minimal_stalling(items: Sequence[str], stalls: Callable[[list[str]], bool]) -> list[str]:
+    """A subset of ``items`` (sections or metrics) that still stalls and from which no item can be left out
+    with the stall kept (1-minimal), given ``stalls(subset)`` (which the caller has seen hold for ``items``
+    itself). Delta debugging (Zeller's ddmin): try each of n chunks, then each chunk's complement, and split
+    finer (n doubled) when neither stalls; a lone culprit among k items costs about 2 log2 k runs."""
+    current, n = list(items), 2
     while len(current) > 1:
-        half = len(current) // 2
-        first, second = current[:half], current[half:]
-        if stalls(first):
-            current = first
-        elif stalls(second):
-            current = second
-        else:
+        size = -(-len(current) // n)
+        chunks = [current[i:i + size] for i in range(0, len(current), size)]
+        found = next((c for c in chunks if stalls(c)), None)
+        if found is not None:
+            current, n = found, 2
+            continue
+        if len(chunks) > 2:
+            found = next((rest for i in range(len(chunks))
+                          if stalls(rest := [x for j, c in enumerate(chunks) if j != i for x in c])), None)
+            if found is not None:
+                current, n = found, max(n - 1, 2)
+                continue
+        if n >= len(current):
             break
-    i = 0
-    while len(current) > 1 and i < len(current):
-        rest = current[:i] + current[i + 1:]
-        if stalls(rest):
-            current = rest
-        else:
-            i += 1
+        n = min(2 * n, len(current))
     return current
+
+
+#: a metric's name in a section file (``Name: "dram__bytes.sum"``; ``breakdown:`` tables included)
+_METRIC = re.compile(r'\bName:\s*"((?:breakdown:)?[a-z][a-z0-9_]*__[A-Za-z0-9_.]+)"')
+_IDENT = re.compile(r'^\s*Identifier:\s*"([^"]+)"', re.M)
+
+
+def section_folder(ncu: str | os.PathLike) -> Path | None:
+    """The folder of Nsight Compute's ``.section`` files beside ``ncu`` (``<install>/sections``), or None."""
+    exe = Path(ncu).resolve()
+    for cand in (exe.parent / "sections", *sorted(exe.parent.parent.glob("nsight-compute*/sections"), reverse=True)):
+        if cand.is_dir() and any(cand.glob("*.section")):
+            return cand
+    return None
+
+
+def section_metrics(folder: str | os.PathLike, section: str) -> list[str]:
+    """The metrics that the section with Identifier ``section`` in ``folder`` names, in file order, once
+    each; [] when no file there has that identifier."""
+    for f in sorted(Path(folder).glob("*.section")):
+        text = f.read_text(errors="replace")
+        ident = _IDENT.search(text)
+        if ident and ident.group(1) == section:
+            return list(dict.fromkeys(_METRIC.findall(text)))
+    return []
 
 
 def run_ncu(cmd: list[str], log: Path, timeout: float, echo: Callable[[str], None] = print) -> tuple[str, float]:
@@ -112,6 +140,9 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab hang") -> int:
     p.add_argument("--timeout", type=float, default=45.0, help="seconds after which a run counts as stalled (default 45)")
     p.add_argument("--ncu", default=None, help="path to ncu (else $NCU, PATH, standard folders)")
     p.add_argument("--out", default=None, help="folder for the runs' logs (default ncu-hang-<time>/)")
+    p.add_argument("--section-folder", default=None,
+                   help="Nsight Compute's .section files, whose metrics are narrowed down after the sections "
+                        "(default: beside ncu)")
     p.add_argument("--dry-run", action="store_true", help="print the first ncu command and exit (no GPU needed)")
     a = p.parse_args(argv)
     sections = [s.strip() for s in a.sections.split(",") if s.strip()]
@@ -143,8 +174,10 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab hang") -> int:
     wl = workload_command(sweep_file, python=sys.executable, only=a.only)
     include = sweep.schema().nvtx_include()
 
-    def command(subset: list[str], replay: str = "kernel", cache: str = CACHE_CONTROL) -> list[str]:
-        return ncu_command(a.ncu or "ncu", wl, out / "profile", nvtx_include=include, sections=subset,
+    def command(subset: list[str], replay: str = "kernel", cache: str = CACHE_CONTROL,
+                metrics: bool = False) -> list[str]:
+        return ncu_command(a.ncu or "ncu", wl, out / "profile", nvtx_include=include,
+                           sections=() if metrics else subset, metrics=subset if metrics else None,
                            replay_mode=replay, cache_control=cache, extra=["--import-source", "yes"])
 
     if a.dry_run:
@@ -155,13 +188,15 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab hang") -> int:
     runs: list[tuple[str, str, float]] = []
     n = 0
 
-    def trial(subset: list[str], replay: str = "kernel", cache: str = CACHE_CONTROL) -> str:
+    def trial(subset: list[str], replay: str = "kernel", cache: str = CACHE_CONTROL, metrics: bool = False) -> str:
         nonlocal n
         n += 1
-        label = (f"{','.join(subset)}{'' if replay == 'kernel' else f' (replay {replay})'}"
+        what = (f"{len(subset)} metrics: " if metrics and len(subset) > 3 else "metrics " if metrics else "")
+        shown = ",".join(subset) if len(subset) <= 12 else ",".join(subset[:12]) + f",... ({len(subset) - 12} more)"
+        label = (f"{what}{shown}{'' if replay == 'kernel' else f' (replay {replay})'}"
                  f"{'' if cache == CACHE_CONTROL else f' --cache-control {cache}'}")
         print(f"[{n}] {label}", flush=True)
-        verdict, secs = run_ncu(command(subset, replay, cache), out / f"run{n:02d}.log", a.timeout)
+        verdict, secs = run_ncu(command(subset, replay, cache, metrics), out / f"run{n:02d}.log", a.timeout)
         runs.append((label, verdict, secs))
         return verdict
 
@@ -172,13 +207,35 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab hang") -> int:
     minimal = minimal_stalling(sections, lambda s: trial(s) == STALL)
     app = trial(minimal, "application")
     nocache = trial(minimal, cache="none")
+    culprits = _metric_stage(a, minimal, trial)
     print("summary:")
     for label, verdict, secs in runs:
         print(f"  {verdict:9s} {secs:5.1f} s  {label}")
     print(f"verdict: {','.join(minimal)} stall(s) these cases (no section of it can be left out with the stall kept); "
           f"with application replay the set {app}, with --cache-control none it {nocache} "
           f"(the capture's default is --cache-control {CACHE_CONTROL}); logs in {out}")
+    if culprits:
+        print(f"verdict: of their metrics, {','.join(culprits)} alone stall(s) these cases "
+              "(no metric of it can be left out with the stall kept)")
     return 0
+
+
+def _metric_stage(a: argparse.Namespace, minimal: list[str], trial: Callable[..., str]) -> list[str]:
+    """The metrics of the stalling sections, narrowed down the same way: [] where the section files are not
+    found, the sections name no metric, or their metrics alone (without the sections) finish."""
+    folder = Path(a.section_folder) if a.section_folder else section_folder(a.ncu)
+    if folder is None:
+        print("metrics: Nsight Compute's section files were not found beside ncu (--section-folder); not narrowed")
+        return []
+    metrics = list(dict.fromkeys(m for sec in minimal for m in section_metrics(folder, sec)))
+    if not metrics:
+        print(f"metrics: no section file in {folder} names metrics for {','.join(minimal)}; not narrowed")
+        return []
+    print(f"metrics: {len(metrics)} in {','.join(minimal)} ({folder})")
+    if trial(metrics, metrics=True) != STALL:
+        print("metrics: asked for by name, without their sections, they do not stall; not narrowed")
+        return []
+    return minimal_stalling(metrics, lambda m: trial(m, metrics=True) == STALL)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.metrics import DEEP_SECTIONS
 from ..core.ranges import LABEL, PASS, RangeSchema
 from ..problems import problem as problems
 from ..problems.impls import Implementation, load_plugins, resolve
@@ -112,6 +113,9 @@ class Sweep:
     bench: dict[str, Any] | None = None
     #: a regex over range names: the cases the capture profiles a second time with Nsight Compute's deep sections
     deep: str | None = None
+    #: deep-tier sections to leave out (each one of DEEP_SECTIONS): for a kernel that stalls under one of them
+    #: (``nsightlab hang`` finds which)
+    deep_skip: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_.+-]+", self.name or ""):
@@ -127,6 +131,13 @@ class Sweep:
             raise ValueError(f"sweep {self.name!r} has no [[grid]] of cases for ncu/nsys")
         if self.deep is not None:
             regex(self.deep, f"sweep {self.name!r}: deep")
+        self.deep_skip = tuple(self.deep_skip)
+        unknown = [x for x in self.deep_skip if x not in DEEP_SECTIONS]
+        if unknown:
+            raise ValueError(f"sweep {self.name!r}: deep_skip names {unknown}, which are not deep-tier sections; "
+                             f"accepted: {', '.join(DEEP_SECTIONS)}")
+        if len(self.deep_skip) == len(DEEP_SECTIONS):
+            raise ValueError(f"sweep {self.name!r}: deep_skip leaves out every deep-tier section")
         for i, g in enumerate(self.grids):
             if not g.get("impl"):
                 raise ValueError(f"sweep {self.name!r}, grid {i + 1}: no impl")
@@ -142,7 +153,7 @@ class Sweep:
             raise ValueError(f"{origin}: unknown key(s) {unknown}; accepted: grid, {', '.join(sorted(known))}")
         if not isinstance(grids, list) or not all(isinstance(g, dict) for g in grids):
             raise ValueError(f"{origin}: [[grid]] must be a list of tables")
-        for key in ("tools", "plugins"):
+        for key in ("tools", "plugins", "deep_skip"):
             if key in data:
                 data[key] = tuple(data[key])
         try:
@@ -164,8 +175,14 @@ class Sweep:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["grid"] = d.pop("grids")
-        d["tools"], d["plugins"] = list(self.tools), list(self.plugins)
+        d["tools"], d["plugins"], d["deep_skip"] = list(self.tools), list(self.plugins), list(self.deep_skip)
+        if not self.deep_skip:
+            del d["deep_skip"]
         return {k: v for k, v in d.items() if v is not None}
+
+    def deep_sections(self) -> tuple[str, ...]:
+        """The deep tier's Nsight Compute sections for this sweep: DEEP_SECTIONS less ``deep_skip``."""
+        return tuple(s for s in DEEP_SECTIONS if s not in self.deep_skip)
 
     def to_toml(self) -> str:
         import tomli_w
