@@ -206,6 +206,8 @@ def _forward(variant: Variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
             main = _wg_tail_plan(q.shape[0] * q.shape[1], q.shape[2], rows,
                                  torch.cuda.get_device_properties(dev).multi_processor_count)
             code |= (main + 1) << 8 if main is not None else 0
+        elif causal and opts["tail"] == "auto" and opts["pipeline"].startswith("tma-ws"):
+            code |= 1 << 8  # step 8: the heads dealt in groups, each group's tiles heaviest first
         _build.load("flash_wgmma_fwd").fwd(code, q, k, v, o, lse, counter, scale, causal)
     elif name == "flash_decode":
         _decode_forward(q, k, v, o, lse, causal, scale, opts)

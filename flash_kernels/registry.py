@@ -180,10 +180,13 @@ VARIANTS: dict[str, Variant] = {
                 ),
                 "tail": Option(
                     "tail", ("none", "auto"),
-                    "the persistent pipelines' last work tiles, not causal (other pipelines and causal calls "
-                    "ignore it): none = every tile the tile's query rows; auto = the host list-schedules the "
-                    "tiles over the SMs and cuts the last query blocks of each head into tiles of 64 rows fewer, "
-                    "handed out after every whole one, where that shortens the schedule (step 7)",
+                    "how the last work tiles are balanced over the SMs. Not causal, the persistent pipelines: "
+                    "none = every tile the tile's query rows; auto = the host list-schedules the tiles over the SMs "
+                    "and cuts the last query blocks of each head into tiles of 64 rows fewer, handed out after "
+                    "every whole one, where that shortens the schedule (step 7). Causal, the tma-ws pipelines: "
+                    "none = each head's query blocks heaviest first, one head after another; auto = the heads in "
+                    "groups whose K and V fit in 16 MiB of L2, each group's tiles heaviest first across its heads, "
+                    "so that the last tiles handed out are light ones (step 8). cp.async and tma ignore it",
                     default={64: "none", 128: "auto"},
                 ),
                 "wg_bwd_tile": Option(

@@ -483,6 +483,14 @@ __host__ __device__ __forceinline__ int tail_tiles_per_head(int Nq, int main_qb)
   return main_qb * BM < Nq ? (Nq - main_qb * BM + BM - 65) / (BM - 64) : 0;
 }
 
+// Causal, tail "auto" (step 8): the heads are dealt in groups of this many, as many as have their K and V within
+// 16 MiB (a third of an H100's L2), at least one; each group's tiles heaviest first across its heads.
+__host__ __device__ __forceinline__ int causal_head_group(int Nk, int D, int elem_bytes, int batch_heads) {
+  const long per_head = 2L * Nk * D * elem_bytes;
+  const long g = (16L << 20) / (per_head > 0 ? per_head : 1);
+  return int(g < 1 ? 1 : g > batch_heads ? batch_heads : g);
+}
+
 // Warpgroup 0 is the producer (one thread issues every copy), warpgroups 1 .. NWG the consumers
 // (64 query rows each). Barriers per stage: full_k / full_v (the copy engine's bytes landed; one
 // arrival, the producer's expect_tx) and empty_k / empty_v (NWG arrivals, one per consumer
@@ -540,11 +548,19 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
   const int n_qb = (Nq + BM - 1) / BM;
   const int n_tail = tail_tiles_per_head<BM>(Nq, main_qb);
   const int n_main = main_qb * batch_heads, n_tiles = n_main + n_tail * batch_heads;
+  // causal (truthy): 2 = step 8's head groups (tail "auto"; cg heads per group, below), 1 = one head after another
   auto tile_of = [&](int i, int& bh, int& q0, int& n_kv, int& q_end) {
     if (i < n_main) {
-      bh = i / main_qb;
-      const int j = i - bh * main_qb;
-      q0 = (causal ? n_qb - 1 - j : j) * BM;
+      if (causal) {  // group g of gh heads: its j-th heaviest query block of each head, then the (j+1)-th
+        const int cg = causal > 1 ? causal_head_group(Nk, D, int(sizeof(T)), batch_heads) : 1;
+        const int g = i / (cg * main_qb), gh = min(cg, batch_heads - g * cg);
+        const int r = i - g * cg * main_qb, j = r / gh;
+        bh = g * cg + (r - j * gh);
+        q0 = (n_qb - 1 - j) * BM;
+      } else {
+        bh = i / main_qb;
+        q0 = (i - bh * main_qb) * BM;
+      }
       q_end = q0 + BM;
     } else {
       const int k = i - n_main, r = k / n_tail;
@@ -838,6 +854,8 @@ cudaError_t wgmma_ws_forward_launch(const AttnArgs& a, cudaStream_t stream) {
   // query block is a BM-row tile
   const int n_qb = cdiv(a.Nq, BM);
   const int main_qb = PERSISTENT && !a.causal && (a.option >> 8) > 0 ? std::min((a.option >> 8) - 1, n_qb) : n_qb;
+  // causal: option bits 8.. non-zero = step 8's head groups (the kernel's causal argument 2)
+  const int causal = a.causal ? ((a.option >> 8) > 0 ? 2 : 1) : 0;
   const long tiles = (main_qb + tail_tiles_per_head<BM>(a.Nq, main_qb)) * long(a.B) * a.H;
   long blocks = tiles;
   if constexpr (PERSISTENT) {
@@ -850,14 +868,15 @@ cudaError_t wgmma_ws_forward_launch(const AttnArgs& a, cudaStream_t stream) {
   }
   if (tiles > INT32_MAX) return cudaErrorInvalidValue;
   kernel<<<unsigned(blocks), (BM / 64 + 1) * 128, smem, stream>>>(
-      maps[0], maps[1], maps[2], static_cast<T*>(a.o), a.lse, dims_of(a), a.B * a.H, a.scale * kLog2e, a.causal,
+      maps[0], maps[1], maps[2], static_cast<T*>(a.o), a.lse, dims_of(a), a.B * a.H, a.scale * kLog2e, causal,
       reinterpret_cast<int*>(a.ws[0]), main_qb);
   return cudaGetLastError();
 }
 
 // Pipeline codes (option bits 4..7) as flash_kernels/_ops.py names them: 0 = cp.async, 1 = tma,
 // 2 = tma-ws, 3 = tma-ws-overlap, 4 = tma-ws-pingpong, 5 = tma-ws-persistent,
-// 6 = tma-ws-persistent-pingpong. Bits 8..: the persistent pipelines' main query blocks per head + 1 (0: all).
+// 6 = tma-ws-persistent-pingpong. Bits 8..: the persistent pipelines' main query blocks per head + 1 (0: all);
+// causal, the tma-ws pipelines: non-zero = step 8's head groups.
 template <typename T, int D, int BM, int BN>
 cudaError_t wgmma_forward_pipeline(const AttnArgs& a, cudaStream_t stream) {
   switch ((a.option >> 4) & 15) {

@@ -318,6 +318,36 @@ WGMMA_SHAPES = [
 ]
 
 
+_WS = [p for p in fk.VARIANTS["flash_wgmma"].options["pipeline"].choices if p.startswith("tma-ws")]
+
+
+@pytest.mark.parametrize("pipeline", _WS)
+@pytest.mark.parametrize("wg_tile", ["128x128", "192x128"])
+@pytest.mark.parametrize("dtype", fk.VARIANTS["flash_wgmma"].dtypes)
+@pytest.mark.parametrize("D", fk.VARIANTS["flash_wgmma"].head_dims)
+def test_flash_wgmma_causal_head_groups(pipeline: str, wg_tile: str, dtype: str, D: int) -> None:
+    """Causal, tail="auto" (step 8): the heads dealt in groups whose K and V fit in 16 MiB, each group's tiles
+    heaviest first across its heads. Keys long enough that a group holds fewer heads than the call, and the
+    last group fewer than the others (6 heads in groups of 4: 4 + 2), two query heads per K/V head, ragged sizes;
+    tail="none" (one head after another) beside it."""
+    tol = TOLERANCES[dtype]
+    B, H, Hkv, Nq = 1, 6, 3, 1000
+    Nk = (16 << 20) // (18 * D) + 77  # four heads' K and V (4 Nk D bytes each) fit in 16 MiB, not five
+    group = (16 << 20) // (2 * Nk * D * 2)
+    assert group == 4 and (B * H) % group == 2
+    q, k, v, _ = random_attention_inputs(B, H, Nq, D, DTYPES[dtype], Hkv=Hkv, Nk=Nk, seed=Nk + D)
+    ref_o, ref_lse = reference_forward(q, k, v, causal=True)
+    for tail in ("none", "auto"):
+        with poisoned_outputs():
+            o, lse = fk.forward(q, k, v, variant="flash_wgmma", causal=True, wg_tile=wg_tile, pipeline=pipeline,
+                                tail=tail)
+        torch.cuda.synchronize()
+        where = f"{B, H, Hkv, Nq, Nk} tail={tail}"
+        _assert_close(f"O {where}", o, ref_o, tol["out_rel_l2"], tol["out_max_rel"])
+        lse_err = (lse.double() - ref_lse).abs().max().item()
+        assert lse_err <= tol["lse_abs"], f"{where}: LSE max abs error {lse_err} > {tol['lse_abs']}"
+
+
 @pytest.mark.parametrize("variant", ["flash_wgmma"])
 @pytest.mark.parametrize("pipeline", fk.VARIANTS["flash_wgmma"].options["pipeline"].choices)
 @pytest.mark.parametrize("wg_tile", fk.VARIANTS["flash_wgmma"].options["wg_tile"].choices)
