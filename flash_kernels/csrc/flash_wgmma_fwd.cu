@@ -213,9 +213,26 @@
 // at 8192, 1.057 / 1.068 at 16384. Under Nsight Compute (profiles/nvidia-h100-80gb-hbm3/pipeline, 2a30619, N = 4096,
 // B = 4, H = 16, fp16, kernel replay, caches flushed; tail none -> auto): tma-ws-persistent-pingpong 0.797 -> 0.789
 // ms, tma-ws-persistent 0.825 -> 0.812 ms (cuDNN 0.829), DRAM bytes 261 -> 392 MB: the tail tiles read their heads'
-// K/V again (0.5 TB/s, far under the memory roof). The deep tier's full section set does not finish on the
-// persistent kernels (tail none or auto; README, "A kernel that does not finish under Nsight Compute"), so their
-// per-SM active cycles are not yet measured.
+// K/V again (0.5 TB/s, far under the memory roof). The deep tier's full section set does not always finish on the
+// persistent kernels (README, "A kernel that does not finish under Nsight Compute"); without MemoryWorkloadAnalysis
+// it does (profiles/nvidia-h100-80gb-hbm3/pipeline-deep): the persistent ping-pong is active 95 % of its elapsed
+// cycles, not causal, at 5fcc881.
+//
+// Step 8 (option tail, "auto", causal calls of the tma-ws pipelines): head groups. A causal head's query blocks
+// cost 1 to n_qb K/V tiles; dealt one head after another (heaviest block first), the heaviest blocks of the last
+// heads are taken in the last round, and Nsight Compute had the persistent ping-pong's SMs active 89 % of the
+// elapsed cycles (708.5 k of 792.9 k; cuDNN 91 %) at ba46f69 (N = 4096, B = 4, H = 16, fp16). With tail "auto" the
+// heads are dealt in groups of causal_head_group (as many heads as have their K and V within 16 MiB of L2: 8 at
+// N = 4096, D = 128), each group's tiles heaviest first across its heads, so that the last tiles handed out are
+// the lightest of the last group. Under Nsight Compute at 5fcc881 (profiles/nvidia-h100-80gb-hbm3/pipeline-deep):
+// 0.462 -> 0.432 ms, active 89 -> 95 % of the elapsed cycles (698.9 k of 735.0 k), cuDNN 0.482 ms. Measured
+// (H100 80GB HBM3, torch 2.11.0+cu130, D = 128, 192x128 tma-ws-persistent-pingpong, B*N = 16k, H = 16, L2 flushed,
+// TFLOP/s, tail none -> auto in the same run; the smoke command of step 7 at 5fcc881, log
+// profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_causal_groups_5fcc881.log), causal:
+//   fp16  N = 1024 / 4096 / 8192 / 16384: 401 / 592 / 652 / 689 -> 419 / 629 / 678 / 704 (+2.2 to +6.2 %)
+//   bf16  N = 1024 / 4096 / 8192 / 16384: 386 / 604 / 669 / 702 -> 401 / 640 / 703 / 709 (+1.0 to +5.8 %)
+// The complete H100 bench at 5fcc881 (profiles/nvidia-h100-80gb-hbm3/bench): causal D = 128 1.10-1.14x cuDNN at
+// N >= 4096 (1.03-1.05 at 2a30619), full 1.054-1.074.
 #include "wgmma.cuh"
 #include "wgmma_softmax.cuh"
 
