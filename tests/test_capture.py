@@ -522,6 +522,11 @@ def test_deep_skip_leaves_sections_out_and_says_so(tmp_path, capsys, monkeypatch
         dataclasses.replace(_mine(), deep_skip=("Memory",))
     with pytest.raises(ValueError, match="leaves out every deep-tier section"):
         dataclasses.replace(_mine(), deep_skip=C.DEEP_SECTIONS)
+    with pytest.raises(ValueError, match="leaves out every deep-tier section"):
+        dataclasses.replace(_mine(), deep_skip=(*C.DEEP_SECTIONS, "Occupancy"))  # a repeat does not hide it
+    assert dataclasses.replace(_mine(), deep_skip=("Occupancy",) * 11).deep_skip == ("Occupancy",)
+    with pytest.raises(ValueError, match="deep_skip must be a list of section names, not 'Occupancy'"):
+        dataclasses.replace(_mine(), deep_skip="Occupancy")
     argv = ["--impl", "sdpa_flash", "-N", "256,512", "--name", "mine", "--deep", "forward:.*N=512,",
             "--deep-skip", "Nope", "--list"]
     with pytest.raises(SystemExit) as exc:

@@ -31,6 +31,9 @@ def test_the_set_narrows_to_the_sections_that_stall_together():
     assert hang.minimal_stalling(many, stalls_with("m41")) == ["m41"]
     assert len(seen) <= 12  # about 2 log2(64) runs for a lone culprit among 64
     assert hang.minimal_stalling(many, stalls_with("m3", "m60")) == ["m3", "m60"]
+    seen.clear()
+    assert hang.minimal_stalling(DEEP_SECTIONS, stalls_with(*DEEP_SECTIONS[2:5])) == list(DEEP_SECTIONS[2:5])
+    assert len(seen) == len({tuple(x) for x in seen})  # no subset is run twice
 
 
 _SECTION = """Identifier: "{ident}"
@@ -61,6 +64,16 @@ def test_section_files_name_their_metrics(tmp_path):
     assert hang.section_metrics(tmp_path, "Alpha") == [
         "dram__bytes.sum", "lts__t_sectors.sum", "breakdown:gpu__throughput.avg.pct_of_peak_sustained_elapsed"]
     assert hang.section_metrics(tmp_path, "Gamma") == []
+    (tmp_path / "C.section").write_text('''Identifier: "Gamma"
+MetricDefinitions { MetricDefinitions { Name: "derived__own_ratio" Expression: "a__b / c__d" } }
+Header {
+  Metrics {
+    Name: "sm__warps_active.avg"
+    Options { Name: "sm__warps_active_old.avg" Filter { MaxArch: CC_75 } }
+  }
+}
+''')
+    assert hang.section_metrics(tmp_path, "Gamma") == ["sm__warps_active.avg"]  # no stand-ins, no definitions
     bin_ = tmp_path / "ncu-2025" / "bin"
     bin_.mkdir(parents=True)
     (bin_.parent / "sections").mkdir()

@@ -221,4 +221,5 @@ def require_sections(frame: pd.DataFrame, what: str = "the bottleneck analysis",
         flags = " ".join(f"--section {s}" for s in DEEP_SECTIONS)
         raise ProfileError(f"{src}: {what} needs the Nsight Compute sections {', '.join(lacking)}, which this report "
                            f"lacks; capture with the deep tier (nsightlab capture ... --deep REGEX), or with "
-                           f"ncu {flags} --import-source yes (or ncu --set full)")
+                           f"ncu {flags} --import-source yes (or ncu --set full); a capture whose sweep has "
+                           f"deep_skip (--deep-skip) leaves its sections out")

@@ -42,17 +42,25 @@ def minimal_stalling(items: Sequence[str], stalls: Callable[[list[str]], bool]) 
     with the stall kept (1-minimal), given ``stalls(subset)`` (which the caller has seen hold for ``items``
     itself). Delta debugging (Zeller's ddmin): try each of n chunks, then each chunk's complement, and split
     finer (n doubled) when neither stalls; a lone culprit among k items costs about 2 log2 k runs."""
+    seen: dict[tuple[str, ...], bool] = {}
+
+    def stalls_once(subset: list[str]) -> bool:  # each subset is run once, however often the search meets it
+        key = tuple(subset)
+        if key not in seen:
+            seen[key] = stalls(subset)
+        return seen[key]
+
     current, n = list(items), 2
     while len(current) > 1:
         size = -(-len(current) // n)
         chunks = [current[i:i + size] for i in range(0, len(current), size)]
-        found = next((c for c in chunks if stalls(c)), None)
+        found = next((c for c in chunks if stalls_once(c)), None)
         if found is not None:
             current, n = found, 2
             continue
         if len(chunks) > 2:
             found = next((rest for i in range(len(chunks))
-                          if stalls(rest := [x for j, c in enumerate(chunks) if j != i for x in c])), None)
+                          if stalls_once(rest := [x for j, c in enumerate(chunks) if j != i for x in c])), None)
             if found is not None:
                 current, n = found, max(n - 1, 2)
                 continue
@@ -76,14 +84,31 @@ def section_folder(ncu: str | os.PathLike) -> Path | None:
     return None
 
 
+def _without_blocks(text: str, names: Sequence[str]) -> str:
+    """``text`` (protobuf text format) less every ``Name { ... }`` block for each of ``names``."""
+    out, i = [], 0
+    rx = re.compile(r"\b(?:" + "|".join(map(re.escape, names)) + r")\s*\{")
+    while (m := rx.search(text, i)) is not None:
+        out.append(text[i:m.start()])
+        depth, j = 1, m.end()
+        while j < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            j += 1
+        i = j
+    out.append(text[i:])
+    return "".join(out)
+
+
 def section_metrics(folder: str | os.PathLike, section: str) -> list[str]:
     """The metrics that the section with Identifier ``section`` in ``folder`` names, in file order, once
-    each; [] when no file there has that identifier."""
+    each; [] when no file there has that identifier. Left out: ``Options`` blocks (a metric's stand-ins for
+    other GPU architectures) and ``MetricDefinitions`` (metrics the section derives itself), which
+    ``--metrics`` would not take by name."""
     for f in sorted(Path(folder).glob("*.section")):
         text = f.read_text(errors="replace")
         ident = _IDENT.search(text)
         if ident and ident.group(1) == section:
-            return list(dict.fromkeys(_METRIC.findall(text)))
+            return list(dict.fromkeys(_METRIC.findall(_without_blocks(text, ("Options", "MetricDefinitions")))))
     return []
 
 
@@ -232,7 +257,11 @@ def _metric_stage(a: argparse.Namespace, minimal: list[str], trial: Callable[...
         print(f"metrics: no section file in {folder} names metrics for {','.join(minimal)}; not narrowed")
         return []
     print(f"metrics: {len(metrics)} in {','.join(minimal)} ({folder})")
-    if trial(metrics, metrics=True) != STALL:
+    verdict = trial(metrics, metrics=True)
+    if verdict == FAILED:
+        print("metrics: Nsight Compute did not take them by name (its log says why); not narrowed")
+        return []
+    if verdict != STALL:
         print("metrics: asked for by name, without their sections, they do not stall; not narrowed")
         return []
     return minimal_stalling(metrics, lambda m: trial(m, metrics=True) == STALL)

@@ -131,12 +131,14 @@ class Sweep:
             raise ValueError(f"sweep {self.name!r} has no [[grid]] of cases for ncu/nsys")
         if self.deep is not None:
             regex(self.deep, f"sweep {self.name!r}: deep")
-        self.deep_skip = tuple(self.deep_skip)
+        if isinstance(self.deep_skip, str) or not all(isinstance(x, str) for x in self.deep_skip):
+            raise ValueError(f"sweep {self.name!r}: deep_skip must be a list of section names, not {self.deep_skip!r}")
+        self.deep_skip = tuple(dict.fromkeys(self.deep_skip))
         unknown = [x for x in self.deep_skip if x not in DEEP_SECTIONS]
         if unknown:
             raise ValueError(f"sweep {self.name!r}: deep_skip names {unknown}, which are not deep-tier sections; "
                              f"accepted: {', '.join(DEEP_SECTIONS)}")
-        if len(self.deep_skip) == len(DEEP_SECTIONS):
+        if not self.deep_sections():
             raise ValueError(f"sweep {self.name!r}: deep_skip leaves out every deep-tier section")
         for i, g in enumerate(self.grids):
             if not g.get("impl"):
