@@ -52,24 +52,29 @@ def test_a_partial_case_is_completed_from_the_first_matching_range(deep):
 
 
 def test_one_implementation_in_several_settings_is_narrowed_by_its_own_options():
-    """A capture of flash_wgmma's pipelines beside cuDNN (the H100's pipeline-deep): the common fields leave
-    three flash_wgmma ranges, so an empty case also takes flash_wgmma's options, from its fastest range, and
-    an option of flash_wgmma's in --case narrows flash_wgmma without ruling cuDNN out."""
+    """A capture of flash_wgmma's pipelines beside cuDNN (the H100's pipeline-deep: three pipelines, causal and
+    not): the common fields leave three flash_wgmma ranges, so an empty case also takes flash_wgmma's options,
+    from its fastest range, and an option of flash_wgmma's in --case narrows flash_wgmma without ruling cuDNN out."""
     deep = B.load(*why.deep_report(PROFILES.parent / "nvidia-h100-80gb-hbm3" / "pipeline-deep"))
     case = B.complete_case(deep, "flash_wgmma", {})
-    assert case["pipeline"] == "tma-ws-persistent" and case["wg_tile"] == "192x128" and case["causal"] == "0"
-    times = deep.launches[deep.launches["variant"] == "flash_wgmma"].groupby("pipeline")["time_ns"].sum()
-    assert times.idxmin() == "tma-ws-persistent" and times.nunique() == 3
-    case = B.complete_case(deep, "flash_wgmma", {"pipeline": "tma-ws"})
-    assert B.select_range(deep, "flash_wgmma", case)["range"].iloc[0].endswith("pipeline=tma-ws,wg_bwd_tile=64x128,wg_tile=192x128")
+    assert case["pipeline"] == "tma-ws-persistent-pingpong" and case["wg_tile"] == "192x128" and case["causal"] == "0"
+    L = deep.launches[deep.launches["variant"] == "flash_wgmma"]
+    times = L[L["causal"] == False].groupby("pipeline")["time_ns"].sum()  # noqa: E712 (a column of bools)
+    assert times.idxmin() == "tma-ws-persistent-pingpong" and times.nunique() == 3
+    case = B.complete_case(deep, "flash_wgmma", {"pipeline": "tma-ws", "causal": "1"})
+    assert B.select_range(deep, "flash_wgmma", case)["range"].iloc[0].endswith(
+        "causal=1,bwd_pipeline=tma-ws,group_split=auto,pipeline=tma-ws,tail=auto,wg_bwd_tile=64x128,wg_tile=192x128")
     assert B.select_range(deep, "sdpa_cudnn", case)["kernel"].iloc[0].startswith("cudnn_generated")
-    case = B.complete_case(deep, "flash_wgmma", {"pipeline": "tma-ws-persistent"})
+    case = B.complete_case(deep, "flash_wgmma", {"pipeline": "tma-ws-persistent-pingpong"})
     # the persistent pipeline's range: the kernel and the zeroing of its tile counter, longest first
     assert list(B.select_range(deep, "flash_wgmma", case)["kernel"]) == ["flash_wgmma_ws_forward_kernel",
                                                                           "vectorized_elementwise_kernel"]
     assert list(B.at_case(deep, case)["variant"]) == ["flash_wgmma", "sdpa_cudnn"]
-    with pytest.raises(ValueError, match="flash_wgmma: 3 ranges match --case D=128; narrow it to one of"):
+    with pytest.raises(ValueError, match="flash_wgmma: 6 ranges match --case D=128; narrow it to one of"):
         B.select_range(deep, "flash_wgmma", {"D": "128"})
+    with pytest.raises(ValueError, match="flash_wgmma: 3 ranges match --case D=128,causal=1; narrow it to one of") as e:
+        B.select_range(deep, "flash_wgmma", {"D": "128", "causal": "1"})
+    assert "causal=0" not in str(e.value)  # the list names the matching ranges only
     with pytest.raises(ValueError, match="flash_wgmma: no range matches --case pipeline=cp.async"):
         B.complete_case(deep, "flash_wgmma", {"pipeline": "cp.async"})
 

@@ -511,7 +511,8 @@ def select_range(deep: Deep, variant: str, case: dict[str, str]) -> pd.DataFrame
     sel = _matching(deep, variant, case)
     ranges = sorted(set(sel["range"]))
     if len(ranges) != 1:
-        have = sorted(set(L.loc[L["variant"] == variant, "range"]))
+        # several matches: those are what to narrow down to; none: every range of the implementation
+        have = ranges or sorted(set(L.loc[L["variant"] == variant, "range"]))
         what = "no range matches" if not ranges else f"{len(ranges)} ranges match"
         raise ValueError(f"{variant}: {what} --case {','.join(f'{k}={v}' for k, v in case.items()) or '(none)'}; narrow it "
                          f"to one of: " + "; ".join(have[:12]) + (" ..." if len(have) > 12 else ""))
