@@ -517,6 +517,9 @@ def test_deep_skip_leaves_sections_out_and_says_so(tmp_path, capsys, monkeypatch
     assert used == [s for s in C.DEEP_SECTIONS if s != "MemoryWorkloadAnalysis"] == man["deep"]["sections"]
     assert man["deep"]["skipped_sections"] == ["MemoryWorkloadAnalysis"]
     assert Sweep.load(dest / "sweep.toml").deep_skip == ("MemoryWorkloadAnalysis",)
+    from nsightlab.render.page import header
+
+    assert "**deep tier** without MemoryWorkloadAnalysis" in header(man, dest)  # every page of it says so
     assert "deep_skip" not in _mine().to_dict()  # a sweep without it writes no key
     with pytest.raises(ValueError, match="deep_skip names \\['Memory'\\], which are not deep-tier sections; accepted: SpeedOfLight"):
         dataclasses.replace(_mine(), deep_skip=("Memory",))

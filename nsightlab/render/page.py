@@ -355,6 +355,9 @@ def header(manifest: dict, path: Path) -> str:
         parts.append(f"**Nsight Compute** {ncu.get('version')}: {ncu.get('kernels_profiled', '?')} kernels, "
                      f"{ncu.get('max_passes_per_kernel', '?')} replay passes each ({ncu.get('replay_mode', 'kernel')} "
                      f"replay), clock control `{ncu.get('clock_control')}`, {len(ncu.get('metrics') or [])} metrics")
+    deep = manifest.get("deep") or {}
+    if deep.get("skipped_sections"):
+        parts.append(f"**deep tier** without {', '.join(deep['skipped_sections'])} (the sweep's deep_skip)")
     if nsys:
         parts.append(f"**Nsight Systems** {nsys.get('version')}"
                      + (f", {nsys['iters']} measured launches per range" if nsys.get("iters") else ""))
