@@ -161,7 +161,7 @@ VARIANTS: dict[str, Variant] = {
                 "wg_tile": Option(
                     "wg_tile", ("128x128", "128x64", "192x128", "192x64"),
                     "query rows x keys per K/V tile (one consumer warpgroup per 64 rows: 2 or 3)",
-                    default={64: "128x128", 128: "192x128"},
+                    default={64: "192x128", 128: "192x128"},
                 ),
                 "pipeline": Option(
                     "pipeline", ("cp.async", "tma", "tma-ws", "tma-ws-overlap", "tma-ws-pingpong", "tma-ws-persistent",
@@ -176,7 +176,7 @@ VARIANTS: dict[str, Variant] = {
                     "block per SM looping over work tiles handed out by a global counter (the K/V ring running on "
                     "from one tile to the next; two Q buffers, or one where that buys a third K/V stage); "
                     "tma-ws-persistent-pingpong = both",
-                    default={64: "tma", 128: "tma-ws-persistent-pingpong"},
+                    default={64: "tma-ws-persistent-pingpong", 128: "tma-ws-persistent-pingpong"},
                 ),
                 "tail": Option(
                     "tail", ("none", "auto"),
@@ -187,7 +187,7 @@ VARIANTS: dict[str, Variant] = {
                     "none = each head's query blocks heaviest first, one head after another; auto = the heads in "
                     "groups whose K and V fit in 16 MiB of L2, each group's tiles heaviest first across its heads, "
                     "so that the last tiles handed out are light ones (step 8). cp.async and tma ignore it",
-                    default={64: "none", 128: "auto"},
+                    default={64: "auto", 128: "auto"},
                 ),
                 "wg_bwd_tile": Option(
                     "wg_bwd_tile", ("64x128", "128x128"),

@@ -56,7 +56,7 @@ def test_flash_wgmma_is_a_hopper_variant():
     assert v.resolve_options({}, 128) == {"wg_tile": "192x128", "pipeline": "tma-ws-persistent-pingpong",
                                           "tail": "auto", "wg_bwd_tile": "64x128", "bwd_pipeline": "tma-ws",
                                           "group_split": "auto"}
-    assert v.resolve_options({}, 64) == {"wg_tile": "128x128", "pipeline": "tma", "tail": "none",
+    assert v.resolve_options({}, 64) == {"wg_tile": "192x128", "pipeline": "tma-ws-persistent-pingpong", "tail": "auto",
                                          "wg_bwd_tile": "128x128", "bwd_pipeline": "tma-ws", "group_split": "auto"}
     with pytest.raises(ValueError, match="wg_bwd_tile='128x128' supports head dim"):
         v.resolve_options({"wg_bwd_tile": "128x128"}, 128)
