@@ -72,6 +72,8 @@ pair = side_b is not None
 sides = [side_a, side_b] if pair else [side_a]
 commit_of = {side_a.name: manifest.get("git_commit"), **({side_b.name: manifest_b.get("git_commit")} if pair else {})}
 style = nb.style(manifest, deep.launches, order=",".join([*(s.name for s in sides), style_order]))  # a, then b
+if pair and side_a.impl == side_b.impl:  # one kernel in two captures: b (the later) in its colour, a in grey
+    style = figures.before_after(style, side_a.name, side_b.name, side_a.impl)
 ranked = B.explain(side_a.deep, side_a.launch, side_b.deep, side_b.launch) if pair else None
 gaps = B.metric_gaps(side_a.deep, side_a.launch, *((side_b.deep, side_b.launch) if pair else (side_a.deep, side_a.launch)))
 where = ", ".join(f"{k}={v}" for k, v in at.items())

@@ -393,3 +393,14 @@ def test_a_series_label_names_a_field_the_range_left_out_instead_of_printing_nan
                       "y": [1.0, 2.0, 3.0, 4.0]})
     out = F.split_series(d, "N", ["Hkv"])
     assert list(out["_trace"]) == ["a Hkv=8", "a Hkv=8", "a Hkv not in the range name", "a Hkv not in the range name"]
+
+
+def test_one_implementation_in_two_captures_reads_apart():
+    """A why page of one kernel before and after a change: the second capture's side keeps the implementation's
+    colour and marker, the first is grey (no implementation's colour) with the same marker."""
+    before, after = "flash_wgmma @ ba46f69", "flash_wgmma @ 5fcc881"
+    style = F.before_after(F.style_for([before, after, "sdpa_cudnn"]), before, after, "flash_wgmma")
+    own = F.impl_style("flash_wgmma")
+    assert style[after] == own and style[before] == {"color": F.BEFORE_COLOR, "symbol": own["symbol"]}
+    assert style["sdpa_cudnn"] == F.impl_style("sdpa_cudnn")
+    assert F.BEFORE_COLOR not in {c for c, _ in F.IMPL_STYLE.values()} | set(F.SPARE_COLORS)

@@ -142,6 +142,20 @@ def style_for(names: Iterable[str]) -> dict[str, dict[str, str]]:
     return out
 
 
+#: the colour of the "before" side when one implementation is compared with itself across two captures:
+#: a grey, which is no implementation's colour (the "after" side keeps the implementation's own)
+BEFORE_COLOR = "#9a9a9a"
+
+
+def before_after(style: Style, before: str, after: str, impl: str) -> Style:
+    """``style`` with the two sides of one implementation across two captures (``impl @ tag`` names): ``after``
+    (the second capture's side, a change's result) in the implementation's own colour and marker, ``before``
+    in :data:`BEFORE_COLOR` with the same marker, so that the two read apart and the implementation keeps
+    its colour."""
+    own = impl_style(impl)
+    return {**style, before: {"color": BEFORE_COLOR, "symbol": own["symbol"]}, after: dict(own)}
+
+
 def _style(style: Style | None, names: Iterable[str]) -> Style:
     """``style`` extended by any name it lacks (after its own, in sorted order)."""
     base = dict(style or {})
