@@ -4,6 +4,7 @@ and field values as range names write them."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 
@@ -22,3 +23,8 @@ def impl_key(name: object) -> str:
 def plain_value(v: object) -> str:
     """A field value as written in a range name: whole floats without their ``.0`` (a column with gaps is float)."""
     return str(int(v)) if isinstance(v, (float, np.floating)) and float(v).is_integer() else str(v)
+
+
+def csv_list(text: str, cast: Any = str) -> list:
+    """A comma-separated argument as a list: items stripped, empty ones dropped, each passed through ``cast``."""
+    return [cast(x.strip()) for x in str(text).split(",") if x.strip()]

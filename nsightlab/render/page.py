@@ -26,6 +26,7 @@ import pandas as pd
 
 from ..analysis.counters import derivations, kernel_work, per_range, range_columns
 from ..core.errors import NotApplicable, ProfileError
+from ..core.text import csv_list
 from ..store.captures import load_manifest, short_commit
 from ..store.read import capture_schemas, case_names, load_ncu, resolve
 from . import figures
@@ -282,10 +283,6 @@ def sweep_field(frame: pd.DataFrame, preferred: str = "N") -> str | None:
     if preferred in numeric:
         return preferred
     return max(numeric, key=lambda c: frame[c].nunique(), default=None)
-
-
-def csv_list(text: str, cast: Any = str) -> list:
-    return [cast(x.strip()) for x in str(text).split(",") if x.strip()]
 
 
 def say(text: str) -> None:

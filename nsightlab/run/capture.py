@@ -53,6 +53,7 @@ from ..core.args import ArgumentParser
 from ..core.environment import git_commit
 from ..core.errors import CaptureError, ToolError
 from ..core.ranges import RangeSchema
+from ..core.text import csv_list
 from ..core.tools import check_ncu_output, check_nsys_importer, find_ncu, find_nsys, tool_version
 from ..problems import problem as problems
 from ..problems.impls import load_plugins, resolve
@@ -707,8 +708,7 @@ def _checked(sweeps: list[Sweep], a: argparse.Namespace) -> list[Sweep]:
         regex(a.deep, "--deep")
         sweeps = [dataclasses.replace(s, deep=a.deep) if s.grids else s for s in sweeps]
     if a.deep_skip is not None:
-        skip = tuple(x.strip() for x in a.deep_skip.split(",") if x.strip())
-        sweeps = [dataclasses.replace(s, deep_skip=skip) for s in sweeps]
+        sweeps = [dataclasses.replace(s, deep_skip=tuple(csv_list(a.deep_skip))) for s in sweeps]
     deep = {s.name: plan_cases(s, a.only)[1] for s in sweeps}
     if a.deep is not None and not any(deep.values()):
         raise ValueError(f"--deep {a.deep!r} matches no case to run of {', '.join(deep)}")

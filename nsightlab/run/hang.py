@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ..core.args import ArgumentParser
 from ..core.metrics import DEEP_SECTIONS
+from ..core.text import csv_list
 from .capture import CACHE_CONTROL, SLOW_LAUNCH, ncu_command, workload_command
 from .sweep import find, nothing_to_run
 from .workload import selected
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab hang") -> int:
                         "(default: beside ncu)")
     p.add_argument("--dry-run", action="store_true", help="print the first ncu command and exit (no GPU needed)")
     a = p.parse_args(argv)
-    sections = [s.strip() for s in a.sections.split(",") if s.strip()]
+    sections = csv_list(a.sections)
     if not sections:
         p.error("--sections names no section")
     if a.timeout <= 0:
