@@ -4,7 +4,8 @@
     python -m flash_kernels.bench --suite mixed --variants flash_mma,flash_simt --passes forward
 
 Timing: CUDA events around each launch, after warm-up; the L2 is flushed (a buffer of twice its
-size is overwritten) before every timed repeat, and a GPU-side wait queued behind the flush lets
+size is read, leaving no dirty line for the call to write back: --flush) before every timed repeat,
+and a GPU-side wait queued behind the flush lets
 the host queue the whole call before the start event is reached, so a short call's time is the
 GPU's and not its Python and launch overhead (the host's time per call is its own column,
 host_ms); the median is reported. Correctness is measured
@@ -65,7 +66,7 @@ CSV_FIELDS = ["suite", "config", "B", "H", "Hkv", "N", "Nk", "D", "causal", "dty
 
 
 #: how the bench times a GPU call (written into every manifest)
-TIMING_METHOD = ("CUDA events per repeat, L2 flushed before each, the repeat queued behind a GPU-side wait so that "
+TIMING_METHOD = ("CUDA events per repeat, L2 flushed before each (see timing.flush), the repeat queued behind a GPU-side wait so that "
                  "the events time the GPU's work and not the host's launch overhead (host_ms: the host's time per "
                  "call, apart), median")
 
@@ -94,13 +95,29 @@ def sdpa_kwargs(cfg: Config) -> dict[str, Any]:
 # --------------------------------------------------------------------------- timing
 
 
+#: How L2Flusher empties the L2: "write" overwrites a buffer of twice its size (it is then full of that
+#: buffer's dirty lines, which the timed call's first reads must write back to DRAM), "read" reads such a
+#: buffer (the L2 is left holding clean lines: nothing to write back), "none" leaves it as the last call left it.
+#: Measured (scripts/flush_check.py, H100): "write" adds 8-10 us to every implementation's decode call (one k/v
+#: head, 16k keys: 43.1 against 35.3 us), so the bench reads.
+FLUSH_MODES = ("read", "write", "none")
+
+
 class L2Flusher:
-    def __init__(self) -> None:
+    def __init__(self, mode: str = "read") -> None:
+        if mode not in FLUSH_MODES:
+            raise ValueError(f"L2 flush mode {mode!r} is not one of {', '.join(FLUSH_MODES)}")
+        self.mode = mode
         l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20) or (64 << 20)
         self.buf = torch.empty(2 * l2 // 4, dtype=torch.float32, device="cuda")
+        self.buf.fill_(1.0)
+        self.sink = torch.empty((), dtype=torch.float32, device="cuda")
 
     def __call__(self) -> None:
-        self.buf.fill_(1.0)
+        if self.mode == "write":
+            self.buf.fill_(1.0)
+        elif self.mode == "read":
+            torch.sum(self.buf, dim=0, out=self.sink)
 
 
 class GpuHold:
@@ -504,7 +521,7 @@ def _run_config(run: _Run, cfg: Config, dtype: str, impls: list[str], passes: li
 def run(suite: str, variants: list[str], refs: list[str], passes: list[str], dtypes: list[str] | None = None,
         configs: list[str] | None = None, options: dict[str, Any] | None = None, warmup: int = 3, reps: int = 30,
         budget_ms: float = 400.0, max_score_elems: int = 1 << 31, max_cpu_elems: int = 1 << 24,
-        max_call_ms: float = 1500.0, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+        max_call_ms: float = 1500.0, log: Callable[[str], None] = print, flush: str = "read") -> list[dict[str, Any]]:
     """One row (CSV_FIELDS) per dtype, configuration, pass and implementation of ``suite`` (``configs``:
     only these), each checked against the fp64 reference and timed, or skipped with its reason."""
     cfgs, suite_dtypes, _ = get_suite(suite)
@@ -518,7 +535,7 @@ def run(suite: str, variants: list[str], refs: list[str], passes: list[str], dty
             raise ValueError(f"unknown config(s) {unknown} in suite {suite}; known: {[c.name for c in cfgs]}")
         cfgs = [c for c in cfgs if c.name in configs]
     state = _Run(suite, options or {}, Timing(warmup, reps, budget_ms),
-                 Limits(max_score_elems, max_cpu_elems, max_call_ms), L2Flusher(), SlowCases(), GpuHold())
+                 Limits(max_score_elems, max_cpu_elems, max_call_ms), L2Flusher(flush), SlowCases(), GpuHold())
     rows: list[dict[str, Any]] = []
     for dtype in dtypes or list(suite_dtypes):
         for cfg in cfgs:
@@ -584,6 +601,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--budget-ms", type=float, default=400.0, help="time budget per case for the timed repeats")
+    p.add_argument("--flush", default="read", choices=FLUSH_MODES,
+                   help="how the L2 is emptied before each timed repeat: read a buffer of twice its size (default; "
+                        "no dirty lines left), overwrite one (the call first writes back its dirty lines), or none")
     p.add_argument("--max-score-elems", type=float, default=2**31, help="skip materializing runs above B*H*N*Nk")
     p.add_argument("--max-cpu-elems", type=float, default=2**24, help="skip torch_cpu above B*H*N*Nk")
     p.add_argument("--max-call-ms", type=float, default=1500.0, help="skip a case whose single call is slower")
@@ -633,11 +653,11 @@ def main(argv: list[str] | None = None) -> int:
     for suite in sel.suites:
         t0 = time.perf_counter()
         rows = run(suite, sel.variants, sel.refs, sel.passes, sel.dtypes, _csv_list(a.configs), sel.options, a.warmup,
-                   a.reps, a.budget_ms, int(a.max_score_elems), int(a.max_cpu_elems), a.max_call_ms)
+                   a.reps, a.budget_ms, int(a.max_score_elems), int(a.max_cpu_elems), a.max_call_ms, flush=a.flush)
         manifest = {"suite": suite, "description": SUITES[suite][2], "command": [sys.executable, "-m",
                     "flash_kernels.bench", *(argv if argv is not None else sys.argv[1:])],
                     "environment": environment(), "build_seconds": build_s,
-                    "timing": {"method": TIMING_METHOD,
+                    "timing": {"method": TIMING_METHOD, "flush": a.flush,
                                "warmup": a.warmup, "max_reps": a.reps, "budget_ms": a.budget_ms},
                     "seconds": time.perf_counter() - t0, "rows": len(rows)}
         path = write_results(rows, Path(a.out), suite, manifest)

@@ -154,7 +154,7 @@ def test_slow_cases_skip_only_cases_with_no_less_work():
 def test_run_on_the_cpu_checks_times_and_skips(monkeypatch):
     """The run loop without a GPU: torch_cpu's rows are checked against the fp64 reference and timed; a
     variant that does not take the dtype is a skipped row with its reason."""
-    monkeypatch.setattr(bench, "L2Flusher", lambda: None)
+    monkeypatch.setattr(bench, "L2Flusher", lambda mode="read": None)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     monkeypatch.setattr(bench, "random_attention_inputs",

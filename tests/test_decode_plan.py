@@ -82,10 +82,11 @@ def test_decode_sweep():
     from nsightlab.run.sweep import find
 
     cases = find("decode").cases()
-    assert len(cases) == 39 and all(c.runnable and c.pass_ == "forward" for c in cases)
+    assert len(cases) == 43 and all(c.runnable and c.pass_ == "forward" for c in cases)
     ours = [c for c in cases if c.impl == "flash_decode"]
     assert {c.params.get("Hkv", c.params["H"]) for c in ours} == {1, 8, 32}
     assert {c.params["N"] for c in ours} == {1, 4, 16} and {c.params["D"] for c in ours} == {64, 128}
-    assert {c.params["Nk"] for c in ours} == {1024, 8192, 16384, 131072}
+    assert {c.params["Nk"] for c in ours} == {1024, 8192, 16384, 65536, 131072}
     assert {c.params["dtype"] for c in ours} == {"float16", "bfloat16"}
     assert all(c.traits["engine"] == "tensor cores" for c in ours)
+

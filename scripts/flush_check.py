@@ -1,0 +1,73 @@
+"""Does the way the L2 is flushed change a decode call's time? Times decode-suite shapes with each of the
+bench's flush modes (flash_kernels.bench.FLUSH_MODES: "write" overwrites a buffer of twice the L2, leaving it
+full of dirty lines that the timed call's reads must first write back; "read" reads such a buffer, leaving
+clean lines; "none"), the modes and implementations interleaved in rounds on the same inputs, with the bench's
+timer (CUDA events, the GPU-side hold). Memory-bound calls that read less than a few times the L2 are the ones
+the write-back can slow.
+
+    python scripts/flush_check.py --configs Nq1-Nk16384-Hkv1,Nq1-Nk1024-Hkv8 --impls flash_decode,sdpa_cudnn
+
+Prints, per shape and implementation, the median microseconds and the GB/s of compulsory K+V bytes under
+each mode. Needs a CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+
+from flash_kernels import bench
+from flash_kernels.bench_suites import SUITES
+from flash_kernels.testing import random_attention_inputs
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    names = [c.name for c in SUITES["decode"][0]]
+    p.add_argument("--configs", default="Nq1-Nk1024-Hkv1,Nq1-Nk16384-Hkv1,Nq1-Nk65536-Hkv1,Nq1-Nk1024-Hkv8,"
+                   "Nq1-Nk16384-Hkv8,Nq1-Nk1024-Hkv32", help="decode-suite configuration names, comma-separated")
+    p.add_argument("--impls", default="flash_decode,sdpa_flash,sdpa_cudnn")
+    p.add_argument("--modes", default=",".join(bench.FLUSH_MODES))
+    p.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
+    p.add_argument("--rounds", type=int, default=6, help="round-robin rounds of 5 timed repeats per setting")
+    a = p.parse_args(argv)
+    configs, modes = a.configs.split(","), a.modes.split(",")
+    bad = [c for c in configs if c not in names]
+    if bad:
+        p.error(f"--configs: not in the decode suite: {bad}; accepted: {', '.join(names)}")
+    if any(m not in bench.FLUSH_MODES for m in modes):
+        p.error(f"--modes takes some of {', '.join(bench.FLUSH_MODES)}; got {a.modes}")
+    if not torch.cuda.is_available():
+        p.error("needs a CUDA GPU (torch.cuda.is_available() is False)")
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {a.dtype}; microseconds (GB/s of compulsory "
+          f"K+V), median of {a.rounds} rounds x 5 repeats, modes and implementations interleaved")
+    cfgs = {c.name: c for c in SUITES["decode"][0]}
+    flushers = {m: bench.L2Flusher(m) for m in modes}
+    hold = bench.GpuHold()
+    for name in configs:
+        c = cfgs[name]
+        inputs = random_attention_inputs(c.B, c.H, c.N, c.D, getattr(torch, a.dtype), Hkv=c.Hkv, Nk=c.Nk,
+                                         seed=bench.input_seed(c))
+        kv_bytes = 2 * c.B * c.Hkv * c.Nk * c.D * inputs[0].element_size()
+        calls = {impl: bench.implementation_call(impl, c, inputs, "forward", {}, bench.Limits())[0]
+                 for impl in a.impls.split(",")}
+        times: dict[tuple[str, str], list[float]] = {(i, m): [] for i in calls for m in modes}
+        for _ in range(a.rounds):
+            for (impl, mode) in times:
+                times[impl, mode] += bench.time_gpu(calls[impl], flushers[mode], warmup=1, reps=5, budget_ms=1e9,
+                                                    hold=hold).ms
+        for impl in calls:
+            cells = []
+            for mode in modes:
+                us = statistics.median(times[impl, mode]) * 1e3
+                cells.append(f"{mode} {us:7.1f} ({kv_bytes / us / 1e3:5.0f})")
+            print(f"{name:20s} {impl:13s} " + "  ".join(cells), flush=True)
+        del inputs, calls
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
