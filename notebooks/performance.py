@@ -17,8 +17,8 @@
 # # Performance: latency and throughput of every benchmarked implementation
 #
 # The benchmark CSVs of a capture: every implementation timed in the same run on the same GPU (CUDA events
-# around each launch after warm-up, the L2 flushed before every repeat, medians reported), every row first
-# checked against a reference computed from the same inputs.
+# around each launch after warm-up, the L2 flushed before every repeat as the header says, medians reported),
+# every row first checked against a reference computed from the same inputs.
 
 # %% tags=["parameters"]
 capture: str = "profiles/nvidia-h200/bench"  # capture folder with <suite>.csv + <suite>.manifest.json per benchmark suite
@@ -56,7 +56,7 @@ nb.note(f"**GPU** {gpu.get('name')} (CC {gpu.get('compute_capability')}, {gpu.ge
         f"L2 {gpu.get('l2_bytes', 0) / 2**20:.0f} MiB, driver {gpu.get('nvidia_smi', {}).get('driver_version')}) · "
         f"**torch** {first.get('torch')} · **CUDA** {first.get('cuda_runtime')} · **commit** "
         f"`{str(first.get('git_commit'))[:12]}` · **suites** {', '.join(suites)} · "
-        f"**FLOP source:** {perf.flop_source(manifests)}.")
+        f"**FLOP source:** {perf.flop_source(manifests)} · **timing:** {perf.flush_note(manifests)}.")
 
 # %% [markdown]
 # ## Throughput against N, latency per configuration

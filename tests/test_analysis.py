@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from nsightlab.analysis import counters as C
-from nsightlab.analysis import device, l2, options, roofline, timeline
+from nsightlab.analysis import device, l2, options, perf, roofline, timeline
 from nsightlab.core import metrics as M
 from nsightlab.core.ranges import RangeSchema, decode
 from nsightlab.render import figures
@@ -440,3 +440,14 @@ def test_host_bound_rows_are_those_whose_host_time_exceeds_their_gpu_time():
     assert t.loc["b", "host-bound rows"] == 0 and pd.isna(t.loc["b", "GPU µs of the host-bound rows (median)"])
     assert perf.host_bound_table(df.drop(columns="host_ms")) is None
     assert perf.host_bound_table(df.assign(host_ms=float("nan"))) is None
+
+
+def test_flush_note_reads_each_suite_manifest():
+    """The performance page's L2-flush line: one phrase when every suite agrees, each suite's otherwise; a
+    manifest without timing.flush predates it and overwrote a buffer; an unknown mode is said, not guessed."""
+    read = {"timing": {"flush": "read"}}
+    assert perf.flush_note({"decode": read, "mixed": read}).startswith("the L2 flushed before each repeat by reading")
+    assert "dirty lines" in perf.flush_note({"decode": {"timing": {"method": "CUDA events"}}})
+    mixed = perf.flush_note({"decode": read, "old": {}})
+    assert mixed.startswith("decode: the L2 flushed") and "; old: the L2 flushed before each repeat by overwriting" in mixed
+    assert perf.flush_note({"x": {"timing": {"flush": "sideways"}}}) == "L2 flush mode(s) sideways not known to this version"

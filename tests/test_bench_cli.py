@@ -204,3 +204,25 @@ def test_the_gpu_wait_ahead_of_a_repeat_covers_the_slowest_host_time_twice():
     assert bench.hold_ms([]) == 0.1
     assert bench.hold_ms([0.03, 0.05]) == pytest.approx(0.12)
     assert bench.hold_ms([40.0]) == 5.0  # capped: a call that slow is not launch-bound
+
+
+def test_flush_modes_are_checked_and_passed_through(monkeypatch, capsys):
+    """The L2 flush mode: an unknown one is refused before any CUDA call, naming the accepted ones; the CLI
+    offers exactly those; run() hands its choice to the flusher (read by default)."""
+    with pytest.raises(ValueError, match="L2 flush mode 'clear' is not one of read, write, none"):
+        bench.L2Flusher("clear")
+    with pytest.raises(SystemExit):
+        bench._parser().parse_args(["--flush", "clear"])
+    assert "invalid choice: 'clear'" in capsys.readouterr().err
+    assert bench._parser().parse_args([]).flush == "read"
+    seen: list[str] = []
+    monkeypatch.setattr(bench, "L2Flusher", lambda mode="read": seen.append(mode))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(bench, "random_attention_inputs",
+                        lambda *a, **kw: random_attention_inputs(*a, **kw, device="cpu"))
+    bench.run("mixed", [], ["torch_cpu"], ["forward"], ["float32"], ["Small-1"], reps=1, budget_ms=1.0,
+              log=lambda s: None)
+    bench.run("mixed", [], ["torch_cpu"], ["forward"], ["float32"], ["Small-1"], reps=1, budget_ms=1.0,
+              log=lambda s: None, flush="write")
+    assert seen == ["read", "write"]

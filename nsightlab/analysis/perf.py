@@ -155,6 +155,27 @@ def flop_source(manifests: Mapping[str, dict]) -> str:
             "own FLOP convention")
 
 
+#: how a benchmark emptied the L2 before each timed repeat, by its manifest's timing.flush
+FLUSH_WORDS = {
+    "read": "the L2 flushed before each repeat by reading a buffer of twice its size (it holds no dirty line)",
+    "write": "the L2 flushed before each repeat by overwriting a buffer of twice its size: the call first writes "
+             "back that buffer's dirty lines, which slows short memory-bound calls",
+    "none": "the L2 not flushed between repeats: inputs that fit in it are read from it",
+}
+
+
+def flush_note(manifests: Mapping[str, dict]) -> str:
+    """The page's L2-flush line, from each suite manifest's ``timing.flush``. A manifest without it predates the
+    field: its benchmark overwrote a buffer ("write"). Suites that differ are named."""
+    modes = {name: (m.get("timing") or {}).get("flush", "write") for name, m in manifests.items()}
+    unknown = sorted({v for v in modes.values() if v not in FLUSH_WORDS})
+    if unknown:
+        return f"L2 flush mode(s) {', '.join(map(str, unknown))} not known to this version"
+    if len(set(modes.values())) == 1:
+        return next(iter(FLUSH_WORDS[v] for v in modes.values()), "")
+    return "; ".join(f"{name}: {FLUSH_WORDS[v]}" for name, v in modes.items())
+
+
 def _t(v: float) -> str:
     return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
 
