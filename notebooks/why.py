@@ -77,8 +77,10 @@ if pair and side_a.impl == side_b.impl:  # one kernel in two captures: b (the la
 ranked = B.explain(side_a.deep, side_a.launch, side_b.deep, side_b.launch) if pair else None
 gaps = B.metric_gaps(side_a.deep, side_a.launch, *((side_b.deep, side_b.launch) if pair else (side_a.deep, side_a.launch)))
 where = ", ".join(f"{k}={v}" for k, v in at.items())
-nb.summary([f"**At {where}:** " + (B.verdict(side_a.name, side_b.name, ranked, gaps) if pair else
-                                   f"{side_a.name} is the only implementation in this report; it is shown alone."),
+call = B.call_line(side_a.name, side_a.sel, side_b.name, side_b.sel) if pair else None
+nb.summary([f"**At {where}:** " + (call + " Longest launch: " if call else "")
+            + (B.verdict(side_a.name, side_b.name, ranked, gaps) if pair else
+               f"{side_a.name} is the only implementation in this report; it is shown alone."),
             *(B.kernel_line(f"**{s.name}**", B.profile(s.deep).set_index("launch").loc[s.launch]) for s in sides)])
 nb.note(nb.header(manifest, path))
 if b_capture:

@@ -439,3 +439,18 @@ def test_source_key_says_where_hotspot_text_will_come_from():
         assert B.source_key(REPO, head[:7] + "-dirty") == f"commit {head[:7]}"
     assert B.source_key(REPO, "0123456789abcdef") == "working tree (commit 0123456789abcdef not at hand)"
     assert B.source_key(REPO, None) == B.source_key(REPO, "--all") == "working tree"
+
+
+def test_call_line_leads_where_a_range_launches_several_kernels():
+    """A split kernel and its merge against one kernel: the whole calls' times come first (here they point the
+    other way from the longest launches'), with the launches the rest of the comparison leaves out; one launch
+    a side says nothing."""
+    a = pd.DataFrame({"kernel": ["merge", "split"], "time_ns": [10_100.0, 28_900.0]})
+    b = pd.DataFrame({"kernel": ["fprop", "reduce"], "time_ns": [31_100.0, 4_600.0]})
+    line = B.call_line("ours", a, "theirs", b)
+    assert line == ("The whole call: ours takes 1.09x the time of theirs (0.039 ms vs 0.036 ms, 2 and 2 launches); "
+                    "the other launches of ours take 0.010 ms (merge 0.010 ms); the other launches of theirs take "
+                    "0.005 ms (reduce 0.005 ms). What follows compares the longest launch of each.")
+    one = pd.DataFrame({"kernel": ["k"], "time_ns": [1e4]})
+    assert B.call_line("x", one, "y", one) is None
+    assert "x takes 0.26x" in B.call_line("x", one, "ours", a) and "launches of x" not in B.call_line("x", one, "ours", a)

@@ -526,6 +526,29 @@ def launch_table(deep: Deep, launches: pd.DataFrame) -> pd.DataFrame:
     return t.reset_index(drop=True)
 
 
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.3f} ms"
+
+
+def call_line(name_a: str, sel_a: pd.DataFrame, name_b: str, sel_b: pd.DataFrame) -> str | None:
+    """Where either side's range launches more than one kernel, the sentence that comes first: the whole calls'
+    times (every launch of each range) and what the launches other than the longest take, since the rest of the
+    comparison is of the longest launch of each and can point the other way. None where both launch one."""
+    if len(sel_a) < 2 and len(sel_b) < 2:
+        return None
+    ta, tb = float(sel_a["time_ns"].sum()), float(sel_b["time_ns"].sum())
+    rest = []
+    for name, sel in ((name_a, sel_a), (name_b, sel_b)):
+        others = sel.sort_values("time_ns", ascending=False).iloc[1:]
+        if len(others):
+            rest.append(f"the other launches of {name} take {_ms(others['time_ns'].sum())} ("
+                        + ", ".join(f"{k} {_ms(t)}" for k, t in zip(others["kernel"], others["time_ns"], strict=True))
+                        + ")")
+    return (f"The whole call: {name_a} takes {ta / tb:.2f}x the time of {name_b} ({_ms(ta)} vs {_ms(tb)}, "
+            f"{len(sel_a)} and {len(sel_b)} launches); " + "; ".join(rest)
+            + ". What follows compares the longest launch of each.")
+
+
 # --------------------------------------------------------------------------- the bottleneck page
 
 #: the Nsight Compute section without which nothing on the bottleneck page can be said

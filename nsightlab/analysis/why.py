@@ -142,7 +142,8 @@ def render(a_name: str, b_name: str, a: B.Deep, la: pd.DataFrame, b: B.Deep, lb:
     """The terminal text: launches of each side, the verdict, the ranked table, the profile beside."""
     ka, kb = int(la["launch"].iloc[0]), int(lb["launch"].iloc[0])
     ranked, gaps = B.explain(a, ka, b, kb), B.metric_gaps(a, ka, b, kb)
-    out = [B.verdict(a_name, b_name, ranked, gaps), ""]
+    call = B.call_line(a_name, la, b_name, lb)
+    out = [*([call] if call else []), B.verdict(a_name, b_name, ranked, gaps), ""]
     for name, d, sel in ((a_name, a, la), (b_name, b, lb)):
         t = B.launch_table(d, sel)
         out.append(f"{name}: {sel['range'].iloc[0]}")
