@@ -4,6 +4,11 @@
 #   (SMOKE_ARGS="--passes forward --pipelines tma,tma-ws-pingpong" STEPS="build smoke": scripts/wgmma_smoke.py)
 #   (TEST_PATHS=tests/gpu/test_x.py: some GPU tests only; STEPS="build fp8": scripts/fp8_bench.py, FP8_ARGS)
 #   (STEPS="build hang" HANG_ARGS="--sweep S --only RANGE": the Nsight Compute sections a case stalls under)
+#   (STEPS="build ab" AB_CMD="python3 scripts/...": the tree against files of another commit, scripts/ab_base.sh)
+#   The device call is killed after 600 s: test, bench, smoke and capture stop (SIGINT) DEADLINE_MARGIN_S (45)
+#   seconds before the deadline, so that what they have is shipped. The deadline is DEADLINE_EPOCH (seconds since
+#   the epoch; a command that chains several runs of this script exports it once:
+#   export DEADLINE_EPOCH=$(( $(date +%s) + 590 ))), else this run's start + DEADLINE_S (590).
 # Installs the wheels carried in .whl/ (if any), builds the kernels, runs the GPU tests, the
 # compute-sanitizer checks and the benchmark suites, and writes logs and results under $OUT.
 set -uo pipefail
@@ -32,13 +37,25 @@ CAPTURE_SUITES=${CAPTURE_SUITES:-"seqlen,blocksize,bench"}
 export NSIGHTLAB_GIT_COMMIT=${NSIGHTLAB_GIT_COMMIT:-${FK_GIT_COMMIT:-}}
 [ -n "$NSIGHTLAB_GIT_COMMIT" ] || unset NSIGHTLAB_GIT_COMMIT
 CAPTURE_ARGS=${CAPTURE_ARGS:-}
+DEADLINE_EPOCH=${DEADLINE_EPOCH:-$(( $(date +%s) + ${DEADLINE_S:-590} ))}
+export DEADLINE_EPOCH
 status=0
-ship() {  # files back from $OUT: at most 8, 16 MiB each: one tarball per capture, split
-  for d in "$OUT"/profiles/*/*/; do
-    [ -d "$d" ] || continue; name=$(basename "$d"); gpu=$(basename "$(dirname "$d")")
-    (cd "$OUT" && tar czf "$name.tgz" "profiles/$gpu/$name" && split -b 15m -d "$name.tgz" "$name.tgz." && rm -f "$name.tgz")
+# run "$@" until DEADLINE_MARGIN_S before the deadline (or LIMIT seconds, if given first as --limit LIMIT, when
+# that is sooner), then SIGINT (SIGKILL 15 s later): a capture keeps its partial output, pytest prints its summary
+until_deadline() {
+  local limit=0
+  if [ "$1" = --limit ]; then limit=$2; shift 2; fi
+  local t=$(( DEADLINE_EPOCH - $(date +%s) - ${DEADLINE_MARGIN_S:-45} ))
+  if [ "$limit" -gt 0 ] && [ "$limit" -lt "$t" ]; then t=$limit; fi
+  if [ "$t" -le 0 ]; then echo "not started: the device call's deadline is less than ${DEADLINE_MARGIN_S:-45} s away"; return 124; fi
+  timeout --signal=INT --kill-after=15 "$t" "$@"
+}
+ship() {  # files back from $OUT: at most 8, 16 MiB each: one tarball per capture (or interrupted one), split
+  for d in "$OUT"/profiles/*/*/ "$OUT"/profiles/.failed-*/ "$OUT"/profiles/.tmp-*/; do
+    [ -d "$d" ] || continue; d=${d%/}; name=$(basename "$d"); name=${name#.}; rel=${d#"$OUT"/}
+    (cd "$OUT" && tar czf "$name.tgz" "$rel" && split -b 15m -d "$name.tgz" "$name.tgz." && rm -f "$name.tgz")
   done
-  find "$OUT/profiles" -mindepth 1 -maxdepth 1 ! -name ".failed-*" -exec rm -rf {} +; ls -la "$OUT"
+  [ -d "$OUT/profiles" ] && find "$OUT/profiles" -mindepth 1 -maxdepth 1 -exec rm -rf {} +; ls -la "$OUT"
 }
 step() { echo "=== $1 ($(date +%T))"; }
 for s in $STEPS; do
@@ -68,7 +85,7 @@ PY
       [ "${PIPESTATUS[0]}" = 0 ] || { status=1; echo "BUILD FAILED"; break; } ;;
     test)
       step test
-      python3 -m pytest ${TEST_PATHS:-tests/gpu examples} -q -p no:cacheprovider --ignore=tests/gpu/test_sanitizer.py "${pytest_args[@]}" 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+      until_deadline python3 -m pytest ${TEST_PATHS:-tests/gpu examples} -q -p no:cacheprovider --ignore=tests/gpu/test_sanitizer.py "${pytest_args[@]}" 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     sanitize)
       step sanitize
@@ -81,10 +98,24 @@ PY
       eval "hang_args=(${HANG_ARGS:-})" || { echo "HANG_ARGS is not valid shell words"; status=1; continue; }
       python3 -m nsightlab.hang --out "$OUT/hang" "${hang_args[@]}" 2>&1 | tee "$OUT/hang.log" | tail -40
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    ab)
+      # the working tree against .ab/base (scripts/ab_base.sh: some files as at another commit) on this node:
+      # AB_CMD run in each tree in turn, AB_ROUNDS (2) times, each tree with its own kernel build folder
+      step ab
+      [ -f .ab/base.ref ] && [ -n "${AB_CMD:-}" ] || { echo "ab: needs .ab/base (bash scripts/ab_base.sh REF FILE...; carry .ab) and AB_CMD"; status=1; continue; }
+      rm -rf /tmp/ab_base && mkdir -p /tmp/ab_base && tar --exclude=./build --exclude=./.ab -cf - . | tar -xf - -C /tmp/ab_base && cp -r .ab/base/. /tmp/ab_base/
+      echo "base: $(cat .ab/base.ref)" | tee "$OUT/ab.log"
+      for r in $(seq "${AB_ROUNDS:-2}"); do
+        echo "== tree, round $r" | tee -a "$OUT/ab.log"
+        until_deadline bash -c "$AB_CMD" 2>&1 | tee -a "$OUT/ab.log"
+        echo "== base, round $r" | tee -a "$OUT/ab.log"
+        (cd /tmp/ab_base && PYTHONPATH=/tmp/ab_base${PYTHONPATH#"$PWD"} FLASH_KERNELS_BUILD_DIR=/tmp/ab_base/build/fk \
+          until_deadline bash -c "$AB_CMD") 2>&1 | tee -a "$OUT/ab.log"
+      done ;;
     smoke)
       # flash_wgmma's options against the fp64 reference, then timed beside flash_mma, SDPA flash and cuDNN
       step smoke
-      python3 scripts/wgmma_smoke.py ${SMOKE_ARGS:-} 2>&1 | tee "$OUT/wgmma_smoke.log" | grep -vE "^  PASS" | tail -80
+      until_deadline python3 scripts/wgmma_smoke.py ${SMOKE_ARGS:-} 2>&1 | tee "$OUT/wgmma_smoke.log" | grep -vE "^  PASS" | tail -80
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     fp8)
       # flash_wgmma's FP8 forward beside the fp16 kernels and SDPA: time, TFLOP/s of the FP8 peak, errors
@@ -93,7 +124,7 @@ PY
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     bench)
       step bench
-      python3 -m flash_kernels.bench --suite "$BENCH_SUITES" --out "$OUT/bench" $BENCH_ARGS 2>&1 | tee "$OUT/bench.log" | grep -E "flash_mma|sdpa_flash|wrote|Error|error" | tail -80
+      until_deadline python3 -m flash_kernels.bench --suite "$BENCH_SUITES" --out "$OUT/bench" $BENCH_ARGS 2>&1 | tee "$OUT/bench.log" | grep -E "flash_mma|sdpa_flash|wrote|Error|error" | tail -80
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     probe)
       step probe
@@ -161,7 +192,7 @@ PY
       step capture
       t0=$(date +%s)
       eval "capture_args=(${CAPTURE_ARGS:-})" || { echo "CAPTURE_ARGS is not valid shell words"; status=1; continue; }
-      timeout --signal=INT "${CAPTURE_TIMEOUT:-3000}" python3 -m nsightlab.capture --suite "$CAPTURE_SUITES" --profiles "$OUT/profiles" "${capture_args[@]}" 2>&1 | tee -a "$OUT/capture.log"
+      until_deadline --limit "${CAPTURE_TIMEOUT:-3000}" python3 -m nsightlab.capture --suite "$CAPTURE_SUITES" --profiles "$OUT/profiles" "${capture_args[@]}" 2>&1 | tee -a "$OUT/capture.log"
       [ "${PIPESTATUS[0]}" = 0 ] || status=1
       echo "capture wall time: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/capture.log"
       ship ;;
