@@ -98,8 +98,8 @@ def sdpa_kwargs(cfg: Config) -> dict[str, Any]:
 #: How L2Flusher empties the L2: "write" overwrites a buffer of twice its size (it is then full of that
 #: buffer's dirty lines, which the timed call's first reads must write back to DRAM), "read" reads such a
 #: buffer (the L2 is left holding clean lines: nothing to write back), "none" leaves it as the last call left it.
-#: Measured (scripts/flush_check.py, H100): "write" adds 8-10 us to every implementation's decode call (one k/v
-#: head, 16k keys: 43.1 against 35.3 us), so the bench reads.
+#: Measured (scripts/flush_check.py, H100): "write" adds 8-10 us to every implementation's decode call that reads
+#: more than the L2 holds (one k/v head, 16k keys: 43.1 against 35.3 us), 0.5-4.5 us to smaller ones; the bench reads.
 FLUSH_MODES = ("read", "write", "none")
 
 
@@ -537,11 +537,24 @@ def run(suite: str, variants: list[str], refs: list[str], passes: list[str], dty
     state = _Run(suite, options or {}, Timing(warmup, reps, budget_ms),
                  Limits(max_score_elems, max_cpu_elems, max_call_ms), L2Flusher(flush), SlowCases(), GpuHold())
     rows: list[dict[str, Any]] = []
-    for dtype in dtypes or list(suite_dtypes):
-        for cfg in cfgs:
-            rows += _run_config(state, cfg, dtype, [*variants, *refs], passes, log)
+    try:
+        for dtype in dtypes or list(suite_dtypes):
+            for cfg in cfgs:
+                rows += _run_config(state, cfg, dtype, [*variants, *refs], passes, log)
+    except KeyboardInterrupt:
+        _add_ratios(rows)
+        raise Interrupted(rows) from None
     _add_ratios(rows)
     return rows
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGINT during :func:`run`: ``rows`` holds the configurations finished before it (the one in
+    flight is lost), with their ratios."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        super().__init__(f"interrupted after {len(rows)} rows")
+        self.rows = rows
 
 
 def _add_ratios(rows: list[dict[str, Any]]) -> None:
@@ -652,16 +665,26 @@ def main(argv: list[str] | None = None) -> int:
     build_s = _build.build_all()
     for suite in sel.suites:
         t0 = time.perf_counter()
-        rows = run(suite, sel.variants, sel.refs, sel.passes, sel.dtypes, _csv_list(a.configs), sel.options, a.warmup,
-                   a.reps, a.budget_ms, int(a.max_score_elems), int(a.max_cpu_elems), a.max_call_ms, flush=a.flush)
+        try:
+            rows, stopped = run(suite, sel.variants, sel.refs, sel.passes, sel.dtypes, _csv_list(a.configs),
+                                sel.options, a.warmup, a.reps, a.budget_ms, int(a.max_score_elems),
+                                int(a.max_cpu_elems), a.max_call_ms, flush=a.flush), False
+        except Interrupted as stop:  # keep what was finished, say so, and stop
+            rows, stopped = stop.rows, True
         manifest = {"suite": suite, "description": SUITES[suite][2], "command": [sys.executable, "-m",
                     "flash_kernels.bench", *(argv if argv is not None else sys.argv[1:])],
                     "environment": environment(), "build_seconds": build_s,
                     "timing": {"method": TIMING_METHOD, "flush": a.flush,
                                "warmup": a.warmup, "max_reps": a.reps, "budget_ms": a.budget_ms},
-                    "seconds": time.perf_counter() - t0, "rows": len(rows)}
+                    "seconds": time.perf_counter() - t0, "rows": len(rows),
+                    **({"partial": "interrupted during this suite: only the configurations finished before it"}
+                       if stopped else {})}
         path = write_results(rows, Path(a.out), suite, manifest)
         print(f"wrote {path} ({len(rows)} rows, {manifest['seconds']:.0f} s)")
+        if stopped:
+            print(f"interrupted during suite {suite}: its finished rows are written, later suites are not run",
+                  file=sys.stderr)
+            return 130
     return 0
 
 

@@ -7,8 +7,10 @@
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: bash scripts/ab_base.sh REF FILE [FILE ...]  (the base side: FILEs as at REF)" >&2; exit 2; }
 ref=$1; shift
+cd "$(git rev-parse --show-toplevel)"
+rm -rf .ab/base .ab/base.ref  # a failure below leaves no base for the step to mistake for this one
 sha=$(git rev-parse --short "$ref^{commit}" 2>/dev/null) || { echo "ab_base: $ref is not a commit here" >&2; exit 2; }
-rm -rf .ab/base && mkdir -p .ab/base
+mkdir -p .ab/base
 for f in "$@"; do
   git cat-file -e "$sha:$f" 2>/dev/null || { echo "ab_base: $f does not exist at $ref ($sha)" >&2; exit 2; }
   mkdir -p ".ab/base/$(dirname "$f")" && git show "$sha:$f" > ".ab/base/$f"

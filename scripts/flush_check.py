@@ -37,6 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     bad = [c for c in configs if c not in names]
     if bad:
         p.error(f"--configs: not in the decode suite: {bad}; accepted: {', '.join(names)}")
+    impls = a.impls.split(",")
+    known = [*bench.VARIANTS, *bench.REFERENCES]
+    if any(i not in known for i in impls):
+        p.error(f"--impls: unknown {[i for i in impls if i not in known]}; accepted: {', '.join(known)}")
     if any(m not in bench.FLUSH_MODES for m in modes):
         p.error(f"--modes takes some of {', '.join(bench.FLUSH_MODES)}; got {a.modes}")
     if not torch.cuda.is_available():
@@ -51,8 +55,12 @@ def main(argv: list[str] | None = None) -> int:
         inputs = random_attention_inputs(c.B, c.H, c.N, c.D, getattr(torch, a.dtype), Hkv=c.Hkv, Nk=c.Nk,
                                          seed=bench.input_seed(c))
         kv_bytes = 2 * c.B * c.Hkv * c.Nk * c.D * inputs[0].element_size()
-        calls = {impl: bench.implementation_call(impl, c, inputs, "forward", {}, bench.Limits())[0]
-                 for impl in a.impls.split(",")}
+        calls = {}
+        for impl in impls:
+            try:
+                calls[impl] = bench.implementation_call(impl, c, inputs, "forward", {}, bench.Limits())[0]
+            except bench.Skip as why:
+                print(f"{name:20s} {impl:13s} skipped: {why}")
         times: dict[tuple[str, str], list[float]] = {(i, m): [] for i in calls for m in modes}
         for _ in range(a.rounds):
             for (impl, mode) in times:

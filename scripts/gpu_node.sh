@@ -5,7 +5,7 @@
 #   (TEST_PATHS=tests/gpu/test_x.py: some GPU tests only; STEPS="build fp8": scripts/fp8_bench.py, FP8_ARGS)
 #   (STEPS="build hang" HANG_ARGS="--sweep S --only RANGE": the Nsight Compute sections a case stalls under)
 #   (STEPS="build ab" AB_CMD="python3 scripts/...": the tree against files of another commit, scripts/ab_base.sh)
-#   The device call is killed after 600 s: test, bench, smoke and capture stop (SIGINT) DEADLINE_MARGIN_S (45)
+#   The device call is killed after 600 s: test, bench, smoke, capture and ab stop (SIGINT) DEADLINE_MARGIN_S (60)
 #   seconds before the deadline, so that what they have is shipped. The deadline is DEADLINE_EPOCH (seconds since
 #   the epoch; a command that chains several runs of this script exports it once:
 #   export DEADLINE_EPOCH=$(( $(date +%s) + 590 ))), else this run's start + DEADLINE_S (590).
@@ -41,14 +41,19 @@ DEADLINE_EPOCH=${DEADLINE_EPOCH:-$(( $(date +%s) + ${DEADLINE_S:-590} ))}
 export DEADLINE_EPOCH
 status=0
 # run "$@" until DEADLINE_MARGIN_S before the deadline (or LIMIT seconds, if given first as --limit LIMIT, when
-# that is sooner), then SIGINT (SIGKILL 15 s later): a capture keeps its partial output, pytest prints its summary
+# that is sooner), then SIGINT (SIGKILL 40 s later: a capture waits up to 30 s for its profiler to stop): a capture
+# keeps its partial output, pytest prints its summary. Its own messages go to the console (fd 3), past any filter.
+exec 3>&2
 until_deadline() {
   local limit=0
   if [ "$1" = --limit ]; then limit=$2; shift 2; fi
-  local t=$(( DEADLINE_EPOCH - $(date +%s) - ${DEADLINE_MARGIN_S:-45} ))
+  local t=$(( DEADLINE_EPOCH - $(date +%s) - ${DEADLINE_MARGIN_S:-60} ))
   if [ "$limit" -gt 0 ] && [ "$limit" -lt "$t" ]; then t=$limit; fi
-  if [ "$t" -le 0 ]; then echo "not started: the device call's deadline is less than ${DEADLINE_MARGIN_S:-45} s away"; return 124; fi
-  timeout --signal=INT --kill-after=15 "$t" "$@"
+  if [ "$t" -le 0 ]; then echo "not started: the device call's deadline is less than ${DEADLINE_MARGIN_S:-60} s away" >&3; return 124; fi
+  timeout --signal=INT --kill-after=40 "$t" "$@"
+  local rc=$?
+  [ "$rc" = 124 ] && echo "stopped after $t s (SIGINT): the device call's deadline or the step's limit" >&3
+  return $rc
 }
 ship() {  # files back from $OUT: at most 8, 16 MiB each: one tarball per capture (or interrupted one), split
   for d in "$OUT"/profiles/*/*/ "$OUT"/profiles/.failed-*/ "$OUT"/profiles/.tmp-*/; do
@@ -103,14 +108,22 @@ PY
       # AB_CMD run in each tree in turn, AB_ROUNDS (2) times, each tree with its own kernel build folder
       step ab
       [ -f .ab/base.ref ] && [ -n "${AB_CMD:-}" ] || { echo "ab: needs .ab/base (bash scripts/ab_base.sh REF FILE...; carry .ab) and AB_CMD"; status=1; continue; }
-      rm -rf /tmp/ab_base && mkdir -p /tmp/ab_base && tar --exclude=./build --exclude=./.ab -cf - . | tar -xf - -C /tmp/ab_base && cp -r .ab/base/. /tmp/ab_base/
+      rm -rf /tmp/ab_base && mkdir -p /tmp/ab_base \
+        && tar --exclude=./build --exclude=./.ab --exclude=./.git --exclude=./profiles -cf - . | tar -xf - -C /tmp/ab_base \
+        && cp -r .ab/base/. /tmp/ab_base/ || { echo "ab: could not copy the tree to /tmp/ab_base"; status=1; continue; }
       echo "base: $(cat .ab/base.ref)" | tee "$OUT/ab.log"
-      for r in $(seq "${AB_ROUNDS:-2}"); do
+      rounds=${AB_ROUNDS:-2}
+      # every run gets an equal share of the time left, so that a slow first run cannot starve the base side
+      share=$(( (DEADLINE_EPOCH - $(date +%s) - ${DEADLINE_MARGIN_S:-60}) / (2 * rounds) ))
+      [ "$share" -gt 0 ] || share=1
+      for r in $(seq "$rounds"); do
         echo "== tree, round $r" | tee -a "$OUT/ab.log"
-        until_deadline bash -c "$AB_CMD" 2>&1 | tee -a "$OUT/ab.log"
+        until_deadline --limit "$share" bash -c "$AB_CMD" 2>&1 | tee -a "$OUT/ab.log"
+        [ "${PIPESTATUS[0]}" = 0 ] || status=1
         echo "== base, round $r" | tee -a "$OUT/ab.log"
         (cd /tmp/ab_base && PYTHONPATH=/tmp/ab_base${PYTHONPATH#"$PWD"} FLASH_KERNELS_BUILD_DIR=/tmp/ab_base/build/fk \
-          until_deadline bash -c "$AB_CMD") 2>&1 | tee -a "$OUT/ab.log"
+          until_deadline --limit "$share" bash -c "$AB_CMD") 2>&1 | tee -a "$OUT/ab.log"
+        [ "${PIPESTATUS[0]}" = 0 ] || status=1
       done ;;
     smoke)
       # flash_wgmma's options against the fp64 reference, then timed beside flash_mma, SDPA flash and cuDNN

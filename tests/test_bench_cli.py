@@ -226,3 +226,39 @@ def test_flush_modes_are_checked_and_passed_through(monkeypatch, capsys):
     bench.run("mixed", [], ["torch_cpu"], ["forward"], ["float32"], ["Small-1"], reps=1, budget_ms=1.0,
               log=lambda s: None, flush="write")
     assert seen == ["read", "write"]
+
+
+def test_an_interrupted_run_keeps_its_finished_rows(monkeypatch, tmp_path, capsys):
+    """SIGINT (a deadline) during a suite: run() hands back the configurations finished before it; main writes
+    them with a manifest that says the suite is partial (and how the L2 was flushed), runs no later suite and
+    exits 130."""
+    calls = []
+
+    def one_config(state, cfg, dtype, impls, passes, log):
+        calls.append(cfg.name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return [{"suite": state.suite, "config": cfg.name, "dtype": dtype, "pass": "forward", "impl": "torch_cpu",
+                 "status": "ok", "ms": 1.0}]
+
+    monkeypatch.setattr(bench, "_run_config", one_config)
+    monkeypatch.setattr(bench, "L2Flusher", lambda mode="read": None)
+    monkeypatch.setattr(bench, "GpuHold", lambda: None)
+    with pytest.raises(bench.Interrupted) as stop:
+        bench.run("mixed", [], ["torch_cpu"], ["forward"], ["float32"], ["Small-1", "Small-2"])
+    assert [r["config"] for r in stop.value.rows] == ["Small-1"] and calls == ["Small-1", "Small-2"]
+
+    import json
+
+    from flash_kernels import _build
+
+    calls.clear()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(_build, "build_all", lambda: {})
+    monkeypatch.setattr("nsightlab.core.environment.environment", lambda: {"gpu": {"name": "none (test)"}})
+    code = bench.main(["--suite", "mixed,d128", "--refs", "torch_cpu", "--variants", "", "--dtypes", "float32",
+                       "--configs", "Small-1,Small-2", "--flush", "write", "--out", str(tmp_path)])
+    assert code == 130 and "interrupted during suite mixed" in capsys.readouterr().err
+    manifest = json.loads((tmp_path / "mixed.manifest.json").read_text())
+    assert manifest["rows"] == 1 and "interrupted" in manifest["partial"] and manifest["timing"]["flush"] == "write"
+    assert not (tmp_path / "d128.manifest.json").exists()

@@ -89,4 +89,7 @@ def test_decode_sweep():
     assert {c.params["Nk"] for c in ours} == {1024, 8192, 16384, 65536, 131072}
     assert {c.params["dtype"] for c in ours} == {"float16", "bfloat16"}
     assert all(c.traits["engine"] == "tensor cores" for c in ours)
+    deep = find("decode").deep_cases(cases)  # the deep tier: ours and cuDNN where ours is furthest from HBM's bandwidth
+    assert sorted((c.impl, c.params["Hkv"], c.params["N"], c.params["Nk"]) for c in deep) == [
+        ("flash_decode", 1, 1, 16384), ("sdpa_cudnn", 1, 1, 16384)]
 
