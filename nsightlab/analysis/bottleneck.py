@@ -36,6 +36,7 @@ import pandas as pd
 
 from ..core.errors import ProfileError
 from ..core.ranges import RangeSchema
+from ..core.text import csv_list
 from ..parse import deep as deep_parse
 
 #: Nsight Compute's warp stall reasons: (the name Nsight shows, what the warp was waiting for)
@@ -471,7 +472,7 @@ _TRUTH = {"true": "1", "false": "0", "yes": "1", "no": "0"}
 def parse_case(text: str) -> dict[str, str]:
     """``"N=4096,D=128,causal=False,pass=forward"`` -> {field: value}; one clear error if malformed."""
     out = {}
-    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+    for part in csv_list(text or ""):
         key, eq, value = part.partition("=")
         if not eq or not key.strip():
             raise ValueError(f"--case takes field=value pairs separated by commas (e.g. N=4096,D=128,pass=forward), not {text!r}")

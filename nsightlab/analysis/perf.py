@@ -11,6 +11,8 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from ..core.text import csv_list
+
 KEY = ["suite", "config", "B", "H", "N", "D", "causal", "dtype", "pass"]
 #: other spellings of the CSVs' dtypes
 DTYPE_ALIASES = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32", "float": "float32",
@@ -56,7 +58,7 @@ def parse_targets(text: str) -> dict[str, float]:
     """``"forward:0.8,backward:0.6"`` (or ``=``) -> {"forward": 0.8, "backward": 0.6} (empty: none).
     ValueError naming the item that is not ``pass:ratio``."""
     out = {}
-    for item in filter(None, (s.strip() for s in str(text or "").split(","))):
+    for item in csv_list(text or ""):
         key, sep, val = item.replace("=", ":").partition(":")
         try:
             out[key.strip()] = float(val.strip().rstrip("%")) / (100 if val.strip().endswith("%") else 1)

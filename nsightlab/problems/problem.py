@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.ranges import LABEL, PASS, RangeSchema
+from ..core.text import csv_list
 
 PASSES = ("forward", "backward")
 #: the problem a bare callable (``--impl module:callable``) solves: ``fn(q, k, v, *, causal=False, scale=None)``
@@ -71,7 +72,7 @@ class Parameter:
             if text.lower() not in _BOOL_WORDS:
                 raise ValueError(f"{flag} takes both, yes or no, not {text!r}")
             return _BOOL_WORDS[text.lower()]
-        items = [x.strip() for x in str(text).split(",") if x.strip()]
+        items = csv_list(text)
         if self.type == "str":
             if not items:
                 raise ValueError(f"{flag} takes one or more values, comma-separated, not {text!r}")

@@ -46,7 +46,7 @@ from ..analysis.counters import FLOP_TERMS, MEANING, available, needed_metrics
 from ..core.args import ArgumentParser
 from ..core.errors import ProfileError
 from ..core.ranges import decode
-from ..core.text import plural
+from ..core.text import csv_list, plural
 from ..store.captures import Capture, list_captures, load_bench, load_manifest, short_commit, validate
 from ..store.read import REPO, bench_files, capture_schemas, case_names, ncu_files, nsys_files, resolve, tools_of
 from .compare import Declared, DeclaredWhy, comparison_entries, declared_comparisons, publish, publish_why
@@ -646,7 +646,7 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab report") -> int:
 
 def _main(argv: list[str] | None, prog: str) -> int:
     a = _parser(prog).parse_args(argv)
-    only = [n.strip() for n in a.only.split(",") if n.strip()]
+    only = csv_list(a.only)
     unknown = [n for n in only if n not in (*NOTEBOOK_ORDER, COMPARE)]
     if unknown:
         print(f"error: --only {','.join(unknown)}: no such notebook; the notebooks are "
