@@ -35,7 +35,7 @@ chromium:
 
 test: $(TEST_VENV)/.ok chromium
 	$(TEST_VENV)/bin/ruff check flash_kernels nsightlab tests
-	$(TEST_VENV)/bin/python -m pytest tests --ignore=tests/gpu -q
+	$(TEST_VENV)/bin/python -m pytest tests --ignore=tests/gpu -q --durations=25
 
 gpu-test:
 	$(PYTHON) -m pytest tests/gpu examples -q
