@@ -183,12 +183,22 @@ def test_imported_capture_applicability(tmp_path):
     assert "no option study" in why["options"]
 
 
+#: the H200 captures the rendered report holds: ncu + nsys (seqlen, the two Triton ones the declared comparison
+#: pairs, the GEMM example), ncu alone (blocksize), a deep tier (bottleneck-deep), a benchmark (bench), imported
+#: reports with the deep sections (flash-wgmma-fwd-full) and with too few for most pages (flash-mma-d128), and a
+#: foreign workload (foreign-example)
+RENDERED_CAPTURES = ("seqlen", "triton-example", "triton-example-mask-all-blocks", "gemm-example", "blocksize",
+                     "bottleneck-deep", "bench", "flash-wgmma-fwd-full", "flash-mma-d128", "foreign-example")
+
+
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
     profiles = tmp / "profiles"
-    # one GPU's captures hold every kind of capture (and every notebook); the other GPU's render the same way
-    shutil.copytree(PROFILES / "nvidia-h200", profiles / "nvidia-h200")
+    # one capture of each kind from one GPU (the other GPU's and the re-takes kept beside them render the same
+    # way): every notebook, captured (ncu, ncu + nsys, bench, deep) and imported (with warp state and without)
+    for name in RENDERED_CAPTURES:
+        shutil.copytree(PROFILES / "nvidia-h200" / name, profiles / "nvidia-h200" / name)
     make_imported(profiles / "gpu-x" / "theirs")
     broken = profiles / "gpu-y" / "broken"
     shutil.copytree(PROFILES / "nvidia-h200" / "blocksize", broken)
@@ -213,6 +223,13 @@ COMPARED = ("split-mask", "nvidia-h200/triton-example-mask-all-blocks", "nvidia-
 
 def test_every_notebook_renders_and_broken_captures_are_reported(rendered):
     rc, profiles, reports = rendered
+
+    def kind(path: Path) -> tuple:
+        m = load_manifest(path)
+        return m.get("origin"), tuple(m.get("tools") or ()), bool(m.get("deep"))
+
+    every = {kind(p) for p in (PROFILES / "nvidia-h200").iterdir() if (p / "manifest.json").exists()}
+    assert every == {kind(PROFILES / "nvidia-h200" / n) for n in RENDERED_CAPTURES}, "a kind of capture not rendered"
     assert rc == 1  # the broken captures fail...
     index = (reports / "index.html").read_text()
     for cap in list_captures(profiles):

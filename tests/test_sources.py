@@ -4,6 +4,7 @@ local-memory spills in any kernel but the measured exceptions of sources.ACCEPTE
 
 import functools
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -26,9 +27,28 @@ _ptxas = functools.cache(ptxas_report)
 need_nvcc = pytest.mark.skipif(NVCC is None and not os.environ.get("CI"), reason="nvcc not installed")
 
 
+@pytest.fixture(scope="module")
+def compiled():
+    """Every file's compile, as many at once as there are cores (nvcc and ptxas use one; pytest itself runs one
+    test at a time), the longest first, into _ptxas's cache; each test then reads its own report. A compile
+    that fails is not cached: its test compiles again and shows the error."""
+    if NVCC is None:
+        return
+
+    def warm(path):
+        try:
+            _ptxas(path, cu_arch(path, "sm_90"))
+        except Exception:  # noqa: BLE001 - reported by the test that needs this file
+            pass
+
+    files = sorted(cu_files(), key=lambda p: p.stat().st_size, reverse=True)
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        list(pool.map(warm, files))
+
+
 @need_nvcc
 @pytest.mark.parametrize("path", cu_files(), ids=lambda p: p.name)
-def test_compiles_for_sm90(path):
+def test_compiles_for_sm90(path, compiled):
     assert NVCC is not None, "CI must have nvcc (the CUDA toolkit) to compile the kernels"
     arch = cu_arch(path, "sm_90")
     rows = _ptxas(path, arch)
@@ -39,7 +59,7 @@ def test_compiles_for_sm90(path):
 
 
 @need_nvcc
-def test_flash_wgmma_compiles_for_sm90a_only():
+def test_flash_wgmma_compiles_for_sm90a_only(compiled):
     """wgmma needs the architecture-specific target: every tile of each pipeline's forward kernel is
     there for sm_90a (2 dtypes x 2 head dims x 4 tiles: cp.async, tma), at most 168 registers at 384
     threads (3 warpgroups)."""
