@@ -5,6 +5,7 @@
 #   (TEST_PATHS=tests/gpu/test_x.py: some GPU tests only; STEPS="build fp8": scripts/fp8_bench.py, FP8_ARGS)
 #   (STEPS="build hang" HANG_ARGS="--sweep S --only RANGE": the Nsight Compute sections a case stalls under)
 #   (STEPS="build ab" AB_CMD="python3 scripts/...": the tree against files of another commit, scripts/ab_base.sh)
+#   (BUILD_PTXAS=0: the build step skips ptxas.json, every .cu compiled again for its report)
 #   The device call is killed after 600 s: test, bench, smoke, capture and ab stop (SIGINT) DEADLINE_MARGIN_S (60)
 #   seconds before the deadline, so that what they have is shipped. The deadline is DEADLINE_EPOCH (seconds since
 #   the epoch; a command that chains several runs of this script exports it once:
@@ -81,8 +82,12 @@ import importlib, subprocess, sys
 t = time.perf_counter()
 subprocess.run([sys.executable, "-c", "import flash_kernels as fk; fk.build()"], check=True)
 print("warm import+load in a fresh process:", round(time.perf_counter() - t, 2), "s (includes torch import)")
-rows = fk.resource_usage()
-json.dump(rows, open(os.environ["OUT"] + "/ptxas.json", "w"), indent=1)
+# ptxas's report per kernel (every .cu compiled again, in parallel): BUILD_PTXAS=0 skips it
+t = time.perf_counter()
+rows = fk.resource_usage() if os.environ.get("BUILD_PTXAS", "1") != "0" else []
+if rows:
+    json.dump(rows, open(os.environ["OUT"] + "/ptxas.json", "w"), indent=1)
+    print("ptxas reports of every kernel:", round(time.perf_counter() - t, 1), "s")
 for r in rows:
     if "flash_mma" in r["kernel"]:
         print(f'{r["kernel"]:60s} regs {r["registers"]:3d} smem {r["shared_bytes"]:6d} spills {r["spill_store_bytes"]}/{r["spill_load_bytes"]}')
