@@ -63,10 +63,9 @@ def resource_usage(arch: str | None = None) -> list[dict[str, Any]]:
     """ptxas's report per kernel (registers, shared memory, stack, spills), from compiling each .cu
     for ``arch`` (default: the current GPU's, else sm_90); a file of an architecture-specific module
     (sources.ModuleSpec.arch, e.g. sm_90a) for its own target."""
-    import os
     from dataclasses import asdict
 
-    from .sources import cu_arch, cu_files, ptxas_report
+    from .sources import cu_files, ptxas_reports
 
     if arch is None:
         arch = "sm_90"
@@ -78,9 +77,8 @@ def resource_usage(arch: str | None = None) -> list[dict[str, Any]]:
                 arch = f"sm_{major}{minor}"
         except ImportError:
             pass
-    from concurrent.futures import ThreadPoolExecutor
-
-    files = cu_files()  # compiled as many at once as there are cores (each nvcc uses one), reported in file order
-    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
-        reports = list(pool.map(lambda f: ptxas_report(f, cu_arch(f, arch)), files))
-    return [asdict(r) for rows in reports for r in rows]
+    reports = ptxas_reports(cu_files(), arch)  # compiled in parallel
+    failed = next((r for r in reports.values() if isinstance(r, Exception)), None)
+    if failed is not None:
+        raise failed
+    return [asdict(r) for rows in reports.values() for r in rows]

@@ -32,7 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -198,6 +198,18 @@ def time_gpu(fn: Callable[[], Any], flush: L2Flusher, *, warmup: int, reps: int,
     events = [first, *(once() for _ in range(n - 1))]
     torch.cuda.synchronize()
     return Repeats([s.elapsed_time(e) for s, e in events], host)
+
+
+def time_interleaved(settings: Mapping[Any, tuple[Callable[[], Any], L2Flusher]], rounds: int, hold: GpuHold,
+                     reps: int = 5) -> dict[Any, list[float]]:
+    """Each setting's (call, flusher) per-repeat milliseconds from :func:`time_gpu`, over ``rounds`` round-robin
+    rounds of one warm-up call and ``reps`` timed repeats per setting, so that a drift of the GPU's state (clock,
+    power) between runs falls on every setting alike instead of passing for a difference between them."""
+    times: dict[Any, list[float]] = {k: [] for k in settings}
+    for _ in range(rounds):
+        for k, (fn, flush) in settings.items():
+            times[k] += time_gpu(fn, flush, warmup=1, reps=reps, budget_ms=1e9, hold=hold).ms
+    return times
 
 
 def time_cpu(fn: Callable[[], Any], *, reps: int, budget_ms: float) -> list[float]:
@@ -665,10 +677,11 @@ def main(argv: list[str] | None = None) -> int:
     build_s = _build.build_all()
     for suite in sel.suites:
         t0 = time.perf_counter()
+        stopped = False
         try:
-            rows, stopped = run(suite, sel.variants, sel.refs, sel.passes, sel.dtypes, _csv_list(a.configs),
-                                sel.options, a.warmup, a.reps, a.budget_ms, int(a.max_score_elems),
-                                int(a.max_cpu_elems), a.max_call_ms, flush=a.flush), False
+            rows = run(suite, sel.variants, sel.refs, sel.passes, sel.dtypes, _csv_list(a.configs), sel.options,
+                       a.warmup, a.reps, a.budget_ms, int(a.max_score_elems), int(a.max_cpu_elems), a.max_call_ms,
+                       flush=a.flush)
         except Interrupted as stop:  # keep what was finished, say so, and stop
             rows, stopped = stop.rows, True
         manifest = {"suite": suite, "description": SUITES[suite][2], "command": [sys.executable, "-m",

@@ -258,3 +258,21 @@ def ptxas_report(path: Path, arch: str = "sm_90", nvcc: str | None = None) -> li
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")
     return parse_ptxas(proc.stdout + proc.stderr, path.name, arch)
+
+
+def ptxas_reports(files: list[Path], arch: str = "sm_90") -> dict[Path, list[KernelResources] | Exception]:
+    """:func:`ptxas_report` of each file for :func:`cu_arch` (file, ``arch``), as many compiles at once as there
+    are cores (nvcc and ptxas use one each), the largest file first; a file whose compile failed holds its
+    exception. In the order of ``files``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(path: Path) -> list[KernelResources] | Exception:
+        try:
+            return ptxas_report(path, cu_arch(path, arch))
+        except (RuntimeError, FileNotFoundError) as exc:
+            return exc
+
+    largest_first = sorted(files, key=lambda p: p.stat().st_size, reverse=True)
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        done = dict(zip(largest_first, pool.map(one, largest_first), strict=True))
+    return {f: done[f] for f in files}

@@ -68,10 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                 calls[label] = bench.implementation_call(impl, c, inputs, "forward", setting, bench.Limits())[0]
             except bench.Skip as why:
                 print(f"  {name}: {label} skipped: {why}")
-        times: dict[str, list[float]] = {k: [] for k in calls}
-        for _ in range(a.rounds):  # round robin: a drift of the GPU's state falls on every setting alike
-            for label, fn in calls.items():
-                times[label] += bench.time_gpu(fn, flush, warmup=1, reps=5, budget_ms=1e9, hold=hold).ms
+        times = bench.time_interleaved({label: (fn, flush) for label, fn in calls.items()}, a.rounds, hold)
         plan = _decode_plan("auto", "auto", c.B, c.H, c.Hkv, c.N, c.Nk, c.D, c.causal, props.multi_processor_count,
                             props.shared_memory_per_multiprocessor)
         got = sorted((statistics.median(t) * 1e3, label) for label, t in times.items())

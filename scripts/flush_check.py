@@ -61,11 +61,8 @@ def main(argv: list[str] | None = None) -> int:
                 calls[impl] = bench.implementation_call(impl, c, inputs, "forward", {}, bench.Limits())[0]
             except bench.Skip as why:
                 print(f"{name:20s} {impl:13s} skipped: {why}")
-        times: dict[tuple[str, str], list[float]] = {(i, m): [] for i in calls for m in modes}
-        for _ in range(a.rounds):
-            for (impl, mode) in times:
-                times[impl, mode] += bench.time_gpu(calls[impl], flushers[mode], warmup=1, reps=5, budget_ms=1e9,
-                                                    hold=hold).ms
+        times = bench.time_interleaved({(i, m): (calls[i], flushers[m]) for i in calls for m in modes}, a.rounds,
+                                       hold)
         for impl in calls:
             cells = []
             for mode in modes:

@@ -39,18 +39,20 @@ export NSIGHTLAB_GIT_COMMIT=${NSIGHTLAB_GIT_COMMIT:-${FK_GIT_COMMIT:-}}
 [ -n "$NSIGHTLAB_GIT_COMMIT" ] || unset NSIGHTLAB_GIT_COMMIT
 CAPTURE_ARGS=${CAPTURE_ARGS:-}
 DEADLINE_EPOCH=${DEADLINE_EPOCH:-$(( $(date +%s) + ${DEADLINE_S:-590} ))}
+DEADLINE_MARGIN_S=${DEADLINE_MARGIN_S:-60}
 export DEADLINE_EPOCH
 status=0
 # run "$@" until DEADLINE_MARGIN_S before the deadline (or LIMIT seconds, if given first as --limit LIMIT, when
 # that is sooner), then SIGINT (SIGKILL 40 s later: a capture waits up to 30 s for its profiler to stop): a capture
 # keeps its partial output, pytest prints its summary. Its own messages go to the console (fd 3), past any filter.
 exec 3>&2
+time_left() { echo $(( DEADLINE_EPOCH - $(date +%s) - DEADLINE_MARGIN_S )); }  # seconds a step may still run
 until_deadline() {
   local limit=0
   if [ "$1" = --limit ]; then limit=$2; shift 2; fi
-  local t=$(( DEADLINE_EPOCH - $(date +%s) - ${DEADLINE_MARGIN_S:-60} ))
+  local t; t=$(time_left)
   if [ "$limit" -gt 0 ] && [ "$limit" -lt "$t" ]; then t=$limit; fi
-  if [ "$t" -le 0 ]; then echo "not started: the device call's deadline is less than ${DEADLINE_MARGIN_S:-60} s away" >&3; return 124; fi
+  if [ "$t" -le 0 ]; then echo "not started: the device call's deadline is less than $DEADLINE_MARGIN_S s away" >&3; return 124; fi
   timeout --signal=INT --kill-after=40 "$t" "$@"
   local rc=$?
   [ "$rc" = 124 ] && echo "stopped after $t s (SIGINT): the device call's deadline or the step's limit" >&3
@@ -119,7 +121,7 @@ PY
       echo "base: $(cat .ab/base.ref)" | tee "$OUT/ab.log"
       rounds=${AB_ROUNDS:-2}
       # every run gets an equal share of the time left, so that a slow first run cannot starve the base side
-      share=$(( (DEADLINE_EPOCH - $(date +%s) - ${DEADLINE_MARGIN_S:-60}) / (2 * rounds) ))
+      share=$(( $(time_left) / (2 * rounds) ))
       [ "$share" -gt 0 ] || share=1
       for r in $(seq "$rounds"); do
         echo "== tree, round $r" | tee -a "$OUT/ab.log"

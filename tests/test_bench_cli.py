@@ -262,3 +262,17 @@ def test_an_interrupted_run_keeps_its_finished_rows(monkeypatch, tmp_path, capsy
     manifest = json.loads((tmp_path / "mixed.manifest.json").read_text())
     assert manifest["rows"] == 1 and "interrupted" in manifest["partial"] and manifest["timing"]["flush"] == "write"
     assert not (tmp_path / "d128.manifest.json").exists()
+
+
+def test_interleaved_timing_goes_round_robin(monkeypatch):
+    """Each round times every setting once, in order, with its own flusher; each setting's repeats add up."""
+    seen = []
+
+    def fake(fn, flush, *, warmup, reps, budget_ms, hold=None):
+        seen.append((fn(), flush))
+        return bench.Repeats([float(len(seen))] * reps, [])
+
+    monkeypatch.setattr(bench, "time_gpu", fake)
+    times = bench.time_interleaved({"a": (lambda: "A", "fa"), "b": (lambda: "B", "fb")}, rounds=3, hold=None, reps=2)
+    assert seen == [("A", "fa"), ("B", "fb")] * 3
+    assert times == {"a": [1.0, 1.0, 3.0, 3.0, 5.0, 5.0], "b": [2.0, 2.0, 4.0, 4.0, 6.0, 6.0]}

@@ -2,9 +2,7 @@
 sm_90a) with this machine's nvcc (no GPU, no torch headers), and ptxas's report shows no
 local-memory spills in any kernel but the measured exceptions of sources.ACCEPTED_SPILLS."""
 
-import functools
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -16,34 +14,27 @@ from flash_kernels.sources import (
     find_nvcc,
     parse_ptxas,
     ptxas_report,
+    ptxas_reports,
     readable_kernel_name,
     unexpected_spills,
 )
 
 NVCC = find_nvcc()
-#: one compile per (file, arch) for the whole module: flash_wgmma_fwd.cu takes about a minute to compile, and
-#: two tests read its ptxas report
-_ptxas = functools.cache(ptxas_report)
 need_nvcc = pytest.mark.skipif(NVCC is None and not os.environ.get("CI"), reason="nvcc not installed")
 
 
 @pytest.fixture(scope="module")
 def compiled():
-    """Every file's compile, as many at once as there are cores (nvcc and ptxas use one; pytest itself runs one
-    test at a time), the longest first, into _ptxas's cache; each test then reads its own report. A compile
-    that fails is not cached: its test compiles again and shows the error."""
-    if NVCC is None:
-        return
+    """One compile per file for the whole module, in parallel (sources.ptxas_reports): flash_wgmma_fwd.cu takes
+    about a minute, and two tests read its report. A compile that failed is raised by the test that reads it."""
+    return ptxas_reports(cu_files()) if NVCC is not None else {}
 
-    def warm(path):
-        try:
-            _ptxas(path, cu_arch(path, "sm_90"))
-        except Exception:  # noqa: BLE001 - reported by the test that needs this file
-            pass
 
-    files = sorted(cu_files(), key=lambda p: p.stat().st_size, reverse=True)
-    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
-        list(pool.map(warm, files))
+def _report(compiled, path):
+    got = compiled[path]
+    if isinstance(got, Exception):
+        raise got
+    return got
 
 
 @need_nvcc
@@ -51,7 +42,7 @@ def compiled():
 def test_compiles_for_sm90(path, compiled):
     assert NVCC is not None, "CI must have nvcc (the CUDA toolkit) to compile the kernels"
     arch = cu_arch(path, "sm_90")
-    rows = _ptxas(path, arch)
+    rows = _report(compiled, path)
     assert rows, f"{path.name}: ptxas reported no kernels"
     assert all(r.arch == arch for r in rows)
     spilled = unexpected_spills(rows)
@@ -63,7 +54,9 @@ def test_flash_wgmma_compiles_for_sm90a_only(compiled):
     """wgmma needs the architecture-specific target: every tile of each pipeline's forward kernel is
     there for sm_90a (2 dtypes x 2 head dims x 4 tiles: cp.async, tma), at most 168 registers at 384
     threads (3 warpgroups)."""
-    rows = _ptxas(next(p for p in cu_files() if p.name == "flash_wgmma_fwd.cu"), "sm_90a")
+    fwd = next(p for p in cu_files() if p.name == "flash_wgmma_fwd.cu")
+    assert cu_arch(fwd) == "sm_90a"
+    rows = _report(compiled, fwd)
     kernels = [r for r in rows if r.kernel.startswith(("flash_wgmma_forward_kernel<", "flash_wgmma_tma_forward_kernel<"))]
     assert len(kernels) == 32, [r.kernel for r in rows]
     assert all(r.registers <= (168 if ",192," in r.kernel else 255) for r in kernels), [(r.kernel, r.registers) for r in kernels]

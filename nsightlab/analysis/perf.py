@@ -174,7 +174,7 @@ def flush_note(manifests: Mapping[str, dict]) -> str:
     if unknown:
         return f"L2 flush mode(s) {', '.join(map(str, unknown))} not known to this version"
     if len(set(modes.values())) == 1:
-        return next(iter(FLUSH_WORDS[v] for v in modes.values()), "")
+        return FLUSH_WORDS[next(iter(modes.values()))]
     return "; ".join(f"{name}: {FLUSH_WORDS[v]}" for name, v in modes.items())
 
 
