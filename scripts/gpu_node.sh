@@ -128,7 +128,8 @@ PY
         until_deadline --limit "$share" bash -c "$AB_CMD" 2>&1 | tee -a "$OUT/ab.log"
         [ "${PIPESTATUS[0]}" = 0 ] || status=1
         echo "== base, round $r" | tee -a "$OUT/ab.log"
-        (cd /tmp/ab_base && PYTHONPATH=/tmp/ab_base${PYTHONPATH#"$PWD"} FLASH_KERNELS_BUILD_DIR=/tmp/ab_base/build/fk \
+        base_path=/tmp/ab_base${PYTHONPATH#"$PWD"}  # before the cd below changes $PWD
+        (cd /tmp/ab_base && PYTHONPATH=$base_path FLASH_KERNELS_BUILD_DIR=/tmp/ab_base/build/fk \
           until_deadline --limit "$share" bash -c "$AB_CMD") 2>&1 | tee -a "$OUT/ab.log"
         [ "${PIPESTATUS[0]}" = 0 ] || status=1
       done ;;

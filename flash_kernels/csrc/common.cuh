@@ -49,6 +49,42 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 inline int cdiv(int a, int b) { return (a + b - 1) / b; }
 
+// Programmatic dependent launch (sm_90 and later). A kernel launched by launch_dependent may start while the
+// kernel ahead of it in the stream still runs: its blocks are scheduled once every block of that kernel has
+// called grid_dependents_launch() or exited, and grid_dependency_wait() returns once that kernel has finished
+// and its writes are visible. So the second kernel's launch overlaps the first's tail. Elsewhere (older GPUs)
+// the launch is an ordinary one and both calls compile to nothing.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void grid_dependents_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+template <typename... Params, typename... Args>
+inline cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                    cudaStream_t stream, Args&&... args) {
+  int device = 0, major = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (err != cudaSuccess) return err;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = major >= 9 ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
+}
+
 // Opt a kernel into more than 48 KB of dynamic shared memory. The attribute belongs to the
 // current device's context, so it is set at every launch (a cheap host call) rather than once per
 // process: a second GPU gets it too.

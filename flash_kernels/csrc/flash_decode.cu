@@ -34,9 +34,19 @@
 // (the bench's timer now keeps the host's launch path out of short calls): 3.04-3.11 TB/s with 32 KV heads and
 // 2.72-3.07 TB/s (81-92 % of HBM) with 8 at Nk >= 16k; >= 1.0x the best SDPA backend in 35 of 36 fp16 rows (the
 // miss: Nq1-Nk1024-Hkv1, 13.6 us against cuDNN's 12.8) and 31 of 36 bf16 rows (all at Nk = 1024, 0.91-0.99x).
+// The combine step (5867a63 -> next): the merge kernel read a split's LSE, then its O, split after split (two
+// dependent round trips a split, 16 splits a row at Hkv = 1), and started only after the split kernel's launch
+// gap. It now reads a row's LSEs in one round trip (lane s: split s) and 8 O rows at a time, and is launched as a
+// programmatic dependent launch of the split kernel (sm_90: its launch overlaps the split kernel's tail). Bought
+// (H100 80GB HBM3, same-node A/B, two rounds each, fp16, B=8 H=32 D=128, scripts/flush_check.py --modes read; log
+// profiles/_logs/nvidia-h100-80gb-hbm3/decode_combine_pdl_ab.log), one KV head, Nq = 1: Nk = 1024 12.7 -> 10.1 us
+// (cuDNN 12.1-12.2), 4096 17.1 -> 14.0, 16384 35.6 -> 31.1-31.4 (2.15 TB/s, 64 % of HBM), 65536 99.8-101.3 ->
+// 95.5-95.7 (2.81 TB/s, 84 %); Nq = 4, Nk = 16384: 47.5 -> 43.7-44.2; 8 KV heads, Nk = 1024: 20.0-20.2 -> 17.9-18.1.
+// Lost: 1.2 % at one KV head, Nq = 16, Nk = 16384 (compute-bound: 129.3-129.5 -> 130.9-131.3 us).
 // Causal masking is top-left, as everywhere here (query i sees keys j <= i): a causal decode row sees the
 // first i + 1 keys only, so only those min(Nk, Nq) keys are split and read.
 #include <algorithm>
+#include <type_traits>
 
 #include "mma.cuh"
 
@@ -321,6 +331,7 @@ flash_decode_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* _
     decode_pv<T, D, KW / 16>(o, pf, alpha, grew, cK + TILE, wk * KW);
   }
   cp_async_wait<0>();
+  grid_dependents_launch();  // the combine kernel's blocks may now take their places (they wait for this grid's end)
   const bool one_split = gridDim.z == 1;
   const long slot = long(blockIdx.z) * gridDim.y * sh.R;  // this split's rows in the workspaces
   const DecodeOut<T> out{one_split ? O + first * D : nullptr, one_split ? nullptr : O_part + (slot + first) * D,
@@ -331,34 +342,49 @@ flash_decode_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* _
 }
 
 // O = sum_s w_s O_s / sum_s w_s with w_s = exp(LSE_s - max LSE), LSE = max LSE + log sum_s w_s: one warp per
-// row of [B H Nq], D / 32 columns per lane. A split whose LSE is -inf (no key of it visible to the row) is
-// skipped; split 0 holds key 0, which every row sees.
+// row of [B H Nq], D / 32 columns per lane. Lane s reads split s's LSE (32 splits at a time), so a row's
+// weights take one round trip to memory, and the splits' O rows are read kCombineLoads at a time, each load
+// independent of the weights (the loop before waited for a split's LSE, then its O, split after split:
+// 2 x splits dependent round trips a row). A split whose LSE is -inf (no key of it visible to the row) weighs
+// 0; split 0 holds key 0, which every row sees. Launched dependent on the split kernel (grid_dependency_wait).
+constexpr int kCombineLoads = 8;
+
 template <typename T, int D>
 __global__ void __launch_bounds__(kDecodeThreads)
 flash_decode_combine_kernel(const float* __restrict__ O_part, const float* __restrict__ LSE_part, T* __restrict__ O,
                             float* __restrict__ LSE, long rows, int splits) {
   constexpr int C = D / 32;  // 2 or 4 columns per lane
+  using Vec = std::conditional_t<C == 4, float4, float2>;
   const long row = long(blockIdx.x) * (kDecodeThreads / 32) + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
+  grid_dependency_wait();
   if (row >= rows) return;
-  float mx = -INFINITY;
-  for (int s = lane; s < splits; s += 32) mx = fmaxf(mx, LSE_part[s * rows + row]);
+  const float first = lane < splits ? LSE_part[lane * rows + row] : -INFINITY;
+  float mx = first;
+  for (int s = lane + 32; s < splits; s += 32) mx = fmaxf(mx, LSE_part[s * rows + row]);
   mx = warp_max(mx);
   float acc[C] = {}, sum = 0.f;
-  for (int s = 0; s < splits; ++s) {
-    const float ls = LSE_part[s * rows + row];
-    if (ls == -INFINITY) continue;
-    const float w = __expf(ls - mx);
+  for (int s0 = 0; s0 < splits; s0 += 32) {
+    const int n = min(32, splits - s0);
+    const float ls = s0 == 0 ? first : lane < n ? LSE_part[(s0 + lane) * rows + row] : -INFINITY;
+    const float w = ls == -INFINITY ? 0.f : __expf(ls - mx);  // lane's split's weight
     sum += w;
-    const float* src = O_part + (s * rows + row) * D + lane * C;
-    if constexpr (C == 4) {
-      const float4 x = *reinterpret_cast<const float4*>(src);
-      acc[0] += w * x.x, acc[1] += w * x.y, acc[2] += w * x.z, acc[3] += w * x.w;
-    } else {
-      const float2 x = *reinterpret_cast<const float2*>(src);
-      acc[0] += w * x.x, acc[1] += w * x.y;
+    for (int j0 = 0; j0 < n; j0 += kCombineLoads) {
+      Vec x[kCombineLoads];
+#pragma unroll
+      for (int u = 0; u < kCombineLoads; ++u)
+        if (j0 + u < n) x[u] = *reinterpret_cast<const Vec*>(O_part + ((s0 + j0 + u) * rows + row) * D + lane * C);
+#pragma unroll
+      for (int u = 0; u < kCombineLoads; ++u) {
+        const float wu = __shfl_sync(0xffffffffu, w, j0 + u);  // j0 + u < 32; 0 past the n splits
+        if (j0 + u >= n || wu == 0.f) continue;
+        const float* xs = reinterpret_cast<const float*>(&x[u]);
+#pragma unroll
+        for (int c = 0; c < C; ++c) acc[c] += wu * xs[c];
+      }
     }
   }
+  sum = warp_sum(sum);
   const float inv = 1.f / sum;
   uint32_t packed[C / 2];
 #pragma unroll
@@ -389,9 +415,8 @@ cudaError_t decode_launch(const AttnArgs& a, int splits, cudaStream_t stream) {
   if (err != cudaSuccess || z == 1) return err;
   const long rows = long(a.B) * a.H * a.Nq;
   const long blocks = (rows + kDecodeThreads / 32 - 1) / (kDecodeThreads / 32);
-  flash_decode_combine_kernel<T, D><<<unsigned(blocks), kDecodeThreads, 0, stream>>>(
-      a.ws[0], a.ws[1], static_cast<T*>(a.o), a.lse, rows, z);
-  return cudaGetLastError();
+  return launch_dependent(flash_decode_combine_kernel<T, D>, dim3(unsigned(blocks)), dim3(kDecodeThreads), 0, stream,
+                          a.ws[0], a.ws[1], static_cast<T*>(a.o), a.lse, rows, z);
 }
 
 // Option code, as flash_kernels/_ops.py writes it: bits 0..7 the rows per block (0 = 16, 1 = 32, 2 = 64),
