@@ -148,10 +148,17 @@ class GpuHold:
 @dataclass(frozen=True)
 class Repeats:
     """The timed repeats of one call: GPU milliseconds (CUDA events) and host milliseconds (the wall time
-    for the call to return, the GPU's work queued but not waited for)."""
+    for the call to return, the GPU's work queued but not waited for). ``retimed``: repeats timed again
+    because the host had not queued the call within the GPU-side wait (:func:`time_gpu`); ``late``: those
+    still late after the retries (their milliseconds include host time)."""
 
     ms: list[float]
     host_ms: list[float]
+    retimed: int = 0
+    late: int = 0
+
+#: the host's clock for a call's time (a module attribute, so that a test can drive it)
+_now = time.perf_counter
 
 
 def hold_ms(host_ms: list[float]) -> float:
@@ -161,10 +168,14 @@ def hold_ms(host_ms: list[float]) -> float:
 
 
 def time_gpu(fn: Callable[[], Any], flush: L2Flusher, *, warmup: int, reps: int, budget_ms: float,
-             hold: GpuHold | None = None) -> Repeats:
+             hold: GpuHold | None = None, retries: int = 2) -> Repeats:
     """Per-repeat milliseconds from CUDA events, L2 flushed before each repeat, and the host's time per
     call. With ``hold``, a GPU-side wait is queued after the flush (:func:`hold_ms` of the warm-up calls'
     host times; with ``warmup=0``, of one untimed call's), so that the events time the GPU alone.
+
+    A repeat whose call took the host longer than that wait was not queued when the GPU reached its start
+    event, so its events timed the host too (a host stall in one repeat: its time alone reads high). Such
+    repeats are timed again behind a wait sized by the slowest host time seen, up to ``retries`` times.
 
     The first timed repeat also sizes the number of repeats to the time budget (at least 3, at
     most ``reps``)."""
@@ -172,32 +183,46 @@ def time_gpu(fn: Callable[[], Any], flush: L2Flusher, *, warmup: int, reps: int,
     # with no warm-up, one untimed call still sizes the wait (a first call slowed by set-up, which skips the
     # warm-up, may be followed by short ones)
     for _ in range(warmup if warmup > 0 or hold is None else 1):
-        t0 = time.perf_counter()
+        t0 = _now()
         fn()
-        warm.append((time.perf_counter() - t0) * 1e3)
+        warm.append((_now() - t0) * 1e3)
     torch.cuda.synchronize()
-    wait = hold_ms(warm)
-    host: list[float] = []
 
-    def once() -> tuple[torch.cuda.Event, torch.cuda.Event]:
+    def once(wait: float) -> tuple[torch.cuda.Event, torch.cuda.Event, float]:
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         flush()
         if hold is not None:
             hold(wait)
         s.record()
-        t0 = time.perf_counter()
+        t0 = _now()
         fn()
-        host.append((time.perf_counter() - t0) * 1e3)
+        host = (_now() - t0) * 1e3
         e.record()
-        return s, e
+        return s, e, host
 
-    first = once()
+    wait = hold_ms(warm)
+    first = once(wait)
     torch.cuda.synchronize()
     probe = first[0].elapsed_time(first[1])
     n = int(max(3, min(reps, budget_ms / max(probe, 1e-3))))
-    events = [first, *(once() for _ in range(n - 1))]
+    runs = [first, *(once(wait) for _ in range(n - 1))]
     torch.cuda.synchronize()
-    return Repeats([s.elapsed_time(e) for s, e in events], host)
+    ms = [s.elapsed_time(e) for s, e, _ in runs]
+    host = [h for _, _, h in runs]
+    waits = [wait] * n
+    retimed = 0
+    for _ in range(retries if hold is not None else 0):
+        late = [i for i in range(n) if host[i] >= waits[i]]
+        if not late:
+            break
+        wait = hold_ms(host)
+        again = [once(wait) for _ in late]
+        torch.cuda.synchronize()
+        for i, (s, e, h) in zip(late, again, strict=True):
+            ms[i], host[i], waits[i] = s.elapsed_time(e), h, wait
+        retimed += len(late)
+    late_left = sum(h >= w for h, w in zip(host, waits, strict=True)) if hold is not None else 0
+    return Repeats(ms, host, retimed, late_left)
 
 
 def time_interleaved(settings: Mapping[Any, tuple[Callable[[], Any], L2Flusher]], rounds: int, hold: GpuHold,
@@ -464,6 +489,7 @@ def _measure(run: _Run, cfg: Config, dtype: str, impl: str, pass_: str, inputs: 
         times = repeats.ms
         ms = statistics.median(times)
         row["host_ms"] = statistics.median(repeats.host_ms) if repeats.host_ms else float("nan")
+        row["retimed"], row["late"] = repeats.retimed, repeats.late  # printed, not in the CSV
         nbytes = model.compulsory_bytes(cfg.B, cfg.H, cfg.N, cfg.D, dtype, pass_=pass_, Hkv=cfg.Hkv, Nk=cfg.Nk)
         row.update(ms=ms, ms_min=min(times), ms_max=max(times), reps=len(times), tflops=model.tflops(flop, ms),
                    gbps=model.gbps(nbytes, ms))
@@ -479,7 +505,11 @@ def _row_line(row: dict[str, Any]) -> str:
     head = f"{row['suite']:10s} {row['config']:22s} {row['dtype']:8s} {row['pass']:8s} {row['impl']:18s}"
     if row["status"] != "ok":
         return f"{head} {row['status']}"
-    return f"{head} {row['ms']:9.3f} ms {row['tflops']:7.1f} TFLOP/s  rel_l2 {row['rel_l2']:.1e}"
+    line = f"{head} {row['ms']:9.3f} ms {row['tflops']:7.1f} TFLOP/s  rel_l2 {row['rel_l2']:.1e}"
+    if row.get("retimed"):
+        line += (f"  ({row['retimed']} repeat(s) timed again: the host took longer than the GPU-side wait"
+                 + (f"; {row['late']} still late, their times include the host's)" if row.get("late") else ")"))
+    return line
 
 
 def _reference_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,

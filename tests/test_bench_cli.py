@@ -276,3 +276,76 @@ def test_interleaved_timing_goes_round_robin(monkeypatch):
     times = bench.time_interleaved({"a": (lambda: "A", "fa"), "b": (lambda: "B", "fb")}, rounds=3, hold=None, reps=2)
     assert seen == [("A", "fa"), ("B", "fb")] * 3
     assert times == {"a": [1.0, 1.0, 3.0, 3.0, 5.0, 5.0], "b": [2.0, 2.0, 4.0, 4.0, 6.0, 6.0]}
+
+
+class _FakeGpu:
+    """torch.cuda's events and synchronize, and the host clock, for time_gpu on a machine without a GPU: the i-th
+    call takes the host ``host[i]`` ms (the last entry thereafter) and the GPU ``kernel`` ms. A repeat whose host
+    time is at least the GPU-side wait ahead of it times the host's excess too, as on a GPU."""
+
+    def __init__(self, host: list[float], kernel: float = 1.0):
+        self.host, self.kernel, self.calls, self.now = list(host), kernel, 0, 0.0
+        self.waits: list[float] = []
+        self.recorded = 0
+        self.pending = 0.0
+
+    def clock(self) -> float:
+        return self.now / 1e3
+
+    def call(self) -> None:
+        h = self.host[min(self.calls, len(self.host) - 1)]
+        self.calls += 1
+        self.now += h
+        wait = self.waits[-1] if self.waits else 0.0
+        self.pending = self.kernel + (h - wait if h >= wait else 0.0)
+
+    def hold(self, ms: float) -> None:
+        self.waits.append(ms)
+
+    def install(self, monkeypatch) -> None:
+        gpu = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False):
+                self.t = 0.0
+
+            def record(self):
+                gpu.recorded += 1
+                if gpu.recorded % 2 == 0:  # an end event: its repeat's call has run
+                    self.t = gpu.pending
+
+            def elapsed_time(self, end):
+                return end.t
+
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+        monkeypatch.setattr(bench, "_now", self.clock)
+
+
+def test_a_repeat_the_host_was_late_for_is_timed_again(monkeypatch):
+    """Warm-up calls take 0.05 ms of host time, so the GPU waits 0.12 ms ahead of each repeat; the third timed call
+    stalls the host for 0.5 ms, so its events time 1.0 + 0.5 - 0.12 ms. That repeat is timed again behind a wait
+    sized by the stall (1.02 ms), and the repeats are the kernel's 1.0 ms alone."""
+    gpu = _FakeGpu(host=[0.05, 0.05, 0.05, 0.05, 0.5, 0.05], kernel=1.0)
+    gpu.install(monkeypatch)
+    reps = bench.time_gpu(gpu.call, lambda: None, warmup=2, reps=4, budget_ms=1e9, hold=gpu.hold)
+    assert reps.ms == [1.0] * 4 and reps.retimed == 1 and reps.late == 0
+    assert gpu.waits == [pytest.approx(0.12)] * 4 + [pytest.approx(1.02)]
+    assert bench._row_line({"suite": "s", "config": "c", "dtype": "d", "pass": "p", "impl": "i", "status": "ok",
+                            "ms": 1.0, "tflops": 1.0, "rel_l2": 0.0, "retimed": 1, "late": 0}).endswith(
+        "(1 repeat(s) timed again: the host took longer than the GPU-side wait)")
+
+
+def test_a_host_late_every_time_is_reported_after_the_retries(monkeypatch):
+    """A host slower than any wait the cap allows (5 ms) stays late: its repeats are kept, and counted."""
+    gpu = _FakeGpu(host=[0.05] + [9.0] * 20, kernel=1.0)
+    gpu.install(monkeypatch)
+    reps = bench.time_gpu(gpu.call, lambda: None, warmup=1, reps=3, budget_ms=1e9, hold=gpu.hold, retries=2)
+    assert reps.late == 3 and reps.retimed == 6 and all(ms > 1.0 for ms in reps.ms)
+
+
+def test_without_a_hold_nothing_is_retimed(monkeypatch):
+    gpu = _FakeGpu(host=[0.05, 5.0, 5.0, 5.0], kernel=1.0)
+    gpu.install(monkeypatch)
+    reps = bench.time_gpu(gpu.call, lambda: None, warmup=1, reps=3, budget_ms=1e9, hold=None)
+    assert reps.retimed == 0 and reps.late == 0 and len(reps.ms) == 3
