@@ -30,6 +30,7 @@ a: str = ""  # the implementation to explain (empty: the capture's first)
 b: str = ""  # the implementation to compare it with (empty: the capture's second; with b_capture: a)
 b_capture: str = ""  # a second capture for side b (empty: both from capture): the same kernel after a change
 case: str = ""  # the case, as nsightlab why --case takes it: comma-separated field-equals-value pairs (empty: the first range of a; of a captured in several settings, the fastest)
+kernel: str = ""  # a regular expression: compare the longest launch of each side whose kernel name matches it (empty: the longest launch of each)
 top: int = 10  # source lines and SASS instructions listed per kernel
 style_order: str = ""  # the order legends list implementations in (colours follow the name alone; empty: this capture's order)
 plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative path (make report ships one copy)
@@ -65,11 +66,13 @@ nb.choose("b (b_capture)" if b_capture else "b", b,
           list(dict.fromkeys((deep_b if deep_b is not None else deep).launches["variant"].dropna())))
 try:
     tags = captures.capture_tags(manifest, path, manifest_b, path_b)
-    at, side_a, side_b = why.pick_sides(deep, deep_b, a, b, wanted, tags)
+    at, side_a, side_b = why.pick_sides(deep, deep_b, a, b, wanted, tags, kernel)
 except ValueError as exc:
-    raise nb.ParameterError(f"a={a!r}, b={b!r}, case={case!r}: {exc}") from None
+    raise nb.ParameterError(f"a={a!r}, b={b!r}, case={case!r}, kernel={kernel!r}: {exc}") from None
 pair = side_b is not None
 sides = [side_a, side_b] if pair else [side_a]
+longest = all(s.launch == int(s.sel["launch"].iloc[0]) for s in sides)
+each = "longest kernel of each" if longest else "compared kernel of each"  # in titles: which launch a side shows
 commit_of = {side_a.name: manifest.get("git_commit"), **({side_b.name: manifest_b.get("git_commit")} if pair else {})}
 style = nb.style(manifest, deep.launches, order=",".join([*(s.name for s in sides), style_order]))  # a, then b
 if pair and side_a.impl == side_b.impl:  # one kernel in two captures: b (the later) in its colour, a in grey
@@ -77,8 +80,8 @@ if pair and side_a.impl == side_b.impl:  # one kernel in two captures: b (the la
 ranked = B.explain(side_a.deep, side_a.launch, side_b.deep, side_b.launch) if pair else None
 gaps = B.metric_gaps(side_a.deep, side_a.launch, *((side_b.deep, side_b.launch) if pair else (side_a.deep, side_a.launch)))
 where = ", ".join(f"{k}={v}" for k, v in at.items())
-call = B.call_line(side_a.name, side_a.sel, side_b.name, side_b.sel) if pair else None
-nb.summary([f"**At {where}:** " + (call + " Longest launch: " if call else "")
+call = B.call_line(side_a.name, side_a.sel, side_b.name, side_b.sel, (side_a.launch, side_b.launch)) if pair else None
+nb.summary([f"**At {where}:** " + (call + (" Longest launch: " if longest else " Compared launch: ") if call else "")
             + (B.verdict(side_a.name, side_b.name, ranked, gaps) if pair else
                f"{side_a.name} is the only implementation in this report; it is shown alone."),
             *(B.kernel_line(f"**{s.name}**", B.profile(s.deep).set_index("launch").loc[s.launch]) for s in sides)])
@@ -117,9 +120,9 @@ nb.table(overview[cols], {"range_ms": "{:.3f}", "launches": "{:d}"}, "overview",
 
 # %%
 st = why.per_side(B.stalls, sides)
-figures.show(figures.stall_bars(st, "Warp cycles per issued instruction by stall reason, longest kernel of each", style))
+figures.show(figures.stall_bars(st, f"Warp cycles per issued instruction by stall reason, {each}", style))
 pp = why.per_side(B.pipes, sides)
-figures.show(figures.pipe_bars(pp, "Pipe utilization, longest kernel of each", style))
+figures.show(figures.pipe_bars(pp, f"Pipe utilization, {each}", style))
 meanings = st.drop_duplicates("name")[["name", "meaning"]].sort_values("name")
 nb.table(meanings, name="stall-meanings", headers={"name": "stall reason (Nsight)", "meaning": "the warp was"},
          title="What each stall reason means", collapse=True)
@@ -127,7 +130,8 @@ nb.table(meanings, name="stall-meanings", headers={"name": "stall reason (Nsight
 # %% [markdown]
 # ## Side by side
 #
-# Each quantity of the two longest kernels beside each other (ratio: first / second). Occupancy is the share
+# Each quantity of the two kernels compared (the longest launch of each side, unless the page's `kernel` picks
+# another) beside each other (ratio: first / second). Occupancy is the share
 # of the SM's warp slots in use; the limiter is the resource that allows the fewest blocks per SM. Bank
 # conflicts are extra shared-memory wavefronts; spilling requests are local-memory traffic from registers
 # the compiler could not keep.
@@ -136,7 +140,7 @@ nb.table(meanings, name="stall-meanings", headers={"name": "stall reason (Nsight
 side = gaps.assign(quantity=gaps["quantity"].map(B.LABELS))
 nb.table(side[["quantity", "a", "b", "ratio", "metric"] if pair else ["quantity", "a", "metric"]], {"ratio": "{:.2f}"},
          "side-by-side", headers={"a": side_a.name, "b": side_b.name if pair else "", "metric": "Nsight Compute metric"},
-         title=f"{side_a.name} and {side_b.name}, longest kernel of each" if pair else f"{side_a.name}, longest kernel",
+         title=f"{side_a.name} and {side_b.name}, {each}" if pair else f"{side_a.name}, {each.replace(' of each', '')}",
          open_rows=40)
 
 # %% [markdown]
@@ -163,7 +167,7 @@ else:
 #
 # A range is everything the implementation launched for the case: a backward pass is several kernels (the
 # preprocessing dot product, the main kernel, the conversion of dQ). Their shares of the range's time say
-# whether the comparison of the longest kernels above is the whole story.
+# whether the comparison of the two kernels above is the whole story.
 
 # %%
 for s in sides:
@@ -175,7 +179,7 @@ for s in sides:
 # %% [markdown]
 # ## Source hotspots
 #
-# The CUDA source lines and SASS instructions of each longest kernel with the most warp-state samples, with
+# The CUDA source lines and SASS instructions of each compared kernel with the most warp-state samples, with
 # the stall reasons that dominate there. Files are named as they are in the repository where found; a line's
 # text is read from the file as it was at the capture's commit (git), so edits made since do not misplace it.
 # The kernels must be built with `-lineinfo` and captured with the SourceCounters section for lines to appear.

@@ -454,3 +454,38 @@ def test_call_line_leads_where_a_range_launches_several_kernels():
     one = pd.DataFrame({"kernel": ["k"], "time_ns": [1e4]})
     assert B.call_line("x", one, "y", one) is None
     assert "x takes 0.26x" in B.call_line("x", one, "ours", a) and "launches of x" not in B.call_line("x", one, "ours", a)
+
+
+def test_a_kernel_pattern_picks_the_launch_compared():
+    """pick_launch: the longest launch by default, else the longest whose name (or full signature) matches; a
+    pattern that matches nothing names the range's kernels. call_line then names the compared kernels and counts
+    the longest among the others."""
+    sel = pd.DataFrame({"range": ["r"] * 3, "launch": [4, 5, 6], "kernel": ["split", "combine", "combine"],
+                        "kernel_full": ["void split<128>()", "void combine<128>()", "void combine<64>()"],
+                        "time_ns": [28_700.0, 6_100.0, 5_000.0]})
+    assert B.pick_launch(sel) == 4 and B.pick_launch(sel, "comb") == 5 and B.pick_launch(sel, "<64>") == 6
+    with pytest.raises(ValueError, match=r"matches no kernel of r; its kernels: split, combine"):
+        B.pick_launch(sel, "reduce")
+    with pytest.raises(ValueError, match="not a regular expression"):
+        B.pick_launch(sel, "(")
+    theirs = pd.DataFrame({"range": ["q"] * 2, "launch": [7, 8], "kernel": ["fprop", "reduce"],
+                           "time_ns": [31_200.0, 4_600.0]})
+    line = B.call_line("ours", sel, "theirs", theirs, (5, 8))
+    assert line.endswith("the other launches of ours take 0.034 ms (split 0.029 ms, combine 0.005 ms); the other "
+                         "launches of theirs take 0.031 ms (fprop 0.031 ms). What follows compares combine with reduce.")
+    assert B.call_line("ours", sel, "theirs", theirs, (4, 7)).endswith("compares the longest launch of each.")
+
+
+def test_python_m_nsightlab_why_compares_the_launches_a_kernel_pattern_picks():
+    """flash_decode's merge kernel against cuDNN's reduction (not the longest launch of either side)."""
+    done = _why("profiles/nvidia-h100-80gb-hbm3/decode", "--a", "flash_decode", "--b", "sdpa_cudnn",
+                "--kernel", "combine|reduction", "--top", "3")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "What follows compares flash_decode_combine_kernel with lean_reduction_kernel." in out
+    assert "What explains the gap (compared launch of each;" in out
+    assert [x.split()[-3] for x in out.splitlines() if x.endswith("<- compared")] == ["flash_decode_combine_kernel",
+                                                                                      "lean_reduction_kernel"]
+    bad = _why("profiles/nvidia-h100-80gb-hbm3/decode", "--a", "flash_decode", "--b", "sdpa_cudnn", "--kernel", "nothing")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "kernel='nothing' matches no kernel of" in bad.stderr and "flash_decode_combine_kernel" in bad.stderr

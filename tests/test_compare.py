@@ -290,9 +290,9 @@ def test_declared_comparisons_and_their_errors(tmp_path):
     (d,) = page.declared_comparisons(tmp_path)
     assert (d.name, d.base, d.new, d.threshold, d.min_ms) == ("a-to-b", "gpu/a", "gpu/b", "5%", 1.0)
     toml.write_text(toml.read_text() + '[[why]]\nname = "k-before-after"\ntitle = "W"\nbase = "gpu/a"\nnew = "gpu/b"\n'
-                    'a = "mine"\ncase = "N=4096"\n')
+                    'a = "mine"\ncase = "N=4096"\nkernel = "combine"\n')
     c, w = page.declared_comparisons(tmp_path)
-    assert c == d and w == page.DeclaredWhy("k-before-after", "W", "gpu/a", "gpu/b", "mine", "", "N=4096")
+    assert c == d and w == page.DeclaredWhy("k-before-after", "W", "gpu/a", "gpu/b", "mine", "", "N=4096", "combine")
     for text, words in (('[[comparison]]\nname = "x"\ntitle = "t"\nbase = "a"\n', "comparison 1 lacks new"),
                         ('[[comparison]]\nname = "x"\ntitle = "t"\nbase = "a"\nnew = "b"\ncolour = 1\n',
                          "unknown key 'colour'"),
@@ -308,6 +308,9 @@ def test_declared_comparisons_and_their_errors(tmp_path):
                         ('[[why]]\nname = "w"\ntitle = "t"\nbase = "a"\nnew = "b"\nthreshold = "5%"\n',
                          "why 1 has unknown key 'threshold'"),
                         ('[[why]]\nname = "w"\ntitle = "t"\nbase = "a"\nnew = "b"\ncase = 3\n', "case must be a string"),
+                        ('[[why]]\nname = "w"\ntitle = "t"\nbase = "a"\nnew = "b"\nkernel = 3\n', "kernel must be a string"),
+                        ('[[why]]\nname = "w"\ntitle = "t"\nbase = "a"\nnew = "b"\nkernel = "("\n',
+                         "why 1 (w): kernel '(' is not a regular expression"),
                         ('[[comparison]]\nname = "x"\ntitle = "t"\nbase = "a"\nnew = "b"\n'
                          '[[why]]\nname = "x"\ntitle = "t"\nbase = "a"\nnew = "b"\n', "name 'x' must be unique"),
                         ("[[comparison]\n", "not valid TOML")):

@@ -531,23 +531,51 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:.3f} ms"
 
 
-def call_line(name_a: str, sel_a: pd.DataFrame, name_b: str, sel_b: pd.DataFrame) -> str | None:
+def pick_launch(sel: pd.DataFrame, kernel: str = "") -> int:
+    """The launch of a range (``sel``: its launches, longest first) that a comparison takes: the longest, or with
+    ``kernel`` (a regular expression, searched in the kernel's name and its full signature) the longest of those
+    it matches. ValueError names the range's kernels where none matches."""
+    if not kernel:
+        return int(sel["launch"].iloc[0])
+    try:
+        pattern = re.compile(kernel)
+    except re.error as exc:
+        raise ValueError(f"kernel={kernel!r} is not a regular expression ({exc})") from None
+    full = sel["kernel_full"] if "kernel_full" in sel else sel["kernel"]
+    hit = [bool(pattern.search(str(k)) or pattern.search(str(f))) for k, f in zip(sel["kernel"], full, strict=True)]
+    if not any(hit):
+        raise ValueError(f"kernel={kernel!r} matches no kernel of {sel['range'].iloc[0]}; its kernels: "
+                         + ", ".join(dict.fromkeys(sel["kernel"].astype(str))))
+    return int(sel.loc[hit, "launch"].iloc[0])
+
+
+def call_line(name_a: str, sel_a: pd.DataFrame, name_b: str, sel_b: pd.DataFrame,
+              compared: tuple[int, int] | None = None) -> str | None:
     """Where either side's range launches more than one kernel, the sentence that comes first: the whole calls'
-    times (every launch of each range) and what the launches other than the longest take, since the rest of the
-    comparison is of the longest launch of each and can point the other way. None where both launch one."""
+    times (every launch of each range) and what the launches other than the compared ones take, since the rest
+    of the comparison is of one launch of each (``compared``: their launch ids; default the longest of each) and
+    can point the other way. None where both launch one."""
     if len(sel_a) < 2 and len(sel_b) < 2:
         return None
     ta, tb = float(sel_a["time_ns"].sum()), float(sel_b["time_ns"].sum())
     rest = []
-    for name, sel in ((name_a, sel_a), (name_b, sel_b)):
-        others = sel.sort_values("time_ns", ascending=False).iloc[1:]
+    for i, (name, sel) in enumerate(((name_a, sel_a), (name_b, sel_b))):
+        ordered = sel.sort_values("time_ns", ascending=False)
+        others = ordered.iloc[1:] if compared is None else ordered[ordered["launch"] != compared[i]]
         if len(others):
             rest.append(f"the other launches of {name} take {_ms(others['time_ns'].sum())} ("
                         + ", ".join(f"{k} {_ms(t)}" for k, t in zip(others["kernel"], others["time_ns"], strict=True))
                         + ")")
+    longest = compared is None or all(int(sel.sort_values("time_ns", ascending=False)["launch"].iloc[0]) == k
+                                      for sel, k in ((sel_a, compared[0]), (sel_b, compared[1])))
+    if longest:
+        which = "the longest launch of each"
+    else:
+        ka, kb = (sel.loc[sel["launch"] == k, "kernel"].iloc[0] for sel, k in ((sel_a, compared[0]), (sel_b, compared[1])))
+        which = f"the {ka} launch of each" if ka == kb else f"{ka} with {kb}"
     return (f"The whole call: {name_a} takes {ta / tb:.2f}x the time of {name_b} ({_ms(ta)} vs {_ms(tb)}, "
             f"{len(sel_a)} and {len(sel_b)} launches); " + "; ".join(rest)
-            + ". What follows compares the longest launch of each.")
+            + f". What follows compares {which}.")
 
 
 # --------------------------------------------------------------------------- the bottleneck page

@@ -2,11 +2,13 @@
 
     nsightlab why CAPTURE --a flash_mma --b sdpa_flash --case "N=4096,D=128,causal=False,pass=forward"
     nsightlab why OLD --b-capture NEW --a flash_mma --case ...       # one kernel in two captures
+    nsightlab why CAPTURE --a flash_decode --b sdpa_cudnn --kernel "combine|reduction"  # not the longest launch
 
 CAPTURE is a capture folder (``profiles/<gpu>/<name>``, or a path) holding a deep report (``deep.ncu-rep``
 from the deep capture tier, or an imported ``--set full`` report), or a ``.ncu-rep`` file itself. Each side's
 range is the one of its implementation whose fields match ``--case``; the comparison is between the
-longest launch of each (a backward pass shows all its launches and their share of the time).
+longest launch of each (a backward pass shows all its launches and their share of the time), or with
+``--kernel REGEX`` the longest launch of each whose kernel name matches.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ def deep_report(capture: str | Path) -> tuple[Path, tuple]:
 class Side:
     """One side of a why comparison: the implementation ``impl`` as it is called on the page (``name``:
     the implementation, or with its capture's tag where one kernel is compared across two captures), its
-    report, its range's launches (``sel``, longest first) and the longest one (``launch``)."""
+    report, its range's launches (``sel``, longest first) and the one compared (``launch``: the longest, or the
+    longest whose kernel matches the page's ``kernel``)."""
     name: str
     impl: str
     deep: B.Deep
@@ -56,13 +59,14 @@ class Side:
 
 
 def pick_sides(deep_a: B.Deep, deep_b: B.Deep | None, a: str, b: str, wanted: dict[str, str],
-               tags: tuple[str, str] = ("a", "b")) -> tuple[dict[str, str], Side, Side | None]:
+               tags: tuple[str, str] = ("a", "b"), kernel: str = "") -> tuple[dict[str, str], Side, Side | None]:
     """The case and the two sides of a why page. ``deep_b`` None: both sides from ``deep_a`` (two
     implementations; ``b`` empty: the report's next one after ``a``). Else side b is from ``deep_b``, by
     default the same implementation as ``a`` (one kernel before and after a change: each side then named
     ``impl @ tag``), selected by the fields of the case that report knows. ``a`` empty: the report's first implementation. Returns (the case completed from
-    ``a``'s ranges, side a, side b or None where there is nothing to compare with). ValueError says what
-    is wrong and what is held."""
+    ``a``'s ranges, side a, side b or None where there is nothing to compare with). ``kernel``: a regular
+    expression that picks each side's launch (:func:`bottleneck.pick_launch`). ValueError says what is wrong
+    and what is held."""
     held_a = list(dict.fromkeys(deep_a.launches["variant"].dropna()))
     held_b = held_a if deep_b is None else list(dict.fromkeys(deep_b.launches["variant"].dropna()))
     if not held_a or not held_b:
@@ -96,10 +100,10 @@ def pick_sides(deep_a: B.Deep, deep_b: B.Deep | None, a: str, b: str, wanted: di
         tags = (f"{tags[0]} (a)", f"{tags[1]} (b)")
     # one implementation in two captures: each side named with its capture's tag
     name_a, name_b = (f"{a} @ {tags[0]}", f"{b} @ {tags[1]}") if cross and a == b else (a, b)
-    side_a = Side(name_a, a, deep_a, la, int(la["launch"].iloc[0]))
+    side_a = Side(name_a, a, deep_a, la, B.pick_launch(la, kernel))
     if not cross and b == a:
         return at, side_a, None
-    side_b = Side(name_b, b, deep_b if cross else deep_a, lb, int(lb["launch"].iloc[0]))
+    side_b = Side(name_b, b, deep_b if cross else deep_a, lb, B.pick_launch(lb, kernel))
     return at, side_a, side_b
 
 
@@ -114,7 +118,7 @@ def at_case(sides: list[Side], at: dict[str, str]) -> pd.DataFrame:
 
 def per_side(frame_of, sides: list[Side]) -> pd.DataFrame:
     """The rows of ``frame_of(deep)`` (:func:`bottleneck.stalls`, :func:`bottleneck.pipes`) of each side's
-    longest launch, with ``variant`` set to the side's name."""
+    compared launch, with ``variant`` set to the side's name."""
     return pd.concat([(f := frame_of(s.deep))[f["launch"] == s.launch].assign(variant=s.name) for s in sides],
                      ignore_index=True)
 
@@ -126,6 +130,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--b", help="the implementation to compare with (default: --a, in --b-capture)")
     p.add_argument("--b-capture", help="a second capture for side b (one kernel in two captures)")
     p.add_argument("--case", default="", help="field=value pairs that pick one range per side, e.g. N=4096,D=128,pass=forward")
+    p.add_argument("--kernel", default="", help="a regular expression: compare the longest launch of each side whose "
+                   "kernel name matches it (default: the longest launch of each)")
     p.add_argument("--top", type=int, default=10, help="rows of the ranked table (default 10)")
     return p
 
@@ -138,17 +144,23 @@ def _fmt(v: object) -> str:
     return str(v)
 
 
-def render(a_name: str, b_name: str, a: B.Deep, la: pd.DataFrame, b: B.Deep, lb: pd.DataFrame, top: int) -> str:
-    """The terminal text: launches of each side, the verdict, the ranked table, the profile beside."""
-    ka, kb = int(la["launch"].iloc[0]), int(lb["launch"].iloc[0])
+def render(a_name: str, b_name: str, a: B.Deep, la: pd.DataFrame, b: B.Deep, lb: pd.DataFrame, top: int,
+           compared: tuple[int, int] | None = None) -> str:
+    """The terminal text: launches of each side, the verdict, the ranked table, the profile beside.
+    ``compared``: the launch of each side to compare (default: the longest of each)."""
+    ka, kb = compared if compared is not None else (int(la["launch"].iloc[0]), int(lb["launch"].iloc[0]))
     ranked, gaps = B.explain(a, ka, b, kb), B.metric_gaps(a, ka, b, kb)
-    call = B.call_line(a_name, la, b_name, lb)
+    call = B.call_line(a_name, la, b_name, lb, (ka, kb))
+    longest = ka == int(la["launch"].iloc[0]) and kb == int(lb["launch"].iloc[0])
     out = [*([call] if call else []), B.verdict(a_name, b_name, ranked, gaps), ""]
     for name, d, sel in ((a_name, a, la), (b_name, b, lb)):
         t = B.launch_table(d, sel)
         out.append(f"{name}: {sel['range'].iloc[0]}")
-        out += [f"  launch {r.launch:>3}  {r.time_ns / 1e3:>10,.1f} us  {r.share:>5.0%}  {r.kernel}" for r in t.itertuples()]
-    out += ["", f"What explains the gap (longest launch of each; shares add up to the whole gap of "
+        k = ka if d is a and sel is la else kb
+        out += [f"  launch {r.launch:>3}  {r.time_ns / 1e3:>10,.1f} us  {r.share:>5.0%}  {r.kernel}"
+                + ("  <- compared" if r.launch == k and not longest else "") for r in t.itertuples()]
+    out += ["", f"What explains the gap ({'longest launch' if longest else 'compared launch'} of each; shares add "
+                f"up to the whole gap of "
                 f"{ranked.attrs['time_a_ms'] - ranked.attrs['time_b_ms']:+.3f} ms):",
             f"  {'term':<38} {a_name[:12]:>12} {b_name[:12]:>12} {'share':>7} {'ms':>9}"]
     out += [f"  {r.term[:38]:<38} {_fmt(r.a):>12} {_fmt(r.b):>12} {r.share:>7.0%} {r.ms:>+9.3f}" for r in ranked.head(top).itertuples()]
@@ -179,10 +191,11 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab why") -> int:
         path_b, schemas_b = deep_report(args.b_capture) if args.b_capture else (path_a, schemas_a)
         a = B.load(path_a, schemas_a)
         b = None if path_b == path_a else B.load(path_b, schemas_b)
-        _, side_a, side_b = pick_sides(a, b, args.a, args.b or "", case, _tags(path_a, path_b))
+        _, side_a, side_b = pick_sides(a, b, args.a, args.b or "", case, _tags(path_a, path_b), args.kernel)
         if side_b is None:
             raise ValueError(f"{args.a} is the only implementation in {path_a}; give --b-capture to compare it")
-        text = render(side_a.name, side_b.name, a, side_a.sel, side_b.deep, side_b.sel, args.top)
+        text = render(side_a.name, side_b.name, a, side_a.sel, side_b.deep, side_b.sel, args.top,
+                      (side_a.launch, side_b.launch))
     except (ProfileError, ValueError) as exc:
         p.error(str(exc))
     print(text)

@@ -427,7 +427,8 @@ class DeclaredWhy:
     """One before/after bottleneck page that ``nsightlab report`` renders: a ``[[why]]`` entry of
     ``comparisons.toml``: notebooks/why.py with side a from the capture ``base`` and side b from ``new``
     (``a``: the implementation, by default the report's first; ``b``: by default ``a``; ``case``: as
-    ``nsightlab why --case`` takes it)."""
+    ``nsightlab why --case`` takes it; ``kernel``: a regular expression that picks each side's launch, as
+    ``nsightlab why --kernel`` takes it, by default the longest)."""
 
     name: str
     title: str
@@ -436,13 +437,15 @@ class DeclaredWhy:
     a: str = ""
     b: str = ""
     case: str = ""
+    kernel: str = ""
 
 
 _REQUIRED = ("name", "title", "base", "new")
 _ACCEPTED = ("each [[comparison]] takes name (the page's file name), title, base and new (capture folders or gpu/name "
              "labels), and optionally threshold (\"5%\"), only (a regular expression) and min_ms (a number); each "
              "[[why]] (one kernel's bottleneck page across two captures) takes name, title, base and new, and "
-             "optionally a, b (implementations) and case (field=value pairs)")
+             "optionally a, b (implementations), case (field=value pairs) and kernel (a regular expression: the launch "
+             "compared, by default the longest)")
 
 
 def declared_comparisons(profiles: str | os.PathLike) -> list[Declared | DeclaredWhy]:
@@ -474,11 +477,16 @@ def declared_comparisons(profiles: str | os.PathLike) -> list[Declared | Declare
         if not all(c.isalnum() or c in "._-" for c in e["name"]) or e["name"] in {d.name for d in out}:
             raise ProfileError(f"{what}: name {e['name']!r} must be unique and of letters, digits, '.', '_' and '-'")
         if cls is DeclaredWhy:
-            bad = [k for k in ("a", "b", "case") if not isinstance(e.get(k, ""), str)]
+            bad = [k for k in ("a", "b", "case", "kernel") if not isinstance(e.get(k, ""), str)]
             if bad:
                 raise ProfileError(f"{what} ({e['name']}): {bad[0]} must be a string; {_ACCEPTED}")
+            try:
+                re.compile(e.get("kernel", ""))
+            except re.error as exc:
+                raise ProfileError(f"{what} ({e['name']}): kernel {e['kernel']!r} is not a regular expression ({exc}); "
+                                   f"{_ACCEPTED}") from None
             out.append(DeclaredWhy(e["name"], e["title"], e["base"], e["new"], e.get("a", ""), e.get("b", ""),
-                                   e.get("case", "")))
+                                   e.get("case", ""), e.get("kernel", "")))
             continue
         try:
             parse_threshold(e.get("threshold", "5%"))
@@ -540,7 +548,7 @@ def publish_why(w: DeclaredWhy, out_dir: Path, *, profiles: str | os.PathLike = 
     page = out_dir / f"{w.name}.html"
     base, new = resolve(w.base, profiles), resolve(w.new, profiles)
     params = {"capture": str(base.resolve()), "b_capture": str(new.resolve()), "a": w.a, "b": w.b, "case": w.case,
-              "plotlyjs": plotlyjs}
+              "kernel": w.kernel, "plotlyjs": plotlyjs}
     info = render_notebook(WHY_NOTEBOOK, params, page, kernel, reports=reports, stop=stop)
     info["title"] = w.title
     sidecar = {"title": w.title, "html": page.name, "base": w.base, "new": w.new, "kind": "why",
