@@ -62,13 +62,13 @@ REFERENCES = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math", "torch_
 
 CSV_FIELDS = ["suite", "config", "B", "H", "Hkv", "N", "Nk", "D", "causal", "dtype", "impl", "kind", "pass", "options", "status",
               "ms", "ms_min", "ms_max", "reps", "tflops", "gbps", "peak_mem_mb", "max_abs", "mean_abs", "mse",
-              "max_rel", "rel_l2", "speed_vs_sdpa_flash", "host_ms"]
+              "max_rel", "rel_l2", "speed_vs_sdpa_flash", "host_ms", "retimed", "late"]
 
 
 #: how the bench times a GPU call (written into every manifest)
 TIMING_METHOD = ("CUDA events per repeat, L2 flushed before each (see timing.flush), the repeat queued behind a GPU-side wait so that "
                  "the events time the GPU's work and not the host's launch overhead (host_ms: the host's time per "
-                 "call, apart), median")
+                 "call, apart; a repeat the GPU reached before the call was queued is timed again: retimed, late), median")
 
 
 class Skip(Exception):
@@ -149,8 +149,8 @@ class GpuHold:
 class Repeats:
     """The timed repeats of one call: GPU milliseconds (CUDA events) and host milliseconds (the wall time
     for the call to return, the GPU's work queued but not waited for). ``retimed``: repeats timed again
-    because the host had not queued the call within the GPU-side wait (:func:`time_gpu`); ``late``: those
-    still late after the retries (their milliseconds include host time)."""
+    because the host had not queued the call before the GPU reached it (:func:`time_gpu`); ``late``: repeats
+    still so after the retries (their milliseconds may include host time)."""
 
     ms: list[float]
     host_ms: list[float]
@@ -173,9 +173,10 @@ def time_gpu(fn: Callable[[], Any], flush: L2Flusher, *, warmup: int, reps: int,
     call. With ``hold``, a GPU-side wait is queued after the flush (:func:`hold_ms` of the warm-up calls'
     host times; with ``warmup=0``, of one untimed call's), so that the events time the GPU alone.
 
-    A repeat whose call took the host longer than that wait was not queued when the GPU reached its start
-    event, so its events timed the host too (a host stall in one repeat: its time alone reads high). Such
-    repeats are timed again behind a wait sized by the slowest host time seen, up to ``retries`` times.
+    A repeat whose start event the GPU had already passed when the host returned from the call (the host took
+    longer than the wait and whatever the GPU still had queued ahead of it) may have timed the host too: its
+    events timed an idle GPU waiting for the call's launches. Such repeats are timed again behind a wait sized
+    by the slowest host time seen, up to ``retries`` times.
 
     The first timed repeat also sizes the number of repeats to the time budget (at least 3, at
     most ``reps``)."""
@@ -188,7 +189,7 @@ def time_gpu(fn: Callable[[], Any], flush: L2Flusher, *, warmup: int, reps: int,
         warm.append((_now() - t0) * 1e3)
     torch.cuda.synchronize()
 
-    def once(wait: float) -> tuple[torch.cuda.Event, torch.cuda.Event, float]:
+    def once(wait: float) -> tuple[torch.cuda.Event, torch.cuda.Event, float, bool]:
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         flush()
         if hold is not None:
@@ -197,8 +198,9 @@ def time_gpu(fn: Callable[[], Any], flush: L2Flusher, *, warmup: int, reps: int,
         t0 = _now()
         fn()
         host = (_now() - t0) * 1e3
+        late = hold is not None and s.query()  # the GPU reached the start event before the call was queued
         e.record()
-        return s, e, host
+        return s, e, host, late
 
     wait = hold_ms(warm)
     first = once(wait)
@@ -207,22 +209,21 @@ def time_gpu(fn: Callable[[], Any], flush: L2Flusher, *, warmup: int, reps: int,
     n = int(max(3, min(reps, budget_ms / max(probe, 1e-3))))
     runs = [first, *(once(wait) for _ in range(n - 1))]
     torch.cuda.synchronize()
-    ms = [s.elapsed_time(e) for s, e, _ in runs]
-    host = [h for _, _, h in runs]
-    waits = [wait] * n
-    retimed = 0
-    for _ in range(retries if hold is not None else 0):
-        late = [i for i in range(n) if host[i] >= waits[i]]
-        if not late:
+    ms = [s.elapsed_time(e) for s, e, _, _ in runs]
+    host = [h for _, _, h, _ in runs]
+    late = [x for *_, x in runs]
+    retimed: set[int] = set()
+    for _ in range(retries):
+        again_at = [i for i in range(n) if late[i]]
+        if not again_at:
             break
         wait = hold_ms(host)
-        again = [once(wait) for _ in late]
+        again = [once(wait) for _ in again_at]
         torch.cuda.synchronize()
-        for i, (s, e, h) in zip(late, again, strict=True):
-            ms[i], host[i], waits[i] = s.elapsed_time(e), h, wait
-        retimed += len(late)
-    late_left = sum(h >= w for h, w in zip(host, waits, strict=True)) if hold is not None else 0
-    return Repeats(ms, host, retimed, late_left)
+        for i, (s, e, h, x) in zip(again_at, again, strict=True):
+            ms[i], host[i], late[i] = s.elapsed_time(e), h, x
+        retimed.update(again_at)
+    return Repeats(ms, host, len(retimed), sum(late))
 
 
 def time_interleaved(settings: Mapping[Any, tuple[Callable[[], Any], L2Flusher]], rounds: int, hold: GpuHold,
@@ -489,7 +490,7 @@ def _measure(run: _Run, cfg: Config, dtype: str, impl: str, pass_: str, inputs: 
         times = repeats.ms
         ms = statistics.median(times)
         row["host_ms"] = statistics.median(repeats.host_ms) if repeats.host_ms else float("nan")
-        row["retimed"], row["late"] = repeats.retimed, repeats.late  # printed, not in the CSV
+        row["retimed"], row["late"] = repeats.retimed, repeats.late
         nbytes = model.compulsory_bytes(cfg.B, cfg.H, cfg.N, cfg.D, dtype, pass_=pass_, Hkv=cfg.Hkv, Nk=cfg.Nk)
         row.update(ms=ms, ms_min=min(times), ms_max=max(times), reps=len(times), tflops=model.tflops(flop, ms),
                    gbps=model.gbps(nbytes, ms))
@@ -507,8 +508,8 @@ def _row_line(row: dict[str, Any]) -> str:
         return f"{head} {row['status']}"
     line = f"{head} {row['ms']:9.3f} ms {row['tflops']:7.1f} TFLOP/s  rel_l2 {row['rel_l2']:.1e}"
     if row.get("retimed"):
-        line += (f"  ({row['retimed']} repeat(s) timed again: the host took longer than the GPU-side wait"
-                 + (f"; {row['late']} still late, their times include the host's)" if row.get("late") else ")"))
+        line += (f"  ({row['retimed']} repeat(s) timed again: the host had not queued the call when the GPU reached it"
+                 + (f"; {row['late']} still late, their times may include the host's)" if row.get("late") else ")"))
     return line
 
 

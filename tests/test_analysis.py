@@ -281,6 +281,19 @@ def test_range_timing_gaps_speedup_and_flop_sources():
         timeline.range_timing(kernels.assign(range_id=-1), ranges)
 
 
+def test_overlapping_kernels_count_once_in_a_ranges_gpu_time():
+    """A merge kernel launched dependent on its split kernel (programmatic dependent launch) starts 2 us before
+    the split kernel ends: the range's GPU time is the 36 us the GPU was busy, not 38; a third kernel after a
+    4 us gap, and one inside the first, leave the gap at 4 us."""
+    names = ["t:ours:forward:B=1,N=64,D=64"]
+    kernels, ranges = _nsys(names, [(0, 30_000, 0), (5_000, 10_000, 0), (28_000, 36_000, 0), (40_000, 41_000, 0)])
+    rt = timeline.range_timing(kernels, ranges)
+    assert rt.loc[0, "gpu_ms"] == pytest.approx(0.037) and rt.loc[0, "gap_ms"] == pytest.approx(0.004)
+    assert rt.loc[0, "span_ms"] == pytest.approx(0.041) and rt.loc[0, "max_gap_us"] == pytest.approx(4.0)
+    busy, gaps = timeline.busy_and_gaps(np.array([0, 10]), np.array([5, 12]))
+    assert busy == 7 and list(gaps) == [5]
+
+
 # --------------------------------------------------------------------------- option study
 
 

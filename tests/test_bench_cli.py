@@ -280,14 +280,16 @@ def test_interleaved_timing_goes_round_robin(monkeypatch):
 
 class _FakeGpu:
     """torch.cuda's events and synchronize, and the host clock, for time_gpu on a machine without a GPU: the i-th
-    call takes the host ``host[i]`` ms (the last entry thereafter) and the GPU ``kernel`` ms. A repeat whose host
-    time is at least the GPU-side wait ahead of it times the host's excess too, as on a GPU."""
+    call takes the host ``host[i]`` ms (the last entry thereafter) and the GPU ``kernel`` ms, and nothing else is
+    queued: the GPU reaches a repeat's start event when the wait ahead of it ends, so a call that takes the host
+    at least that long finds the start event passed (``query``) and its events time the host's excess too."""
 
     def __init__(self, host: list[float], kernel: float = 1.0):
         self.host, self.kernel, self.calls, self.now = list(host), kernel, 0, 0.0
         self.waits: list[float] = []
         self.recorded = 0
         self.pending = 0.0
+        self.passed = False
 
     def clock(self) -> float:
         return self.now / 1e3
@@ -297,6 +299,7 @@ class _FakeGpu:
         self.calls += 1
         self.now += h
         wait = self.waits[-1] if self.waits else 0.0
+        self.passed = h >= wait
         self.pending = self.kernel + (h - wait if h >= wait else 0.0)
 
     def hold(self, ms: float) -> None:
@@ -317,6 +320,9 @@ class _FakeGpu:
             def elapsed_time(self, end):
                 return end.t
 
+            def query(self):
+                return gpu.passed
+
         monkeypatch.setattr(torch.cuda, "Event", Event)
         monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
         monkeypatch.setattr(bench, "_now", self.clock)
@@ -330,10 +336,11 @@ def test_a_repeat_the_host_was_late_for_is_timed_again(monkeypatch):
     gpu.install(monkeypatch)
     reps = bench.time_gpu(gpu.call, lambda: None, warmup=2, reps=4, budget_ms=1e9, hold=gpu.hold)
     assert reps.ms == [1.0] * 4 and reps.retimed == 1 and reps.late == 0
+    assert reps.host_ms == pytest.approx([0.05] * 4)  # the re-timed repeat's host time replaces the stalled one
     assert gpu.waits == [pytest.approx(0.12)] * 4 + [pytest.approx(1.02)]
     assert bench._row_line({"suite": "s", "config": "c", "dtype": "d", "pass": "p", "impl": "i", "status": "ok",
                             "ms": 1.0, "tflops": 1.0, "rel_l2": 0.0, "retimed": 1, "late": 0}).endswith(
-        "(1 repeat(s) timed again: the host took longer than the GPU-side wait)")
+        "(1 repeat(s) timed again: the host had not queued the call when the GPU reached it)")
 
 
 def test_a_host_late_every_time_is_reported_after_the_retries(monkeypatch):
@@ -341,7 +348,8 @@ def test_a_host_late_every_time_is_reported_after_the_retries(monkeypatch):
     gpu = _FakeGpu(host=[0.05] + [9.0] * 20, kernel=1.0)
     gpu.install(monkeypatch)
     reps = bench.time_gpu(gpu.call, lambda: None, warmup=1, reps=3, budget_ms=1e9, hold=gpu.hold, retries=2)
-    assert reps.late == 3 and reps.retimed == 6 and all(ms > 1.0 for ms in reps.ms)
+    assert reps.late == 3 and reps.retimed == 3 and all(ms > 1.0 for ms in reps.ms)
+    assert gpu.waits[-3:] == [5.0] * 3  # the second retry at the cap
 
 
 def test_without_a_hold_nothing_is_retimed(monkeypatch):

@@ -28,10 +28,20 @@ from .counters import (
 TIMES = ["gpu_ms", "wall_ms", "span_ms", "gap_ms", "kernels"]
 
 
+def busy_and_gaps(starts: np.ndarray, ends: np.ndarray) -> tuple[float, np.ndarray]:
+    """Of kernels sorted by start: the time at least one of them ran, and the idle gaps between them. Kernels
+    that overlap count once: a kernel launched dependent on the one before it (programmatic dependent launch,
+    sm_90) starts before that one ends, and adding up durations would count the overlap twice."""
+    reach = np.maximum.accumulate(ends)  # the latest end so far
+    gaps = np.clip(starts[1:] - reach[:-1], 0, None)
+    return float(reach[-1] - starts[0] - gaps.sum()), gaps
+
+
 def range_timing(kernels: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
-    """Per range instance that launched kernels: wall time, GPU time (sum of its kernels), kernel
-    count, span (first kernel start to last end) and the launch gaps (GPU idle time between
-    consecutive kernels of the range). NotApplicable if no kernel was launched inside a range."""
+    """Per range instance that launched kernels: wall time, GPU time (the time at least one of its kernels
+    ran: :func:`busy_and_gaps`), kernel count, span (first kernel start to last end) and the launch gaps
+    (GPU idle time between consecutive kernels of the range). NotApplicable if no kernel was launched inside
+    a range."""
     k = kernels[kernels["range_id"] >= 0].sort_values("start") if "range_id" in kernels else kernels.iloc[0:0]
     if k.empty:
         raise NotApplicable("no kernel was launched inside an NVTX range (nothing to time per range)")
@@ -40,9 +50,9 @@ def range_timing(kernels: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     for rid, grp in k.groupby("range_id"):
         r = ranges.loc[rid]
         starts, ends = grp["start"].to_numpy(), grp["end"].to_numpy()
-        gaps = np.clip(starts[1:] - ends[:-1], 0, None) if len(grp) > 1 else np.array([])
+        busy, gaps = busy_and_gaps(starts, ends)
         rows.append({**{c: r[c] for c in fields}, "range_id": rid, "wall_ms": r["ms"],
-                     "gpu_ms": float((ends - starts).sum()) / 1e6, "span_ms": float(ends.max() - starts.min()) / 1e6,
+                     "gpu_ms": busy / 1e6, "span_ms": float(ends.max() - starts.min()) / 1e6,
                      "kernels": len(grp), "gap_ms": float(gaps.sum()) / 1e6,
                      "max_gap_us": float(gaps.max()) / 1e3 if len(gaps) else 0.0})
     return pd.DataFrame(rows)

@@ -8,7 +8,7 @@ CAPTURE is a capture folder (``profiles/<gpu>/<name>``, or a path) holding a dee
 from the deep capture tier, or an imported ``--set full`` report), or a ``.ncu-rep`` file itself. Each side's
 range is the one of its implementation whose fields match ``--case``; the comparison is between the
 longest launch of each (a backward pass shows all its launches and their share of the time), or with
-``--kernel REGEX`` the longest launch of each whose kernel name matches.
+``--kernel REGEX`` the longest launch of each whose kernel name (or signature) matches.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--b-capture", help="a second capture for side b (one kernel in two captures)")
     p.add_argument("--case", default="", help="field=value pairs that pick one range per side, e.g. N=4096,D=128,pass=forward")
     p.add_argument("--kernel", default="", help="a regular expression: compare the longest launch of each side whose "
-                   "kernel name matches it (default: the longest launch of each)")
+                   "kernel name or signature matches it (default: the longest launch of each)")
     p.add_argument("--top", type=int, default=10, help="rows of the ranked table (default 10)")
     return p
 
