@@ -76,8 +76,9 @@ with nb.section():
 # %% [markdown]
 # ## GPU time, throughput and launch gaps per range
 #
-# Median over the repeated launches of each range. GPU time is the sum of the range's kernel durations; the
-# gap is GPU idle time between consecutive kernels of a range (launch overhead that multi-kernel
+# Median over the repeated launches of each range. GPU time is the time at least one of the range's kernels
+# ran (kernels that overlap, as a programmatic dependent launch does with the kernel before it, count once);
+# the gap is GPU idle time between consecutive kernels of a range (launch overhead that multi-kernel
 # implementations pay). Throughput divides the FLOPs of the source named above by the GPU time.
 
 # %%

@@ -32,6 +32,7 @@ from plotly.subplots import make_subplots
 
 from ..analysis.counters import identity_columns
 from ..analysis.perf import ok_rows, ratio_to
+from ..analysis.timeline import busy_and_gaps
 from ..analysis.roofline import applies
 from ..core.text import impl_key
 from .numbers import fmt_num, natural_key, plain_value, rounded
@@ -1076,8 +1077,8 @@ def timeline(kernels: pd.DataFrame, ranges: pd.DataFrame, title: str, style: Sty
         picks.append(g.index[len(g) // 2])
     sub_titles = []
     for n, rid in zip(names, picks, strict=True):
-        kk = kernels[kernels["range_id"] == rid]
-        gpu = float(((kk["end"] - kk["start"]) / 1e6).sum())
+        kk = kernels[kernels["range_id"] == rid].sort_values("start")
+        gpu = busy_and_gaps(kk["start"].to_numpy(), kk["end"].to_numpy())[0] / 1e6 if len(kk) else 0.0
         wall = r.loc[rid, "wall"]
         zoom = ""
         if len(kk) and gpu < 0.2 * wall:
