@@ -292,6 +292,7 @@ def test_overlapping_kernels_count_once_in_a_ranges_gpu_time():
     assert rt.loc[0, "span_ms"] == pytest.approx(0.041) and rt.loc[0, "max_gap_us"] == pytest.approx(4.0)
     busy, gaps = timeline.busy_and_gaps(np.array([0, 10]), np.array([5, 12]))
     assert busy == 7 and list(gaps) == [5]
+    assert timeline.busy_ms(kernels).to_dict() == {0: pytest.approx(0.037)}
 
 
 # --------------------------------------------------------------------------- option study

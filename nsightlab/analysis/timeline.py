@@ -37,6 +37,14 @@ def busy_and_gaps(starts: np.ndarray, ends: np.ndarray) -> tuple[float, np.ndarr
     return float(reach[-1] - starts[0] - gaps.sum()), gaps
 
 
+def busy_ms(kernels: pd.DataFrame) -> pd.Series:
+    """Per ``range_id`` of ``kernels`` (start, end in ns): the milliseconds at least one of its kernels ran
+    (:func:`busy_and_gaps`)."""
+    k = kernels.sort_values("start")
+    return pd.Series({rid: busy_and_gaps(g["start"].to_numpy(), g["end"].to_numpy())[0] / 1e6
+                      for rid, g in k.groupby("range_id")}, dtype=float)
+
+
 def range_timing(kernels: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     """Per range instance that launched kernels: wall time, GPU time (the time at least one of its kernels
     ran: :func:`busy_and_gaps`), kernel count, span (first kernel start to last end) and the launch gaps

@@ -32,8 +32,8 @@ from plotly.subplots import make_subplots
 
 from ..analysis.counters import identity_columns
 from ..analysis.perf import ok_rows, ratio_to
-from ..analysis.timeline import busy_and_gaps
 from ..analysis.roofline import applies
+from ..analysis.timeline import busy_ms
 from ..core.text import impl_key
 from .numbers import fmt_num, natural_key, plain_value, rounded
 
@@ -1028,7 +1028,7 @@ def range_durations(ranges: pd.DataFrame, kernels: pd.DataFrame, title: str, sty
     if ranges.empty:
         return message("no ranges to draw", title)
     k = kernels[kernels["range_id"].isin(ranges.index)]
-    gpu = k.assign(d=(k["end"] - k["start"]) / 1e6).groupby("range_id")["d"].sum()
+    gpu = busy_ms(k) if len(k) else pd.Series(dtype=float)  # overlapping kernels count once
     r = ranges.assign(wall=(ranges["end"] - ranges["start"]) / 1e6, gpu=gpu.reindex(ranges.index).fillna(0.0))
     med = r.groupby(r["variant"].astype(str)).agg(wall=("wall", "median"), gpu=("gpu", "median"), n=("wall", "size"))
     st = _style(style, med.index)
@@ -1077,8 +1077,8 @@ def timeline(kernels: pd.DataFrame, ranges: pd.DataFrame, title: str, style: Sty
         picks.append(g.index[len(g) // 2])
     sub_titles = []
     for n, rid in zip(names, picks, strict=True):
-        kk = kernels[kernels["range_id"] == rid].sort_values("start")
-        gpu = busy_and_gaps(kk["start"].to_numpy(), kk["end"].to_numpy())[0] / 1e6 if len(kk) else 0.0
+        kk = kernels[kernels["range_id"] == rid]
+        gpu = float(busy_ms(kk).iloc[0]) if len(kk) else 0.0
         wall = r.loc[rid, "wall"]
         zoom = ""
         if len(kk) and gpu < 0.2 * wall:
