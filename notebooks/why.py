@@ -71,7 +71,7 @@ except ValueError as exc:
     raise nb.ParameterError(f"a={a!r}, b={b!r}, case={case!r}, kernel={kernel!r}: {exc}") from None
 pair = side_b is not None
 sides = [side_a, side_b] if pair else [side_a]
-longest = all(s.launch == int(s.sel["launch"].iloc[0]) for s in sides)
+longest = all(s.launch == B.pick_launch(s.sel) for s in sides)  # no kernel pattern, or it picked the longest
 each = "longest kernel of each" if longest else "compared kernel of each"  # in titles: which launch a side shows
 commit_of = {side_a.name: manifest.get("git_commit"), **({side_b.name: manifest_b.get("git_commit")} if pair else {})}
 style = nb.style(manifest, deep.launches, order=",".join([*(s.name for s in sides), style_order]))  # a, then b

@@ -558,21 +558,20 @@ def call_line(name_a: str, sel_a: pd.DataFrame, name_b: str, sel_b: pd.DataFrame
     if len(sel_a) < 2 and len(sel_b) < 2:
         return None
     ta, tb = float(sel_a["time_ns"].sum()), float(sel_b["time_ns"].sum())
-    rest = []
+    rest, kernels, longest = [], [], True
     for i, (name, sel) in enumerate(((name_a, sel_a), (name_b, sel_b))):
         ordered = sel.sort_values("time_ns", ascending=False)
-        others = ordered.iloc[1:] if compared is None else ordered[ordered["launch"] != compared[i]]
+        mine = ordered.index[0] if compared is None else ordered.index[ordered["launch"] == compared[i]][0]
+        longest &= mine == ordered.index[0]
+        kernels.append(ordered.loc[mine, "kernel"])
+        others = ordered.drop(index=mine)
         if len(others):
             rest.append(f"the other launches of {name} take {_ms(others['time_ns'].sum())} ("
                         + ", ".join(f"{k} {_ms(t)}" for k, t in zip(others["kernel"], others["time_ns"], strict=True))
                         + ")")
-    longest = compared is None or all(int(sel.sort_values("time_ns", ascending=False)["launch"].iloc[0]) == k
-                                      for sel, k in ((sel_a, compared[0]), (sel_b, compared[1])))
-    if longest:
-        which = "the longest launch of each"
-    else:
-        ka, kb = (sel.loc[sel["launch"] == k, "kernel"].iloc[0] for sel, k in ((sel_a, compared[0]), (sel_b, compared[1])))
-        which = f"the {ka} launch of each" if ka == kb else f"{ka} with {kb}"
+    ka, kb = kernels
+    which = ("the longest launch of each" if longest else
+             f"the {ka} launch of each" if ka == kb else f"{ka} with {kb}")
     return (f"The whole call: {name_a} takes {ta / tb:.2f}x the time of {name_b} ({_ms(ta)} vs {_ms(tb)}, "
             f"{len(sel_a)} and {len(sel_b)} launches); " + "; ".join(rest)
             + f". What follows compares {which}.")

@@ -148,15 +148,14 @@ def render(a_name: str, b_name: str, a: B.Deep, la: pd.DataFrame, b: B.Deep, lb:
            compared: tuple[int, int] | None = None) -> str:
     """The terminal text: launches of each side, the verdict, the ranked table, the profile beside.
     ``compared``: the launch of each side to compare (default: the longest of each)."""
-    ka, kb = compared if compared is not None else (int(la["launch"].iloc[0]), int(lb["launch"].iloc[0]))
+    ka, kb = compared if compared is not None else (B.pick_launch(la), B.pick_launch(lb))
     ranked, gaps = B.explain(a, ka, b, kb), B.metric_gaps(a, ka, b, kb)
     call = B.call_line(a_name, la, b_name, lb, (ka, kb))
-    longest = ka == int(la["launch"].iloc[0]) and kb == int(lb["launch"].iloc[0])
+    longest = (ka, kb) == (B.pick_launch(la), B.pick_launch(lb))
     out = [*([call] if call else []), B.verdict(a_name, b_name, ranked, gaps), ""]
-    for name, d, sel in ((a_name, a, la), (b_name, b, lb)):
+    for name, d, sel, k in ((a_name, a, la, ka), (b_name, b, lb, kb)):
         t = B.launch_table(d, sel)
         out.append(f"{name}: {sel['range'].iloc[0]}")
-        k = ka if d is a and sel is la else kb
         out += [f"  launch {r.launch:>3}  {r.time_ns / 1e3:>10,.1f} us  {r.share:>5.0%}  {r.kernel}"
                 + ("  <- compared" if r.launch == k and not longest else "") for r in t.itertuples()]
     out += ["", f"What explains the gap ({'longest launch' if longest else 'compared launch'} of each; shares add "
