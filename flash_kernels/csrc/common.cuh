@@ -11,6 +11,9 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
+
+#include <atomic>
+#include <utility>
 #include "attn_args.h"
 
 namespace fk {
@@ -52,8 +55,8 @@ inline int cdiv(int a, int b) { return (a + b - 1) / b; }
 // Programmatic dependent launch (sm_90 and later). A kernel launched by launch_dependent may start while the
 // kernel ahead of it in the stream still runs: its blocks are scheduled once every block of that kernel has
 // called grid_dependents_launch() or exited, and grid_dependency_wait() returns once that kernel has finished
-// and its writes are visible. So the second kernel's launch overlaps the first's tail. Elsewhere (older GPUs)
-// the launch is an ordinary one and both calls compile to nothing.
+// and its writes are visible. So the second kernel's launch overlaps the first's tail. Elsewhere (older GPUs, or
+// a kernel built for an older architecture) the launch is an ordinary one and both calls compile to nothing.
 __device__ __forceinline__ void grid_dependency_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -65,12 +68,33 @@ __device__ __forceinline__ void grid_dependents_launch() {
 #endif
 }
 
+// Whether `kernel`, as loaded on the current device, was compiled for a virtual architecture of sm_90 or later
+// (its griddepcontrol instructions exist): the device's compute capability is not enough, since a build for an
+// older architecture only runs on an H100 as PTX compiled without them. Asked once per kernel and device.
+template <typename Kernel>
+inline cudaError_t compiled_for_sm90(Kernel kernel, bool& yes) {
+  constexpr int kDevices = 64;
+  static std::atomic<int> known[kDevices] = {};  // 0: not asked yet, 1: no, 2: yes
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  int k = device < kDevices ? known[device].load(std::memory_order_relaxed) : 0;
+  if (k == 0) {
+    cudaFuncAttributes attr;
+    err = cudaFuncGetAttributes(&attr, kernel);
+    if (err != cudaSuccess) return err;
+    k = attr.ptxVersion >= 90 ? 2 : 1;
+    if (device < kDevices) known[device].store(k, std::memory_order_relaxed);
+  }
+  yes = k == 2;
+  return cudaSuccess;
+}
+
 template <typename... Params, typename... Args>
 inline cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                                     cudaStream_t stream, Args&&... args) {
-  int device = 0, major = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  bool dependent = false;
+  cudaError_t err = compiled_for_sm90(kernel, dependent);
   if (err != cudaSuccess) return err;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -81,8 +105,8 @@ inline cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 b
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cfg.attrs = attr;
-  cfg.numAttrs = major >= 9 ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
+  cfg.numAttrs = dependent ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
 // Opt a kernel into more than 48 KB of dynamic shared memory. The attribute belongs to the

@@ -341,50 +341,72 @@ flash_decode_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* _
   decode_store_rows<T, D, WR>(smem, o, f, out);
 }
 
-// O = sum_s w_s O_s / sum_s w_s with w_s = exp(LSE_s - max LSE), LSE = max LSE + log sum_s w_s: one warp per
-// row of [B H Nq], D / 32 columns per lane. Lane s reads split s's LSE (32 splits at a time), so a row's
-// weights take one round trip to memory, and the splits' O rows are read kCombineLoads at a time, each load
-// independent of the weights (the loop before waited for a split's LSE, then its O, split after split:
-// 2 x splits dependent round trips a row). A split whose LSE is -inf (no key of it visible to the row) weighs
-// 0; split 0 holds key 0, which every row sees. Launched dependent on the split kernel (grid_dependency_wait).
+// O = sum_s w_s O_s / sum_s w_s with w_s = exp(LSE_s - max LSE), LSE = max LSE + log sum_s w_s: WPR warps per
+// row of [B H Nq] (4 / WPR rows a block), D / 32 columns per lane. Lane s reads split s's LSE (32 splits at a
+// time), so a row's weights take one round trip to memory; warp p of a row adds splits p, p + WPR, ... of
+// them, kCombineLoads O rows at a time, each load independent of the weights, and with WPR > 1 the row's
+// warps add their parts through shared memory. A split whose LSE is -inf (no key of it visible to the row)
+// weighs 0; split 0 holds key 0, which every row sees. Launched dependent on the split kernel
+// (grid_dependency_wait). Before (65f586f): one warp a row, which left one warp per scheduler at one KV head
+// (256 rows of 16 splits: 64 blocks on 132 SMs) where cuDNN's reduction keeps 3.9.
 constexpr int kCombineLoads = 8;
 
-template <typename T, int D>
+template <typename T, int D, int WPR>
 __global__ void __launch_bounds__(kDecodeThreads)
 flash_decode_combine_kernel(const float* __restrict__ O_part, const float* __restrict__ LSE_part, T* __restrict__ O,
                             float* __restrict__ LSE, long rows, int splits) {
-  constexpr int C = D / 32;  // 2 or 4 columns per lane
+  constexpr int C = D / 32, WARPS = kDecodeThreads / 32;  // 2 or 4 columns per lane
+  static_assert(WARPS % WPR == 0, "a block holds whole rows");
   using Vec = std::conditional_t<C == 4, float4, float2>;
-  const long row = long(blockIdx.x) * (kDecodeThreads / 32) + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
+  __shared__ __align__(16) float sAcc[WPR > 1 ? WARPS : 1][D];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % WPR;
+  const long row = long(blockIdx.x) * (WARPS / WPR) + warp / WPR;
   grid_dependency_wait();
-  if (row >= rows) return;
-  const float first = lane < splits ? LSE_part[lane * rows + row] : -INFINITY;
-  float mx = first;
-  for (int s = lane + 32; s < splits; s += 32) mx = fmaxf(mx, LSE_part[s * rows + row]);
-  mx = warp_max(mx);
-  float acc[C] = {}, sum = 0.f;
-  for (int s0 = 0; s0 < splits; s0 += 32) {
-    const int n = min(32, splits - s0);
-    const float ls = s0 == 0 ? first : lane < n ? LSE_part[(s0 + lane) * rows + row] : -INFINITY;
-    const float w = ls == -INFINITY ? 0.f : __expf(ls - mx);  // lane's split's weight
-    sum += w;
-    for (int j0 = 0; j0 < n; j0 += kCombineLoads) {
-      Vec x[kCombineLoads];
+  const bool live = row < rows;  // no early return: the row's warps meet at a barrier
+  float acc[C] = {}, sum = 0.f, mx = -INFINITY;
+  if (live) {
+    const float first = lane < splits ? LSE_part[lane * rows + row] : -INFINITY;
+    mx = first;
+    for (int s = lane + 32; s < splits; s += 32) mx = fmaxf(mx, LSE_part[s * rows + row]);
+    mx = warp_max(mx);
+    for (int s0 = 0; s0 < splits; s0 += 32) {
+      const int n = min(32, splits - s0);
+      const float ls = s0 == 0 ? first : lane < n ? LSE_part[(s0 + lane) * rows + row] : -INFINITY;
+      const float w = ls == -INFINITY ? 0.f : __expf(ls - mx);  // lane's split's weight
+      sum += w;
+      for (int j0 = part; j0 < n; j0 += WPR * kCombineLoads) {
+        Vec x[kCombineLoads];
 #pragma unroll
-      for (int u = 0; u < kCombineLoads; ++u)
-        if (j0 + u < n) x[u] = *reinterpret_cast<const Vec*>(O_part + ((s0 + j0 + u) * rows + row) * D + lane * C);
+        for (int u = 0; u < kCombineLoads; ++u) {
+          const int j = j0 + u * WPR;
+          if (j < n) x[u] = *reinterpret_cast<const Vec*>(O_part + ((s0 + j) * rows + row) * D + lane * C);
+        }
 #pragma unroll
-      for (int u = 0; u < kCombineLoads; ++u) {
-        const float wu = __shfl_sync(0xffffffffu, w, j0 + u);  // j0 + u < 32; 0 past the n splits
-        if (j0 + u >= n || wu == 0.f) continue;
-        const float* xs = reinterpret_cast<const float*>(&x[u]);
+        for (int u = 0; u < kCombineLoads; ++u) {
+          const int j = j0 + u * WPR;
+          const float wu = __shfl_sync(0xffffffffu, w, j & 31);  // 0 past the n splits
+          if (j >= n || wu == 0.f) continue;
+          const float* xs = reinterpret_cast<const float*>(&x[u]);
 #pragma unroll
-        for (int c = 0; c < C; ++c) acc[c] += wu * xs[c];
+          for (int c = 0; c < C; ++c) acc[c] += wu * xs[c];
+        }
       }
     }
+    sum = warp_sum(sum);
   }
-  sum = warp_sum(sum);
+  if constexpr (WPR > 1) {
+    *reinterpret_cast<Vec*>(&sAcc[warp][lane * C]) = *reinterpret_cast<const Vec*>(acc);
+    __syncthreads();
+    if (part != 0) return;
+#pragma unroll
+    for (int p = 1; p < WPR; ++p) {
+      const Vec y = *reinterpret_cast<const Vec*>(&sAcc[warp + p][lane * C]);
+      const float* ys = reinterpret_cast<const float*>(&y);
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[c] += ys[c];
+    }
+  }
+  if (!live) return;
   const float inv = 1.f / sum;
   uint32_t packed[C / 2];
 #pragma unroll
@@ -392,6 +414,21 @@ flash_decode_combine_kernel(const float* __restrict__ O_part, const float* __res
   if constexpr (C == 4) *reinterpret_cast<uint2*>(O + row * D + lane * C) = make_uint2(packed[0], packed[1]);
   else *reinterpret_cast<uint32_t*>(O + row * D + lane * C) = packed[0];
   if (lane == 0) LSE[row] = mx + __logf(sum);
+}
+
+// The merge's launch: warps per row from the number of splits, so that a warp adds about 4 of them.
+template <typename T, int D>
+cudaError_t combine_launch(const AttnArgs& a, int splits, cudaStream_t stream) {
+  const long rows = long(a.B) * a.H * a.Nq;
+  auto launch = [&](auto kernel, int wpr) {
+    const long per_block = kDecodeThreads / 32 / wpr, blocks = (rows + per_block - 1) / per_block;
+    return launch_dependent(kernel, dim3(unsigned(blocks)), dim3(kDecodeThreads), 0, stream,
+                            static_cast<const float*>(a.ws[0]), static_cast<const float*>(a.ws[1]),
+                            static_cast<T*>(a.o), a.lse, rows, splits);
+  };
+  if (splits >= 16) return launch(flash_decode_combine_kernel<T, D, 4>, 4);
+  if (splits >= 8) return launch(flash_decode_combine_kernel<T, D, 2>, 2);
+  return launch(flash_decode_combine_kernel<T, D, 1>, 1);
 }
 
 // The launch: `splits` is the number of key splits flash_kernels/_ops.py chose (it allocated the workspaces
@@ -413,10 +450,7 @@ cudaError_t decode_launch(const AttnArgs& a, int splits, cudaStream_t stream) {
       a.lse, a.ws[0], a.ws[1], sh, scale_log2, a.causal);
   err = cudaGetLastError();
   if (err != cudaSuccess || z == 1) return err;
-  const long rows = long(a.B) * a.H * a.Nq;
-  const long blocks = (rows + kDecodeThreads / 32 - 1) / (kDecodeThreads / 32);
-  return launch_dependent(flash_decode_combine_kernel<T, D>, dim3(unsigned(blocks)), dim3(kDecodeThreads), 0, stream,
-                          a.ws[0], a.ws[1], static_cast<T*>(a.o), a.lse, rows, z);
+  return combine_launch<T, D>(a, z, stream);
 }
 
 // Option code, as flash_kernels/_ops.py writes it: bits 0..7 the rows per block (0 = 16, 1 = 32, 2 = 64),

@@ -34,9 +34,11 @@ def test_decode_against_reference(dtype: str, D: int, Hkv: int, Nq: int, Nk: int
 
 
 #: (B, H, Hkv, Nq, Nk, D, dtype): 4 packed rows against a ragged cache; 512 packed rows (several row blocks)
-#: with Nq > 1 so causal rows differ; one head, one query, 17 keys (one ragged tile, splits clamped to 1)
+#: with Nq > 1 so causal rows differ; one head, one query, 17 keys (one ragged tile, splits clamped to 1);
+#: 9 rows in all (odd) over 24 tiles, so that the merge's blocks of 2 rows (8-15 splits) end on a missing row
+#: and 24 splits take 4 warps a row
 OPTION_SHAPES = [(2, 32, 8, 3, 4097, 128, "float16"), (1, 32, 1, 16, 1000, 64, "bfloat16"),
-                 (2, 1, 1, 1, 17, 128, "bfloat16")]
+                 (2, 1, 1, 1, 17, 128, "bfloat16"), (1, 3, 1, 3, 1500, 64, "float16")]
 
 
 @pytest.mark.parametrize("rows", DECODE.options["rows"].choices)
