@@ -344,8 +344,8 @@ flash_decode_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* _
 // O = sum_s w_s O_s / sum_s w_s with w_s = exp(LSE_s - max LSE), LSE = max LSE + log sum_s w_s: WPR warps per
 // row of [B H Nq] (4 / WPR rows a block), D / 32 columns per lane. Lane s reads split s's LSE (32 splits at a
 // time), so a row's weights take one round trip to memory; warp p of a row adds splits p, p + WPR, ... of
-// them, kCombineLoads O rows at a time, each load independent of the weights, and with WPR > 1 the row's
-// warps add their parts through shared memory. A split whose LSE is -inf (no key of it visible to the row)
+// them, kCombineLoads O rows at a time, each load independent of the weights (the first ones go out beside the
+// LSE loads), and with WPR > 1 the row's warps add their parts through shared memory. A split whose LSE is -inf (no key of it visible to the row)
 // weighs 0; split 0 holds key 0, which every row sees. Launched dependent on the split kernel
 // (grid_dependency_wait). Before (65f586f): one warp a row, which left one warp per scheduler at one KV head
 // (256 rows of 16 splits: 64 blocks on 132 SMs) where cuDNN's reduction keeps 3.9.
@@ -365,6 +365,19 @@ flash_decode_combine_kernel(const float* __restrict__ O_part, const float* __res
   const bool live = row < rows;  // no early return: the row's warps meet at a barrier
   float acc[C] = {}, sum = 0.f, mx = -INFINITY;
   if (live) {
+    // the warp's splits j0, j0 + WPR, ... (kCombineLoads of them) of the chunk of splits s0.. (n of them)
+    auto load = [&](Vec (&x)[kCombineLoads], int s0, int j0, int n) {
+#pragma unroll
+      for (int u = 0; u < kCombineLoads; ++u) {
+        const int j = j0 + u * WPR;
+        if (j < n) x[u] = *reinterpret_cast<const Vec*>(O_part + ((s0 + j) * rows + row) * D + lane * C);
+      }
+    };
+    // the first O loads go out with the LSE loads: they do not depend on the weights, so that a row of at most
+    // WPR x kCombineLoads splits takes one round trip to memory, not two
+    Vec x[kCombineLoads];
+    const int n0 = min(32, splits);
+    load(x, 0, part, n0);
     const float first = lane < splits ? LSE_part[lane * rows + row] : -INFINITY;
     mx = first;
     for (int s = lane + 32; s < splits; s += 32) mx = fmaxf(mx, LSE_part[s * rows + row]);
@@ -375,12 +388,7 @@ flash_decode_combine_kernel(const float* __restrict__ O_part, const float* __res
       const float w = ls == -INFINITY ? 0.f : __expf(ls - mx);  // lane's split's weight
       sum += w;
       for (int j0 = part; j0 < n; j0 += WPR * kCombineLoads) {
-        Vec x[kCombineLoads];
-#pragma unroll
-        for (int u = 0; u < kCombineLoads; ++u) {
-          const int j = j0 + u * WPR;
-          if (j < n) x[u] = *reinterpret_cast<const Vec*>(O_part + ((s0 + j) * rows + row) * D + lane * C);
-        }
+        if (s0 != 0 || j0 != part) load(x, s0, j0, n);
 #pragma unroll
         for (int u = 0; u < kCombineLoads; ++u) {
           const int j = j0 + u * WPR;
