@@ -30,8 +30,7 @@ _DECODE_MIN_TILES_PER_SPLIT = 4
 #: ... and where several row blocks read the same k/v head, the fewest tiles a split gets from the extra splits
 _DECODE_MIN_TILES_PER_DUP_SPLIT = 16
 #: flash_decode.cu: keys per K/V tile, K/V pipeline stages per head dim, option code of the rows per block
-#: (bits 0..6; bit 7: merge = kernel; bits 8..: the number of key splits), shared memory a GPU keeps back per
-#: resident block
+#: (bits 0..7; bits 8..: the number of key splits), shared memory a GPU keeps back per resident block
 _DECODE_KEYS = 64
 _DECODE_STAGES = {64: 4, 128: 3}
 _DECODE_ROWS = {16: 0, 32: 1, 64: 2}
@@ -358,8 +357,7 @@ def _decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.
                                 props.multi_processor_count, props.shared_memory_per_multiprocessor)
     ws = [_alloc((splits, B * H * Nq, D), torch.float32, q.device),
           _alloc((splits, B * H * Nq), torch.float32, q.device)] if splits > 1 else []
-    code = _DECODE_ROWS[rows] | (opts["merge"] == "kernel") << 7 | splits << 8
-    _build.load("flash_decode").fwd(code, q, k, v, o, lse, ws, scale, causal)
+    _build.load("flash_decode").fwd(_DECODE_ROWS[rows] | splits << 8, q, k, v, o, lse, ws, scale, causal)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, variant: str = "flash_mma", causal: bool = False,

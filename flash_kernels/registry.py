@@ -224,17 +224,9 @@ VARIANTS: dict[str, Variant] = {
                 ),
                 "splits": Option(
                     "splits", ("auto", 1, 2, 4, 8, 16, 32, 64),
-                    "blocks the keys are split over (each finds a partial O and LSE, which option merge adds "
-                    "up), at most one per 64-key tile; auto: one block per SM in one wave (with more than 64 "
+                    "blocks the keys are split over (each writes a partial O and LSE, a second kernel merges "
+                    "them), at most one per 64-key tile; auto: one block per SM in one wave (with more than 64 "
                     "rows a k/v head: as many blocks as an SM holds), about 256 keys or more a split",
-                    default={64: "auto", 128: "auto"},
-                ),
-                "merge": Option(
-                    "merge", ("auto", "kernel"),
-                    "how several splits' partial results are added up: auto: the splits' blocks form one thread "
-                    "block cluster and merge through distributed shared memory, where the kernel is built for "
-                    "sm_90, there are at most 16 splits and clusters keep as many blocks running as plain blocks "
-                    "would; otherwise, and with kernel, the splits write fp32 partials that a second kernel merges",
                     default={64: "auto", 128: "auto"},
                 ),
             },

@@ -35,8 +35,6 @@ def main() -> None:
         # every option choice once (the others at their defaults), every dtype once, both head dims
         cases: list[tuple[dict[str, object], str]] = [({}, dt) for dt in var.dtypes]
         cases += [({opt.name: ch}, var.dtypes[0]) for opt in var.options.values() for ch in opt.choices]
-        if name == "flash_decode":  # its merge kernel runs only with several splits: 75 keys plan one split
-            cases += [({"merge": "kernel", "splits": 2}, var.dtypes[0])]
         for opts, dtype in cases:
             for D in var.head_dims:
                 if any(D not in var.options[k].head_dims.get(v, var.head_dims) for k, v in opts.items()):

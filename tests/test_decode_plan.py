@@ -22,7 +22,7 @@ def test_decode_options_are_checked():
         fk.forward(*qkv(), variant="flash_decode", rows=48)
     with pytest.raises(ValueError, match="option splits=3 is not supported; accepted: 'auto', 1, 2, 4, 8, 16, 32, 64"):
         fk.forward(*qkv(), variant="flash_decode", splits=3)
-    with pytest.raises(ValueError, match="unknown option.*tile; accepted: merge, rows, splits"):
+    with pytest.raises(ValueError, match="unknown option.*tile; accepted: rows, splits"):
         fk.forward(*qkv(), variant="flash_decode", tile="128x64")
     with pytest.raises(TypeError, match="flash_decode does not support dtype torch.float32; accepted: torch.float16"):
         fk.forward(*qkv(dtype=torch.float32), variant="flash_decode")

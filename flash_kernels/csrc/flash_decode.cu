@@ -46,10 +46,7 @@
 // Causal masking is top-left, as everywhere here (query i sees keys j <= i): a causal decode row sees the
 // first i + 1 keys only, so only those min(Nk, Nq) keys are split and read.
 #include <algorithm>
-#include <atomic>
 #include <type_traits>
-
-#include <cooperative_groups.h>
 
 #include "mma.cuh"
 
@@ -275,73 +272,6 @@ __device__ __forceinline__ void decode_store_rows(uint8_t* smem, const float (&o
   }
 }
 
-// Shared memory of a block that merges in its cluster (merge = cluster), past the Q tile and the warps' O parts
-// (decode_store_rows): the block's rows of normalized O [M][D] fp32 and their LSE [M], then each split's weight
-// of each row [16 splits at most][M].
-template <int D, int WR>
-__host__ __device__ constexpr int decode_cluster_offset() {
-  return kDecodeRowsPerWarp * WR * D * 2 + 4 * kDecodeRowsPerWarp * (D + 8) * 4;
-}
-constexpr int kDecodeClusterMax = 16;  // splits a cluster holds (more than 8: a non-portable cluster size)
-template <int D, int WR>
-__host__ __device__ constexpr int decode_cluster_smem() {
-  return decode_cluster_offset<D, WR>() + (kDecodeRowsPerWarp * WR * (D + 1 + kDecodeClusterMax)) * 4;
-}
-
-// The end of a block whose key splits form one thread block cluster (grid z = cluster z): every block has put
-// its rows' O (normalized by its own sum) and LSE in its shared memory (decode_store_rows, decode_row_factors);
-// after a cluster barrier each block reads the other splits' LSE of every row through distributed shared memory,
-// weighs the splits (as flash_decode_combine_kernel does) and adds its 1 / z share of the rows' columns from
-// every split's shared memory, writing O and (rank 0) the LSE. No partial result goes to global memory and no
-// second kernel runs; a second barrier keeps each block's shared memory alive until the others have read it.
-template <typename T, int D, int WR>
-__device__ __forceinline__ void decode_cluster_merge(uint8_t* smem, int valid, T* __restrict__ O,
-                                                     float* __restrict__ LSE) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  namespace cg = cooperative_groups;
-  constexpr int M = kDecodeRowsPerWarp * WR, V = D / 4;  // float4 chunks of a row
-  float* sOut = reinterpret_cast<float*>(smem + decode_cluster_offset<D, WR>());
-  float* sLse = sOut + M * D;
-  float* sW = sLse + M;  // [split][M]
-  cg::cluster_group cl = cg::this_cluster();
-  const int z = int(cl.num_blocks()), rank = int(cl.block_rank());
-  cl.sync();  // every split's rows are in its shared memory
-  for (int r = threadIdx.x; r < valid; r += kDecodeThreads) {
-    float ls[kDecodeClusterMax], mx = -INFINITY;
-#pragma unroll
-    for (int s = 0; s < kDecodeClusterMax; ++s) {
-      ls[s] = s < z ? cl.map_shared_rank(sLse, s)[r] : -INFINITY;
-      mx = fmaxf(mx, ls[s]);
-    }
-    float sum = 0.f;
-#pragma unroll
-    for (int s = 0; s < kDecodeClusterMax; ++s) {
-      ls[s] = ls[s] == -INFINITY ? 0.f : __expf(ls[s] - mx);  // split 0 holds key 0, which every row sees
-      sum += ls[s];
-    }
-    const float inv = 1.f / sum;
-#pragma unroll
-    for (int s = 0; s < kDecodeClusterMax; ++s)
-      if (s < z) sW[s * M + r] = ls[s] * inv;
-    if (rank == 0) LSE[r] = mx + __logf(sum);
-  }
-  __syncthreads();
-  for (int c = rank * kDecodeThreads + threadIdx.x; c < valid * V; c += z * kDecodeThreads) {
-    const int row = c / V, col = (c % V) * 4;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 4
-    for (int s = 0; s < z; ++s) {
-      const float w = sW[s * M + row];
-      if (w == 0.f) continue;
-      const float4 x = *reinterpret_cast<const float4*>(cl.map_shared_rank(sOut, s) + row * D + col);
-      acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
-    }
-    *reinterpret_cast<uint2*>(O + long(row) * D + col) = make_uint2(pack2<T>(acc.x, acc.y), pack2<T>(acc.z, acc.w));
-  }
-  cl.sync();  // no block leaves while another may still read its shared memory
-#endif
-}
-
 // One block: rows [r0, r0 + 16 WR) of key/value head blockIdx.y (b * Hkv + kv head) against the 64-key
 // tiles of split blockIdx.z. Warp w owns rows 16 (w / WK).. and keys 64 / WK (w % WK).. of every tile.
 // O_part, LSE_part: the splits' workspaces ([splits][B H Nq][D], [splits][B H Nq]; unused with one split).
@@ -349,9 +279,8 @@ template <typename T, int D, int WR>
 __global__ void __launch_bounds__(kDecodeThreads)
 flash_decode_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
                     float* __restrict__ LSE, float* __restrict__ O_part, float* __restrict__ LSE_part,
-                    DecodeShape sh, float scale_log2, int causal, int cluster) {
+                    DecodeShape sh, float scale_log2, int causal) {
   constexpr int WK = 4 / WR, M = kDecodeRowsPerWarp * WR, KW = kDecodeKeys / WK, S = decode_stages<D>();
-  static_assert(decode_cluster_smem<D, WR>() <= decode_smem<D, WR>(), "the cluster merge fits in the ring");
   constexpr int TILE = kDecodeKeys * D * 2;  // bytes of a K (or V) tile
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t sQ = smem_u32(smem), sRing = sQ + M * D * 2;
@@ -405,16 +334,11 @@ flash_decode_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* _
   grid_dependents_launch();  // the combine kernel's blocks may now take their places (they wait for this grid's end)
   const bool one_split = gridDim.z == 1;
   const long slot = long(blockIdx.z) * gridDim.y * sh.R;  // this split's rows in the workspaces
-  // where the rows go: O and LSE (one split), this block's shared memory (a cluster of the splits), or the
-  // splits' workspaces for flash_decode_combine_kernel
-  float* const sOut = reinterpret_cast<float*>(smem + decode_cluster_offset<D, WR>());
-  const DecodeOut<T> out{one_split ? O + first * D : nullptr,
-                         one_split ? nullptr : cluster ? sOut : O_part + (slot + first) * D,
-                         one_split ? LSE + first : cluster ? sOut + M * D : LSE_part + slot + first, valid};
+  const DecodeOut<T> out{one_split ? O + first * D : nullptr, one_split ? nullptr : O_part + (slot + first) * D,
+                         one_split ? LSE + first : LSE_part + slot + first, valid};
   float f[2];
   decode_row_factors<T, D, WR>(smem, m, l, scale_log2, out, f);
   decode_store_rows<T, D, WR>(smem, o, f, out);
-  if (cluster && !one_split) decode_cluster_merge<T, D, WR>(smem, valid, O + first * D, LSE + first);
 }
 
 // O = sum_s w_s O_s / sum_s w_s with w_s = exp(LSE_s - max LSE), LSE = max LSE + log sum_s w_s: WPR warps per
@@ -515,53 +439,10 @@ cudaError_t combine_launch(const AttnArgs& a, int splits, cudaStream_t stream) {
   return launch(flash_decode_combine_kernel<T, D, 1>, 1);
 }
 
-// Whether the z splits of this launch can merge in a cluster (merge = cluster): the kernel is built for sm_90 or
-// later, z <= 16, and clusters of z blocks keep as many blocks running at once as the grid has, or as plain
-// blocks would (a GPC holds whole clusters only, so clusters can leave SMs idle). The occupancy is asked once per
-// device and z; a failed query means no.
-template <typename Kernel>
-bool decode_cluster_fits(Kernel kernel, dim3 grid, int smem, int z) {
-  constexpr int kDevices = 64;
-  // per device: blocks running at once as plain blocks, and in clusters of z (0: not asked yet, -1: cannot)
-  static std::atomic<long> plain[kDevices] = {}, clustered[kDevices][kDecodeClusterMax + 1] = {};
-  if (z < 2 || z > kDecodeClusterMax) return false;
-  bool sm90 = false;
-  int device = 0;
-  if (compiled_for_sm90(kernel, sm90) != cudaSuccess || cudaGetDevice(&device) != cudaSuccess) {
-    cudaGetLastError();  // a failed query leaves no error behind for the launch to report
-    return false;
-  }
-  if (!sm90 || device >= kDevices) return false;
-  if (clustered[device][z].load(std::memory_order_relaxed) == 0) {
-    int clusters = 0, per_sm = 0, sms = 0;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = unsigned(z);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(1, 1, unsigned(z));
-    cfg.blockDim = dim3(kDecodeThreads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    const bool ok =
-        (z <= 8 || cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) &&
-        cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess &&
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kDecodeThreads, smem) == cudaSuccess &&
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess;
-    cudaGetLastError();  // a failed query leaves no error behind for the launch to report
-    plain[device].store(long(per_sm) * sms, std::memory_order_relaxed);
-    clustered[device][z].store(ok && clusters > 0 ? long(clusters) * z : -1, std::memory_order_relaxed);
-  }
-  const long blocks = long(grid.x) * grid.y * grid.z, in_clusters = clustered[device][z].load(std::memory_order_relaxed);
-  return in_clusters > 0 && in_clusters >= std::min(blocks, plain[device].load(std::memory_order_relaxed));
-}
-
 // The launch: `splits` is the number of key splits flash_kernels/_ops.py chose (it allocated the workspaces
-// a.ws[0], a.ws[1] for that many when more than one); the tiles are dealt out as evenly as that allows. Several
-// splits merge in a cluster of their blocks where decode_cluster_fits (unless `kernel_merge`), else in
-// flash_decode_combine_kernel.
+// a.ws[0], a.ws[1] for that many when more than one); the tiles are dealt out as evenly as that allows.
 template <typename T, int D, int WR>
-cudaError_t decode_launch(const AttnArgs& a, int splits, bool kernel_merge, cudaStream_t stream) {
+cudaError_t decode_launch(const AttnArgs& a, int splits, cudaStream_t stream) {
   constexpr int smem = decode_smem<D, WR>(), M = kDecodeRowsPerWarp * WR;
   auto kernel = flash_decode_kernel<T, D, WR>;
   cudaError_t err = allow_smem(kernel, smem);
@@ -570,39 +451,25 @@ cudaError_t decode_launch(const AttnArgs& a, int splits, bool kernel_merge, cuda
   const int tiles = cdiv(a.causal ? std::min(a.Nk, a.Nq) : a.Nk, kDecodeKeys);
   const DecodeShape sh{(a.H / a.Hkv) * a.Nq, a.Nq, a.Nk, cdiv(tiles, std::min(splits, tiles))};
   const int z = cdiv(tiles, sh.tiles_per_split);
-  const dim3 grid(cdiv(sh.R, M), a.B * a.Hkv, z);
-  const bool cluster = z > 1 && !kernel_merge && decode_cluster_fits(kernel, grid, smem, z);
-  if (z > 1 && !cluster && (a.ws[0] == nullptr || a.ws[1] == nullptr)) return cudaErrorInvalidValue;
+  if (z > 1 && (a.ws[0] == nullptr || a.ws[1] == nullptr)) return cudaErrorInvalidValue;
   const float scale_log2 = a.scale * kLog2e;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = unsigned(z);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(kDecodeThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = cluster ? 1 : 0;
-  err = cudaLaunchKernelEx(&cfg, kernel, static_cast<const T*>(a.q), static_cast<const T*>(a.k),
-                           static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, a.ws[0], a.ws[1], sh, scale_log2,
-                           int(a.causal), int(cluster));
-  if (err == cudaSuccess) err = cudaGetLastError();
-  if (err != cudaSuccess || z == 1 || cluster) return err;
+  kernel<<<dim3(cdiv(sh.R, M), a.B * a.Hkv, z), kDecodeThreads, smem, stream>>>(
+      static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
+      a.lse, a.ws[0], a.ws[1], sh, scale_log2, a.causal);
+  err = cudaGetLastError();
+  if (err != cudaSuccess || z == 1) return err;
   return combine_launch<T, D>(a, z, stream);
 }
 
-// Option code, as flash_kernels/_ops.py writes it: bits 0..6 the rows per block (0 = 16, 1 = 32, 2 = 64),
-// bit 7 merge = kernel (the splits merge in flash_decode_combine_kernel even where a cluster could), bits 8.. the
-// number of key splits.
+// Option code, as flash_kernels/_ops.py writes it: bits 0..7 the rows per block (0 = 16, 1 = 32, 2 = 64),
+// bits 8.. the number of key splits.
 template <typename T, int D>
 cudaError_t decode_rows(const AttnArgs& a, cudaStream_t stream) {
   const int splits = a.option >> 8;
-  const bool kernel_merge = (a.option >> 7) & 1;
-  switch (a.option & 0x7f) {
-    case 0: return decode_launch<T, D, 1>(a, splits, kernel_merge, stream);
-    case 1: return decode_launch<T, D, 2>(a, splits, kernel_merge, stream);
-    case 2: return decode_launch<T, D, 4>(a, splits, kernel_merge, stream);
+  switch (a.option & 0xff) {
+    case 0: return decode_launch<T, D, 1>(a, splits, stream);
+    case 1: return decode_launch<T, D, 2>(a, splits, stream);
+    case 2: return decode_launch<T, D, 4>(a, splits, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -1,6 +1,6 @@
 """flash_decode against the fp64 reference at decode shapes: H = 32 query heads over 1, 8 or 32 k/v heads,
-Nq = 1, 3, 16 queries against 1 to 65536 keys, every rows / splits / merge choice, causal and not, outputs
-poisoned (the splits' fp32 workspaces too). Inputs random normal + 0.5 (random_attention_inputs)."""
+Nq = 1, 3, 16 queries against 1 to 65536 keys, every rows / splits choice, causal and not, outputs poisoned
+(the splits' fp32 workspaces too). Inputs random normal + 0.5 (random_attention_inputs)."""
 
 from __future__ import annotations
 
@@ -43,37 +43,13 @@ OPTION_SHAPES = [(2, 32, 8, 3, 4097, 128, "float16"), (1, 32, 1, 16, 1000, 64, "
 
 @pytest.mark.parametrize("rows", DECODE.options["rows"].choices)
 @pytest.mark.parametrize("splits", DECODE.options["splits"].choices)
-@pytest.mark.parametrize("merge", DECODE.options["merge"].choices)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_every_rows_splits_and_merge(rows: object, splits: object, merge: str, causal: bool) -> None:
-    """Every choice of the three options, each on shapes that are multiples of no tile; causal is top-left
-    (query i sees keys 0..i), as the reference's."""
+def test_every_rows_and_splits(rows: object, splits: object, causal: bool) -> None:
+    """Every choice of both options, each on shapes that are multiples of no tile; causal is top-left (query i
+    sees keys 0..i), as the reference's."""
     for B, H, Hkv, Nq, Nk, D, dtype in OPTION_SHAPES:
         q, k, v, _ = random_attention_inputs(B, H, Nq, D, DTYPES[dtype], Hkv=Hkv, Nk=Nk, seed=Nk + Nq)
-        _forward_checked("flash_decode", q, k, v, causal, TOLERANCES[dtype], rows=rows, splits=splits, merge=merge)
-
-
-def _kernels_run(**options: object) -> list[str]:
-    """The names of the CUDA kernels one flash_decode call runs (torch.profiler)."""
-    q, k, v, _ = random_attention_inputs(2, 32, 1, 128, torch.float16, Hkv=1, Nk=4096, seed=3)
-    fk.forward(q, k, v, variant="flash_decode", **options)  # built and planned before the profile
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fk.forward(q, k, v, variant="flash_decode", **options)
-        torch.cuda.synchronize()
-    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-
-
-@pytest.mark.skipif(torch.cuda.get_device_capability()[0] < 9, reason="thread block clusters need sm_90")
-def test_merge_auto_runs_no_second_kernel_on_hopper() -> None:
-    """4 and 16 splits merge in a cluster of their blocks: the split kernel is the only kernel (a 16-block
-    cluster fits on an H100 or H200 at this shape: 2 k/v heads x 16 splits, one 16-row block each); merge=kernel
-    runs the combine kernel after it."""
-    for splits in (4, 16):
-        names = _kernels_run(rows=32, splits=splits)
-        assert len(names) == 1 and "flash_decode_kernel" in names[0], (splits, names)
-    names = _kernels_run(rows=32, splits=4, merge="kernel")
-    assert len(names) == 2 and "flash_decode_combine_kernel" in names[1], names
+        _forward_checked("flash_decode", q, k, v, causal, TOLERANCES[dtype], rows=rows, splits=splits)
 
 
 @pytest.mark.parametrize("scale", [0.05, -0.3])
