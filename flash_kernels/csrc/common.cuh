@@ -68,11 +68,12 @@ __device__ __forceinline__ void grid_dependents_launch() {
 #endif
 }
 
-// Whether `kernel`, as loaded on the current device, was compiled for a virtual architecture of sm_90 or later
+// Whether Kernel, as loaded on the current device, was compiled for a virtual architecture of sm_90 or later
 // (its griddepcontrol instructions exist): the device's compute capability is not enough, since a build for an
-// older architecture only runs on an H100 as PTX compiled without them. Asked once per kernel and device.
-template <typename Kernel>
-inline cudaError_t compiled_for_sm90(Kernel kernel, bool& yes) {
+// older architecture only runs on an H100 as PTX compiled without them. Asked once per kernel and device (the
+// kernel is a template argument, so that kernels of one signature keep apart answers).
+template <auto Kernel>
+inline cudaError_t compiled_for_sm90(bool& yes) {
   constexpr int kDevices = 64;
   static std::atomic<int> known[kDevices] = {};  // 0: not asked yet, 1: no, 2: yes
   int device = 0;
@@ -81,7 +82,7 @@ inline cudaError_t compiled_for_sm90(Kernel kernel, bool& yes) {
   int k = device < kDevices ? known[device].load(std::memory_order_relaxed) : 0;
   if (k == 0) {
     cudaFuncAttributes attr;
-    err = cudaFuncGetAttributes(&attr, kernel);
+    err = cudaFuncGetAttributes(&attr, Kernel);
     if (err != cudaSuccess) return err;
     k = attr.ptxVersion >= 90 ? 2 : 1;
     if (device < kDevices) known[device].store(k, std::memory_order_relaxed);
@@ -90,11 +91,10 @@ inline cudaError_t compiled_for_sm90(Kernel kernel, bool& yes) {
   return cudaSuccess;
 }
 
-template <typename... Params, typename... Args>
-inline cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                                    cudaStream_t stream, Args&&... args) {
+template <auto Kernel, typename... Args>
+inline cudaError_t launch_dependent(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
   bool dependent = false;
-  cudaError_t err = compiled_for_sm90(kernel, dependent);
+  cudaError_t err = compiled_for_sm90<Kernel>(dependent);
   if (err != cudaSuccess) return err;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -106,7 +106,7 @@ inline cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 b
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = dependent ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  return cudaLaunchKernelEx(&cfg, Kernel, std::forward<Args>(args)...);
 }
 
 // Opt a kernel into more than 48 KB of dynamic shared memory. The attribute belongs to the

@@ -42,7 +42,25 @@
 // profiles/_logs/nvidia-h100-80gb-hbm3/decode_combine_pdl_ab.log), one KV head, Nq = 1: Nk = 1024 12.7 -> 10.1 us
 // (cuDNN 12.1-12.2), 4096 17.1 -> 14.0, 16384 35.6 -> 31.1-31.4 (2.15 TB/s, 64 % of HBM), 65536 99.8-101.3 ->
 // 95.5-95.7 (2.81 TB/s, 84 %); Nq = 4, Nk = 16384: 47.5 -> 43.7-44.2; 8 KV heads, Nk = 1024: 20.0-20.2 -> 17.9-18.1.
-// Lost: 1.2 % at one KV head, Nq = 16, Nk = 16384 (compute-bound: 129.3-129.5 -> 130.9-131.3 us).
+// Lost: 1.2 % at one KV head, Nq = 16, Nk = 16384 (compute-bound: 129.3-129.5 -> 130.9-131.3 us; an A/A run of
+// one tree against itself later differed by 0.4 % there, and this A/B's successor read the opposite way).
+// The merge, second step (fd40890 -> 5775417): 2 or 4 warps a row where a row has 8 or more splits (its splits
+// shared among its warps, their sums added in shared memory: at one KV head 64 blocks of four one-row warps had
+// left one warp per scheduler), and a row's first O loads issued beside its LSE loads. Bought (H100 80GB HBM3,
+// same-node A/B, two rounds, fp16, B=8 H=32 D=128; logs profiles/_logs/nvidia-h100-80gb-hbm3/
+// decode_merge_warps_ab.log, decode_merge_loads_ab_and_aa.log): one KV head, Nq = 1, Nk = 16384 30.9-31.0 ->
+// 30.3-30.5 us, 65536 96.5-97.9 -> 95.7-96.4; Nq = 4, Nk = 16384 44.2 -> 43.5-43.6; elsewhere within the noise
+// (the loads beside the LSE too: an A/A run differed by up to 0.4 us at Nk = 16384).
+// Tried and reverted (da92539): the splits of a row block launched as one thread block cluster that merges
+// through distributed shared memory, with no partials in global memory and no second kernel. About 1 us slower
+// where it ran (one KV head, Nq = 1: Nk = 1024 10.8 against 9.8-9.9 us, 4096 15.9 against 15.0), no faster at
+// 16384 (log decode_cluster_merge_ab.log): the merge kernel, launched dependent, already overlaps the split
+// kernel's tail.
+// Where one KV head at Nq = 1 stands (5775417): 30.3-31.0 us at Nk = 16384 (67 MB of K + V: 2.2 TB/s, 65 % of
+// HBM) and 95.5-96.4 at 65536 (2.8 TB/s, 84 %). The difference of the two, 201 MB in 65 us, streams at 3.1 TB/s
+// (92 %); what keeps Nk = 16384 at 65 % is about 9 us a call that does not grow with the keys: under Nsight
+// Compute the split kernel's SMs are active 85 % of its 28.7 us (its blocks start and end over a few us), and
+// Nsight Systems shows the merge ending 2.8 us after the split kernel.
 // Causal masking is top-left, as everywhere here (query i sees keys j <= i): a causal decode row sees the
 // first i + 1 keys only, so only those min(Nk, Nq) keys are split and read.
 #include <algorithm>
@@ -428,15 +446,20 @@ flash_decode_combine_kernel(const float* __restrict__ O_part, const float* __res
 template <typename T, int D>
 cudaError_t combine_launch(const AttnArgs& a, int splits, cudaStream_t stream) {
   const long rows = long(a.B) * a.H * a.Nq;
-  auto launch = [&](auto kernel, int wpr) {
-    const long per_block = kDecodeThreads / 32 / wpr, blocks = (rows + per_block - 1) / per_block;
-    return launch_dependent(kernel, dim3(unsigned(blocks)), dim3(kDecodeThreads), 0, stream,
-                            static_cast<const float*>(a.ws[0]), static_cast<const float*>(a.ws[1]),
-                            static_cast<T*>(a.o), a.lse, rows, splits);
-  };
-  if (splits >= 16) return launch(flash_decode_combine_kernel<T, D, 4>, 4);
-  if (splits >= 8) return launch(flash_decode_combine_kernel<T, D, 2>, 2);
-  return launch(flash_decode_combine_kernel<T, D, 1>, 1);
+  const int wpr = splits >= 16 ? 4 : splits >= 8 ? 2 : 1;
+  const long per_block = kDecodeThreads / 32 / wpr, blocks = (rows + per_block - 1) / per_block;
+  const dim3 grid(static_cast<unsigned>(blocks)), block(kDecodeThreads);
+  const float* o_part = a.ws[0];
+  const float* lse_part = a.ws[1];
+  T* o = static_cast<T*>(a.o);
+  if (wpr == 4)
+    return launch_dependent<flash_decode_combine_kernel<T, D, 4>>(grid, block, 0, stream, o_part, lse_part, o, a.lse,
+                                                                  rows, splits);
+  if (wpr == 2)
+    return launch_dependent<flash_decode_combine_kernel<T, D, 2>>(grid, block, 0, stream, o_part, lse_part, o, a.lse,
+                                                                  rows, splits);
+  return launch_dependent<flash_decode_combine_kernel<T, D, 1>>(grid, block, 0, stream, o_part, lse_part, o, a.lse,
+                                                                rows, splits);
 }
 
 // The launch: `splits` is the number of key splits flash_kernels/_ops.py chose (it allocated the workspaces
