@@ -74,15 +74,18 @@ constexpr int kDecodeKeys = 64;       // keys per K/V tile: one stage of the rin
 constexpr int kDecodeThreads = 128;   // 4 warps
 constexpr int kDecodeRowsPerWarp = 16;
 
-// Stages of the K/V ring. flash_kernels/_ops.py mirrors them (_DECODE_STAGES) to count the blocks an SM holds
-// when it picks the number of splits.
-template <int D>
-__host__ __device__ constexpr int decode_stages() { return D == 128 ? 3 : 4; }
+// Stages of the K/V ring. flash_kernels/_ops.py mirrors them (_decode_stages) to count the blocks an SM holds
+// when it picks the number of splits. 64-row blocks at D = 128 keep two, so that three blocks fit on an SM
+// (64 KB each; their 168 registers a thread allow three too): with 128 or more rows a k/v head the tensor work,
+// not the bytes in flight, is what an SM's warps wait on.
+template <int D, int WR>
+__host__ __device__ constexpr int decode_stages() { return D == 128 ? (WR == 4 ? 2 : 3) : 4; }
 
-// Dynamic shared memory: the Q tile [16 WR][D], then the ring [stages][K tile, V tile] of [64][D] each.
+// Dynamic shared memory: the ring [stages][K tile, V tile] of [64][D] each. The Q tile [16 WR][D] is loaded into
+// the last stage's K tile, read into registers at the first tile, and overwritten after a barrier.
 template <int D, int WR>
 __host__ __device__ constexpr int decode_smem() {
-  return kDecodeRowsPerWarp * WR * D * 2 + decode_stages<D>() * 2 * kDecodeKeys * D * 2;
+  return decode_stages<D, WR>() * 2 * kDecodeKeys * D * 2;
 }
 
 // What a block needs of the shape.
@@ -294,14 +297,17 @@ __device__ __forceinline__ void decode_store_rows(uint8_t* smem, const float (&o
 // tiles of split blockIdx.z. Warp w owns rows 16 (w / WK).. and keys 64 / WK (w % WK).. of every tile.
 // O_part, LSE_part: the splits' workspaces ([splits][B H Nq][D], [splits][B H Nq]; unused with one split).
 template <typename T, int D, int WR>
-__global__ void __launch_bounds__(kDecodeThreads)
+__global__ void __launch_bounds__(kDecodeThreads, D == 128 && WR == 4 ? 3 : 1)
 flash_decode_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
                     float* __restrict__ LSE, float* __restrict__ O_part, float* __restrict__ LSE_part,
                     DecodeShape sh, float scale_log2, int causal) {
-  constexpr int WK = 4 / WR, M = kDecodeRowsPerWarp * WR, KW = kDecodeKeys / WK, S = decode_stages<D>();
+  constexpr int WK = 4 / WR, M = kDecodeRowsPerWarp * WR, KW = kDecodeKeys / WK, S = decode_stages<D, WR>();
   constexpr int TILE = kDecodeKeys * D * 2;  // bytes of a K (or V) tile
+  static_assert(M * D * 2 <= TILE, "the Q tile fits in a K tile");
+  static_assert(M * D * 2 + 4 * kDecodeRowsPerWarp * (D + 8) * 4 <= decode_smem<D, WR>(),
+                "the end of the block (decode_row_factors, decode_store_rows) fits in the ring");
   extern __shared__ __align__(128) uint8_t smem[];
-  const uint32_t sQ = smem_u32(smem), sRing = sQ + M * D * 2;
+  const uint32_t sRing = smem_u32(smem), sQ = sRing + (S - 1) * 2 * TILE;  // Q: the last stage, until tile 0
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wr = warp / WK, wk = warp % WK;
   const long bkv = blockIdx.y, first = bkv * sh.R + long(blockIdx.x) * M;  // first row of the block in [B H Nq]
   const int r0 = blockIdx.x * M, valid = min(M, sh.R - r0);
@@ -317,12 +323,18 @@ flash_decode_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* _
     load_tile_async<kDecodeKeys, D, kDecodeThreads>(st + TILE, Vb, t * kDecodeKeys, sh.Nk, tid);
   };
   load_tile_async<M, D, kDecodeThreads>(sQ, Q + bkv * sh.R * D, r0, sh.R, tid);
+  cp_async_commit();
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {  // one commit group per stage, even when empty: the waits count groups
     if (t0 + s < t1) load_kv(s, t0 + s);
     cp_async_commit();
   }
   uint32_t qf[D / 16][4];
+  cp_async_wait<S - 1>();  // Q has landed (the K/V stages may not have)
+  __syncthreads();
+#pragma unroll
+  for (int kd = 0; kd < D / 16; ++kd) ldsm_a<D>(qf[kd], sQ, wr * 16, kd);  // before tile 0's barrier: stage S - 1
+                                                                            // is written after it
   float o[D / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   int qi[2];  // query index of this thread's two rows (g, g + 8)
@@ -330,12 +342,8 @@ flash_decode_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* _
   for (int h = 0; h < 2; ++h) qi[h] = (r0 + wr * 16 + (lane >> 2) + 8 * h) % sh.Nq;
   for (int t = t0; t < t1; ++t) {
     const int u = t - t0;
-    cp_async_wait<S - 2>();  // tile t (and, first, Q) has landed
-    __syncthreads();         // ... for every thread, and every warp is done with tile t - 1's stage
-    if (u == 0) {
-#pragma unroll
-      for (int kd = 0; kd < D / 16; ++kd) ldsm_a<D>(qf[kd], sQ, wr * 16, kd);
-    }
+    cp_async_wait<S - 2>();  // tile t has landed
+    __syncthreads();         // ... for every thread, and every warp is done with tile t - 1's stage (and with Q)
     if (t + S - 1 < t1) load_kv((u + S - 1) % S, t + S - 1);
     cp_async_commit();
     const uint32_t cK = sRing + (u % S) * 2 * TILE;
