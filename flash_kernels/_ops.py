@@ -32,7 +32,7 @@ _DECODE_MIN_TILES_PER_DUP_SPLIT = 16
 #: flash_decode.cu: keys per K/V tile, K/V pipeline stages per head dim, option code of the rows per block
 #: (bits 0..7; bits 8..: the number of key splits), shared memory a GPU keeps back per resident block
 _DECODE_KEYS = 64
-_DECODE_STAGES = {64: 4, 128: 3}  # 64-row blocks at D = 128: 2 (_decode_stages)
+_DECODE_STAGES = {64: 4, 128: 3}  # but 2 for 64-row blocks at D = 128 with more than 64 rows a k/v head
 _DECODE_ROWS = {16: 0, 32: 1, 64: 2}
 _SMEM_RESERVED_PER_BLOCK = 1024
 
@@ -307,9 +307,10 @@ def _wg_tail_plan(heads: int, Nq: int, BM: int, sms: int) -> int | None:
     return None if best_m == n_qb else best_m
 
 
-def _decode_stages(D: int, rows: int) -> int:
-    """flash_decode.cu's decode_stages: the K/V ring's stages of a block of ``rows`` rows at head dim ``D``."""
-    return 2 if D == 128 and rows == 64 else _DECODE_STAGES[D]
+def _decode_stages(D: int, rows: int, R: int) -> int:
+    """The K/V ring's stages of flash_decode's blocks of ``rows`` rows at head dim ``D`` where a k/v head has ``R``
+    rows (flash_decode.cu: decode_stages, decode_rows)."""
+    return 2 if D == 128 and rows == 64 and R > 64 else _DECODE_STAGES[D]
 
 
 def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: int, D: int, causal: bool,
@@ -339,7 +340,7 @@ def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: 
     if splits == "auto":
         per_sm = 1
         if R > 64:
-            smem = _decode_stages(D, rows) * 2 * _DECODE_KEYS * D * 2  # decode_smem in flash_decode.cu
+            smem = _decode_stages(D, rows, R) * 2 * _DECODE_KEYS * D * 2  # decode_smem in flash_decode.cu
             per_sm = max(1, smem_per_sm // (smem + _SMEM_RESERVED_PER_BLOCK))
         row_blocks = -(-R // rows)
         splits = max(1, min(per_sm * sms // (row_blocks * B * Hkv), tiles // _DECODE_MIN_TILES_PER_SPLIT))

@@ -75,17 +75,20 @@ constexpr int kDecodeThreads = 128;   // 4 warps
 constexpr int kDecodeRowsPerWarp = 16;
 
 // Stages of the K/V ring. flash_kernels/_ops.py mirrors them (_decode_stages) to count the blocks an SM holds
-// when it picks the number of splits. 64-row blocks at D = 128 keep two, so that three blocks fit on an SM
-// (64 KB each; their 168 registers a thread allow three too): with 128 or more rows a k/v head the tensor work,
-// not the bytes in flight, is what an SM's warps wait on.
-template <int D, int WR>
-__host__ __device__ constexpr int decode_stages() { return D == 128 ? (WR == 4 ? 2 : 3) : 4; }
+// when it picks the number of splits: 3 at D = 128 (32 KB each, two blocks per SM), 4 at D = 64 (16 KB each,
+// three per SM). Where a k/v head has more than 64 rows, its 64-row blocks at D = 128 keep 2 (decode_rows), so that
+// three blocks fit on an SM (64 KB each; the 168 registers a thread of that kernel uses allow three too): there
+// the tensor work, not the bytes in flight, is what an SM's warps wait on. A k/v head of at most 64 rows has one
+// block per SM streaming K/V, which wants the third stage (two stages: 3 % slower at 8 KV heads, Nq = 16).
+template <int D>
+__host__ __device__ constexpr int decode_stages() { return D == 128 ? 3 : 4; }
 
-// Dynamic shared memory: the ring [stages][K tile, V tile] of [64][D] each. The Q tile [16 WR][D] is loaded into
-// the last stage's K tile, read into registers at the first tile, and overwritten after a barrier.
-template <int D, int WR>
+// Dynamic shared memory: the ring [S stages][K tile, V tile] of [64][D] each. The Q tile [16 WR][D] is loaded into
+// the last stage's K tile and read into registers before the first tile's barrier, after which that stage is
+// overwritten.
+template <int D, int S>
 __host__ __device__ constexpr int decode_smem() {
-  return decode_stages<D, WR>() * 2 * kDecodeKeys * D * 2;
+  return S * 2 * kDecodeKeys * D * 2;
 }
 
 // What a block needs of the shape.
@@ -296,15 +299,15 @@ __device__ __forceinline__ void decode_store_rows(uint8_t* smem, const float (&o
 // One block: rows [r0, r0 + 16 WR) of key/value head blockIdx.y (b * Hkv + kv head) against the 64-key
 // tiles of split blockIdx.z. Warp w owns rows 16 (w / WK).. and keys 64 / WK (w % WK).. of every tile.
 // O_part, LSE_part: the splits' workspaces ([splits][B H Nq][D], [splits][B H Nq]; unused with one split).
-template <typename T, int D, int WR>
-__global__ void __launch_bounds__(kDecodeThreads, D == 128 && WR == 4 ? 3 : 1)
+template <typename T, int D, int WR, int S>
+__global__ void __launch_bounds__(kDecodeThreads, D == 128 && S == 2 ? 3 : 1)
 flash_decode_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
                     float* __restrict__ LSE, float* __restrict__ O_part, float* __restrict__ LSE_part,
                     DecodeShape sh, float scale_log2, int causal) {
-  constexpr int WK = 4 / WR, M = kDecodeRowsPerWarp * WR, KW = kDecodeKeys / WK, S = decode_stages<D, WR>();
+  constexpr int WK = 4 / WR, M = kDecodeRowsPerWarp * WR, KW = kDecodeKeys / WK;
   constexpr int TILE = kDecodeKeys * D * 2;  // bytes of a K (or V) tile
   static_assert(M * D * 2 <= TILE, "the Q tile fits in a K tile");
-  static_assert(M * D * 2 + 4 * kDecodeRowsPerWarp * (D + 8) * 4 <= decode_smem<D, WR>(),
+  static_assert(M * D * 2 + 4 * kDecodeRowsPerWarp * (D + 8) * 4 <= decode_smem<D, S>(),
                 "the end of the block (decode_row_factors, decode_store_rows) fits in the ring");
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t sRing = smem_u32(smem), sQ = sRing + (S - 1) * 2 * TILE;  // Q: the last stage, until tile 0
@@ -472,10 +475,10 @@ cudaError_t combine_launch(const AttnArgs& a, int splits, cudaStream_t stream) {
 
 // The launch: `splits` is the number of key splits flash_kernels/_ops.py chose (it allocated the workspaces
 // a.ws[0], a.ws[1] for that many when more than one); the tiles are dealt out as evenly as that allows.
-template <typename T, int D, int WR>
+template <typename T, int D, int WR, int S>
 cudaError_t decode_launch(const AttnArgs& a, int splits, cudaStream_t stream) {
-  constexpr int smem = decode_smem<D, WR>(), M = kDecodeRowsPerWarp * WR;
-  auto kernel = flash_decode_kernel<T, D, WR>;
+  constexpr int smem = decode_smem<D, S>(), M = kDecodeRowsPerWarp * WR;
+  auto kernel = flash_decode_kernel<T, D, WR, S>;
   cudaError_t err = allow_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   if (splits < 1) return cudaErrorInvalidValue;
@@ -498,9 +501,13 @@ template <typename T, int D>
 cudaError_t decode_rows(const AttnArgs& a, cudaStream_t stream) {
   const int splits = a.option >> 8;
   switch (a.option & 0xff) {
-    case 0: return decode_launch<T, D, 1>(a, splits, stream);
-    case 1: return decode_launch<T, D, 2>(a, splits, stream);
-    case 2: return decode_launch<T, D, 4>(a, splits, stream);
+    case 0: return decode_launch<T, D, 1, decode_stages<D>()>(a, splits, stream);
+    case 1: return decode_launch<T, D, 2, decode_stages<D>()>(a, splits, stream);
+    case 2:
+      if constexpr (D == 128) {
+        if ((a.H / a.Hkv) * a.Nq > 64) return decode_launch<T, D, 4, 2>(a, splits, stream);
+      }
+      return decode_launch<T, D, 4, decode_stages<D>()>(a, splits, stream);
     default: return cudaErrorInvalidValue;
   }
 }
