@@ -12,8 +12,9 @@
 //    warps of 16 keys, 32 rows = 2 x 2, 64 rows = 4 warps of 16 rows x all 64 keys); warps that shared rows
 //    merge their (m, l, O) through shared memory at the end;
 //  - K and V of a 64-key tile travel together in a cp.async ring of 3 stages (D = 128: 32 KB each, two
-//    blocks per SM) or 4 (D = 64: 16 KB each, three per SM): two or three tiles in flight per block while
-//    one is used, with one barrier per tile (flash_mma: double buffering, two barriers per tile).
+//    blocks per SM; 2 stages and three blocks for heads of more than 64 rows) or 4 (D = 64: 16 KB each, three
+//    per SM): one to three tiles in flight per block while one is used, with one barrier per tile (flash_mma:
+//    double buffering, two barriers per tile).
 // Bought (H200, 7a78894, `python -m flash_kernels.bench --suite decode --passes forward`, B=8 H=32 D=128, in one
 // run with SDPA's backends; CSV profiles/_logs/nvidia-h200/bench_decode_7a78894.csv): with 32 KV heads 4.0-4.6 TB/s
 // of compulsory K + V bytes at Nk >= 4k (92-95 % of HBM at Nk >= 16k), 0.94-1.32x the best SDPA backend; with 8 KV
@@ -56,6 +57,16 @@
 // where it ran (one KV head, Nq = 1: Nk = 1024 10.8 against 9.8-9.9 us, 4096 15.9 against 15.0), no faster at
 // 16384 (log decode_cluster_merge_ab.log): the merge kernel, launched dependent, already overlaps the split
 // kernel's tail.
+// Three blocks an SM where the tensor work holds the call (5c1badc -> f295b00): a k/v head of more than 64 rows
+// (one KV head at Nq = 4 and 16) ran two 64-row blocks an SM, held there by shared memory (a 16 KB Q tile beside a
+// 3-stage ring of 96 KB); under Nsight Compute (one KV head, Nq = 4, Nk = 16384; log profiles/_logs/
+// nvidia-h100-80gb-hbm3/ncu_decode_hkv1_nq4_nq16.log) its warps were 1.94 a scheduler, 0.39 of them eligible, the
+// tensor pipe 34 % busy and DRAM 54 %. Q now travels in the ring's last stage, and those blocks keep 2 stages
+// (decode_stages): 64 KB, three an SM. Bought (H100 80GB HBM3, same-node A/B against 5c1badc, two rounds, fp16,
+// B=8 H=32 D=128; log decode_ring_two_stages_ab.log): one KV head, Nq = 4, Nk = 4096 23.6 -> 22.6 us, 16384
+// 44.4-44.6 -> 42.1-42.6, 65536 133.1-134.1 -> 123.9 (2.17 TB/s); Nq = 16, Nk = 16384 130.0-130.4 -> 118.7; the
+// rest within 0.4 us. Two stages for every 64-row block lost 3 % at 8 KV heads, Nq = 16 (64 rows a head: one
+// streaming block per SM), which keeps 3.
 // Where one KV head at Nq = 1 stands (5775417): 30.3-31.0 us at Nk = 16384 (67 MB of K + V: 2.2 TB/s, 65 % of
 // HBM) and 95.5-96.4 at 65536 (2.8 TB/s, 84 %). The difference of the two, 201 MB in 65 us, streams at 3.1 TB/s
 // (92 %); what keeps Nk = 16384 at 65 % is about 9 us a call that does not grow with the keys: under Nsight
