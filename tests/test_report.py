@@ -11,6 +11,7 @@ what is missing; Ctrl-C. Everything renders into temporary folders, never into t
 import csv
 import html
 import json
+import lzma
 import os
 import re
 import shutil
@@ -127,7 +128,7 @@ def make_imported(dest: Path) -> Path:
     ranges have generic names (``gemm:fwd M=1024 K=512``) and whose elementwise kernel has only
     the FMUL counter; no cases, no range schemas, no work model."""
     dest.mkdir(parents=True)
-    rows = list(csv.reader(open(PROFILES / "nvidia-h200" / "blocksize" / "ncu_raw.csv", encoding="utf-8")))
+    rows = list(csv.reader(lzma.open(PROFILES / "nvidia-h200" / "blocksize" / "ncu_raw.csv.xz", "rt", encoding="utf-8")))
     head = rows[0]
     rcol = next(i for i, h in enumerate(head) if "Push/Pop" in h)
     kcol = head.index("Kernel Name")
