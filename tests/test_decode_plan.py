@@ -58,8 +58,8 @@ def test_rows_auto_hold_the_rows_of_a_kv_head(Hkv, Nq, rows):
     (8, 1, 1, 1024, 128, 4),     # ... but at least 4 tiles (256 keys) a split: 16 tiles
     (1, 1, 1, 1000, 128, 4),     # 16 tiles (the last one short)
     (8, 1, 16, 4096, 128, 6),    # 512 rows: the tensor work's, 3 blocks of 64 rows per SM (2 stages): 396 // 64
-    (8, 1, 16, 4096, 64, 6),     # D = 64: 3 blocks of 4 stages (64 KB) too
-    (8, 1, 4, 1024, 128, 4),     # 128 rows: 264 // 16 = 16, at least 4 tiles a split
+    (8, 1, 16, 4096, 64, 6),     # D = 64 keeps 4 stages (64 KB): 3 blocks an SM as well
+    (8, 1, 4, 1024, 128, 4),     # 128 rows: 396 // 16 = 24, but at least 4 tiles a split
     (8, 8, 1, 1, 128, 1),        # one key
     (8, 8, 1, 200, 128, 1),      # 4 tiles: one split
 ])

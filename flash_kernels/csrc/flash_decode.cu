@@ -43,20 +43,23 @@
 // profiles/_logs/nvidia-h100-80gb-hbm3/decode_combine_pdl_ab.log), one KV head, Nq = 1: Nk = 1024 12.7 -> 10.1 us
 // (cuDNN 12.1-12.2), 4096 17.1 -> 14.0, 16384 35.6 -> 31.1-31.4 (2.15 TB/s, 64 % of HBM), 65536 99.8-101.3 ->
 // 95.5-95.7 (2.81 TB/s, 84 %); Nq = 4, Nk = 16384: 47.5 -> 43.7-44.2; 8 KV heads, Nk = 1024: 20.0-20.2 -> 17.9-18.1.
-// Lost: 1.2 % at one KV head, Nq = 16, Nk = 16384 (compute-bound: 129.3-129.5 -> 130.9-131.3 us; an A/A run of
-// one tree against itself later differed by 0.4 % there, and this A/B's successor read the opposite way).
-// The merge, second step (fd40890 -> 5775417): 2 or 4 warps a row where a row has 8 or more splits (its splits
+// Lost: 1.2 % at one KV head, Nq = 16, Nk = 16384 (compute-bound: 129.3-129.5 -> 130.9-131.3 us).
+// The merge, second step (fd40890 -> abb1c58): 2 or 4 warps a row where a row has 8 or more splits (its splits
 // shared among its warps, their sums added in shared memory: at one KV head 64 blocks of four one-row warps had
-// left one warp per scheduler), and a row's first O loads issued beside its LSE loads. Bought (H100 80GB HBM3,
-// same-node A/B, two rounds, fp16, B=8 H=32 D=128; logs profiles/_logs/nvidia-h100-80gb-hbm3/
-// decode_merge_warps_ab.log, decode_merge_loads_ab_and_aa.log): one KV head, Nq = 1, Nk = 16384 30.9-31.0 ->
-// 30.3-30.5 us, 65536 96.5-97.9 -> 95.7-96.4; Nq = 4, Nk = 16384 44.2 -> 43.5-43.6; elsewhere within the noise
-// (the loads beside the LSE too: an A/A run differed by up to 0.4 us at Nk = 16384).
+// left one warp per scheduler). Bought (H100 80GB HBM3, same-node A/B, two rounds, fp16, B=8 H=32 D=128; log
+// profiles/_logs/nvidia-h100-80gb-hbm3/decode_merge_warps_ab.log): one KV head, Nq = 1, Nk = 16384 30.9-31.0 ->
+// 30.3-30.5 us, 65536 96.5-97.9 -> 95.7-96.4; Nq = 4, Nk = 16384 44.2 -> 43.5-43.6. Lost 1.1-1.2 % at one KV head,
+// Nq = 16, Nk = 16384 (129.5 -> 130.9-131.1 us; 4 splits: one warp a row, the same merge code), as the step
+// before did there; an A/A run of one tree against itself differed by 0.4 % at that shape, and the next A/B
+// (abb1c58 -> 5775417) read it 0.5 % the other way. Then (abb1c58 -> 5775417) a row's first O loads go out beside
+// its LSE loads: no gain that the A/B resolves (Nq = 1, Nk = 16384 30.8-30.9 against 30.9-31.0 us; Nq = 4 44.1-44.4
+// against 43.8; log decode_merge_loads_ab_and_aa.log, with the A/A run).
 // Tried and reverted (da92539): the splits of a row block launched as one thread block cluster that merges
 // through distributed shared memory, with no partials in global memory and no second kernel. About 1 us slower
-// where it ran (one KV head, Nq = 1: Nk = 1024 10.8 against 9.8-9.9 us, 4096 15.9 against 15.0), no faster at
-// 16384 (log decode_cluster_merge_ab.log): the merge kernel, launched dependent, already overlaps the split
-// kernel's tail.
+// where it ran (one KV head, Nq = 1: Nk = 1024 10.8 against 9.8-9.9 us, 4096 15.9 against 15.0; log
+// decode_cluster_merge_ab.log): the merge kernel, launched dependent, already overlaps the split kernel's tail. At
+// Nk = 16384 (16 splits) the 16-block cluster may not have fitted, in which case that launch fell back to the
+// merge kernel and the A/B compared the same code there.
 // Three blocks an SM where the tensor work holds the call (5c1badc -> f295b00): a k/v head of more than 64 rows
 // (one KV head at Nq = 4 and 16) ran two 64-row blocks an SM, held there by shared memory (a 16 KB Q tile beside a
 // 3-stage ring of 96 KB); under Nsight Compute (one KV head, Nq = 4, Nk = 16384; log profiles/_logs/
@@ -64,14 +67,16 @@
 // tensor pipe 34 % busy and DRAM 54 %. Q now travels in the ring's last stage, and those blocks keep 2 stages
 // (decode_stages): 64 KB, three an SM. Bought (H100 80GB HBM3, same-node A/B against 5c1badc, two rounds, fp16,
 // B=8 H=32 D=128; log decode_ring_two_stages_ab.log): one KV head, Nq = 4, Nk = 4096 23.6 -> 22.6 us, 16384
-// 44.4-44.6 -> 42.1-42.6, 65536 133.1-134.1 -> 123.9 (2.17 TB/s); Nq = 16, Nk = 16384 130.0-130.4 -> 118.7; the
-// rest within 0.4 us. Two stages for every 64-row block lost 3 % at 8 KV heads, Nq = 16 (64 rows a head: one
-// streaming block per SM), which keeps 3.
-// Where one KV head at Nq = 1 stands (5775417): 30.3-31.0 us at Nk = 16384 (67 MB of K + V: 2.2 TB/s, 65 % of
-// HBM) and 95.5-96.4 at 65536 (2.8 TB/s, 84 %). The difference of the two, 201 MB in 65 us, streams at 3.1 TB/s
-// (92 %); what keeps Nk = 16384 at 65 % is about 9 us a call that does not grow with the keys: under Nsight
-// Compute the split kernel's SMs are active 85 % of its 28.7 us (its blocks start and end over a few us), and
-// Nsight Systems shows the merge ending 2.8 us after the split kernel.
+// 44.4-44.6 -> 42.1-42.6, 65536 133.1-134.1 -> 123.9 (2.17 TB/s); Nq = 16, Nk = 16384 130.0-130.4 -> 118.7; 8 KV
+// heads, Nq = 16, Nk = 16384 183.2-184.2 -> 181.2-181.8; the other rows moved by at most 0.6 us or 0.2 %. Two
+// stages for every 64-row block lost 3 % at 8 KV heads, Nq = 16 (64 rows a head: one streaming block per SM),
+// which keeps 3.
+// Where one KV head at Nq = 1 stands (f295b00): in this session's A/B runs 30.2-31.0 us at Nk = 16384 (67 MB of
+// K + V: 2.2 TB/s, 65 % of HBM) and 95.4-97.9 at 65536 (2.8 TB/s, 84 %). The difference of the two, 201 MB in
+// about 65 us, streams at 3.1 TB/s (92 %); what keeps Nk = 16384 at 65 % is about 9 us a call that does not grow
+// with the keys: under Nsight Compute (the f295b00 decode capture) the split kernel's SMs are active 84 % of its
+// elapsed cycles (28.5 us; its blocks start and end over a few us), and Nsight Systems shows the merge ending
+// 2.2-2.3 us after the split kernel.
 // Causal masking is top-left, as everywhere here (query i sees keys j <= i): a causal decode row sees the
 // first i + 1 keys only, so only those min(Nk, Nq) keys are split and read.
 #include <algorithm>
@@ -236,7 +241,7 @@ template <typename T, int D, int WR>
 __device__ __forceinline__ void decode_row_factors(uint8_t* smem, const float (&m)[2], float (&l)[2],
                                                    float scale_log2, const DecodeOut<T>& out, float (&f)[2]) {
   constexpr int WK = 4 / WR;
-  float* sM = reinterpret_cast<float*>(smem);   // [4 warps][16] row max in log2 units, over the Q tile
+  float* sM = reinterpret_cast<float*>(smem);   // [4 warps][16] row max in log2 units, over the spent ring
   float* sL = sM + 4 * kDecodeRowsPerWarp;      // [4 warps][16] row sums
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wr = warp / WK, g = lane >> 2;
   __syncthreads();  // every warp is done with the Q tile and the ring
@@ -275,7 +280,7 @@ template <typename T, int D, int WR>
 __device__ __forceinline__ void decode_store_rows(uint8_t* smem, const float (&o)[D / 8][4], const float (&f)[2],
                                                   const DecodeOut<T>& out) {
   constexpr int WK = 4 / WR, M = kDecodeRowsPerWarp * WR, PITCH = D + 8;  // +8 floats: conflict-free float2 stores
-  float* sO = reinterpret_cast<float*>(smem + M * D * 2);  // [4 warps][16][PITCH]
+  float* sO = reinterpret_cast<float*>(smem + M * D * 2);  // [4 warps][16][PITCH], past sM and sL
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
   for (int nd = 0; nd < D / 8; ++nd) {
@@ -311,7 +316,7 @@ __device__ __forceinline__ void decode_store_rows(uint8_t* smem, const float (&o
 // tiles of split blockIdx.z. Warp w owns rows 16 (w / WK).. and keys 64 / WK (w % WK).. of every tile.
 // O_part, LSE_part: the splits' workspaces ([splits][B H Nq][D], [splits][B H Nq]; unused with one split).
 template <typename T, int D, int WR, int S>
-__global__ void __launch_bounds__(kDecodeThreads, D == 128 && S == 2 ? 3 : 1)
+__global__ void __launch_bounds__(kDecodeThreads, (D == 128 && S == 2) || (D == 64 && WR == 4) ? 3 : 1)
 flash_decode_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
                     float* __restrict__ LSE, float* __restrict__ O_part, float* __restrict__ LSE_part,
                     DecodeShape sh, float scale_log2, int causal) {

@@ -36,9 +36,12 @@ def test_decode_against_reference(dtype: str, D: int, Hkv: int, Nq: int, Nk: int
 #: (B, H, Hkv, Nq, Nk, D, dtype): 4 packed rows against a ragged cache; 512 packed rows (several row blocks)
 #: with Nq > 1 so causal rows differ; one head, one query, 17 keys (one ragged tile, splits clamped to 1);
 #: 9 rows in all (odd) over 24 tiles, so that the merge's blocks of 2 rows (8-15 splits) end on a missing row
-#: and 24 splits take 4 warps a row
+#: and 24 splits take 4 warps a row; 1100 queries against 1100 keys, so that causal rows are split too (18
+#: tiles: 9 or 18 splits, 2 or 4 warps a row in the merge) and the first rows' later splits see no key (LSE
+#: -inf), with more than 64 rows a k/v head (the 2-stage ring at D = 128)
 OPTION_SHAPES = [(2, 32, 8, 3, 4097, 128, "float16"), (1, 32, 1, 16, 1000, 64, "bfloat16"),
-                 (2, 1, 1, 1, 17, 128, "bfloat16"), (1, 3, 1, 3, 1500, 64, "float16")]
+                 (2, 1, 1, 1, 17, 128, "bfloat16"), (1, 3, 1, 3, 1500, 64, "float16"),
+                 (1, 2, 2, 1100, 1100, 128, "float16")]
 
 
 @pytest.mark.parametrize("rows", DECODE.options["rows"].choices)
