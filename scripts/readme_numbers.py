@@ -78,11 +78,22 @@ def hopper_table(gpu: Path) -> str:
     return "\n".join(parts)
 
 
+def _ratio_cell(r: float, target: float) -> str:
+    """``r`` to two decimals, or as many more (up to four) as it takes for the printed number to meet ``target``
+    exactly when ``r`` does: 0.895 against 0.90 prints 0.895, 1.0498 against 1.05 prints 1.0498."""
+    for digits in (2, 3, 4):
+        cell = f"{r:.{digits}f}"
+        if target != target or (float(cell) >= target) == (r >= target):  # no target (NaN), or they agree
+            return cell
+    return cell
+
+
 def _pivot_targets(t: pd.DataFrame, impl: str, what: str = "", with_target: bool = True) -> str:
     rows = []
     for (p, dt, D, causal), g in t.groupby(["pass", "dtype", "D", "causal"], sort=False):
         row = {"pass": p + (f" {what}" if what else ""), "dtype": dt, "D": D, "causal": "yes" if causal else "no"}
-        row.update({f"N={n}": f"{r:.2f}" for n, r in zip(g["N"], g["ratio"], strict=True)})
+        row.update({f"N={n}": _ratio_cell(r, tg if with_target else float("nan"))
+                    for n, r, tg in zip(g["N"], g["ratio"], g["target"], strict=True)})
         row[f"{impl} TFLOP/s"] = f"{g['tflops'].min():.0f}–{g['tflops'].max():.0f}"
         met = g["ratio"] >= g["target"]
         row["target"] = f"{g['target'].iloc[0]:.2f}" if with_target else "—"

@@ -28,3 +28,10 @@ def test_the_script_runs_for_every_gpu(capsys):
     assert rn.main([]) == 0
     out = capsys.readouterr().out
     assert "## nvidia-h200" in out and "## nvidia-h100-80gb-hbm3" in out and "seqlen findings" in out
+
+
+def test_a_ratio_prints_with_as_many_digits_as_tell_whether_it_meets_its_target():
+    assert rn._ratio_cell(0.96, 0.90) == "0.96" and rn._ratio_cell(0.90, 0.90) == "0.90"
+    assert rn._ratio_cell(0.895, 0.90) == "0.895"  # not "0.90", which would read as met
+    assert rn._ratio_cell(1.0498, 1.05) == "1.0498"  # "1.05" and "1.050" both read as met
+    assert rn._ratio_cell(0.895, float("nan")) == "0.90"  # no target: two decimals
