@@ -45,9 +45,9 @@ EXPORTS = ROOT / "tests" / "data" / "nsight_exports"
 #: report -> (capture folder, report name in it, details CSV, raw CSV, source CSV or None)
 REPORTS: dict[str, tuple[Path, str, Path, Path, Path | None]] = {
     "bottleneck-deep": (H200 / "bottleneck-deep", "deep.ncu-rep", H200 / "bottleneck-deep" / "deep_details.csv.xz",
-                        H200 / "bottleneck-deep" / "deep_raw.csv.xz", None),
+                        find_file(H200 / "bottleneck-deep", "deep_raw.csv"), None),
     "seqlen-deep": (H200 / "seqlen-deep", "deep.ncu-rep", H200 / "seqlen-deep" / "deep_details.csv.xz",
-                    H200 / "seqlen-deep" / "deep_raw.csv.xz", None),
+                    find_file(H200 / "seqlen-deep", "deep_raw.csv"), None),
     **{name: (H200 / name, "ncu.ncu-rep", EXPORTS / f"{name}.details.csv.xz", EXPORTS / f"{name}.raw.csv.xz",
               EXPORTS / f"{name}.source-sass.csv.xz") for name in ("flash-mma-bwd-8warp-full", "flash-wgmma-fwd-full")},
 }

@@ -19,6 +19,7 @@ from nsightlab.core.errors import NotApplicable, ProfileError
 from nsightlab.core.ranges import RangeSchema
 from nsightlab.render import compare as page
 from nsightlab.store import read
+from nsightlab.store.captures import find_file
 
 ROOT = Path(__file__).resolve().parent.parent
 H200, H100 = "nvidia-h200", "nvidia-h100-80gb-hbm3"
@@ -252,7 +253,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
     # a capture that fails validation is refused
     bad = tmp_path / "gpu" / "blocksize"
     shutil.copytree(ROOT / "profiles" / H200 / "blocksize", bad)
-    with open(next(bad.glob("ncu_raw.csv*")), "r+b") as f:  # stored as ncu_raw.csv.xz
+    with open(find_file(bad, "ncu_raw.csv"), "r+b") as f:  # stored as ncu_raw.csv.xz
         f.truncate(1000)
     assert page.main([str(bad), f"{H200}/blocksize"]) == 2
     err = capsys.readouterr().err.strip()

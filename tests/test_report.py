@@ -11,7 +11,6 @@ what is missing; Ctrl-C. Everything renders into temporary folders, never into t
 import csv
 import html
 import json
-import lzma
 import os
 import re
 import shutil
@@ -27,10 +26,10 @@ from bs4 import BeautifulSoup
 
 from nsightlab.analysis import perf
 from nsightlab.core import metrics as M
-from nsightlab.core.files import file_table
+from nsightlab.core.files import file_table, local_copy
 from nsightlab.render.report import NOTEBOOK_ORDER, applicable, read_meta
 from nsightlab.render.report import main as report_main
-from nsightlab.store.captures import ProfileError, list_captures, load_bench, load_manifest
+from nsightlab.store.captures import ProfileError, find_file, list_captures, load_bench, load_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"
@@ -128,7 +127,8 @@ def make_imported(dest: Path) -> Path:
     ranges have generic names (``gemm:fwd M=1024 K=512``) and whose elementwise kernel has only
     the FMUL counter; no cases, no range schemas, no work model."""
     dest.mkdir(parents=True)
-    rows = list(csv.reader(lzma.open(PROFILES / "nvidia-h200" / "blocksize" / "ncu_raw.csv.xz", "rt", encoding="utf-8")))
+    raw = local_copy(find_file(PROFILES / "nvidia-h200" / "blocksize", "ncu_raw.csv"))  # stored as .csv.xz
+    rows = list(csv.reader(open(raw, encoding="utf-8")))
     head = rows[0]
     rcol = next(i for i, h in enumerate(head) if "Push/Pop" in h)
     kcol = head.index("Kernel Name")
