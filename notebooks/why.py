@@ -72,7 +72,8 @@ except ValueError as exc:
 pair = side_b is not None
 sides = [side_a, side_b] if pair else [side_a]
 longest = all(s.launch == B.pick_launch(s.sel) for s in sides)  # no kernel pattern, or it picked the longest
-each = "longest kernel of each" if longest else "compared kernel of each"  # in titles: which launch a side shows
+kind = "longest kernel" if longest else "compared kernel"  # in titles: which launch a side shows
+each = f"{kind} of each"
 commit_of = {side_a.name: manifest.get("git_commit"), **({side_b.name: manifest_b.get("git_commit")} if pair else {})}
 style = nb.style(manifest, deep.launches, order=",".join([*(s.name for s in sides), style_order]))  # a, then b
 if pair and side_a.impl == side_b.impl:  # one kernel in two captures: b (the later) in its colour, a in grey
@@ -140,7 +141,7 @@ nb.table(meanings, name="stall-meanings", headers={"name": "stall reason (Nsight
 side = gaps.assign(quantity=gaps["quantity"].map(B.LABELS))
 nb.table(side[["quantity", "a", "b", "ratio", "metric"] if pair else ["quantity", "a", "metric"]], {"ratio": "{:.2f}"},
          "side-by-side", headers={"a": side_a.name, "b": side_b.name if pair else "", "metric": "Nsight Compute metric"},
-         title=f"{side_a.name} and {side_b.name}, {each}" if pair else f"{side_a.name}, {each.replace(' of each', '')}",
+         title=f"{side_a.name} and {side_b.name}, {each}" if pair else f"{side_a.name}, {kind}",
          open_rows=40)
 
 # %% [markdown]
