@@ -71,7 +71,7 @@ except ValueError as exc:
     raise nb.ParameterError(f"a={a!r}, b={b!r}, case={case!r}, kernel={kernel!r}: {exc}") from None
 pair = side_b is not None
 sides = [side_a, side_b] if pair else [side_a]
-longest = all(s.launch == B.pick_launch(s.sel) for s in sides)  # no kernel pattern, or it picked the longest
+longest = B.compares_longest([s.sel for s in sides], [s.launch for s in sides])  # no kernel pattern, or it picked the longest
 kind = "longest kernel" if longest else "compared kernel"  # in titles: which launch a side shows
 each = f"{kind} of each"
 commit_of = {side_a.name: manifest.get("git_commit"), **({side_b.name: manifest_b.get("git_commit")} if pair else {})}

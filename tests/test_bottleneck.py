@@ -476,6 +476,22 @@ def test_a_kernel_pattern_picks_the_launch_compared():
     assert B.call_line("ours", sel, "theirs", theirs, (4, 7)).endswith("compares the longest launch of each.")
 
 
+def test_compares_longest_says_whether_each_side_compares_its_longest_launch():
+    """compares_longest: true where the launch compared on every side is the first of its range (longest first),
+    false where any side's is another; no launches named: the longest of each. One side alone works too."""
+    ours = pd.DataFrame({"range": ["r"] * 3, "launch": [4, 5, 6], "kernel": ["split", "combine", "combine"],
+                         "time_ns": [28_700.0, 6_100.0, 5_000.0]})
+    theirs = pd.DataFrame({"range": ["q"] * 2, "launch": [7, 8], "kernel": ["fprop", "reduce"],
+                           "time_ns": [31_200.0, 4_600.0]})
+    assert B.compares_longest((ours, theirs), (4, 7)) is True
+    assert B.compares_longest((ours, theirs), (5, 7)) is False
+    assert B.compares_longest((ours, theirs), (4, 8)) is False
+    assert B.compares_longest((ours, theirs)) is True
+    assert B.compares_longest([ours], [4]) is True and B.compares_longest([ours], [6]) is False
+    with pytest.raises(ValueError):  # a launch for each side
+        B.compares_longest((ours, theirs), (4,))
+
+
 def test_python_m_nsightlab_why_compares_the_launches_a_kernel_pattern_picks():
     """flash_decode's merge kernel against cuDNN's reduction (not the longest launch of either side)."""
     done = _why("profiles/nvidia-h100-80gb-hbm3/decode", "--a", "flash_decode", "--b", "sdpa_cudnn",

@@ -549,6 +549,13 @@ def pick_launch(sel: pd.DataFrame, kernel: str = "") -> int:
     return int(sel.loc[hit, "launch"].iloc[0])
 
 
+def compares_longest(sels: Sequence[pd.DataFrame], compared: Sequence[int] | None = None) -> bool:
+    """Whether a comparison is of the longest launch of each side: ``sels``, each side's launches longest first
+    (:func:`pick_launch`), and ``compared``, the launch id of each that it takes (default the longest of each).
+    False where any side compares another launch (a kernel pattern that picked one other than the longest)."""
+    return compared is None or all(k == pick_launch(sel) for sel, k in zip(sels, compared, strict=True))
+
+
 def call_line(name_a: str, sel_a: pd.DataFrame, name_b: str, sel_b: pd.DataFrame,
               compared: tuple[int, int] | None = None) -> str | None:
     """Where either side's range launches more than one kernel, the sentence that comes first: the whole calls'
@@ -558,11 +565,11 @@ def call_line(name_a: str, sel_a: pd.DataFrame, name_b: str, sel_b: pd.DataFrame
     if len(sel_a) < 2 and len(sel_b) < 2:
         return None
     ta, tb = float(sel_a["time_ns"].sum()), float(sel_b["time_ns"].sum())
-    rest, kernels, longest = [], [], True
-    for i, (name, sel) in enumerate(((name_a, sel_a), (name_b, sel_b))):
-        ordered = sel.sort_values("time_ns", ascending=False)
+    rest, kernels = [], []
+    sides = [sel.sort_values("time_ns", ascending=False) for sel in (sel_a, sel_b)]
+    longest = compares_longest(sides, compared)
+    for i, (name, ordered) in enumerate(zip((name_a, name_b), sides, strict=True)):
         mine = ordered.index[0] if compared is None else ordered.index[ordered["launch"] == compared[i]][0]
-        longest &= mine == ordered.index[0]
         kernels.append(ordered.loc[mine, "kernel"])
         others = ordered.drop(index=mine)
         if len(others):

@@ -151,7 +151,7 @@ def render(a_name: str, b_name: str, a: B.Deep, la: pd.DataFrame, b: B.Deep, lb:
     ka, kb = compared if compared is not None else (B.pick_launch(la), B.pick_launch(lb))
     ranked, gaps = B.explain(a, ka, b, kb), B.metric_gaps(a, ka, b, kb)
     call = B.call_line(a_name, la, b_name, lb, (ka, kb))
-    longest = (ka, kb) == (B.pick_launch(la), B.pick_launch(lb))
+    longest = B.compares_longest((la, lb), (ka, kb))
     out = [*([call] if call else []), B.verdict(a_name, b_name, ranked, gaps), ""]
     for name, d, sel, k in ((a_name, a, la, ka), (b_name, b, lb, kb)):
         t = B.launch_table(d, sel)
