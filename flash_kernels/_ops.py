@@ -34,6 +34,7 @@ _DECODE_MIN_TILES_PER_DUP_SPLIT = 16
 _DECODE_KEYS = 64
 _DECODE_STAGES = {64: 4, 128: 3}  # but 2 for 64-row blocks at D = 128 with more than 64 rows a k/v head
 _DECODE_ROWS = {16: 0, 32: 1, 64: 2}
+_DECODE_WG_STAGES = {64: 4, 128: 3}  # flash_decode_wgmma.cu: decode_wg_stages
 _SMEM_RESERVED_PER_BLOCK = 1024
 
 #: When True (see flash_kernels.testing.poisoned_outputs), outputs are filled with NaN before the
@@ -150,7 +151,11 @@ def _prepare(variant_name: str, names: tuple[str, ...], tensors: tuple[Any, ...]
         raise ValueError(f"{variant.name}: group_split={split} must divide H/Hkv = {H // Hkv} (query heads per k/v "
                          f"head); accepted here: {[s for s in range(1, H // Hkv + 1) if (H // Hkv) % s == 0]} or 'auto'")
 
+    if variant.name == "flash_decode":
+        _decode_mma(opts["mma"], opts["rows"], H, Hkv, tensors[0].shape[2], None)  # rows against mma="wgmma"
     _check_devices(names, tensors)
+    if variant.name == "flash_decode" and opts["mma"] == "wgmma":
+        _decode_mma("wgmma", opts["rows"], H, Hkv, tensors[0].shape[2], torch.cuda.get_device_capability(tensors[0].device))
     if variant.arch is not None:  # an sm_90a variant runs on compute capability 9.0 only
         why = unavailable_reason(variant, torch.cuda.get_device_capability(tensors[0].device))
         if why is not None:
@@ -307,6 +312,25 @@ def _wg_tail_plan(heads: int, Nq: int, BM: int, sms: int) -> int | None:
     return None if best_m == n_qb else best_m
 
 
+def _decode_mma(choice: str, rows: Any, H: int, Hkv: int, Nq: int, capability: tuple[int, int] | None) -> str:
+    """flash_decode's tensor-core instruction (option mma) on a GPU of compute ``capability``: "wgmma" needs 9.0
+    and 64-row blocks; "auto" takes it there where a k/v head has more than 64 rows (H / Hkv x Nq), else
+    "mma.sync". Bad combinations are errors that say what is accepted."""
+    hopper = capability is not None and tuple(capability) == (9, 0)
+    if choice == "wgmma":
+        if capability is not None and not hopper:
+            raise ValueError(f"flash_decode: mma='wgmma' needs a GPU of compute capability 9.0 (Hopper: H100, H200; "
+                             f"sm_90a instructions); this GPU is {capability[0]}.{capability[1]}; use mma='mma.sync' "
+                             f"or 'auto'")
+        if rows not in ("auto", 64):
+            raise ValueError(f"flash_decode: mma='wgmma' runs blocks of 64 rows (one warpgroup); got rows={rows!r}; "
+                             f"accepted with it: rows='auto' or 64")
+        return "wgmma"
+    if choice == "auto":
+        return "wgmma" if hopper and rows in ("auto", 64) and H // Hkv * Nq > 64 else "mma.sync"
+    return choice
+
+
 def _decode_stages(D: int, rows: int, R: int) -> int:
     """The K/V ring's stages of flash_decode's blocks of ``rows`` rows at head dim ``D`` where a k/v head has ``R``
     rows (flash_decode.cu: decode_stages, decode_rows)."""
@@ -314,7 +338,7 @@ def _decode_stages(D: int, rows: int, R: int) -> int:
 
 
 def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: int, D: int, causal: bool,
-                 sms: int, smem_per_sm: int) -> tuple[int, int]:
+                 sms: int, smem_per_sm: int, mma: str = "mma.sync") -> tuple[int, int]:
     """flash_decode's (rows per block, key splits) on a GPU of ``sms`` SMs of ``smem_per_sm`` bytes of shared
     memory. rows "auto": 16 for up to 32 of the H/Hkv x Nq rows of a k/v head (two 16-row blocks beat one of
     32), else 64. splits "auto": as many as give every SM one block, in one wave (with more than 64 rows a k/v
@@ -332,15 +356,20 @@ def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: 
     distinct-K/V rule from an H200 run (profiles/_logs/nvidia-h200/decode_plan_sweep_hkv1.log; Hkv = 1, Nq = 1, 32
     rows): 16 splits of two 16-row blocks 81.9 us at Nk = 65536 against 94.2 for 8 (SDPA flash 90.9, cuDNN 97.7),
     34.7 against 36.5 at Nk = 16384 (cuDNN 36.2); in the H100 run 110.8 against 112.8 and 42.5 against 42.7, and
-    8 splits stay at Nk = 4096 (19.1 us against 20.7 for 16) and 4 at Nk = 1024."""
+    8 splits stay at Nk = 4096 (19.1 us against 20.7 for 16) and 4 at Nk = 1024. ``mma`` "wgmma" (64-row blocks
+    only) counts its own shared memory: its ring, a Q tile and 1 KB of alignment slack a block
+    (flash_decode_wgmma.cu: decode_wg_smem)."""
     R = H // Hkv * Nq
     if rows == "auto":
-        rows = 16 if R <= 32 else 64
+        rows = 64 if mma == "wgmma" or R > 32 else 16
     tiles = -(-(min(Nk, Nq) if causal else Nk) // _DECODE_KEYS)
     if splits == "auto":
         per_sm = 1
         if R > 64:
-            smem = _decode_stages(D, rows, R) * 2 * _DECODE_KEYS * D * 2  # decode_smem in flash_decode.cu
+            if mma == "wgmma":  # decode_wg_smem in flash_decode_wgmma.cu: its ring, the Q tile, 1 KB of slack
+                smem = _DECODE_WG_STAGES[D] * 2 * _DECODE_KEYS * D * 2 + 64 * D * 2 + 1024
+            else:
+                smem = _decode_stages(D, rows, R) * 2 * _DECODE_KEYS * D * 2  # decode_smem in decode.cuh
             per_sm = max(1, smem_per_sm // (smem + _SMEM_RESERVED_PER_BLOCK))
         row_blocks = -(-R // rows)
         splits = max(1, min(per_sm * sms // (row_blocks * B * Hkv), tiles // _DECODE_MIN_TILES_PER_SPLIT))
@@ -359,11 +388,13 @@ def _decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.
         q, scale = -q, -scale
     B, H, Nq, D = q.shape
     props = torch.cuda.get_device_properties(q.device)
+    mma = _decode_mma(opts["mma"], opts["rows"], H, k.shape[1], Nq, (props.major, props.minor))
     rows, splits = _decode_plan(opts["rows"], opts["splits"], B, H, k.shape[1], Nq, k.shape[2], D, causal,
-                                props.multi_processor_count, props.shared_memory_per_multiprocessor)
+                                props.multi_processor_count, props.shared_memory_per_multiprocessor, mma)
     ws = [_alloc((splits, B * H * Nq, D), torch.float32, q.device),
           _alloc((splits, B * H * Nq), torch.float32, q.device)] if splits > 1 else []
-    _build.load("flash_decode").fwd(_DECODE_ROWS[rows] | splits << 8, q, k, v, o, lse, ws, scale, causal)
+    module = "flash_decode_wgmma" if mma == "wgmma" else "flash_decode"
+    _build.load(module).fwd(_DECODE_ROWS[rows] | splits << 8, q, k, v, o, lse, ws, scale, causal)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, variant: str = "flash_mma", causal: bool = False,

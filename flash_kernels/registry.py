@@ -209,7 +209,8 @@ VARIANTS: dict[str, Variant] = {
         ),
         Variant(
             "flash_decode",
-            "flash-decoding on flash_mma's tensor-core tile, for a KV cache (few queries, many keys): the query "
+            "flash-decoding on flash_mma's tensor-core tile (mma.sync; on Hopper, wgmma where a k/v head has more "
+            "than 64 rows), for a KV cache (few queries, many keys): the query "
             "heads that share a k/v head packed into one block's rows, the keys split over blocks and the "
             "splits' partial O merged by their LSE in a second kernel, K and V streamed through a 3-4 stage "
             "cp.async ring; forward only",
@@ -227,6 +228,14 @@ VARIANTS: dict[str, Variant] = {
                     "blocks the keys are split over (each writes a partial O and LSE, a second kernel merges "
                     "them), at most one per 64-key tile; auto: one block per SM in one wave (with more than 64 "
                     "rows a k/v head: as many blocks as an SM holds), about 256 keys or more a split",
+                    default={64: "auto", 128: "auto"},
+                ),
+                "mma": Option(
+                    "mma", ("auto", "mma.sync", "wgmma"),
+                    "the tensor-core instruction of the products: mma.sync = four warps each over the block's tiles "
+                    "(any GPU of compute capability 8.0 or later); wgmma = Hopper's warpgroup instruction, the 64 rows "
+                    "of a block in one product that reads each K/V tile from shared memory once (compute capability "
+                    "9.0, rows 64); auto: wgmma on a 9.0 GPU where a k/v head has more than 64 rows, else mma.sync",
                     default={64: "auto", 128: "auto"},
                 ),
             },

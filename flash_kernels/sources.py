@@ -49,6 +49,8 @@ MODULES: dict[str, ModuleSpec] = {
         ModuleSpec("flash_wgmma_bwd", "flash_wgmma_bwd.cu", "bind_flash_wgmma_bwd.cpp", ("bwd",), arch="sm_90a"),
         ModuleSpec("flash_wgmma_fp8", "flash_wgmma_fp8.cu", "bind_flash_wgmma_fp8.cpp", ("fwd", "vt"), arch="sm_90a"),
         ModuleSpec("flash_decode", "flash_decode.cu", "bind_flash_decode.cpp", ("fwd",)),
+        ModuleSpec("flash_decode_wgmma", "flash_decode_wgmma.cu", "bind_flash_decode_wgmma.cpp", ("fwd",),
+                   arch="sm_90a"),
     ]
 }
 

@@ -6,6 +6,9 @@ timer (CUDA events, the GPU-side hold). Memory-bound calls that read less than a
 the write-back can slow.
 
     python scripts/flush_check.py --configs Nq1-Nk16384-Hkv1,Nq1-Nk1024-Hkv8 --impls flash_decode,sdpa_cudnn
+    python scripts/flush_check.py --modes read --impls flash_decode:mma=mma.sync,flash_decode:mma=wgmma
+
+An implementation may carry a variant's options after a colon (name:option=value, several joined by "+").
 
 Prints, per shape and implementation, the median microseconds and the GB/s of compulsory K+V bytes under
 each mode. Needs a CUDA GPU.
@@ -28,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     names = [c.name for c in SUITES["decode"][0]]
     p.add_argument("--configs", default="Nq1-Nk1024-Hkv1,Nq1-Nk16384-Hkv1,Nq1-Nk65536-Hkv1,Nq1-Nk1024-Hkv8,"
                    "Nq1-Nk16384-Hkv8,Nq1-Nk1024-Hkv32", help="decode-suite configuration names, comma-separated")
-    p.add_argument("--impls", default="flash_decode,sdpa_flash,sdpa_cudnn")
+    p.add_argument("--impls", default="flash_decode,sdpa_flash,sdpa_cudnn",
+                   help="implementations, comma-separated; a variant may carry options: flash_decode:mma=wgmma+splits=8")
     p.add_argument("--modes", default=",".join(bench.FLUSH_MODES))
     p.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
     p.add_argument("--rounds", type=int, default=6, help="round-robin rounds of 5 timed repeats per setting")
@@ -39,8 +43,14 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--configs: not in the decode suite: {bad}; accepted: {', '.join(names)}")
     impls = a.impls.split(",")
     known = [*bench.VARIANTS, *bench.REFERENCES]
-    if any(i not in known for i in impls):
-        p.error(f"--impls: unknown {[i for i in impls if i not in known]}; accepted: {', '.join(known)}")
+    if any(i.split(":")[0] not in known for i in impls):
+        p.error(f"--impls: unknown {[i for i in impls if i.split(':')[0] not in known]}; accepted: {', '.join(known)}")
+    options = {}
+    for i in impls:
+        pairs = [kv for kv in i.partition(":")[2].split("+") if kv]
+        if any("=" not in kv for kv in pairs):
+            p.error(f"--impls: {i!r}: options are option=value pairs joined by '+' after a colon")
+        options[i] = {k: int(v) if v.isdigit() else v for k, v in (kv.split("=", 1) for kv in pairs)}
     if any(m not in bench.FLUSH_MODES for m in modes):
         p.error(f"--modes takes some of {', '.join(bench.FLUSH_MODES)}; got {a.modes}")
     if not torch.cuda.is_available():
@@ -58,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         calls = {}
         for impl in impls:
             try:
-                calls[impl] = bench.implementation_call(impl, c, inputs, "forward", {}, bench.Limits())[0]
+                calls[impl] = bench.implementation_call(impl.split(":")[0], c, inputs, "forward", options[impl],
+                                                        bench.Limits())[0]
             except bench.Skip as why:
                 print(f"{name:20s} {impl:13s} skipped: {why}")
         times = bench.time_interleaved({(i, m): (calls[i], flushers[m]) for i in calls for m in modes}, a.rounds,

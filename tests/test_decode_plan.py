@@ -7,7 +7,7 @@ torch = pytest.importorskip("torch")
 
 import flash_kernels as fk  # noqa: E402
 from flash_kernels import _ops  # noqa: E402
-from flash_kernels._ops import _decode_plan  # noqa: E402
+from flash_kernels._ops import _decode_mma, _decode_plan  # noqa: E402
 
 #: an H200's SMs and shared memory per SM (two D=128 blocks fit on one SM, three at D=64)
 H200 = (132, 228 * 1024)
@@ -22,10 +22,46 @@ def test_decode_options_are_checked():
         fk.forward(*qkv(), variant="flash_decode", rows=48)
     with pytest.raises(ValueError, match="option splits=3 is not supported; accepted: 'auto', 1, 2, 4, 8, 16, 32, 64"):
         fk.forward(*qkv(), variant="flash_decode", splits=3)
-    with pytest.raises(ValueError, match="unknown option.*tile; accepted: rows, splits"):
+    with pytest.raises(ValueError, match="unknown option.*tile; accepted: mma, rows, splits"):
         fk.forward(*qkv(), variant="flash_decode", tile="128x64")
     with pytest.raises(TypeError, match="flash_decode does not support dtype torch.float32; accepted: torch.float16"):
         fk.forward(*qkv(dtype=torch.float32), variant="flash_decode")
+
+
+def test_decode_mma_choice():
+    """wgmma needs compute capability 9.0 and 64-row blocks; auto takes it on Hopper where a k/v head has more than
+    64 rows (the tensor work's shapes), mma.sync elsewhere."""
+    hopper, ampere = (9, 0), (8, 0)
+    assert _decode_mma("auto", "auto", 32, 1, 4, hopper) == "wgmma"      # 128 rows a k/v head
+    assert _decode_mma("auto", 64, 32, 1, 16, hopper) == "wgmma"
+    assert _decode_mma("auto", "auto", 32, 8, 16, hopper) == "mma.sync"  # 64 rows
+    assert _decode_mma("auto", "auto", 32, 1, 1, hopper) == "mma.sync"   # 32 rows
+    assert _decode_mma("auto", 16, 32, 1, 16, hopper) == "mma.sync"      # 16-row blocks are mma.sync's
+    assert _decode_mma("auto", "auto", 32, 1, 16, ampere) == "mma.sync"
+    assert _decode_mma("auto", "auto", 32, 1, 16, None) == "mma.sync"
+    assert _decode_mma("mma.sync", "auto", 32, 1, 16, hopper) == "mma.sync"
+    assert _decode_mma("wgmma", "auto", 32, 8, 1, hopper) == "wgmma"     # asked for: kept, whatever the rows
+    assert _decode_mma("wgmma", 64, 32, 8, 1, None) == "wgmma"           # no GPU known: no claim
+    with pytest.raises(ValueError, match=r"mma='wgmma' needs a GPU of compute capability 9.0 .* this GPU is 8.0; use "
+                                         r"mma='mma.sync' or 'auto'"):
+        _decode_mma("wgmma", "auto", 32, 1, 16, ampere)
+    with pytest.raises(ValueError, match="mma='wgmma' runs blocks of 64 rows .* got rows=16; accepted with it: "
+                                         "rows='auto' or 64"):
+        _decode_mma("wgmma", 16, 32, 1, 16, hopper)
+    with pytest.raises(ValueError, match="option mma='wmma' is not supported; accepted: 'auto', 'mma.sync', 'wgmma'"):
+        fk.forward(*qkv(), variant="flash_decode", mma="wmma")
+    with pytest.raises(ValueError, match="got rows=32; accepted with it"):  # before the tensors' device is looked at
+        fk.forward(*qkv(), variant="flash_decode", mma="wgmma", rows=32)
+
+
+def test_decode_plan_wgmma():
+    """wgmma blocks hold 64 rows and count their own shared memory (3 stages of 32 KB, a 16 KB Q tile and 1 KB of
+    slack at D = 128: two an SM; 4 of 16 KB and 8 KB of Q at D = 64: three) where a k/v head has more than 64
+    rows."""
+    assert _decode_plan("auto", "auto", 8, 32, 1, 4, 16384, 128, False, *H200, "wgmma") == (64, 16)  # 264 // (2 x 8)
+    assert _decode_plan("auto", "auto", 8, 32, 1, 16, 4096, 128, False, *H200, "wgmma") == (64, 4)  # 264 // 64
+    assert _decode_plan("auto", "auto", 8, 32, 1, 16, 4096, 64, False, *H200, "wgmma") == (64, 6)  # 396 // 64
+    assert _decode_plan("auto", "auto", 8, 32, 8, 1, 16384, 128, False, *H200, "wgmma")[0] == 64  # not 16
 
 
 def test_decode_is_forward_only(monkeypatch):

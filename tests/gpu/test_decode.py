@@ -1,5 +1,5 @@
 """flash_decode against the fp64 reference at decode shapes: H = 32 query heads over 1, 8 or 32 k/v heads,
-Nq = 1, 3, 16 queries against 1 to 65536 keys, every rows / splits choice, causal and not, outputs poisoned
+Nq = 1, 3, 16 queries against 1 to 65536 keys, every rows / splits / mma choice, causal and not, outputs poisoned
 (the splits' fp32 workspaces too). Inputs random normal + 0.5 (random_attention_inputs)."""
 
 from __future__ import annotations
@@ -25,12 +25,18 @@ def _decode_cases():
                         yield pytest.param(dtype, D, Hkv, Nq, Nk, id=f"{dtype}-D{D}-Hkv{Hkv}-Nq{Nq}-Nk{Nk}")
 
 
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+needs_hopper = pytest.mark.skipif(not HOPPER, reason="mma='wgmma' runs on compute capability 9.0 only")
+
+
+@pytest.mark.parametrize("mma", ["auto", pytest.param("wgmma", marks=needs_hopper)])
 @pytest.mark.parametrize("dtype,D,Hkv,Nq,Nk", list(_decode_cases()))
-def test_decode_against_reference(dtype: str, D: int, Hkv: int, Nq: int, Nk: int) -> None:
-    """The default options (rows and splits chosen for the shape and this GPU's SMs)."""
+def test_decode_against_reference(dtype: str, D: int, Hkv: int, Nq: int, Nk: int, mma: str) -> None:
+    """The default options (rows and splits chosen for the shape and this GPU's SMs; auto takes wgmma on Hopper
+    where a k/v head has more than 64 rows), and wgmma at every shape."""
     B = 1 if Nk > 5000 else 2  # one batch for the long caches bounds the fp64 reference
     q, k, v, _ = random_attention_inputs(B, 32, Nq, D, DTYPES[dtype], Hkv=Hkv, Nk=Nk, seed=Nq * 31 + Nk + D + Hkv)
-    _forward_checked("flash_decode", q, k, v, False, TOLERANCES[dtype])
+    _forward_checked("flash_decode", q, k, v, False, TOLERANCES[dtype], mma=mma)
 
 
 #: (B, H, Hkv, Nq, Nk, D, dtype): 4 packed rows against a ragged cache; 512 packed rows (several row blocks)
@@ -44,21 +50,35 @@ OPTION_SHAPES = [(2, 32, 8, 3, 4097, 128, "float16"), (1, 32, 1, 16, 1000, 64, "
                  (1, 2, 2, 1100, 1100, 128, "float16")]
 
 
-@pytest.mark.parametrize("rows", DECODE.options["rows"].choices)
+#: every rows choice on mma.sync, and wgmma's (64-row blocks only)
+ROWS_MMA = [pytest.param(rows, "mma.sync", id=f"{rows}-mma.sync") for rows in DECODE.options["rows"].choices] + [
+    pytest.param(rows, "wgmma", id=f"{rows}-wgmma", marks=needs_hopper) for rows in ("auto", 64)]
+
+
+@pytest.mark.parametrize("rows,mma", ROWS_MMA)
 @pytest.mark.parametrize("splits", DECODE.options["splits"].choices)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_every_rows_and_splits(rows: object, splits: object, causal: bool) -> None:
-    """Every choice of both options, each on shapes that are multiples of no tile; causal is top-left (query i
+def test_every_rows_and_splits(rows: object, mma: str, splits: object, causal: bool) -> None:
+    """Every choice of the options, each on shapes that are multiples of no tile; causal is top-left (query i
     sees keys 0..i), as the reference's."""
     for B, H, Hkv, Nq, Nk, D, dtype in OPTION_SHAPES:
         q, k, v, _ = random_attention_inputs(B, H, Nq, D, DTYPES[dtype], Hkv=Hkv, Nk=Nk, seed=Nk + Nq)
-        _forward_checked("flash_decode", q, k, v, causal, TOLERANCES[dtype], rows=rows, splits=splits)
+        _forward_checked("flash_decode", q, k, v, causal, TOLERANCES[dtype], rows=rows, splits=splits, mma=mma)
+
+
+@needs_hopper
+def test_wgmma_with_small_rows_is_refused_before_launch() -> None:
+    """rows other than 64 with wgmma is an error that names what is accepted, not a failed launch."""
+    q, k, v, _ = random_attention_inputs(1, 32, 4, 128, torch.float16, Hkv=1, Nk=300, seed=3)
+    with pytest.raises(ValueError, match="accepted with it: rows='auto' or 64"):
+        fk.forward(q, k, v, variant="flash_decode", mma="wgmma", rows=16)
 
 
 @pytest.mark.parametrize("scale", [0.05, -0.3])
 def test_decode_custom_scale(scale: float) -> None:
     """A negative scale runs as (-q) * |scale| (the softmax keeps the running max of raw scores)."""
     q, k, v, _ = random_attention_inputs(2, 8, 4, 128, torch.float16, Hkv=2, Nk=3000, seed=5)
-    o, _ = fk.forward(q, k, v, variant="flash_decode", scale=scale, splits=8)
-    ref, _ = reference_forward(q, k, v, scale=scale)
-    _assert_close("O", o, ref, TOLERANCES["float16"]["out_rel_l2"], TOLERANCES["float16"]["out_max_rel"])
+    for mma in ("mma.sync", "wgmma") if HOPPER else ("mma.sync",):
+        o, _ = fk.forward(q, k, v, variant="flash_decode", scale=scale, splits=8, mma=mma)
+        ref, _ = reference_forward(q, k, v, scale=scale)
+        _assert_close("O", o, ref, TOLERANCES["float16"]["out_rel_l2"], TOLERANCES["float16"]["out_max_rel"])
