@@ -28,6 +28,10 @@
 // 423.6 -> 427.4 (the one loss, 0.9 %); forced where auto keeps mma.sync: 8 KV heads, Nq = 16 (64 rows), Nk = 16384
 // 190.9 -> 186.6; one KV head, Nq = 1 (32 rows), 32.0 -> 31.3. The one-KV-head rows stay far from HBM's 3.35 TB/s:
 // a k/v head's 128 (Nq = 4) or 512 (Nq = 16) rows are 2 or 8 blocks that each stream the head's K/V through L2.
+// Under Nsight Compute (the decode capture at 43d1638 against f295b00's, one KV head, Nq = 4, Nk = 16384): at D = 128
+// the split kernel's shared-memory wavefronts 4.81 M -> 2.15 M, its time 36.9 -> 34.1 us (16 splits, not 24: two
+// 113 KB blocks an SM), the merge 7.9 -> 6.8 us; at D = 64, which no timed A/B covered, 22.4 -> 22.0 us (fp16) and
+// 22.9 -> 21.9 (bf16).
 #include "decode.cuh"
 #include "wgmma.cuh"
 
