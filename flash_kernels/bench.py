@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from nsightlab.core.args import ArgumentParser
+from nsightlab.core.text import csv_list
 
 from . import _ops, model
 from .bench_suites import SUITES, Config, get_suite, suite_passes
@@ -628,10 +629,6 @@ def write_results(rows: list[dict[str, Any]], out_dir: Path, name: str, manifest
     return csv_path
 
 
-def _csv_list(s: str) -> list[str]:
-    return [x for x in s.split(",") if x]
-
-
 @dataclass(frozen=True)
 class Selection:
     """What the command runs, each list checked against what exists."""
@@ -669,24 +666,24 @@ def _parser() -> argparse.ArgumentParser:
 
 def _selection(a: argparse.Namespace) -> Selection:
     """The command's lists; ValueError naming what is unknown and what is accepted."""
-    variants = _csv_list(a.variants)
+    variants = csv_list(a.variants)
     for v in variants:
         get_variant(v)
-    refs = _csv_list(a.refs)
+    refs = csv_list(a.refs)
     bad = [r for r in refs if r not in REFERENCES]
     if bad:
         raise ValueError(f"unknown reference(s) {bad}; known: {', '.join(REFERENCES)}")
-    passes = _csv_list(a.passes)
+    passes = csv_list(a.passes)
     if any(x not in ("forward", "backward") for x in passes):
         raise ValueError(f"--passes takes forward,backward; got {a.passes}")
-    dtypes = _csv_list(a.dtypes) or None
+    dtypes = csv_list(a.dtypes) or None
     if dtypes and any(d not in TORCH_DTYPES for d in dtypes):
         raise ValueError(f"--dtypes takes {', '.join(TORCH_DTYPES)}; got {a.dtypes}")
     options: dict[str, Any] = {}
     for o in a.option:
         key, _, val = o.partition("=")
         options[key] = int(val) if val.isdigit() else val
-    suites = _csv_list(a.suite)
+    suites = csv_list(a.suite)
     for s in suites:
         get_suite(s)
     return Selection(suites, variants, refs, passes, dtypes, options)
@@ -710,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         stopped = False
         try:
-            rows = run(suite, sel.variants, sel.refs, sel.passes, sel.dtypes, _csv_list(a.configs), sel.options,
+            rows = run(suite, sel.variants, sel.refs, sel.passes, sel.dtypes, csv_list(a.configs), sel.options,
                        a.warmup, a.reps, a.budget_ms, int(a.max_score_elems), int(a.max_cpu_elems), a.max_call_ms,
                        flush=a.flush)
         except Interrupted as stop:  # keep what was finished, say so, and stop
