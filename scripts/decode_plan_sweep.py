@@ -5,6 +5,10 @@ between settings (separate bench runs of the same plan differed by up to 13 % on
 flash_kernels._ops._decode_plan is tuned from.
 
     python scripts/decode_plan_sweep.py --configs Nq1-Nk4096-Hkv1,Nq1-Nk16384-Hkv8 --out decode_plan.csv
+    python scripts/decode_plan_sweep.py --configs Nq4-Nk16384-Hkv1 --rows 64 --mma mma.sync,wgmma
+
+Each setting runs with the option mma given (default "auto": on a compute capability 9.0 GPU rows auto / 64 run
+wgmma where a k/v head has more than 64 rows, rows 16 / 32 mma.sync); the label names the instruction it ran.
 
 Prints, per shape, every setting's microseconds, fastest first, with the auto plan's (rows, splits) named; the
 rows go to --out as CSV. Needs a CUDA GPU.
@@ -20,7 +24,7 @@ import statistics
 import torch
 
 from flash_kernels import VARIANTS, bench
-from flash_kernels._ops import _decode_plan
+from flash_kernels._ops import _decode_mma, _decode_plan
 from flash_kernels.bench_suites import SUITES
 from flash_kernels.testing import random_attention_inputs
 
@@ -31,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--configs", default=",".join(names), help="decode-suite configuration names, comma-separated")
     p.add_argument("--rows", default="auto,16,32,64", help="rows options to sweep")
     p.add_argument("--splits", default="auto,1,2,4,8,16,32", help="splits options to sweep")
+    p.add_argument("--mma", default="auto", help="mma options to sweep (wgmma only with rows auto / 64)")
     p.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
     p.add_argument("--rounds", type=int, default=6, help="round-robin rounds of 5 timed repeats per setting")
     p.add_argument("--out", default="", help="CSV of every setting's median (optional)")
@@ -43,16 +48,19 @@ def main(argv: list[str] | None = None) -> int:
     grid = []
     if a.rounds < 1:
         p.error(f"--rounds takes a positive number; got {a.rounds}")
-    for r, s in itertools.product(a.rows.split(","), a.splits.split(",")):
+    for r, s, m in itertools.product(a.rows.split(","), a.splits.split(","), a.mma.split(",")):
         r2 = r if r == "auto" or not r.isdigit() else int(r)
         s2 = s if s == "auto" or not s.isdigit() else int(s)
-        if r2 not in opts["rows"].choices or s2 not in opts["splits"].choices:
-            p.error(f"rows {r!r} or splits {s!r} is not an option; rows: {opts['rows'].choices}, "
-                    f"splits: {opts['splits'].choices}")
-        grid.append({"rows": r2, "splits": s2})
+        if r2 not in opts["rows"].choices or s2 not in opts["splits"].choices or m not in opts["mma"].choices:
+            p.error(f"rows {r!r}, splits {s!r} or mma {m!r} is not an option; rows: {opts['rows'].choices}, "
+                    f"splits: {opts['splits'].choices}, mma: {opts['mma'].choices}")
+        if m == "wgmma" and r2 not in ("auto", 64):
+            continue  # wgmma runs 64-row blocks only
+        grid.append({"rows": r2, "splits": s2, "mma": m})
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU (torch.cuda.is_available() is False)")
     props = torch.cuda.get_device_properties(0)
+    capability = (props.major, props.minor)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {a.dtype}; microseconds, median of "
           f"{a.rounds} rounds x 5 repeats, the settings interleaved on the same inputs")
     cfgs = {c.name: c for c in SUITES["decode"][0]}
@@ -63,17 +71,20 @@ def main(argv: list[str] | None = None) -> int:
                                          seed=bench.input_seed(c))
         calls = {}
         for impl, setting in [("sdpa_flash", {}), ("sdpa_cudnn", {}), *(("flash_decode", g) for g in grid)]:
-            label = impl if not setting else f"rows={setting['rows']},splits={setting['splits']}"
+            label = impl if not setting else (
+                f"rows={setting['rows']},splits={setting['splits']},"
+                f"{_decode_mma(setting['mma'], setting['rows'], c.H, c.Hkv, c.N, capability)}")
             try:
                 calls[label] = bench.implementation_call(impl, c, inputs, "forward", setting, bench.Limits())[0]
             except bench.Skip as why:
                 print(f"  {name}: {label} skipped: {why}")
         times = bench.time_interleaved({label: (fn, flush) for label, fn in calls.items()}, a.rounds, hold)
+        mma = _decode_mma("auto", "auto", c.H, c.Hkv, c.N, capability)
         plan = _decode_plan("auto", "auto", c.B, c.H, c.Hkv, c.N, c.Nk, c.D, c.causal, props.multi_processor_count,
-                            props.shared_memory_per_multiprocessor)
+                            props.shared_memory_per_multiprocessor, mma)
         got = sorted((statistics.median(t) * 1e3, label) for label, t in times.items())
-        print(f"{name} (auto = rows {plan[0]}, splits {plan[1]}): " + "  ".join(f"{i} {t:.1f}" for t, i in got),
-              flush=True)
+        print(f"{name} (auto = rows {plan[0]}, splits {plan[1]}, {mma}): "
+              + "  ".join(f"{i} {t:.1f}" for t, i in got), flush=True)
         rows += [{"config": name, "setting": label, "us": statistics.median(t) * 1e3, "us_min": min(t) * 1e3,
                   "repeats": len(t)} for label, t in times.items()]
         del inputs, calls

@@ -51,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
         if any("=" not in kv for kv in pairs):
             p.error(f"--impls: {i!r}: options are option=value pairs joined by '+' after a colon")
         options[i] = {k: int(v) if v.isdigit() else v for k, v in (kv.split("=", 1) for kv in pairs)}
+        name = i.split(":")[0]
+        have = bench.VARIANTS[name].options if name in bench.VARIANTS else {}
+        if set(options[i]) - set(have):  # bench drops options a variant lacks: a typo would time the default
+            p.error(f"--impls: {i!r}: {name} has no option {sorted(set(options[i]) - set(have))}; "
+                    f"its options: {', '.join(have) or 'none'}")
     if any(m not in bench.FLUSH_MODES for m in modes):
         p.error(f"--modes takes some of {', '.join(bench.FLUSH_MODES)}; got {a.modes}")
     if not torch.cuda.is_available():

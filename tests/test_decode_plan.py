@@ -60,8 +60,53 @@ def test_decode_plan_wgmma():
     rows."""
     assert _decode_plan("auto", "auto", 8, 32, 1, 4, 16384, 128, False, *H200, "wgmma") == (64, 16)  # 264 // (2 x 8)
     assert _decode_plan("auto", "auto", 8, 32, 1, 16, 4096, 128, False, *H200, "wgmma") == (64, 4)  # 264 // 64
-    assert _decode_plan("auto", "auto", 8, 32, 1, 16, 4096, 64, False, *H200, "wgmma") == (64, 6)  # 396 // 64
+    # D = 64: 4 stages of 16 KB, an 8 KB Q tile and 1 KB of slack (74 KB a block, 75 with the reserve): where an SM
+    # has 195 KB, two such blocks fit and three of mma.sync's 64 KB ones
+    assert _decode_plan("auto", "auto", 8, 32, 1, 16, 4096, 64, False, 132, 195 * 1024, "wgmma") == (64, 4)
+    assert _decode_plan("auto", "auto", 8, 32, 1, 16, 4096, 64, False, 132, 195 * 1024, "mma.sync") == (64, 6)
     assert _decode_plan("auto", "auto", 8, 32, 8, 1, 16384, 128, False, *H200, "wgmma")[0] == 64  # not 16
+
+
+class _FakeModule:
+    def __init__(self, name, calls):
+        self.name, self.calls = name, calls
+
+    def fwd(self, code, *args):
+        self.calls.append((self.name, code & 0xFF, code >> 8))
+
+
+def _fake_gpu(monkeypatch, capability):
+    """CPU tensors through flash_decode's dispatch as on a GPU of ``capability`` with an H200's SMs and shared
+    memory; the kernel modules record (module, rows code, splits) instead of running."""
+    import types
+
+    calls = []
+    props = types.SimpleNamespace(major=capability[0], minor=capability[1], multi_processor_count=H200[0],
+                                  shared_memory_per_multiprocessor=H200[1])
+    monkeypatch.setattr(_ops, "_check_devices", lambda names, tensors: None)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(_ops._build, "load", lambda name: _FakeModule(name, calls))
+    return calls
+
+
+@pytest.mark.parametrize("capability,module,splits", [((9, 0), "flash_decode_wgmma", 16), ((8, 0), "flash_decode", 24)])
+def test_decode_dispatches_the_instruction_it_planned(monkeypatch, capability, module, splits):
+    """One KV head, Nq = 4 (128 rows a head): wgmma's module and its plan (two 113 KB blocks an SM: 264 // 16) on
+    compute 9.0; mma.sync's elsewhere (three 65 KB blocks: 396 // 16)."""
+    calls = _fake_gpu(monkeypatch, capability)
+    q = torch.zeros(8, 32, 4, 128, dtype=torch.float16)
+    kv = torch.zeros(8, 1, 16384, 128, dtype=torch.float16)
+    fk.forward(q, kv, kv, variant="flash_decode")
+    assert calls == [(module, 2, splits)]  # rows code 2: 64 rows a block
+
+
+def test_decode_wgmma_off_hopper_is_refused_through_the_api(monkeypatch):
+    calls = _fake_gpu(monkeypatch, (8, 9))
+    with pytest.raises(ValueError, match="mma='wgmma' needs a GPU of compute capability 9.0 .* this GPU is 8.9"):
+        fk.forward(*qkv(), variant="flash_decode", mma="wgmma")
+    fk.forward(*qkv(), variant="flash_decode", mma="auto")  # auto runs mma.sync there
+    assert [c[0] for c in calls] == ["flash_decode"]
 
 
 def test_decode_is_forward_only(monkeypatch):

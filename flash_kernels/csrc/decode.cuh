@@ -15,18 +15,19 @@ constexpr int kDecodeKeys = 64;       // keys per K/V tile: one stage of the rin
 constexpr int kDecodeThreads = 128;   // 4 warps
 constexpr int kDecodeRowsPerWarp = 16;
 
-// Stages of the K/V ring. flash_kernels/_ops.py mirrors them (_decode_stages) to count the blocks an SM holds
-// when it picks the number of splits: 3 at D = 128 (32 KB each, two blocks per SM), 4 at D = 64 (16 KB each,
-// three per SM). Where a k/v head has more than 64 rows, its 64-row blocks at D = 128 keep 2 (decode_rows), so that
-// three blocks fit on an SM (64 KB each; the 168 registers a thread of that kernel uses allow three too): there
-// the tensor work, not the bytes in flight, is what an SM's warps wait on. A k/v head of at most 64 rows has one
-// block per SM streaming K/V, which wants the third stage (two stages: 3 % slower at 8 KV heads, Nq = 16).
+// Stages of the K/V ring of flash_decode.cu's kernel (flash_decode_wgmma.cu has its own: decode_wg_stages).
+// flash_kernels/_ops.py mirrors them (_decode_stages) to count the blocks an SM holds when it picks the number of
+// splits: 3 at D = 128 (32 KB each, two blocks per SM), 4 at D = 64 (16 KB each, three per SM). Where a k/v head
+// has more than 64 rows, its 64-row blocks at D = 128 keep 2 (decode_rows), so that three blocks fit on an SM
+// (64 KB each; the 168 registers a thread of that kernel uses allow three too): there the tensor work, not the
+// bytes in flight, is what an SM's warps wait on. A k/v head of at most 64 rows has one block per SM streaming
+// K/V, which wants the third stage (two stages: 3 % slower at 8 KV heads, Nq = 16).
 template <int D>
 __host__ __device__ constexpr int decode_stages() { return D == 128 ? 3 : 4; }
 
-// Dynamic shared memory: the ring [S stages][K tile, V tile] of [64][D] each. The Q tile [16 WR][D] is loaded into
-// the last stage's K tile and read into registers before the first tile's barrier, after which that stage is
-// overwritten.
+// Dynamic shared memory: the ring [S stages][K tile, V tile] of [64][D] each. In flash_decode.cu's kernel the Q
+// tile [16 WR][D] is loaded into the last stage's K tile and read into registers before the first tile's barrier,
+// after which that stage is overwritten.
 template <int D, int S>
 __host__ __device__ constexpr int decode_smem() {
   return S * 2 * kDecodeKeys * D * 2;

@@ -15,11 +15,15 @@
 //    other blocks of the SM).
 // Q has a tile of its own in shared memory (the A operand of S = Q K^T), not registers: with Q as register
 // fragments loaded once before the loop (an RS wgmma, Q in the ring's last stage as flash_decode does, which kept
-// three 65 KB blocks an SM at D = 128), ptxas 13.0 (V13.0.88) gave the D = 64 kernel's P fragments the registers
+// three blocks an SM at D = 128: 64 KB of ring + 1 KB of slack each), ptxas 13.0 (V13.0.88) gave the D = 64 kernel's
+// P fragments the registers
 // of Q inside the loop (SASS: HGMMA.64x64x16 R56, R100, gdesc.tnspB after F2FP.F16.F32.PACK_AB R100, then the next
 // tile's HGMMA R24, R100 reads P as Q), so every tile after a block's first was scored against the wrong Q
-// (rel. L2 error 0.14-0.26; the LSE wrong). D = 128 compiled correctly; the Q tile in shared memory is what
-// FlashAttention-3 and flash_wgmma do, and needs no such luck.
+// (rel. L2 error 0.14-0.26; the LSE wrong; D = 128 compiled correctly; the debug runs and the SASS are in
+// profiles/_logs/nvidia-h100-80gb-hbm3/decode_wgmma_register_q_miscompile.log). The Q tile in shared memory is what
+// FlashAttention-3 and flash_wgmma do, and needs no such luck. That first version, at D = 128 only, is in the A/B
+// log too (another node): it was as fast at Nq = 4 and faster at one KV head, Nq = 16, 64k keys (398.1 against
+// mma.sync's 422.5 us), where the version here loses 0.9 %.
 // Bought (H100 80GB HBM3, torch 2.11.0+cu130, fp16, B=8 H=32 D=128, L2 flushed (read), two interleaved rounds,
 // same node; `python3 scripts/flush_check.py --modes read --rounds 2 --impls
 // flash_decode:mma=mma.sync,flash_decode:mma=wgmma --configs ...`; log profiles/_logs/nvidia-h100-80gb-hbm3/
