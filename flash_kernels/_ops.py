@@ -341,11 +341,12 @@ def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: 
                  sms: int, smem_per_sm: int, mma: str = "mma.sync") -> tuple[int, int]:
     """flash_decode's (rows per block, key splits) on a GPU of ``sms`` SMs of ``smem_per_sm`` bytes of shared
     memory. rows "auto": 16 for up to 32 of the H/Hkv x Nq rows of a k/v head (two 16-row blocks beat one of
-    32), else 64 (always 64 with ``mma`` "wgmma"). splits "auto": as many as give every SM one block, in one wave (with more than 64 rows a k/v
-    head, the tensor work's, as many blocks as its shared memory holds), but no more than leave 4 key tiles
-    (256 keys) a split (the last split may hold fewer). Where a k/v head's rows take several blocks (17-64 rows:
-    two 16-row blocks), those blocks read the same K/V, so half the SMs' loads go to DRAM: then as many splits as
-    give every SM one block of distinct K/V, while a split keeps 16 tiles (1024 keys). Either way at most one
+    32), else 64 (always 64 with ``mma`` "wgmma"). splits "auto": as many as give every SM one block, in one
+    wave (with more than 64 rows a k/v head, the tensor work's, as many blocks as its shared memory holds), but
+    no more than leave 4 key tiles (256 keys) a split (the last split may hold fewer). Where a k/v head's rows
+    take several blocks (17-64 rows: two 16-row blocks), those blocks read the same K/V, so half the SMs' loads go
+    to DRAM: then as many splits as give every SM one block of distinct K/V, while a split keeps 16 tiles (1024
+    keys). Either way at most one
     split per 64-key tile of the keys a row can see (min(Nk, Nq) when causal), dealt out so that no split is
     empty.
 

@@ -629,6 +629,12 @@ def write_results(rows: list[dict[str, Any]], out_dir: Path, name: str, manifest
     return csv_path
 
 
+def option_value(text: str) -> Any:
+    """A variant option's value as a command line gives it: a whole number as an int (``splits=8``), else the
+    text (``mma=wgmma``, ``rows=auto``)."""
+    return int(text) if text.isdigit() else text
+
+
 @dataclass(frozen=True)
 class Selection:
     """What the command runs, each list checked against what exists."""
@@ -682,7 +688,7 @@ def _selection(a: argparse.Namespace) -> Selection:
     options: dict[str, Any] = {}
     for o in a.option:
         key, _, val = o.partition("=")
-        options[key] = int(val) if val.isdigit() else val
+        options[key] = option_value(val)
     suites = csv_list(a.suite)
     for s in suites:
         get_suite(s)

@@ -49,8 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.rounds < 1:
         p.error(f"--rounds takes a positive number; got {a.rounds}")
     for r, s, m in itertools.product(a.rows.split(","), a.splits.split(","), a.mma.split(",")):
-        r2 = r if r == "auto" or not r.isdigit() else int(r)
-        s2 = s if s == "auto" or not s.isdigit() else int(s)
+        r2, s2 = bench.option_value(r), bench.option_value(s)
         if r2 not in opts["rows"].choices or s2 not in opts["splits"].choices or m not in opts["mma"].choices:
             p.error(f"rows {r!r}, splits {s!r} or mma {m!r} is not an option; rows: {opts['rows'].choices}, "
                     f"splits: {opts['splits'].choices}, mma: {opts['mma'].choices}")

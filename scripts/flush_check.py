@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         pairs = [kv for kv in i.partition(":")[2].split("+") if kv]
         if any("=" not in kv for kv in pairs):
             p.error(f"--impls: {i!r}: options are option=value pairs joined by '+' after a colon")
-        options[i] = {k: int(v) if v.isdigit() else v for k, v in (kv.split("=", 1) for kv in pairs)}
+        options[i] = {k: bench.option_value(v) for k, v in (kv.split("=", 1) for kv in pairs)}
         name = i.split(":")[0]
         have = bench.VARIANTS[name].options if name in bench.VARIANTS else {}
         if set(options[i]) - set(have):  # bench drops options a variant lacks: a typo would time the default
