@@ -33,8 +33,7 @@ _DECODE_MIN_TILES_PER_DUP_SPLIT = 16
 #: (bits 0..7; bits 8..: the number of key splits), shared memory a GPU keeps back per resident block
 _DECODE_KEYS = 64
 _DECODE_STAGES = {64: 4, 128: 3}  # but 2 for 64-row blocks at D = 128 with more than 64 rows a k/v head
-_DECODE_ROWS = {16: 0, 32: 1, 64: 2}
-_DECODE_WG_STAGES = {64: 4, 128: 3}  # flash_decode_wgmma.cu: decode_wg_stages
+_DECODE_ROWS = {16: 0, 32: 1, 64: 2, 128: 3}
 _SMEM_RESERVED_PER_BLOCK = 1024
 
 #: When True (see flash_kernels.testing.poisoned_outputs), outputs are filled with NaN before the
@@ -154,7 +153,7 @@ def _prepare(variant_name: str, names: tuple[str, ...], tensors: tuple[Any, ...]
     if variant.name == "flash_decode":
         _decode_mma(opts["mma"], opts["rows"], H, Hkv, tensors[0].shape[2], None)  # rows against mma="wgmma"
     _check_devices(names, tensors)
-    if variant.name == "flash_decode" and opts["mma"] == "wgmma":
+    if variant.name == "flash_decode" and (opts["mma"] == "wgmma" or opts["rows"] == 128):
         _decode_mma("wgmma", opts["rows"], H, Hkv, tensors[0].shape[2], torch.cuda.get_device_capability(tensors[0].device))
     if variant.arch is not None:  # an sm_90a variant runs on compute capability 9.0 only
         why = unavailable_reason(variant, torch.cuda.get_device_capability(tensors[0].device))
@@ -313,18 +312,23 @@ def _wg_tail_plan(heads: int, Nq: int, BM: int, sms: int) -> int | None:
 
 
 def _decode_mma(choice: str, rows: Any, H: int, Hkv: int, Nq: int, capability: tuple[int, int] | None) -> str:
-    """flash_decode's tensor-core instruction (option mma) on a GPU of compute ``capability``: "wgmma" needs 9.0
-    and 64-row blocks; "auto" takes it there where a k/v head has more than 64 rows (H / Hkv x Nq), else
-    "mma.sync". Bad combinations are errors that say what is accepted."""
+    """flash_decode's tensor-core instruction (option mma) on a GPU of compute ``capability`` (None: not known yet,
+    only the options are checked): "wgmma" needs 9.0 and blocks of 64 rows (one warpgroup) or 128 (two); 128-row
+    blocks need "wgmma"; "auto" takes wgmma on 9.0 where a k/v head has more than 64 rows (H / Hkv x Nq) or rows is
+    128, else "mma.sync". Bad combinations are errors that say what is accepted."""
     hopper = capability is not None and tuple(capability) == (9, 0)
-    if choice == "wgmma":
+    if choice == "mma.sync" and rows == 128:
+        raise ValueError("flash_decode: rows=128 runs two warpgroups on wgmma; got mma='mma.sync'; accepted with "
+                         "mma='mma.sync': rows='auto', 16, 32 or 64")
+    if choice == "wgmma" or rows == 128:
         if capability is not None and not hopper:
-            raise ValueError(f"flash_decode: mma='wgmma' needs a GPU of compute capability 9.0 (Hopper: H100, H200; "
+            why = "mma='wgmma'" if choice == "wgmma" else "rows=128 (two warpgroups on wgmma)"
+            raise ValueError(f"flash_decode: {why} needs a GPU of compute capability 9.0 (Hopper: H100, H200; "
                              f"sm_90a instructions); this GPU is {capability[0]}.{capability[1]}; use mma='mma.sync' "
-                             f"or 'auto'")
-        if rows not in ("auto", 64):
-            raise ValueError(f"flash_decode: mma='wgmma' runs blocks of 64 rows (one warpgroup); got rows={rows!r}; "
-                             f"accepted with it: rows='auto' or 64")
+                             f"or 'auto' with rows 'auto', 16, 32 or 64")
+        if rows not in ("auto", 64, 128):
+            raise ValueError(f"flash_decode: mma='wgmma' runs blocks of 64 rows (one warpgroup) or 128 (two); got "
+                             f"rows={rows!r}; accepted with it: rows='auto', 64 or 128")
         return "wgmma"
     if choice == "auto":
         return "wgmma" if hopper and rows in ("auto", 64) and H // Hkv * Nq > 64 else "mma.sync"
@@ -337,11 +341,20 @@ def _decode_stages(D: int, rows: int, R: int) -> int:
     return 2 if D == 128 and rows == 64 and R > 64 else _DECODE_STAGES[D]
 
 
+def _decode_wg_smem(D: int, rows: int) -> int:
+    """Dynamic shared memory of a flash_decode_wgmma block of ``rows`` (64: one warpgroup, 128: two) at head dim
+    ``D`` (flash_decode_wgmma.cu: decode_wg_stages, decode_wg_smem): the K/V ring (3 stages for one warpgroup at
+    D = 128, else 4), the Q tile and 1 KB of alignment slack."""
+    stages = 3 if D == 128 and rows == 64 else 4
+    return stages * 2 * _DECODE_KEYS * D * 2 + rows * D * 2 + 1024
+
+
 def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: int, D: int, causal: bool,
                  sms: int, smem_per_sm: int, mma: str = "mma.sync") -> tuple[int, int]:
     """flash_decode's (rows per block, key splits) on a GPU of ``sms`` SMs of ``smem_per_sm`` bytes of shared
     memory. rows "auto": 16 for up to 32 of the H/Hkv x Nq rows of a k/v head (two 16-row blocks beat one of
-    32), else 64 (always 64 with ``mma`` "wgmma"). splits "auto": as many as give every SM one block, in one
+    32), else 64; with ``mma`` "wgmma" 128 (two warpgroups that share each K/V tile) where a k/v head has more
+    than 64 rows, else 64. splits "auto": as many as give every SM one block, in one
     wave (with more than 64 rows a k/v head, the tensor work's, as many blocks as its shared memory holds), but
     no more than leave 4 key tiles (256 keys) a split (the last split may hold fewer). Where a k/v head's rows
     take several blocks (17-64 rows: two 16-row blocks), those blocks read the same K/V, so half the SMs' loads go
@@ -357,18 +370,17 @@ def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: 
     distinct-K/V rule from an H200 run (profiles/_logs/nvidia-h200/decode_plan_sweep_hkv1.log; Hkv = 1, Nq = 1, 32
     rows): 16 splits of two 16-row blocks 81.9 us at Nk = 65536 against 94.2 for 8 (SDPA flash 90.9, cuDNN 97.7),
     34.7 against 36.5 at Nk = 16384 (cuDNN 36.2); in the H100 run 110.8 against 112.8 and 42.5 against 42.7, and
-    8 splits stay at Nk = 4096 (19.1 us against 20.7 for 16) and 4 at Nk = 1024. ``mma`` "wgmma" (64-row blocks
-    only) counts its own shared memory: its ring, a Q tile and 1 KB of alignment slack a block
-    (flash_decode_wgmma.cu: decode_wg_smem)."""
+    8 splits stay at Nk = 4096 (19.1 us against 20.7 for 16) and 4 at Nk = 1024. ``mma`` "wgmma" counts its own shared memory
+    (_decode_wg_smem: its ring, a Q tile and 1 KB of alignment slack a block)."""
     R = H // Hkv * Nq
     if rows == "auto":
-        rows = 64 if mma == "wgmma" or R > 32 else 16
+        rows = (128 if R > 64 else 64) if mma == "wgmma" else 64 if R > 32 else 16
     tiles = -(-(min(Nk, Nq) if causal else Nk) // _DECODE_KEYS)
     if splits == "auto":
         per_sm = 1
         if R > 64:
-            if mma == "wgmma":  # decode_wg_smem in flash_decode_wgmma.cu: its ring, the Q tile, 1 KB of slack
-                smem = _DECODE_WG_STAGES[D] * 2 * _DECODE_KEYS * D * 2 + 64 * D * 2 + 1024
+            if mma == "wgmma":
+                smem = _decode_wg_smem(D, rows)
             else:
                 smem = _decode_stages(D, rows, R) * 2 * _DECODE_KEYS * D * 2  # decode_smem in decode.cuh
             per_sm = max(1, smem_per_sm // (smem + _SMEM_RESERVED_PER_BLOCK))

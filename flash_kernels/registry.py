@@ -210,17 +210,18 @@ VARIANTS: dict[str, Variant] = {
         Variant(
             "flash_decode",
             "flash-decoding on flash_mma's tensor-core tile (mma.sync; on Hopper, wgmma where a k/v head has more "
-            "than 64 rows), for a KV cache (few queries, many keys): the query "
+            "than 64 rows, two warpgroups a block), for a KV cache (few queries, many keys): the query "
             "heads that share a k/v head packed into one block's rows, the keys split over blocks and the "
             "splits' partial O merged by their LSE in a second kernel, K and V streamed through a 2-4 stage "
             "cp.async ring; forward only",
             ("float16", "bfloat16"), _HD, ("forward",), True, grouped_query=True, cross=True,
             options={
                 "rows": Option(
-                    "rows", ("auto", 16, 32, 64),
+                    "rows", ("auto", 16, 32, 64, 128),
                     "rows per block, of the H/Hkv x Nq (query head, query) rows that share a k/v head: 16 = 4 warps "
-                    "over the keys of each tile, 32 = 2 x 2, 64 = 4 warps over the rows; auto: 16 for up to 32 "
-                    "rows (two 16-row blocks), else 64 (always 64 with mma wgmma)",
+                    "over the keys of each tile, 32 = 2 x 2, 64 = 4 warps over the rows (one warpgroup on wgmma), "
+                    "128 = two warpgroups on wgmma that share each K/V tile (Hopper only); auto: 16 for up to 32 "
+                    "rows (two 16-row blocks), else 64; with mma wgmma 128 where a k/v head has more than 64 rows",
                     default={64: "auto", 128: "auto"},
                 ),
                 "splits": Option(
@@ -233,10 +234,10 @@ VARIANTS: dict[str, Variant] = {
                 "mma": Option(
                     "mma", ("auto", "mma.sync", "wgmma"),
                     "the tensor-core instruction of the products: mma.sync = four warps each over the block's tiles "
-                    "(any GPU of compute capability 8.0 or later); wgmma = Hopper's warpgroup instruction, the 64 rows "
+                    "(any GPU of compute capability 8.0 or later); wgmma = Hopper's warpgroup instruction, each 64 rows "
                     "of a block in one product that reads each K/V tile from shared memory once (compute capability "
-                    "9.0, rows auto or 64); auto: wgmma on a 9.0 GPU where a k/v head has more than 64 rows and rows is "
-                    "auto or 64, else mma.sync",
+                    "9.0, rows auto, 64 or 128); auto: wgmma on a 9.0 GPU where a k/v head has more than 64 rows "
+                    "(rows auto or 64) or rows is 128, else mma.sync",
                     default={64: "auto", 128: "auto"},
                 ),
             },

@@ -39,7 +39,8 @@ def main() -> None:
             for D in var.head_dims:
                 if any(D not in var.options[k].head_dims.get(v, var.head_dims) for k, v in opts.items()):
                     continue
-                if opts.get("mma") == "wgmma" and tuple(capability) != (9, 0):  # flash_decode's Hopper-only choice
+                hopper_only = opts.get("mma") == "wgmma" or (name == "flash_decode" and opts.get("rows") == 128)
+                if hopper_only and tuple(capability) != (9, 0):  # flash_decode's Hopper-only choices
                     continue
                 shapes = [(2, 2, 75, 75)]  # H, Hkv, Nq, Nk
                 if "group_split" in opts:  # a split must divide H / Hkv: one k/v head for 32 query heads

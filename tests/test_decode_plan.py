@@ -18,7 +18,7 @@ def qkv(shape=(1, 2, 16, 64), dtype=torch.float16):
 
 
 def test_decode_options_are_checked():
-    with pytest.raises(ValueError, match="flash_decode: option rows=48 is not supported; accepted: 'auto', 16, 32, 64"):
+    with pytest.raises(ValueError, match="flash_decode: option rows=48 is not supported; accepted: 'auto', 16, 32, 64, 128"):
         fk.forward(*qkv(), variant="flash_decode", rows=48)
     with pytest.raises(ValueError, match="option splits=3 is not supported; accepted: 'auto', 1, 2, 4, 8, 16, 32, 64"):
         fk.forward(*qkv(), variant="flash_decode", splits=3)
@@ -29,8 +29,9 @@ def test_decode_options_are_checked():
 
 
 def test_decode_mma_choice():
-    """wgmma needs compute capability 9.0 and 64-row blocks; auto takes it on Hopper where a k/v head has more than
-    64 rows (the tensor work's shapes), mma.sync elsewhere."""
+    """wgmma needs compute capability 9.0 and blocks of 64 rows (one warpgroup) or 128 (two); 128-row blocks need
+    wgmma; auto takes it on Hopper where a k/v head has more than 64 rows (the tensor work's shapes) or rows is 128,
+    mma.sync elsewhere."""
     hopper, ampere = (9, 0), (8, 0)
     assert _decode_mma("auto", "auto", 32, 1, 4, hopper) == "wgmma"      # 128 rows a k/v head
     assert _decode_mma("auto", 64, 32, 1, 16, hopper) == "wgmma"
@@ -42,29 +43,44 @@ def test_decode_mma_choice():
     assert _decode_mma("mma.sync", "auto", 32, 1, 16, hopper) == "mma.sync"
     assert _decode_mma("wgmma", "auto", 32, 8, 1, hopper) == "wgmma"     # asked for: kept, whatever the rows
     assert _decode_mma("wgmma", 64, 32, 8, 1, None) == "wgmma"           # no GPU known: no claim
+    assert _decode_mma("wgmma", 128, 32, 8, 1, hopper) == "wgmma"
+    assert _decode_mma("auto", 128, 32, 8, 1, hopper) == "wgmma"        # two warpgroups: wgmma's only
+    assert _decode_mma("auto", 128, 32, 8, 1, None) == "wgmma"
+    with pytest.raises(ValueError, match=r"rows=128 \(two warpgroups on wgmma\) needs a GPU of compute capability 9.0 "
+                                         r".* this GPU is 8.0"):
+        _decode_mma("auto", 128, 32, 1, 16, ampere)
+    with pytest.raises(ValueError, match="rows=128 runs two warpgroups on wgmma; got mma='mma.sync'; accepted with "
+                                         "mma='mma.sync': rows='auto', 16, 32 or 64"):
+        _decode_mma("mma.sync", 128, 32, 1, 16, hopper)
     with pytest.raises(ValueError, match=r"mma='wgmma' needs a GPU of compute capability 9.0 .* this GPU is 8.0; use "
                                          r"mma='mma.sync' or 'auto'"):
         _decode_mma("wgmma", "auto", 32, 1, 16, ampere)
-    with pytest.raises(ValueError, match="mma='wgmma' runs blocks of 64 rows .* got rows=16; accepted with it: "
-                                         "rows='auto' or 64"):
+    with pytest.raises(ValueError, match=r"mma='wgmma' runs blocks of 64 rows \(one warpgroup\) or 128 \(two\); got "
+                                         r"rows=16; accepted with it: rows='auto', 64 or 128"):
         _decode_mma("wgmma", 16, 32, 1, 16, hopper)
     with pytest.raises(ValueError, match="option mma='wmma' is not supported; accepted: 'auto', 'mma.sync', 'wgmma'"):
         fk.forward(*qkv(), variant="flash_decode", mma="wmma")
     with pytest.raises(ValueError, match="got rows=32; accepted with it"):  # before the tensors' device is looked at
         fk.forward(*qkv(), variant="flash_decode", mma="wgmma", rows=32)
+    with pytest.raises(ValueError, match="rows=128 runs two warpgroups on wgmma"):
+        fk.forward(*qkv(), variant="flash_decode", mma="mma.sync", rows=128)
 
 
 def test_decode_plan_wgmma():
-    """wgmma blocks hold 64 rows and count their own shared memory (3 stages of 32 KB, a 16 KB Q tile and 1 KB of
-    slack at D = 128: two an SM; 4 of 16 KB and 8 KB of Q at D = 64: three) where a k/v head has more than 64
-    rows."""
-    assert _decode_plan("auto", "auto", 8, 32, 1, 4, 16384, 128, False, *H200, "wgmma") == (64, 16)  # 264 // (2 x 8)
-    assert _decode_plan("auto", "auto", 8, 32, 1, 16, 4096, 128, False, *H200, "wgmma") == (64, 4)  # 264 // 64
-    # D = 64: 4 stages of 16 KB, an 8 KB Q tile and 1 KB of slack (74 KB a block, 75 with the reserve): where an SM
-    # has 195 KB, two such blocks fit and three of mma.sync's 64 KB ones
-    assert _decode_plan("auto", "auto", 8, 32, 1, 16, 4096, 64, False, 132, 195 * 1024, "wgmma") == (64, 4)
+    """wgmma blocks hold 128 rows (two warpgroups) where a k/v head has more than 64 rows, else 64, and count their own
+    shared memory: at D = 128 a 128-row block has 4 stages of 32 KB, a 32 KB Q tile and 1 KB of slack (one an SM), a
+    64-row block 3 stages and a 16 KB Q tile (two); at D = 64 4 stages of 16 KB beside a 16 or 8 KB Q tile."""
+    assert _decode_plan("auto", "auto", 8, 32, 1, 4, 16384, 128, False, *H200, "wgmma") == (128, 16)  # 132 // 8
+    assert _decode_plan("auto", "auto", 8, 32, 1, 16, 4096, 128, False, *H200, "wgmma") == (128, 4)  # 132 // 32
+    assert _decode_plan(64, "auto", 8, 32, 1, 4, 16384, 128, False, *H200, "wgmma") == (64, 16)  # 264 // (2 x 8)
+    assert _decode_plan(64, "auto", 8, 32, 1, 16, 4096, 128, False, *H200, "wgmma") == (64, 4)  # 264 // 64
+    # D = 64: a 128-row block is 81 KB (82 with the reserve): two fit where an SM has 195 KB; a 64-row block is 73 KB
+    # (74): two as well, and three of mma.sync's 64 KB ones
+    assert _decode_plan("auto", "auto", 8, 32, 1, 16, 4096, 64, False, 132, 195 * 1024, "wgmma") == (128, 8)
+    assert _decode_plan(64, "auto", 8, 32, 1, 16, 4096, 64, False, 132, 195 * 1024, "wgmma") == (64, 4)
     assert _decode_plan("auto", "auto", 8, 32, 1, 16, 4096, 64, False, 132, 195 * 1024, "mma.sync") == (64, 6)
-    assert _decode_plan("auto", "auto", 8, 32, 8, 1, 16384, 128, False, *H200, "wgmma")[0] == 64  # not 16
+    assert _decode_plan("auto", "auto", 8, 32, 8, 1, 16384, 128, False, *H200, "wgmma")[0] == 64  # 32 rows: not 16
+    assert _decode_plan("auto", "auto", 8, 32, 8, 2, 16384, 128, False, *H200, "wgmma")[0] == 64  # 64 rows: one WG
 
 
 class _FakeModule:
@@ -90,15 +106,16 @@ def _fake_gpu(monkeypatch, capability):
     return calls
 
 
-@pytest.mark.parametrize("capability,module,splits", [((9, 0), "flash_decode_wgmma", 16), ((8, 0), "flash_decode", 24)])
-def test_decode_dispatches_the_instruction_it_planned(monkeypatch, capability, module, splits):
-    """One KV head, Nq = 4 (128 rows a head): wgmma's module and its plan (two 113 KB blocks an SM: 264 // 16) on
-    compute 9.0; mma.sync's elsewhere (three 65 KB blocks: 396 // 16)."""
+@pytest.mark.parametrize("capability,module,code,splits", [((9, 0), "flash_decode_wgmma", 3, 16),
+                                                           ((8, 0), "flash_decode", 2, 24)])
+def test_decode_dispatches_the_instruction_it_planned(monkeypatch, capability, module, code, splits):
+    """One KV head, Nq = 4 (128 rows a head): wgmma's module and its plan (one 128-row block of two warpgroups, 161 KB,
+    an SM: 132 // 8) on compute 9.0; mma.sync's elsewhere (64-row blocks, three 65 KB ones an SM: 396 // 16)."""
     calls = _fake_gpu(monkeypatch, capability)
     q = torch.zeros(8, 32, 4, 128, dtype=torch.float16)
     kv = torch.zeros(8, 1, 16384, 128, dtype=torch.float16)
     fk.forward(q, kv, kv, variant="flash_decode")
-    assert calls == [(module, 2, splits)]  # rows code 2: 64 rows a block
+    assert calls == [(module, code, splits)]  # rows code 2: 64 rows a block, 3: 128
 
 
 def test_decode_wgmma_off_hopper_is_refused_through_the_api(monkeypatch):

@@ -14,6 +14,7 @@ namespace fk {
 constexpr int kDecodeKeys = 64;       // keys per K/V tile: one stage of the ring
 constexpr int kDecodeThreads = 128;   // 4 warps
 constexpr int kDecodeRowsPerWarp = 16;
+constexpr int kDecodeFactorBytes = 1024;  // the end of a block: row max and sums of up to 8 warps (decode_row_factors)
 
 // Stages of the K/V ring of flash_decode.cu's kernel (flash_decode_wgmma.cu has its own: decode_wg_stages).
 // flash_kernels/_ops.py mirrors them (_decode_stages) to count the blocks an SM holds when it picks the number of
@@ -62,13 +63,12 @@ __device__ __forceinline__ void decode_mask(float (&s)[NB][4], int j0, int Nk, b
 }
 
 // One online-softmax step on a warp's 16-row score tile: row max m kept in raw score units (scale > 0) and
-// p = 2^(s scale log2(e) - m scale log2(e)), one FFMA and one MUFU.EX2 per score; l is the thread's part of
-// the row sum (its quad is reduced at the end). P comes back packed as the A fragments of P V (the C
-// fragments of two adjacent n8 tiles are the A fragment of one k16 step) and alpha[h] as the factor that
-// rescales row h's O. Returns whether a row max grew (else alpha is 1 and O needs no rescale).
-template <typename T, int NB>
-__device__ __forceinline__ bool decode_softmax(float (&s)[NB][4], float (&m)[2], float (&l)[2], float (&alpha)[2],
-                                               uint32_t (&pf)[NB / 2][4], float scale_log2) {
+// p = 2^(s scale log2(e) - m scale log2(e)), one FFMA and one MUFU.EX2 per score, left in s; l is the thread's
+// part of the row sum (its quad is reduced at the end), and alpha[h] the factor that rescales row h's O.
+// Returns whether a row max grew (else alpha is 1 and O needs no rescale).
+template <int NB>
+__device__ __forceinline__ bool decode_softmax_scores(float (&s)[NB][4], float (&m)[2], float (&l)[2],
+                                                      float (&alpha)[2], float scale_log2) {
   bool grew = false;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -91,6 +91,13 @@ __device__ __forceinline__ bool decode_softmax(float (&s)[NB][4], float (&m)[2],
     }
     l[h] = l[h] * alpha[h] + sum;
   }
+  return grew;
+}
+
+// P (in s) packed as the A fragments of P V: the C fragments of two adjacent n8 tiles are the A fragment of one
+// k16 step.
+template <typename T, int NB>
+__device__ __forceinline__ void decode_pack_p(const float (&s)[NB][4], uint32_t (&pf)[NB / 2][4]) {
 #pragma unroll
   for (int kk = 0; kk < NB / 2; ++kk) {
     pf[kk][0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
@@ -98,6 +105,14 @@ __device__ __forceinline__ bool decode_softmax(float (&s)[NB][4], float (&m)[2],
     pf[kk][2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
     pf[kk][3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
   }
+}
+
+// decode_softmax_scores, then P packed into pf.
+template <typename T, int NB>
+__device__ __forceinline__ bool decode_softmax(float (&s)[NB][4], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                               uint32_t (&pf)[NB / 2][4], float scale_log2) {
+  const bool grew = decode_softmax_scores<NB>(s, m, l, alpha, scale_log2);
+  decode_pack_p<T, NB>(s, pf);
   return grew;
 }
 
@@ -111,16 +126,18 @@ struct DecodeOut {
   int valid;    // rows of the block that exist (R - r0)
 };
 
-// The end of a block, first half: the warps that shared rows (WK of them, each over its own keys) pool their
-// row max and sum through shared memory; each thread gets the factor f[h] = 2^(m_w - m) / l that scales its
+// The end of a block, first half: the warps that shared rows (WK = NW / WR of them, each over its own keys) pool
+// their row max and sum through shared memory; each thread gets the factor f[h] = 2^(m_w - m) / l that scales its
 // warp's O of row g + 8 h into the row's normalized O, and the row's LSE is written. A row that saw no key
-// in this split (causal) gets f = 0 and LSE = -inf, which the combine kernel weighs 0.
-template <typename T, int D, int WR>
+// in this split (causal) gets f = 0 and LSE = -inf, which the combine kernel weighs 0. NW: the block's warps
+// (4, or 8 for flash_decode_wgmma.cu's two warpgroups), WR: how many 16-row groups they cover.
+template <typename T, int D, int WR, int NW = 4>
 __device__ __forceinline__ void decode_row_factors(uint8_t* smem, const float (&m)[2], float (&l)[2],
                                                    float scale_log2, const DecodeOut<T>& out, float (&f)[2]) {
-  constexpr int WK = 4 / WR;
-  float* sM = reinterpret_cast<float*>(smem);   // [4 warps][16] row max in log2 units, over the spent ring
-  float* sL = sM + 4 * kDecodeRowsPerWarp;      // [4 warps][16] row sums
+  constexpr int WK = NW / WR;
+  static_assert(NW % WR == 0 && 2 * NW * kDecodeRowsPerWarp * 4 <= kDecodeFactorBytes, "warps and rows");
+  float* sM = reinterpret_cast<float*>(smem);   // [NW warps][16] row max in log2 units, over the spent ring
+  float* sL = sM + NW * kDecodeRowsPerWarp;     // [NW warps][16] row sums
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wr = warp / WK, g = lane >> 2;
   __syncthreads();  // every warp is done with the Q tile and the ring
 #pragma unroll
@@ -152,13 +169,14 @@ __device__ __forceinline__ void decode_row_factors(uint8_t* smem, const float (&
   }
 }
 
-// The end of a block, second half: each warp's O, scaled by f, goes to shared memory (over the ring); the
-// warps' parts of each row are added and the rows written 16 bytes per thread (T, or fp32 for a split).
-template <typename T, int D, int WR>
+// The end of a block, second half: each warp's O, scaled by f, goes to shared memory (over the ring, past the
+// first half's row max and sums); the warps' parts of each row are added and the rows written 16 bytes per thread
+// (T, or fp32 for a split).
+template <typename T, int D, int WR, int NW = 4>
 __device__ __forceinline__ void decode_store_rows(uint8_t* smem, const float (&o)[D / 8][4], const float (&f)[2],
                                                   const DecodeOut<T>& out) {
-  constexpr int WK = 4 / WR, M = kDecodeRowsPerWarp * WR, PITCH = D + 8;  // +8 floats: conflict-free float2 stores
-  float* sO = reinterpret_cast<float*>(smem + M * D * 2);  // [4 warps][16][PITCH], past sM and sL
+  constexpr int WK = NW / WR, M = kDecodeRowsPerWarp * WR, PITCH = D + 8;  // +8 floats: conflict-free float2 stores
+  float* sO = reinterpret_cast<float*>(smem + kDecodeFactorBytes);  // [NW warps][16][PITCH]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
   for (int nd = 0; nd < D / 8; ++nd) {
@@ -167,7 +185,7 @@ __device__ __forceinline__ void decode_store_rows(uint8_t* smem, const float (&o
     *reinterpret_cast<float2*>(p + 8 * PITCH) = make_float2(o[nd][2] * f[1], o[nd][3] * f[1]);
   }
   __syncthreads();
-  for (int c = threadIdx.x; c < M * D / 8; c += kDecodeThreads) {
+  for (int c = threadIdx.x; c < M * D / 8; c += NW * 32) {
     const int row = c / (D / 8), col = (c % (D / 8)) * 8;
     if (row >= out.valid) continue;
     float acc[8] = {};
@@ -188,6 +206,29 @@ __device__ __forceinline__ void decode_store_rows(uint8_t* smem, const float (&o
       dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
     }
   }
+}
+
+// Shared memory the end of a block uses (over the spent ring, and the Q tile where it follows the ring): the
+// row max and sums, then [NW warps][16][D + 8] floats of O.
+template <int D, int NW>
+__host__ __device__ constexpr int decode_finish_smem() {
+  return kDecodeFactorBytes + NW * kDecodeRowsPerWarp * (D + 8) * 4;
+}
+
+// The end of a split kernel's block, both kernels: where its rows go (the final O and LSE with one split, else
+// its split's slot of the workspaces O_part [splits][B H Nq][D], LSE_part [splits][B H Nq]), then
+// decode_row_factors and decode_store_rows. first: the block's first row in [B H Nq]; valid: its rows that exist.
+template <typename T, int D, int WR, int NW = 4>
+__device__ __forceinline__ void decode_finish(uint8_t* smem, const float (&o)[D / 8][4], const float (&m)[2],
+                                              float (&l)[2], float scale_log2, T* O, float* LSE, float* O_part,
+                                              float* LSE_part, const DecodeShape& sh, long first, int valid) {
+  const bool one_split = gridDim.z == 1;
+  const long slot = long(blockIdx.z) * gridDim.y * sh.R;  // this split's rows in the workspaces
+  const DecodeOut<T> out{one_split ? O + first * D : nullptr, one_split ? nullptr : O_part + (slot + first) * D,
+                         one_split ? LSE + first : LSE_part + slot + first, valid};
+  float f[2];
+  decode_row_factors<T, D, WR, NW>(smem, m, l, scale_log2, out, f);
+  decode_store_rows<T, D, WR, NW>(smem, o, f, out);
 }
 
 // O = sum_s w_s O_s / sum_s w_s with w_s = exp(LSE_s - max LSE), LSE = max LSE + log sum_s w_s: WPR warps per
@@ -298,6 +339,24 @@ inline DecodeShape decode_shape(const AttnArgs& a, int splits, int& z) {
   z = splits < 1 ? 0 : cdiv(tiles, sh.tiles_per_split);
   if (z > 1 && (a.ws[0] == nullptr || a.ws[1] == nullptr)) z = 0;
   return sh;
+}
+
+// The split kernel's launch for both instructions: `splits` key splits (decode_shape), blocks of M rows and
+// `threads` threads with `smem` bytes of dynamic shared memory, then the merge where there are several.
+template <typename T, int D, int M, typename Kernel>
+cudaError_t decode_split_launch(Kernel kernel, int threads, int smem, const AttnArgs& a, int splits,
+                                cudaStream_t stream) {
+  cudaError_t err = allow_smem(kernel, smem);
+  if (err != cudaSuccess) return err;
+  int z;
+  const DecodeShape sh = decode_shape(a, splits, z);
+  if (z == 0) return cudaErrorInvalidValue;
+  kernel<<<dim3(cdiv(sh.R, M), a.B * a.Hkv, z), threads, smem, stream>>>(
+      static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
+      a.lse, a.ws[0], a.ws[1], sh, a.scale * kLog2e, a.causal);
+  err = cudaGetLastError();
+  if (err != cudaSuccess || z == 1) return err;
+  return combine_launch<T, D>(a, z, stream);
 }
 
 }  // namespace fk

@@ -144,8 +144,7 @@ flash_decode_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* _
   constexpr int WK = 4 / WR, M = kDecodeRowsPerWarp * WR, KW = kDecodeKeys / WK;
   constexpr int TILE = kDecodeKeys * D * 2;  // bytes of a K (or V) tile
   static_assert(M * D * 2 <= TILE, "the Q tile fits in a K tile");
-  static_assert(M * D * 2 + 4 * kDecodeRowsPerWarp * (D + 8) * 4 <= decode_smem<D, S>(),
-                "the end of the block (decode_row_factors, decode_store_rows) fits in the ring");
+  static_assert(decode_finish_smem<D, 4>() <= decode_smem<D, S>(), "the end of the block fits in the ring");
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t sRing = smem_u32(smem), sQ = sRing + (S - 1) * 2 * TILE;  // Q: the last stage, until tile 0
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wr = warp / WK, wk = warp % WK;
@@ -198,31 +197,14 @@ flash_decode_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* _
   }
   cp_async_wait<0>();
   grid_dependents_launch();  // the combine kernel's blocks may now take their places (they wait for this grid's end)
-  const bool one_split = gridDim.z == 1;
-  const long slot = long(blockIdx.z) * gridDim.y * sh.R;  // this split's rows in the workspaces
-  const DecodeOut<T> out{one_split ? O + first * D : nullptr, one_split ? nullptr : O_part + (slot + first) * D,
-                         one_split ? LSE + first : LSE_part + slot + first, valid};
-  float f[2];
-  decode_row_factors<T, D, WR>(smem, m, l, scale_log2, out, f);
-  decode_store_rows<T, D, WR>(smem, o, f, out);
+  decode_finish<T, D, WR>(smem, o, m, l, scale_log2, O, LSE, O_part, LSE_part, sh, first, valid);
 }
 
 // The launch: `splits` key splits (decode_shape), then the merge where there are several.
 template <typename T, int D, int WR, int S>
 cudaError_t decode_launch(const AttnArgs& a, int splits, cudaStream_t stream) {
-  constexpr int smem = decode_smem<D, S>(), M = kDecodeRowsPerWarp * WR;
-  auto kernel = flash_decode_kernel<T, D, WR, S>;
-  cudaError_t err = allow_smem(kernel, smem);
-  if (err != cudaSuccess) return err;
-  int z;
-  const DecodeShape sh = decode_shape(a, splits, z);
-  if (z == 0) return cudaErrorInvalidValue;
-  kernel<<<dim3(cdiv(sh.R, M), a.B * a.Hkv, z), kDecodeThreads, smem, stream>>>(
-      static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
-      a.lse, a.ws[0], a.ws[1], sh, a.scale * kLog2e, a.causal);
-  err = cudaGetLastError();
-  if (err != cudaSuccess || z == 1) return err;
-  return combine_launch<T, D>(a, z, stream);
+  return decode_split_launch<T, D, kDecodeRowsPerWarp * WR>(flash_decode_kernel<T, D, WR, S>, kDecodeThreads,
+                                                            decode_smem<D, S>(), a, splits, stream);
 }
 
 // Option code, as flash_kernels/_ops.py writes it: bits 0..7 the rows per block (0 = 16, 1 = 32, 2 = 64),

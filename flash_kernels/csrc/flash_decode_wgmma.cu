@@ -36,39 +36,68 @@
 // the split kernel's shared-memory wavefronts 4.81 M -> 2.15 M, its time 36.9 -> 34.1 us (16 splits, not 24: two
 // 113 KB blocks an SM), the merge 7.9 -> 6.8 us; at D = 64, which no timed A/B covered, 22.4 -> 22.0 us (fp16) and
 // 22.9 -> 21.9 (bf16).
+// Two warpgroups a block (option rows 128, "auto" where a k/v head has more than 64 rows; 43d1638 -> this step):
+//  - a block holds 128 rows, warpgroup wg rows 64 wg.. of a [128][D] Q tile, and both read each K/V tile of the
+//    ring, so that a k/v head of 128 rows (one KV head at Nq = 4) streams its K/V once, not in two 64-row blocks;
+//  - 4 stages: 161 KB at D = 128 (one block an SM, 8 warps), 81 KB at D = 64 (two);
+//  - FlashAttention-3's intra-warpgroup overlap (kDecodeWgOverlap): S_t = Q K_t^T and O += P_{t-1} V_{t-1} are
+//    issued back to back, then the softmax of S_t; the ring keeps S - 2 tiles ahead, since tile t - 1's V is read
+//    beside tile t. ptxas 13.0 moves the wait for P V up to the fourth MUFU.EX2 of the softmax (SASS: WARPGROUP.
+//    DEPBAR.LE gsb0, 0x0 after 4 of 32), so what it buys is two products in flight, not the softmax hidden
+//    behind them (flash_wgmma_fwd.cu's tma-ws-overlap compiles the same way: no MUFU between its two waits).
+// Bought (H100 80GB HBM3, torch 2.11.0+cu130, fp16, B=8 H=32 D=128, L2 flushed (read), two interleaved rounds, same
+// node; log profiles/_logs/nvidia-h100-80gb-hbm3/decode_wgmma_two_warpgroups_ab.log), 64-row blocks -> 128 rows
+// with the overlap (-> 128 rows without it), one KV head: Nq = 4: Nk = 4096 22.2-22.4 -> 22.1 (22.1), 16384
+// 40.8-41.0 -> 39.5-39.7 (40.9-41.0), 65536 122.8-123.5 -> 111.3-111.7 us (118.1-118.4; 2.41 TB/s, 72 % of
+// HBM); Nq = 16: Nk = 16384 117.7-118.8 -> 108.5-108.9 (114.1-114.3), 65536 426.3-429.3 -> 373.6-376.0 (404.9-405.6;
+// 367 TFLOP/s). Where a k/v head has 64 rows (8 KV heads, Nq = 16), 128-row blocks are half padding: 183 -> 194-211
+// us, so auto keeps 64 there. Without the overlap the two warpgroups alone bought little at Nq = 4, Nk = 16384
+// (the first run, another node: 40.4 -> 41.3 us): there the time is not the L2 traffic of two blocks a head.
 #include "decode.cuh"
 #include "wgmma.cuh"
+#include "wgmma_softmax.cuh"
 
 namespace fk {
 
-// Stages of the ring: 3 at D = 128 (two blocks an SM), 4 at D = 64 (three).
-template <int D>
-__host__ __device__ constexpr int decode_wg_stages() { return D == 128 ? 3 : 4; }
+// Stages of the ring for blocks of WG warpgroups (64 WG rows): one warpgroup, 3 at D = 128 (two blocks an SM), 4 at
+// D = 64 (three); two warpgroups, 4 at D = 128 (161 KB: one block an SM) and D = 64 (81 KB: two).
+template <int D, int WG>
+__host__ __device__ constexpr int decode_wg_stages() { return D == 128 && WG == 1 ? 3 : 4; }
 
-// Dynamic shared memory: decode_smem's ring, the Q tile [64][D] (SW128) after it, and 1 KB of slack so that the
+// Two warpgroups overlap each tile's softmax with the previous tile's O += P V (flash_decode_wgmma_kernel).
+#ifndef FK_DECODE_WG_OVERLAP
+#define FK_DECODE_WG_OVERLAP 1
+#endif
+constexpr bool kDecodeWgOverlap = FK_DECODE_WG_OVERLAP;
+
+// Dynamic shared memory: decode_smem's ring, the Q tile [64 WG][D] (SW128) after it, and 1 KB of slack so that the
 // SW128 tiles start on 1024-byte boundaries (flash_kernels/_ops.py counts all three when it plans the splits).
-template <int D, int S>
+template <int D, int S, int WG>
 __host__ __device__ constexpr int decode_wg_smem() {
-  return decode_smem<D, S>() + 4 * kDecodeRowsPerWarp * D * 2 + 1024;
+  return decode_smem<D, S>() + 64 * WG * D * 2 + 1024;
 }
 
-// One block: rows [r0, r0 + 64) of key/value head blockIdx.y against the 64-key tiles of split blockIdx.z, as
-// flash_decode_kernel<T, D, 4, S> (warp w owns rows 16 w.., every key of a tile), with the products on wgmma.
-template <typename T, int D, int S>
-__global__ void __launch_bounds__(kDecodeThreads, D == 64 ? 3 : 2)
+// One block: rows [r0, r0 + 64 WG) of key/value head blockIdx.y against the 64-key tiles of split blockIdx.z, as
+// flash_decode_kernel<T, D, 4, S> (warp w owns rows 16 w.., every key of a tile), with the products on wgmma:
+// warpgroup wg runs rows 64 wg.. of the block, and the WG warpgroups share each K/V tile of the ring.
+template <typename T, int D, int S, int WG, bool OVERLAP>
+__global__ void __launch_bounds__(WG * 128, WG == 2 ? (D == 64 ? 2 : 1) : (D == 64 ? 3 : 2))
 flash_decode_wgmma_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                           T* __restrict__ O, float* __restrict__ LSE, float* __restrict__ O_part,
                           float* __restrict__ LSE_part, DecodeShape sh, float scale_log2, int causal) {
-  constexpr int M = 4 * kDecodeRowsPerWarp, NB = kDecodeKeys / 8;
+  constexpr int M = 64 * WG, NT = 128 * WG, NB = kDecodeKeys / 8;
   constexpr int TILE = kDecodeKeys * D * 2;  // bytes of a K (or V) tile
-  static_assert(M * D * 2 + 4 * kDecodeRowsPerWarp * (D + 8) * 4 <= decode_smem<D, S>(),
-                "the end of the block (decode_row_factors, decode_store_rows) fits in the ring");
+  // tiles loaded ahead of the one in use: the overlap keeps tile t - 1's V in use beside tile t
+  constexpr int AHEAD = OVERLAP ? S - 2 : S - 1;
+  static_assert(AHEAD >= 1, "stages");
+  static_assert(decode_finish_smem<D, 4 * WG>() <= decode_wg_smem<D, S, WG>() - 1024,
+                "the end of the block fits in the ring and the Q tile");
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t sRing = (raw + 1023u) & ~1023u;    // [S][K tile, V tile], SW128
-  const uint32_t sQ = sRing + S * 2 * TILE;         // [64][D], SW128: the A operand of every S = Q K^T
+  const uint32_t sQ = sRing + S * 2 * TILE;         // [64 WG][D], SW128: the A operand of every S = Q K^T
   uint8_t* const smem = smem_raw + (sRing - raw);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp / 4;
   const long bkv = blockIdx.y, first = bkv * sh.R + long(blockIdx.x) * M;
   const int r0 = blockIdx.x * M, valid = min(M, sh.R - r0);
   const T* Kb = K + bkv * sh.Nk * D;
@@ -79,16 +108,35 @@ flash_decode_wgmma_kernel(const T* __restrict__ Q, const T* __restrict__ K, cons
   const int t1 = min((kv_len + kDecodeKeys - 1) / kDecodeKeys, t0 + sh.tiles_per_split);
   auto load_kv = [&](int stage, int t) {
     const uint32_t st = sRing + stage * 2 * TILE;
-    load_tile_sw128<kDecodeKeys, D, kDecodeThreads>(st, Kb, t * kDecodeKeys, sh.Nk, tid);
-    load_tile_sw128<kDecodeKeys, D, kDecodeThreads>(st + TILE, Vb, t * kDecodeKeys, sh.Nk, tid);
+    load_tile_sw128<kDecodeKeys, D, NT>(st, Kb, t * kDecodeKeys, sh.Nk, tid);
+    load_tile_sw128<kDecodeKeys, D, NT>(st + TILE, Vb, t * kDecodeKeys, sh.Nk, tid);
   };
-  load_tile_sw128<M, D, kDecodeThreads>(sQ, Q + bkv * sh.R * D, r0, sh.R, tid);  // rows past R: zeros
+  load_tile_sw128<M, D, NT>(sQ, Q + bkv * sh.R * D, r0, sh.R, tid);  // rows past R: zeros
   cp_async_commit();
 #pragma unroll
-  for (int s = 0; s < S - 1; ++s) {  // one commit group per stage, even when empty: the waits count groups
+  for (int s = 0; s < AHEAD; ++s) {  // one commit group per stage, even when empty: the waits count groups
     if (t0 + s < t1) load_kv(s, t0 + s);
     cp_async_commit();
   }
+  // Tile t (stage (t - t0) % S) has landed and is visible to the wgmma's reads (the async proxy) for every thread,
+  // every warp is done with the stage the next load goes to, and tile t + AHEAD is on its way. Returns tile t's
+  // K; its V is TILE bytes further.
+  auto tile_ready = [&](int t) {
+    const int u = t - t0;
+    cp_async_wait<AHEAD - 1>();
+    fence_proxy_async();
+    __syncthreads();
+    if (t + AHEAD < t1) load_kv((u + AHEAD) % S, t + AHEAD);
+    cp_async_commit();
+    return sRing + (u % S) * 2 * TILE;
+  };
+  const uint64_t dQ = desc_kmajor(sQ + wg * 64 * 128);  // the warpgroup's 64 rows of the [M][D] tile
+  auto issue_scores = [&](float (&sf)[NB * 4], uint32_t cK) {  // S = Q K^T for the warpgroup's rows, no wait
+    fence_regs(sf);
+    wgmma_fence();
+    wgmma_kmajor_ss<T, kDecodeKeys, D, M, kDecodeKeys>(sf, dQ, desc_kmajor(cK));
+    wgmma_commit();
+  };
   // the m64nD accumulator: of[4 j + 2 h + e] is flash_decode's o[j][2 h + e] (the C fragments of the warp's 16 rows).
   // Kept in its own array (copied into o[j][..] at the end, a renaming of registers): reading it through a
   // reinterpret_cast view let the compiler drop the rescale at D = 64 (wrong results from the second tile on)
@@ -99,84 +147,106 @@ flash_decode_wgmma_kernel(const T* __restrict__ Q, const T* __restrict__ K, cons
   int qi[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) qi[h] = (r0 + warp * 16 + (lane >> 2) + 8 * h) % sh.Nq;
-  for (int t = t0; t < t1; ++t) {
-    const int u = t - t0;
-    cp_async_wait<S - 2>();  // tile t (and Q) have landed (this thread's part)
-    fence_proxy_async();     // ... and are visible to the wgmma's reads (the async proxy)
-    __syncthreads();         // every thread's part; every warp is done with tile t - 1's stage
-    if (t + S - 1 < t1) load_kv((u + S - 1) % S, t + S - 1);
-    cp_async_commit();
-    const uint32_t cK = sRing + (u % S) * 2 * TILE;
-    float sf[NB * 4];  // the m64n64 accumulator, then as decode_softmax's fragments s[j][2 h + e]
-    {
-      fence_regs(sf);
-      wgmma_fence();
-      wgmma_kmajor_ss<T, kDecodeKeys, D, M, kDecodeKeys>(sf, desc_kmajor(sQ), desc_kmajor(cK));
-      wgmma_commit();
+  // tiles from tm on may hold keys past Nk or (causal) after a row's query: those get the mask
+  const int tm = min(sh.Nk / kDecodeKeys, causal ? (qr.lo + 1) / kDecodeKeys : sh.Nk);
+  if constexpr (!OVERLAP) {
+    for (int t = t0; t < t1; ++t) {
+      const uint32_t cK = tile_ready(t);
+      float sf[NB * 4];  // the m64n64 accumulator, then as decode_softmax's fragments s[j][2 h + e]
+      issue_scores(sf, cK);
       wgmma_wait<0>();
       fence_regs(sf);
-    }
-    float s[NB][4];
+      float s[NB][4];
 #pragma unroll
-    for (int i = 0; i < NB * 4; ++i) s[i / 4][i % 4] = sf[i];
-    const int j0 = t * kDecodeKeys;
-    if (j0 + kDecodeKeys > sh.Nk || (causal && j0 + kDecodeKeys - 1 > qr.lo)) decode_mask<NB>(s, j0, sh.Nk, causal, qi);
+      for (int i = 0; i < NB * 4; ++i) s[i / 4][i % 4] = sf[i];
+      if (t >= tm) decode_mask<NB>(s, t * kDecodeKeys, sh.Nk, causal, qi);
+      uint32_t pf[NB / 2][4];
+      float alpha[2];
+      if (decode_softmax<T, NB>(s, m, l, alpha, pf, scale_log2)) rescale_o(of, alpha);
+      issue_pv<T, D, kDecodeKeys>(of, pf, desc_mnmajor(cK + TILE, kDecodeKeys * 128));
+      wgmma_wait<0>();
+      fence_regs(of);
+    }
+  } else if (t0 < t1) {
+    // FlashAttention-3's intra-warpgroup overlap: S_t = Q K_t^T and O += P_{t-1} V_{t-1} are issued back to back
+    // and the softmax of S_t runs while the second is in flight. P_{t-1} (pf) and V_{t-1} (at cV) wait a tile.
     uint32_t pf[NB / 2][4];
-    float alpha[2];
-    if (decode_softmax<T, NB>(s, m, l, alpha, pf, scale_log2)) {
-#pragma unroll
-      for (int i = 0; i < D / 2; ++i) of[i] *= alpha[(i >> 1) & 1];
-    }
+    uint32_t cV;
     {
-      const uint64_t dV = desc_mnmajor(cK + TILE, kDecodeKeys * 128);
+      const uint32_t cK = tile_ready(t0);
+      float sf[NB * 4];
+      issue_scores(sf, cK);
+      wgmma_wait<0>();
+      fence_regs(sf);
+      float s[NB][4];
 #pragma unroll
-      for (int kk = 0; kk < NB / 2; ++kk) fence_regs(pf[kk]);
-      fence_regs(of);
-      wgmma_fence();
+      for (int i = 0; i < NB * 4; ++i) s[i / 4][i % 4] = sf[i];
+      if (t0 >= tm) decode_mask<NB>(s, t0 * kDecodeKeys, sh.Nk, causal, qi);
+      float alpha[2];
+      decode_softmax_scores<NB>(s, m, l, alpha, scale_log2);  // O = 0: no rescale
+      decode_pack_p<T, NB>(s, pf);
+      cV = cK + TILE;
+    }
+    // Between wgmma_wait<1> and wgmma_wait<0> no branch (ptxas would wait for every wgmma before it, as in
+    // flash_wgmma_fwd.cu): the masked tiles run in a loop of their own, whose mask is unconditional.
+    auto step = [&](int t, auto masked) {
+      const uint32_t cK = tile_ready(t);
+      float sf[NB * 4];
+      issue_scores(sf, cK);                                                          // S_t
+      issue_pv<T, D, kDecodeKeys>(of, pf, desc_mnmajor(cV, kDecodeKeys * 128));    // O += P_{t-1} V_{t-1}
+      wgmma_wait<1>();                                                               // S_t done, P V in flight
+      fence_regs(sf);
+      float s[NB][4];
 #pragma unroll
-      for (int kk = 0; kk < NB / 2; ++kk) wgmma_rs<T, D, /*TB=*/1>(of, pf[kk], desc_add(dV, kk * 2048), 1);
-      wgmma_commit();
+      for (int i = 0; i < NB * 4; ++i) s[i / 4][i % 4] = sf[i];
+      if constexpr (decltype(masked)::value) decode_mask<NB>(s, t * kDecodeKeys, sh.Nk, causal, qi);
+      float alpha[2];
+      const bool grew = decode_softmax_scores<NB>(s, m, l, alpha, scale_log2);
+#pragma unroll
+      for (int nb = 0; nb < NB; ++nb) fence_regs(s[nb]);  // computed here, while O += P V runs
+      fence_regs(l);
+      fence_regs(alpha);
       wgmma_wait<0>();
       fence_regs(of);
-    }
+#pragma unroll
+      for (int kk = 0; kk < NB / 2; ++kk) fence_regs(pf[kk]);  // P_{t-1} is read until here
+      if (grew) rescale_o(of, alpha);
+      decode_pack_p<T, NB>(s, pf);
+      cV = cK + TILE;
+    };
+    int t = t0 + 1;
+    for (; t < min(t1, tm); ++t) step(t, std::false_type{});
+    for (; t < t1; ++t) step(t, std::true_type{});
+    issue_pv<T, D, kDecodeKeys>(of, pf, desc_mnmajor(cV, kDecodeKeys * 128));
+    wgmma_wait<0>();
+    fence_regs(of);
   }
   cp_async_wait<0>();
-  grid_dependents_launch();
-  const bool one_split = gridDim.z == 1;
-  const long slot = long(blockIdx.z) * gridDim.y * sh.R;
-  const DecodeOut<T> out{one_split ? O + first * D : nullptr, one_split ? nullptr : O_part + (slot + first) * D,
-                         one_split ? LSE + first : LSE_part + slot + first, valid};
+  grid_dependents_launch();  // the combine kernel's blocks may now take their places (they wait for this grid's end)
   float o[D / 8][4];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i / 4][i % 4] = of[i];
-  float f[2];
-  decode_row_factors<T, D, 4>(smem, m, l, scale_log2, out, f);
-  decode_store_rows<T, D, 4>(smem, o, f, out);
+  decode_finish<T, D, 4 * WG, 4 * WG>(smem, o, m, l, scale_log2, O, LSE, O_part, LSE_part, sh, first, valid);
 }
 
-template <typename T, int D, int S>
-cudaError_t decode_wgmma_launch(const AttnArgs& a, int splits, cudaStream_t stream) {
-  constexpr int smem = decode_wg_smem<D, S>(), M = 4 * kDecodeRowsPerWarp;
-  auto kernel = flash_decode_wgmma_kernel<T, D, S>;
-  cudaError_t err = allow_smem(kernel, smem);
-  if (err != cudaSuccess) return err;
-  int z;
-  const DecodeShape sh = decode_shape(a, splits, z);
-  if (z == 0) return cudaErrorInvalidValue;
-  kernel<<<dim3(cdiv(sh.R, M), a.B * a.Hkv, z), kDecodeThreads, smem, stream>>>(
-      static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
-      a.lse, a.ws[0], a.ws[1], sh, a.scale * kLog2e, a.causal);
-  err = cudaGetLastError();
-  if (err != cudaSuccess || z == 1) return err;
-  return combine_launch<T, D>(a, z, stream);
-}
-
-// Option code as flash_decode's (flash_kernels/_ops.py): rows per block 64 only (code 2), bits 8.. the splits.
+// Option code as flash_decode's (flash_kernels/_ops.py): rows per block 64 (code 2: one warpgroup) or 128 (code 3:
+// two), bits 8.. the splits.
 template <typename T, int D>
 cudaError_t decode_wgmma_rows(const AttnArgs& a, cudaStream_t stream) {
   const int splits = a.option >> 8;
-  if ((a.option & 0xff) != 2) return cudaErrorInvalidValue;
-  return decode_wgmma_launch<T, D, decode_wg_stages<D>()>(a, splits, stream);
+  switch (a.option & 0xff) {
+    case 2: {
+      constexpr int S = decode_wg_stages<D, 1>();
+      return decode_split_launch<T, D, 64>(flash_decode_wgmma_kernel<T, D, S, 1, false>, 128, decode_wg_smem<D, S, 1>(), a,
+                                           splits, stream);
+    }
+    case 3: {
+      constexpr int S = decode_wg_stages<D, 2>();
+      return decode_split_launch<T, D, 128>(flash_decode_wgmma_kernel<T, D, S, 2, kDecodeWgOverlap>, 256, decode_wg_smem<D, S, 2>(), a,
+                                            splits, stream);
+    }
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 }  // namespace fk

@@ -251,18 +251,6 @@ __device__ __forceinline__ void issue_scores(float (&s)[BN / 2], uint64_t dQ, ui
   wgmma_commit();
 }
 
-// Issue O += P V_j (no wait): k-step kk reads keys 16 kk .. 16 kk + 15 = two 1024-byte swizzle atoms.
-template <typename T, int D, int BN>
-__device__ __forceinline__ void issue_pv(float (&o)[D / 2], uint32_t (&pf)[BN / 16][4], uint64_t dV) {
-#pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk) fence_regs(pf[kk]);
-  fence_regs(o);
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs<T, D, /*TB=*/1>(o, pf[kk], desc_add(dV, kk * 2048), 1);
-  wgmma_commit();
-}
-
 // P (fp32 in s) as the A fragments of O += P V: the accumulators of 8-column blocks 2 kk and
 // 2 kk + 1 are the A fragment of k-step kk.
 template <typename T, int BN>

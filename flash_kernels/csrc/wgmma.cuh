@@ -202,6 +202,20 @@ __device__ __forceinline__ void wgmma_kmajor_ss(float (&d)[N / 2], uint64_t da, 
   }
 }
 
+// Issue O += P V (no wait; flash_wgmma's forward, flash_decode_wgmma): P from registers (pf[kk]: the A fragment of
+// keys 16 kk .. 16 kk + 15), V a [BN][D] SW128 tile read MN-major (the transpose bit) at dV; k-step kk reads
+// keys 16 kk .. = two 1024-byte swizzle atoms.
+template <typename T, int D, int BN>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 2], uint32_t (&pf)[BN / 16][4], uint64_t dV) {
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) fence_regs(pf[kk]);
+  fence_regs(o);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs<T, D, /*TB=*/1>(o, pf[kk], desc_add(dV, kk * 2048), 1);
+  wgmma_commit();
+}
+
 // e4m3 x e4m3 (FP8) with fp32 accumulators, m64nNk32: one k-step is 32 elements = 32 bytes of a row,
 // both operands K-major (8-bit types have no transpose). The A fragment from registers (uint32_t a[4],
 // four bytes each, lowest byte first) is mma.sync m16n8k32's:

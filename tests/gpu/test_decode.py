@@ -29,14 +29,16 @@ HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9,
 needs_hopper = pytest.mark.skipif(not HOPPER, reason="mma='wgmma' runs on compute capability 9.0 only")
 
 
-@pytest.mark.parametrize("mma", ["auto", pytest.param("wgmma", marks=needs_hopper)])
+@pytest.mark.parametrize("mma,rows", [("auto", "auto"), pytest.param("wgmma", "auto", marks=needs_hopper),
+                                      pytest.param("wgmma", 64, marks=needs_hopper)])
 @pytest.mark.parametrize("dtype,D,Hkv,Nq,Nk", list(_decode_cases()))
-def test_decode_against_reference(dtype: str, D: int, Hkv: int, Nq: int, Nk: int, mma: str) -> None:
+def test_decode_against_reference(dtype: str, D: int, Hkv: int, Nq: int, Nk: int, mma: str, rows: object) -> None:
     """The default options (rows and splits chosen for the shape and this GPU's SMs; auto takes wgmma on Hopper
-    where a k/v head has more than 64 rows), and wgmma at every shape."""
+    where a k/v head has more than 64 rows, two warpgroups a block), and wgmma at every shape with rows auto (128
+    where a k/v head has more than 64 rows) and 64 (one warpgroup)."""
     B = 1 if Nk > 5000 else 2  # one batch for the long caches bounds the fp64 reference
     q, k, v, _ = random_attention_inputs(B, 32, Nq, D, DTYPES[dtype], Hkv=Hkv, Nk=Nk, seed=Nq * 31 + Nk + D + Hkv)
-    _forward_checked("flash_decode", q, k, v, False, TOLERANCES[dtype], mma=mma)
+    _forward_checked("flash_decode", q, k, v, False, TOLERANCES[dtype], mma=mma, rows=rows)
 
 
 #: (B, H, Hkv, Nq, Nk, D, dtype): 4 packed rows against a ragged cache; 512 packed rows (several row blocks)
@@ -50,9 +52,12 @@ OPTION_SHAPES = [(2, 32, 8, 3, 4097, 128, "float16"), (1, 32, 1, 16, 1000, 64, "
                  (1, 2, 2, 1100, 1100, 128, "float16")]
 
 
-#: every rows choice on mma.sync, and wgmma's (64-row blocks only)
-ROWS_MMA = [pytest.param(rows, "mma.sync", id=f"{rows}-mma.sync") for rows in DECODE.options["rows"].choices] + [
-    pytest.param(rows, "wgmma", id=f"{rows}-wgmma", marks=needs_hopper) for rows in ("auto", 64)]
+#: every rows choice on mma.sync (128 is wgmma's only), and wgmma's (64 rows: one warpgroup, 128: two); rows 128
+#: with mma auto takes wgmma
+ROWS_MMA = [pytest.param(rows, "mma.sync", id=f"{rows}-mma.sync") for rows in DECODE.options["rows"].choices
+            if rows != 128] + [
+    pytest.param(rows, mma, id=f"{rows}-{mma}", marks=needs_hopper) for rows, mma in
+    (("auto", "wgmma"), (64, "wgmma"), (128, "wgmma"), (128, "auto"))]
 
 
 @pytest.mark.parametrize("rows,mma", ROWS_MMA)
@@ -70,7 +75,7 @@ def test_every_rows_and_splits(rows: object, mma: str, splits: object, causal: b
 def test_decode_custom_scale(scale: float) -> None:
     """A negative scale runs as (-q) * |scale| (the softmax keeps the running max of raw scores)."""
     q, k, v, _ = random_attention_inputs(2, 8, 4, 128, torch.float16, Hkv=2, Nk=3000, seed=5)
-    for mma in ("mma.sync", "wgmma") if HOPPER else ("mma.sync",):
-        o, _ = fk.forward(q, k, v, variant="flash_decode", scale=scale, splits=8, mma=mma)
+    for mma, rows in (("mma.sync", "auto"), ("wgmma", 64), ("wgmma", 128)) if HOPPER else (("mma.sync", "auto"),):
+        o, _ = fk.forward(q, k, v, variant="flash_decode", scale=scale, splits=8, mma=mma, rows=rows)
         ref, _ = reference_forward(q, k, v, scale=scale)
         _assert_close("O", o, ref, TOLERANCES["float16"]["out_rel_l2"], TOLERANCES["float16"]["out_max_rel"])
