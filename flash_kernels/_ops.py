@@ -34,6 +34,8 @@ _DECODE_MIN_TILES_PER_DUP_SPLIT = 16
 _DECODE_KEYS = 64
 _DECODE_STAGES = {64: 4, 128: 3}  # but 2 for 64-row blocks at D = 128 with more than 64 rows a k/v head
 _DECODE_ROWS = {16: 0, 32: 1, 64: 2, 128: 3}
+#: rows "auto" on wgmma takes 128-row blocks (two warpgroups) from this many 64-key tiles a row sees (4096 keys)
+_DECODE_WG2_MIN_TILES = 64
 _SMEM_RESERVED_PER_BLOCK = 1024
 
 #: When True (see flash_kernels.testing.poisoned_outputs), outputs are filled with NaN before the
@@ -354,7 +356,9 @@ def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: 
     """flash_decode's (rows per block, key splits) on a GPU of ``sms`` SMs of ``smem_per_sm`` bytes of shared
     memory. rows "auto": 16 for up to 32 of the H/Hkv x Nq rows of a k/v head (two 16-row blocks beat one of
     32), else 64; with ``mma`` "wgmma" 128 (two warpgroups that share each K/V tile) where a k/v head has more
-    than 64 rows, else 64. splits "auto": as many as give every SM one block, in one
+    than 64 rows and a row sees at least 4096 keys, else 64 (at 1024 keys 64-row blocks give twice the blocks:
+    12.8 against 16.9 us at one KV head, Nq = 4; 19.6 against 21.3 at Nq = 16; at 4096 the two tie, at 16384 and
+    more 128 rows win: profiles/_logs/nvidia-h100-80gb-hbm3/decode_wgmma_two_warpgroups_ab.log). splits "auto": as many as give every SM one block, in one
     wave (with more than 64 rows a k/v head, the tensor work's, as many blocks as its shared memory holds), but
     no more than leave 4 key tiles (256 keys) a split (the last split may hold fewer). Where a k/v head's rows
     take several blocks (17-64 rows: two 16-row blocks), those blocks read the same K/V, so half the SMs' loads go
@@ -373,9 +377,12 @@ def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: 
     8 splits stay at Nk = 4096 (19.1 us against 20.7 for 16) and 4 at Nk = 1024. ``mma`` "wgmma" counts its own shared memory
     (_decode_wg_smem: its ring, a Q tile and 1 KB of alignment slack a block)."""
     R = H // Hkv * Nq
-    if rows == "auto":
-        rows = (128 if R > 64 else 64) if mma == "wgmma" else 64 if R > 32 else 16
     tiles = -(-(min(Nk, Nq) if causal else Nk) // _DECODE_KEYS)
+    if rows == "auto":
+        if mma == "wgmma":
+            rows = 128 if R > 64 and tiles >= _DECODE_WG2_MIN_TILES else 64
+        else:
+            rows = 64 if R > 32 else 16
     if splits == "auto":
         per_sm = 1
         if R > 64:

@@ -77,10 +77,16 @@ def test_decode_plan_wgmma():
     # D = 64: a 128-row block is 81 KB (82 with the reserve): two fit where an SM has 195 KB; a 64-row block is 73 KB
     # (74): two as well, and three of mma.sync's 64 KB ones
     assert _decode_plan("auto", "auto", 8, 32, 1, 16, 4096, 64, False, 132, 195 * 1024, "wgmma") == (128, 8)
+    assert _decode_plan(128, "auto", 8, 32, 1, 4, 1024, 128, False, *H200, "wgmma") == (128, 4)  # asked for: kept
     assert _decode_plan(64, "auto", 8, 32, 1, 16, 4096, 64, False, 132, 195 * 1024, "wgmma") == (64, 4)
     assert _decode_plan("auto", "auto", 8, 32, 1, 16, 4096, 64, False, 132, 195 * 1024, "mma.sync") == (64, 6)
     assert _decode_plan("auto", "auto", 8, 32, 8, 1, 16384, 128, False, *H200, "wgmma")[0] == 64  # 32 rows: not 16
     assert _decode_plan("auto", "auto", 8, 32, 8, 2, 16384, 128, False, *H200, "wgmma")[0] == 64  # 64 rows: one WG
+    # short caches keep 64-row blocks (twice the blocks): 128 rows from 4096 visible keys (64 tiles) on
+    assert _decode_plan("auto", "auto", 8, 32, 1, 4, 1024, 128, False, *H200, "wgmma") == (64, 4)
+    assert _decode_plan("auto", "auto", 8, 32, 1, 16, 4032, 128, False, *H200, "wgmma")[0] == 64
+    assert _decode_plan("auto", "auto", 8, 32, 1, 16, 4096, 128, False, *H200, "wgmma")[0] == 128
+    assert _decode_plan("auto", "auto", 8, 32, 1, 64, 65536, 128, True, *H200, "wgmma")[0] == 64  # causal: 64 keys
 
 
 class _FakeModule:
