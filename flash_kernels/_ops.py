@@ -134,6 +134,32 @@ def _check_workspace(variant: Variant, B: int, H: int, N: int, device: torch.dev
                          f"but the GPU has {free / 2**30:.1f} GiB free; use a flash variant or a smaller B*H*N")
 
 
+def _check_group_split(name: str, opts: dict[str, Any], H: int, Hkv: int, Nq: int,
+                       capability: tuple[int, int] | None) -> None:
+    """flash_mma's and flash_wgmma's backward option group_split must divide the query heads per k/v head."""
+    split = opts.get("group_split", "auto")
+    if split != "auto" and (H // Hkv) % split:
+        raise ValueError(f"{name}: group_split={split} must divide H/Hkv = {H // Hkv} (query heads per k/v "
+                         f"head); accepted here: {[s for s in range(1, H // Hkv + 1) if (H // Hkv) % s == 0]} or 'auto'")
+
+
+def _check_decode(name: str, opts: dict[str, Any], H: int, Hkv: int, Nq: int,
+                  capability: tuple[int, int] | None) -> None:
+    """flash_decode's rows against its mma, and both against the GPU (_decode_mma)."""
+    _decode_mma(opts["mma"], opts["rows"], H, Hkv, Nq, capability)
+
+
+#: Option checks that need the problem's shape or the GPU, per variant: called by _prepare with the resolved
+#: options, H, Hkv, Nq and the GPU's compute capability, first as None (before the tensors' device is looked at:
+#: the options against each other and the shape), then with the tensors' GPU's. Each raises a ValueError that
+#: says what is accepted.
+_OPTION_CHECKS: dict[str, Callable[[str, dict[str, Any], int, int, int, tuple[int, int] | None], None]] = {
+    "flash_mma": _check_group_split,
+    "flash_wgmma": _check_group_split,
+    "flash_decode": _check_decode,
+}
+
+
 def _prepare(variant_name: str, names: tuple[str, ...], tensors: tuple[Any, ...], causal: Any, scale: Any,
              options: dict[str, Any], pass_: str) -> tuple[Variant, tuple[torch.Tensor, ...], float, dict[str, Any]]:
     variant = get_variant(variant_name)
@@ -147,16 +173,13 @@ def _prepare(variant_name: str, names: tuple[str, ...], tensors: tuple[Any, ...]
         raise ValueError(f"{variant.name} does not support causal=True")
     B, H, _, D, Hkv, _ = _check_tensors(variant, names, tensors)
     opts = variant.resolve_options(options, D)
-    split = opts.get("group_split", "auto")
-    if split != "auto" and (H // Hkv) % split:
-        raise ValueError(f"{variant.name}: group_split={split} must divide H/Hkv = {H // Hkv} (query heads per k/v "
-                         f"head); accepted here: {[s for s in range(1, H // Hkv + 1) if (H // Hkv) % s == 0]} or 'auto'")
-
-    if variant.name == "flash_decode":
-        _decode_mma(opts["mma"], opts["rows"], H, Hkv, tensors[0].shape[2], None)  # rows against mma="wgmma"
+    check = _OPTION_CHECKS.get(variant.name)
+    Nq = tensors[0].shape[2]
+    if check is not None:  # the options against the shape, before the tensors' device is looked at
+        check(variant.name, opts, H, Hkv, Nq, None)
     _check_devices(names, tensors)
-    if variant.name == "flash_decode" and (opts["mma"] == "wgmma" or opts["rows"] == 128):
-        _decode_mma("wgmma", opts["rows"], H, Hkv, tensors[0].shape[2], torch.cuda.get_device_capability(tensors[0].device))
+    if check is not None:  # ... and against this GPU
+        check(variant.name, opts, H, Hkv, Nq, torch.cuda.get_device_capability(tensors[0].device))
     if variant.arch is not None:  # an sm_90a variant runs on compute capability 9.0 only
         why = unavailable_reason(variant, torch.cuda.get_device_capability(tensors[0].device))
         if why is not None:

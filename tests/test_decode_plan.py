@@ -128,6 +128,9 @@ def test_decode_wgmma_off_hopper_is_refused_through_the_api(monkeypatch):
     calls = _fake_gpu(monkeypatch, (8, 9))
     with pytest.raises(ValueError, match="mma='wgmma' needs a GPU of compute capability 9.0 .* this GPU is 8.9"):
         fk.forward(*qkv(), variant="flash_decode", mma="wgmma")
+    with pytest.raises(ValueError, match=r"rows=128 \(two warpgroups on wgmma\) needs a GPU of compute capability 9.0 "
+                                         r".* this GPU is 8.9"):
+        fk.forward(*qkv(), variant="flash_decode", rows=128)  # mma auto: wgmma is what 128 rows need
     fk.forward(*qkv(), variant="flash_decode", mma="auto")  # auto runs mma.sync there
     assert [c[0] for c in calls] == ["flash_decode"]
 
@@ -138,6 +141,7 @@ def test_decode_is_forward_only(monkeypatch):
                                          "naive"):
         fk.backward(q, k, v, q, torch.zeros(1, 2, 16), q, variant="flash_decode")
     monkeypatch.setattr(_ops, "_check_devices", lambda names, tensors: None)  # CPU tensors through, as on a GPU
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     with pytest.raises(ValueError, match="flash_decode has no backward pass, but an input requires grad"):
         fk.attention(*(t.requires_grad_(True) for t in qkv()), variant="flash_decode")
 

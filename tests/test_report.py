@@ -497,3 +497,19 @@ def test_ctrl_c_stops_the_runner_and_leaves_no_render_folder(tmp_path):
 
 def test_missing_profiles_folder(tmp_path):
     assert report_main(["--profiles", str(tmp_path / "nope"), "--reports", str(tmp_path / "r")]) == 2
+
+
+def test_relative_folders_are_the_callers(tmp_path, monkeypatch, capsys):
+    """The notebooks run in the repository; relative --profiles / --reports are read from the caller's folder
+    (outside the repository: made absolute), inside it they stay relative (pages name them alike on every
+    machine), and the caller's folder is given back."""
+    from nsightlab.render.report import _from_repo
+    from nsightlab.store.read import REPO
+
+    assert _from_repo(REPO / "profiles") == Path("profiles")
+    (tmp_path / "empty").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert _from_repo(Path("empty")) == tmp_path / "empty"
+    assert report_main(["--profiles", "empty", "--reports", "out"]) == 2
+    assert f"no capture under {tmp_path / 'empty'}" in capsys.readouterr().err
+    assert Path.cwd() == tmp_path and (tmp_path / "out").is_dir()  # the caller's out/, not the repository's

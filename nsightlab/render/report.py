@@ -646,6 +646,28 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab report") -> int:
 
 def _main(argv: list[str] | None, prog: str) -> int:
     a = _parser(prog).parse_args(argv)
+    # The notebooks run in the repository (execute's cwd): relative folders are the caller's, so they are
+    # re-expressed from the repository (as given, when the caller is there: pages name them the same everywhere),
+    # or made absolute where they lie outside it
+    a.profiles, a.reports = (str(_from_repo(Path(x))) for x in (a.profiles, a.reports))
+    cwd = Path.cwd()
+    os.chdir(REPO)
+    try:
+        return _run(a)
+    finally:
+        os.chdir(cwd)
+
+
+def _from_repo(path: Path) -> Path:
+    """``path`` (relative to the current folder) relative to the repository when it lies inside it, else absolute."""
+    path = path.absolute()
+    try:
+        return path.relative_to(REPO)
+    except ValueError:
+        return path
+
+
+def _run(a: argparse.Namespace) -> int:
     only = csv_list(a.only)
     unknown = [n for n in only if n not in (*NOTEBOOK_ORDER, COMPARE)]
     if unknown:
