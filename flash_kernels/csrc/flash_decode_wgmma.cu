@@ -45,6 +45,9 @@
 //    beside tile t. ptxas 13.0 moves the wait for P V up to the fourth MUFU.EX2 of the softmax (SASS: WARPGROUP.
 //    DEPBAR.LE gsb0, 0x0 after 4 of 32), so what it buys is two products in flight, not the softmax hidden
 //    behind them (flash_wgmma_fwd.cu's tma-ws-overlap compiles the same way: no MUFU between its two waits).
+//    Tried in compiles only (no GPU run): without the fences after the softmax, the same 4 MUFU; with P packed
+//    before the wait into fresh registers (copied into pf after it), ptxas serializes every wgmma of the loop
+//    (WARPGROUP.DEPBAR.LE gsb0, 0x0 after each HGMMA), which is worse.
 // Bought (H100 80GB HBM3, torch 2.11.0+cu130, fp16, B=8 H=32 D=128, L2 flushed (read), two interleaved rounds, same
 // node; log profiles/_logs/nvidia-h100-80gb-hbm3/decode_wgmma_two_warpgroups_ab.log), 64-row blocks -> 128 rows
 // with the overlap (-> 128 rows without it), one KV head: Nq = 4: Nk = 4096 22.2-22.4 -> 22.1 (22.1), 16384
