@@ -379,7 +379,7 @@ def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: 
     """flash_decode's (rows per block, key splits) on a GPU of ``sms`` SMs of ``smem_per_sm`` bytes of shared
     memory. rows "auto": 16 for up to 32 of the H/Hkv x Nq rows of a k/v head (two 16-row blocks beat one of
     32), else 64; with ``mma`` "wgmma" 128 (two warpgroups that share each K/V tile) where a k/v head has more
-    than 64 rows and a row sees at least 4096 keys, else 64 (at 1024 keys 64-row blocks give twice the blocks:
+    than 64 rows and a row sees 64 or more 64-key tiles (more than 4032 keys), else 64 (at 1024 keys 64-row blocks give twice the blocks:
     12.8 against 16.9 us at one KV head, Nq = 4; 19.6 against 21.3 at Nq = 16; at 4096 the two tie, at 16384 and
     more 128 rows win: profiles/_logs/nvidia-h100-80gb-hbm3/decode_wgmma_two_warpgroups_ab.log). splits "auto": as many as give every SM one block, in one
     wave (with more than 64 rows a k/v head, the tensor work's, as many blocks as its shared memory holds), but

@@ -221,7 +221,8 @@ VARIANTS: dict[str, Variant] = {
                     "rows per block, of the H/Hkv x Nq (query head, query) rows that share a k/v head: 16 = 4 warps "
                     "over the keys of each tile, 32 = 2 x 2, 64 = 4 warps over the rows (one warpgroup on wgmma), "
                     "128 = two warpgroups on wgmma that share each K/V tile (Hopper only); auto: 16 for up to 32 "
-                    "rows (two 16-row blocks), else 64; with mma wgmma 128 where a k/v head has more than 64 rows",
+                    "rows (two 16-row blocks), else 64; with mma wgmma 128 where a k/v head has more than 64 rows and a row "
+                    "sees 64 or more 64-key tiles (about 4096 keys), else 64",
                     default={64: "auto", 128: "auto"},
                 ),
                 "splits": Option(
