@@ -53,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         if r2 not in opts["rows"].choices or s2 not in opts["splits"].choices or m not in opts["mma"].choices:
             p.error(f"rows {r!r}, splits {s!r} or mma {m!r} is not an option; rows: {opts['rows'].choices}, "
                     f"splits: {opts['splits'].choices}, mma: {opts['mma'].choices}")
-        if (m == "wgmma" and r2 not in ("auto", 64, 128)) or (m == "mma.sync" and r2 == 128):
+        try:  # the options against each other, as the API checks them before it looks at a GPU
+            _decode_mma(m, r2, 1, 1, 1, None)
+        except ValueError:
             continue  # wgmma runs blocks of 64 or 128 rows, and 128 rows run on wgmma only
         grid.append({"rows": r2, "splits": s2, "mma": m})
     if not torch.cuda.is_available():

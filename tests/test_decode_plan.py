@@ -202,3 +202,19 @@ def test_decode_sweep():
     assert sorted((c.impl, c.params["Hkv"], c.params["N"], c.params["Nk"]) for c in deep) == [
         ("flash_decode", 1, 1, 16384), ("sdpa_cudnn", 1, 1, 16384)]
 
+
+
+def test_sanitize_case_skips_what_the_option_checks_refuse_on_this_gpu():
+    """The sanitizer's program runs every option choice its variant's own check takes on this GPU: flash_decode's
+    wgmma and 128-row blocks on Hopper only; the rest everywhere."""
+    from flash_kernels.sanitize_case import refused
+
+    dec, mma = fk.VARIANTS["flash_decode"], fk.VARIANTS["flash_mma"]
+    for opts in ({"mma": "wgmma"}, {"rows": 128}):
+        assert refused(dec, opts, 128, 2, 2, 75, (9, 0)) is None
+        assert "needs a GPU of compute capability 9.0" in refused(dec, opts, 128, 2, 2, 75, (8, 0))
+    assert "rows=128" in refused(dec, {"rows": 128}, 64, 2, 2, 75, (8, 9))
+    for opts in ({}, {"mma": "mma.sync"}, {"rows": 64}, {"splits": 8}):
+        assert refused(dec, opts, 128, 2, 2, 75, (8, 0)) is None
+    assert refused(mma, {"group_split": 32}, 128, 32, 1, 75, (8, 0)) is None
+    assert "must divide H/Hkv" in refused(mma, {"group_split": 4}, 128, 2, 2, 75, (8, 0))
