@@ -369,9 +369,10 @@ def _decode_stages(D: int, rows: int, R: int) -> int:
 def _decode_wg_smem(D: int, rows: int) -> int:
     """Dynamic shared memory of a flash_decode_wgmma block of ``rows`` (64: one warpgroup, 128: two) at head dim
     ``D`` (flash_decode_wgmma.cu: decode_wg_stages, decode_wg_smem): the K/V ring (3 stages for one warpgroup at
-    D = 128, else 4), the Q tile and 1 KB of alignment slack."""
+    D = 128, else 4), the Q tile, 1 KB of alignment slack, and for two warpgroups their ring's mbarriers."""
     stages = 3 if D == 128 and rows == 64 else 4
-    return stages * 2 * _DECODE_KEYS * D * 2 + rows * D * 2 + 1024
+    barriers = 8 * (1 + 2 * stages) if rows == 128 else 0
+    return stages * 2 * _DECODE_KEYS * D * 2 + rows * D * 2 + 1024 + barriers
 
 
 def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: int, D: int, causal: bool,
@@ -414,6 +415,8 @@ def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: 
             else:
                 smem = _decode_stages(D, rows, R) * 2 * _DECODE_KEYS * D * 2  # decode_smem in decode.cuh
             per_sm = max(1, smem_per_sm // (smem + _SMEM_RESERVED_PER_BLOCK))
+            if mma == "wgmma" and rows == 128:  # 288 threads of 118-156 registers: one block an SM at any D
+                per_sm = 1
         row_blocks = -(-R // rows)
         splits = max(1, min(per_sm * sms // (row_blocks * B * Hkv), tiles // _DECODE_MIN_TILES_PER_SPLIT))
         if row_blocks > 1 and R <= 64:

@@ -7,8 +7,13 @@ the write-back can slow.
 
     python scripts/flush_check.py --configs Nq1-Nk16384-Hkv1,Nq1-Nk1024-Hkv8 --impls flash_decode,sdpa_cudnn
     python scripts/flush_check.py --modes read --impls flash_decode:mma=mma.sync,flash_decode:mma=wgmma
+    python scripts/flush_check.py --modes read --floor --impls flash_decode:splits=16,flash_decode:splits=64
 
 An implementation may carry a variant's options after a colon (name:option=value, several joined by "+").
+--floor adds rows that only read as many bytes as K and V hold (one contiguous copy of both, made once), with
+PyTorch's reduction kernels, timed the same way: kv_sum (torch.sum to one fp32 value), kv_sum_cols (column sums
+of a [*, 4096] view, as the bench's read flush does) and kv_amax. They tell what streaming those bytes costs on
+this GPU when nothing else is done, fixed costs (launch, ramp, tail) included.
 
 Prints, per shape and implementation, the median microseconds and the GB/s of compulsory K+V bytes under
 each mode. Needs a CUDA GPU.
@@ -35,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="implementations, comma-separated; a variant may carry options: flash_decode:mma=wgmma+splits=8")
     p.add_argument("--modes", default=",".join(bench.FLUSH_MODES))
     p.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
+    p.add_argument("--floor", action="store_true",
+                   help="also time passes that only read as many bytes as K and V (kv_sum, kv_sum_cols, kv_amax)")
     p.add_argument("--rounds", type=int, default=6, help="round-robin rounds of 5 timed repeats per setting")
     a = p.parse_args(argv)
     configs, modes = a.configs.split(","), a.modes.split(",")
@@ -77,6 +84,12 @@ def main(argv: list[str] | None = None) -> int:
                                                         bench.Limits())[0]
             except bench.Skip as why:
                 print(f"{name:20s} {impl:13s} skipped: {why}")
+        if a.floor:  # one contiguous copy of K and V, made once: the floor reads the same number of bytes
+            buf = torch.cat((inputs[1].reshape(-1), inputs[2].reshape(-1)))
+            cols = torch.empty(4096, dtype=torch.float32, device=buf.device)
+            calls["kv_sum"] = lambda buf=buf: torch.sum(buf, dtype=torch.float32)
+            calls["kv_sum_cols"] = lambda buf=buf, cols=cols: torch.sum(buf.view(-1, 4096), dim=0, out=cols)
+            calls["kv_amax"] = lambda buf=buf: torch.amax(buf)
         times = bench.time_interleaved({(i, m): (calls[i], flushers[m]) for i in calls for m in modes}, a.rounds,
                                        hold)
         for impl in calls:

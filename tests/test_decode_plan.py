@@ -69,14 +69,15 @@ def test_decode_mma_choice():
 def test_decode_plan_wgmma():
     """wgmma blocks hold 128 rows (two warpgroups) where a k/v head has more than 64 rows, else 64, and count their own
     shared memory: at D = 128 a 128-row block has 4 stages of 32 KB, a 32 KB Q tile and 1 KB of slack (one an SM), a
-    64-row block 3 stages and a 16 KB Q tile (two); at D = 64 4 stages of 16 KB beside a 16 or 8 KB Q tile."""
+    64-row block 3 stages and a 16 KB Q tile (two); at D = 64 4 stages of 16 KB beside a 16 or 8 KB Q tile. A
+    128-row block (288 threads: two warpgroups and the producer warp) is one an SM at any D: its registers."""
     assert _decode_plan("auto", "auto", 8, 32, 1, 4, 16384, 128, False, *H200, "wgmma") == (128, 16)  # 132 // 8
     assert _decode_plan("auto", "auto", 8, 32, 1, 16, 4096, 128, False, *H200, "wgmma") == (128, 4)  # 132 // 32
     assert _decode_plan(64, "auto", 8, 32, 1, 4, 16384, 128, False, *H200, "wgmma") == (64, 16)  # 264 // (2 x 8)
     assert _decode_plan(64, "auto", 8, 32, 1, 16, 4096, 128, False, *H200, "wgmma") == (64, 4)  # 264 // 64
-    # D = 64: a 128-row block is 81 KB (82 with the reserve): two fit where an SM has 195 KB; a 64-row block is 73 KB
-    # (74): two as well, and three of mma.sync's 64 KB ones
-    assert _decode_plan("auto", "auto", 8, 32, 1, 16, 4096, 64, False, 132, 195 * 1024, "wgmma") == (128, 8)
+    # D = 64: a 128-row block is 81 KB (82 with the reserve), but one an SM by its registers (118 a thread: two
+    # blocks of 288 threads would need 96 or fewer); a 64-row block is 73 KB (74): two, and three of mma.sync's 64 KB
+    assert _decode_plan("auto", "auto", 8, 32, 1, 16, 4096, 64, False, 132, 195 * 1024, "wgmma") == (128, 4)
     assert _decode_plan(128, "auto", 8, 32, 1, 4, 1024, 128, False, *H200, "wgmma") == (128, 4)  # asked for: kept
     assert _decode_plan(64, "auto", 8, 32, 1, 16, 4096, 64, False, 132, 195 * 1024, "wgmma") == (64, 4)
     assert _decode_plan("auto", "auto", 8, 32, 1, 16, 4096, 64, False, 132, 195 * 1024, "mma.sync") == (64, 6)

@@ -126,6 +126,13 @@ struct DecodeOut {
   int valid;    // rows of the block that exist (R - r0)
 };
 
+// The end of a block meets on a named barrier of its NW warps (id 1), not __syncthreads: flash_decode_wgmma.cu's
+// two-warpgroup blocks have a producer warp besides them, which issues the block's loads and leaves.
+template <int NW>
+__device__ __forceinline__ void decode_sync() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(NW * 32) : "memory");
+}
+
 // The end of a block, first half: the warps that shared rows (WK = NW / WR of them, each over its own keys) pool
 // their row max and sum through shared memory; each thread gets the factor f[h] = 2^(m_w - m) / l that scales its
 // warp's O of row g + 8 h into the row's normalized O, and the row's LSE is written. A row that saw no key
@@ -139,7 +146,7 @@ __device__ __forceinline__ void decode_row_factors(uint8_t* smem, const float (&
   float* sM = reinterpret_cast<float*>(smem);   // [NW warps][16] row max in log2 units, over the spent ring
   float* sL = sM + NW * kDecodeRowsPerWarp;     // [NW warps][16] row sums
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wr = warp / WK, g = lane >> 2;
-  __syncthreads();  // every warp is done with the Q tile and the ring
+  decode_sync<NW>();  // every warp is done with the Q tile and the ring
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
@@ -149,7 +156,7 @@ __device__ __forceinline__ void decode_row_factors(uint8_t* smem, const float (&
       sL[warp * 16 + g + 8 * h] = l[h];
     }
   }
-  __syncthreads();
+  decode_sync<NW>();
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = g + 8 * h;
@@ -184,26 +191,38 @@ __device__ __forceinline__ void decode_store_rows(uint8_t* smem, const float (&o
     *reinterpret_cast<float2*>(p) = make_float2(o[nd][0] * f[0], o[nd][1] * f[0]);
     *reinterpret_cast<float2*>(p + 8 * PITCH) = make_float2(o[nd][2] * f[1], o[nd][3] * f[1]);
   }
-  __syncthreads();
-  for (int c = threadIdx.x; c < M * D / 8; c += NW * 32) {
-    const int row = c / (D / 8), col = (c % (D / 8)) * 8;
-    if (row >= out.valid) continue;
-    float acc[8] = {};
+  decode_sync<NW>();
+  // unrolled, all of a thread's shared-memory reads before its stores: as a loop, each pass's loads waited for the
+  // stores of the pass before to release their registers (at 128 rows x D = 128 a block's end was 8 such passes,
+  // about 18 % of its warps' stall samples under Nsight Compute at one KV head, Nq = 4)
+  constexpr int CH = M * D / 8, STEP = NW * 32, IT = (CH + STEP - 1) / STEP;
+  float acc[IT][8];
+#pragma unroll
+  for (int i = 0; i < IT; ++i) {
+    const int c = threadIdx.x + i * STEP, row = c / (D / 8), col = (c % (D / 8)) * 8;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[i][e] = 0.f;
+    if (c >= CH) continue;
 #pragma unroll
     for (int w = 0; w < WK; ++w) {  // the warps of row block row / 16
       const float4* p = reinterpret_cast<const float4*>(sO + ((row / 16 * WK + w) * 16 + row % 16) * PITCH + col);
       const float4 x = p[0], y = p[1];
-      acc[0] += x.x, acc[1] += x.y, acc[2] += x.z, acc[3] += x.w;
-      acc[4] += y.x, acc[5] += y.y, acc[6] += y.z, acc[7] += y.w;
+      acc[i][0] += x.x, acc[i][1] += x.y, acc[i][2] += x.z, acc[i][3] += x.w;
+      acc[i][4] += y.x, acc[i][5] += y.y, acc[i][6] += y.z, acc[i][7] += y.w;
     }
+  }
+#pragma unroll
+  for (int i = 0; i < IT; ++i) {
+    const int c = threadIdx.x + i * STEP, row = c / (D / 8), col = (c % (D / 8)) * 8;
+    if (c >= CH || row >= out.valid) continue;
+    const float (&a)[8] = acc[i];
     if (out.o != nullptr) {
-      const uint4 v = {pack2<T>(acc[0], acc[1]), pack2<T>(acc[2], acc[3]), pack2<T>(acc[4], acc[5]),
-                       pack2<T>(acc[6], acc[7])};
+      const uint4 v = {pack2<T>(a[0], a[1]), pack2<T>(a[2], a[3]), pack2<T>(a[4], a[5]), pack2<T>(a[6], a[7])};
       *reinterpret_cast<uint4*>(out.o + long(row) * D + col) = v;
     } else {
       float4* dst = reinterpret_cast<float4*>(out.of + long(row) * D + col);
-      dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-      dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+      dst[0] = make_float4(a[0], a[1], a[2], a[3]);
+      dst[1] = make_float4(a[4], a[5], a[6], a[7]);
     }
   }
 }
@@ -341,22 +360,31 @@ inline DecodeShape decode_shape(const AttnArgs& a, int splits, int& z) {
   return sh;
 }
 
-// The split kernel's launch for both instructions: `splits` key splits (decode_shape), blocks of M rows and
-// `threads` threads with `smem` bytes of dynamic shared memory, then the merge where there are several.
-template <typename T, int D, int M, typename Kernel>
-cudaError_t decode_split_launch(Kernel kernel, int threads, int smem, const AttnArgs& a, int splits,
-                                cudaStream_t stream) {
-  cudaError_t err = allow_smem(kernel, smem);
-  if (err != cudaSuccess) return err;
+// A split kernel's run: `splits` key splits (decode_shape) in a grid of blocks of M rows, launched by
+// launch(grid, shape), then the merge where there are several.
+template <typename T, int D, int M, typename Launch>
+cudaError_t decode_split_run(const AttnArgs& a, int splits, cudaStream_t stream, Launch&& launch) {
   int z;
   const DecodeShape sh = decode_shape(a, splits, z);
   if (z == 0) return cudaErrorInvalidValue;
-  kernel<<<dim3(cdiv(sh.R, M), a.B * a.Hkv, z), threads, smem, stream>>>(
-      static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
-      a.lse, a.ws[0], a.ws[1], sh, a.scale * kLog2e, a.causal);
-  err = cudaGetLastError();
+  cudaError_t err = launch(dim3(cdiv(sh.R, M), a.B * a.Hkv, z), sh);
   if (err != cudaSuccess || z == 1) return err;
   return combine_launch<T, D>(a, z, stream);
+}
+
+// The split kernel's launch where it takes Q, K and V as pointers: `threads` threads a block with `smem` bytes of
+// dynamic shared memory.
+template <typename T, int D, int M, typename Kernel>
+cudaError_t decode_split_launch(Kernel kernel, int threads, int smem, const AttnArgs& a, int splits,
+                                cudaStream_t stream) {
+  const cudaError_t err = allow_smem(kernel, smem);
+  if (err != cudaSuccess) return err;
+  return decode_split_run<T, D, M>(a, splits, stream, [&](dim3 grid, const DecodeShape& sh) {
+    kernel<<<grid, threads, smem, stream>>>(static_cast<const T*>(a.q), static_cast<const T*>(a.k),
+                                            static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, a.ws[0], a.ws[1],
+                                            sh, a.scale * kLog2e, a.causal);
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace fk

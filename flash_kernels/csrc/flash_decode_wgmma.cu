@@ -39,8 +39,8 @@
 // Two warpgroups a block (option rows 128, "auto" where a k/v head has more than 64 rows; 43d1638 -> this step):
 //  - a block holds 128 rows, warpgroup wg rows 64 wg.. of a [128][D] Q tile, and both read each K/V tile of the
 //    ring, so that a k/v head of 128 rows (one KV head at Nq = 4) streams its K/V once, not in two 64-row blocks;
-//  - 4 stages: 161 KB at D = 128 (one block an SM, 8 warps), 81 KB at D = 64 (two);
-//  - FlashAttention-3's intra-warpgroup overlap (kDecodeWgOverlap): S_t = Q K_t^T and O += P_{t-1} V_{t-1} are
+//  - 4 stages: 161 KB at D = 128 (one block an SM, 8 warps), 81 KB at D = 64 (two; one since the producer warp);
+//  - FlashAttention-3's intra-warpgroup overlap: S_t = Q K_t^T and O += P_{t-1} V_{t-1} are
 //    issued back to back, then the softmax of S_t; the ring keeps S - 2 tiles ahead, since tile t - 1's V is read
 //    beside tile t. ptxas 13.0 moves the wait for P V up to the fourth MUFU.EX2 of the softmax (SASS: WARPGROUP.
 //    DEPBAR.LE gsb0, 0x0 after 4 of 32), so what it buys is two products in flight, not the softmax hidden
@@ -56,6 +56,22 @@
 // 367 TFLOP/s). Where a k/v head has 64 rows (8 KV heads, Nq = 16), 128-row blocks are half padding: 183 -> 194-211
 // us, so auto keeps 64 there. Without the overlap the two warpgroups alone bought little at Nq = 4, Nk = 16384
 // (the first run, another node: 40.4 -> 41.3 us): there the time is not the L2 traffic of two blocks a head.
+// A producer warp for the two-warpgroup blocks (513a072 -> this step; flash_decode_ws_kernel):
+//  - Why: under Nsight Compute (one KV head, Nq = 4, 16k keys; log profiles/_logs/nvidia-h100-80gb-hbm3/
+//    ncu_decode_hkv1_nq4_before_producer.log) the split kernel took 34.6 us with DRAM 60 % busy and 0.34 warps
+//    issuing a scheduler; a tile cost each warp 254 instructions of its own work, 231 more to issue the next tile's
+//    cp.async (addresses, swizzle, bounds), and both warpgroups met at a block-wide barrier every tile, so their
+//    softmax and products ran in step. More stages (5, 6) were no faster: the bytes in flight were not the limit.
+//  - What: warp 8 loads Q and each K/V tile by TMA (one thread, the tensor maps of flash_wgmma's forward) into the
+//    4-stage ring; a stage's full mbarrier completes on the copy engine's bytes, its empty one on the 8 consumer
+//    warps' arrivals. The warpgroups no longer meet until the end of the block. 288 threads, 156 registers at
+//    D = 128 (174 before), 118 at D = 64: one block an SM at either (two at D = 64 before).
+//  - Bought (H100 80GB HBM3, same-node A/B against 513a072, two rounds, fp16, B=8 H=32 D=128, L2 flushed by reading;
+//    log profiles/_logs/nvidia-h100-80gb-hbm3/decode_wgmma_ws_ab.log), one KV head: Nq = 4, Nk = 16384 39.6-39.7 ->
+//    37.5-37.7 us, 65536 110.9-111.4 -> 101.0-101.5 (2.65 TB/s, 79 % of HBM); Nq = 16, Nk = 16384 108.0-108.6 ->
+//    71.0-71.1, 65536 374.9-375.0 -> 238.2-238.8 (578 TFLOP/s); Nq = 4, Nk = 4096 unchanged (22.2-22.4). The rows
+//    on flash_decode.cu's kernel moved by at most 1.6 % either way (8 KV heads, Nq = 1: 177.9-180.6 against
+//    180.9-181.1 us), though its end of block is now unrolled as well (decode.cuh: decode_store_rows).
 #include "decode.cuh"
 #include "wgmma.cuh"
 #include "wgmma_softmax.cuh"
@@ -63,44 +79,43 @@
 namespace fk {
 
 // Stages of the ring for blocks of WG warpgroups (64 WG rows): one warpgroup, 3 at D = 128 (two blocks an SM), 4 at
-// D = 64 (three); two warpgroups, 4 at D = 128 (161 KB: one block an SM) and D = 64 (81 KB: two).
+// D = 64 (three); two warpgroups, 4 at D = 128 (161 KB) and D = 64 (81 KB), one block an SM (registers). Six stages for
+// two warpgroups at D = 128 (225 KB) were no faster (one KV head, Nq = 4, 4k keys 23.7 against 22.4 us; 5 stages
+// 22.6; log profiles/_logs/nvidia-h100-80gb-hbm3/decode_wgmma_ws_ab.log): the bytes in flight were not what the
+// block waited on.
 template <int D, int WG>
 __host__ __device__ constexpr int decode_wg_stages() { return D == 128 && WG == 1 ? 3 : 4; }
 
-// Two warpgroups overlap each tile's softmax with the previous tile's O += P V (flash_decode_wgmma_kernel).
-#ifndef FK_DECODE_WG_OVERLAP
-#define FK_DECODE_WG_OVERLAP 1
-#endif
-constexpr bool kDecodeWgOverlap = FK_DECODE_WG_OVERLAP;
-
 // Dynamic shared memory: decode_smem's ring, the Q tile [64 WG][D] (SW128) after it, and 1 KB of slack so that the
-// SW128 tiles start on 1024-byte boundaries (flash_kernels/_ops.py counts all three when it plans the splits).
+// SW128 tiles start on 1024-byte boundaries; two warpgroups add their mbarriers (Q's, and a full and an empty one
+// a stage) after the Q tile (flash_kernels/_ops.py counts all of it when it plans the splits).
 template <int D, int S, int WG>
 __host__ __device__ constexpr int decode_wg_smem() {
-  return decode_smem<D, S>() + 64 * WG * D * 2 + 1024;
+  return decode_smem<D, S>() + 64 * WG * D * 2 + 1024 + (WG == 2 ? 8 * (1 + 2 * S) : 0);
 }
 
-// One block: rows [r0, r0 + 64 WG) of key/value head blockIdx.y against the 64-key tiles of split blockIdx.z, as
-// flash_decode_kernel<T, D, 4, S> (warp w owns rows 16 w.., every key of a tile), with the products on wgmma:
-// warpgroup wg runs rows 64 wg.. of the block, and the WG warpgroups share each K/V tile of the ring.
-template <typename T, int D, int S, int WG, bool OVERLAP>
-__global__ void __launch_bounds__(WG * 128, WG == 2 ? (D == 64 ? 2 : 1) : (D == 64 ? 3 : 2))
+// Threads of a two-warpgroup block: the two consumer warpgroups (warps 0-7) and the producer warp (warp 8).
+constexpr int kDecodeWsThreads = 2 * 128 + 32;
+
+// One block of one warpgroup: rows [r0, r0 + 64) of key/value head blockIdx.y against the 64-key tiles of split
+// blockIdx.z, as flash_decode_kernel<T, D, 4, S> (warp w owns rows 16 w.., every key of a tile), with the products
+// on wgmma. Each product is waited for at once: the overlap comes from the SM's other blocks.
+template <typename T, int D, int S>
+__global__ void __launch_bounds__(128, D == 64 ? 3 : 2)
 flash_decode_wgmma_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                           T* __restrict__ O, float* __restrict__ LSE, float* __restrict__ O_part,
                           float* __restrict__ LSE_part, DecodeShape sh, float scale_log2, int causal) {
-  constexpr int M = 64 * WG, NT = 128 * WG, NB = kDecodeKeys / 8;
+  constexpr int M = 64, NT = 128, NB = kDecodeKeys / 8;
   constexpr int TILE = kDecodeKeys * D * 2;  // bytes of a K (or V) tile
-  // tiles loaded ahead of the one in use: the overlap keeps tile t - 1's V in use beside tile t
-  constexpr int AHEAD = OVERLAP ? S - 2 : S - 1;
-  static_assert(AHEAD >= 1, "stages");
-  static_assert(decode_finish_smem<D, 4 * WG>() <= decode_wg_smem<D, S, WG>() - 1024,
+  constexpr int AHEAD = S - 1;               // tiles loaded ahead of the one in use
+  static_assert(decode_finish_smem<D, 4>() <= decode_wg_smem<D, S, 1>() - 1024,
                 "the end of the block fits in the ring and the Q tile");
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t sRing = (raw + 1023u) & ~1023u;    // [S][K tile, V tile], SW128
-  const uint32_t sQ = sRing + S * 2 * TILE;         // [64 WG][D], SW128: the A operand of every S = Q K^T
+  const uint32_t sQ = sRing + S * 2 * TILE;         // [64][D], SW128: the A operand of every S = Q K^T
   uint8_t* const smem = smem_raw + (sRing - raw);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp / 4;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const long bkv = blockIdx.y, first = bkv * sh.R + long(blockIdx.x) * M;
   const int r0 = blockIdx.x * M, valid = min(M, sh.R - r0);
   const T* Kb = K + bkv * sh.Nk * D;
@@ -121,29 +136,9 @@ flash_decode_wgmma_kernel(const T* __restrict__ Q, const T* __restrict__ K, cons
     if (t0 + s < t1) load_kv(s, t0 + s);
     cp_async_commit();
   }
-  // Tile t (stage (t - t0) % S) has landed and is visible to the wgmma's reads (the async proxy) for every thread,
-  // every warp is done with the stage the next load goes to, and tile t + AHEAD is on its way. Returns tile t's
-  // K; its V is TILE bytes further.
-  auto tile_ready = [&](int t) {
-    const int u = t - t0;
-    cp_async_wait<AHEAD - 1>();
-    fence_proxy_async();
-    __syncthreads();
-    if (t + AHEAD < t1) load_kv((u + AHEAD) % S, t + AHEAD);
-    cp_async_commit();
-    return sRing + (u % S) * 2 * TILE;
-  };
-  const uint64_t dQ = desc_kmajor(sQ + wg * 64 * 128);  // the warpgroup's 64 rows of the [M][D] tile
-  auto issue_scores = [&](float (&sf)[NB * 4], uint32_t cK) {  // S = Q K^T for the warpgroup's rows, no wait
-    fence_regs(sf);
-    wgmma_fence();
-    wgmma_kmajor_ss<T, kDecodeKeys, D, M, kDecodeKeys>(sf, dQ, desc_kmajor(cK));
-    wgmma_commit();
-  };
-  // the m64nD accumulator: of[4 j + 2 h + e] is flash_decode's o[j][2 h + e] (the C fragments of the warp's 16 rows).
-  // Kept in its own array (copied into o[j][..] at the end, a renaming of registers): reading it through a
-  // reinterpret_cast view let the compiler drop the rescale at D = 64 (wrong results from the second tile on)
-  float of[D / 2];
+  const uint64_t dQ = desc_kmajor(sQ);
+  float of[D / 2];  // the m64nD accumulator: of[4 j + 2 h + e] is flash_decode's o[j][2 h + e]; its own array (a
+                    // reinterpret_cast view of o let the compiler drop the rescale at D = 64)
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) of[i] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
@@ -152,27 +147,123 @@ flash_decode_wgmma_kernel(const T* __restrict__ Q, const T* __restrict__ K, cons
   for (int h = 0; h < 2; ++h) qi[h] = (r0 + warp * 16 + (lane >> 2) + 8 * h) % sh.Nq;
   // tiles from tm on may hold keys past Nk or (causal) after a row's query: those get the mask
   const int tm = min(sh.Nk / kDecodeKeys, causal ? (qr.lo + 1) / kDecodeKeys : sh.Nk);
-  if constexpr (!OVERLAP) {
-    for (int t = t0; t < t1; ++t) {
-      const uint32_t cK = tile_ready(t);
-      float sf[NB * 4];  // the m64n64 accumulator, then as decode_softmax's fragments s[j][2 h + e]
-      issue_scores(sf, cK);
-      wgmma_wait<0>();
-      fence_regs(sf);
-      float s[NB][4];
+  for (int t = t0; t < t1; ++t) {
+    const int u = t - t0;
+    cp_async_wait<AHEAD - 1>();  // tile t has landed ...
+    fence_proxy_async();         // ... and is visible to the wgmma's reads (the async proxy)
+    __syncthreads();             // for every thread; every warp is done with the stage the next load goes to
+    if (t + AHEAD < t1) load_kv((u + AHEAD) % S, t + AHEAD);
+    cp_async_commit();
+    const uint32_t cK = sRing + (u % S) * 2 * TILE;
+    float sf[NB * 4];  // the m64n64 accumulator, then as decode_softmax's fragments s[j][2 h + e]
+    fence_regs(sf);
+    wgmma_fence();
+    wgmma_kmajor_ss<T, kDecodeKeys, D, M, kDecodeKeys>(sf, dQ, desc_kmajor(cK));
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(sf);
+    float s[NB][4];
 #pragma unroll
-      for (int i = 0; i < NB * 4; ++i) s[i / 4][i % 4] = sf[i];
-      if (t >= tm) decode_mask<NB>(s, t * kDecodeKeys, sh.Nk, causal, qi);
-      uint32_t pf[NB / 2][4];
-      float alpha[2];
-      if (decode_softmax<T, NB>(s, m, l, alpha, pf, scale_log2)) rescale_o(of, alpha);
-      issue_pv<T, D, kDecodeKeys>(of, pf, desc_mnmajor(cK + TILE, kDecodeKeys * 128));
-      wgmma_wait<0>();
-      fence_regs(of);
+    for (int i = 0; i < NB * 4; ++i) s[i / 4][i % 4] = sf[i];
+    if (t >= tm) decode_mask<NB>(s, t * kDecodeKeys, sh.Nk, causal, qi);
+    uint32_t pf[NB / 2][4];
+    float alpha[2];
+    if (decode_softmax<T, NB>(s, m, l, alpha, pf, scale_log2)) rescale_o(of, alpha);
+    issue_pv<T, D, kDecodeKeys>(of, pf, desc_mnmajor(cK + TILE, kDecodeKeys * 128));
+    wgmma_wait<0>();
+    fence_regs(of);
+  }
+  cp_async_wait<0>();
+  grid_dependents_launch();  // the combine kernel's blocks may now take their places (they wait for this grid's end)
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i / 4][i % 4] = of[i];
+  decode_finish<T, D, 4, 4>(smem, o, m, l, scale_log2, O, LSE, O_part, LSE_part, sh, first, valid);
+}
+
+// One block of two warpgroups: rows [r0, r0 + 128) of key/value head blockIdx.y against the 64-key tiles of split
+// blockIdx.z. Warp 8 is the producer: one thread loads Q and then each K/V tile by TMA into a ring of S stages
+// (mbarriers: a stage's full barrier completes on the copy engine's bytes, its empty barrier on one arrival from
+// each of the 8 consumer warps once it is done with the stage). Consumer warpgroup wg runs rows 64 wg.. of the Q
+// tile; both read each K/V tile, each at its own pace (no block-wide barrier a tile), and issue S_t = Q K_t^T and
+// O += P_{t-1} V_{t-1} back to back (FlashAttention-3's intra-warpgroup overlap).
+template <typename T, int D, int S>
+__global__ void __launch_bounds__(kDecodeWsThreads, 1)
+flash_decode_ws_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+                       const __grid_constant__ CUtensorMap tmV, T* __restrict__ O, float* __restrict__ LSE,
+                       float* __restrict__ O_part, float* __restrict__ LSE_part, DecodeShape sh, float scale_log2,
+                       int causal) {
+  constexpr int M = 128, NB = kDecodeKeys / 8;
+  constexpr int TILE = kDecodeKeys * D * 2;  // bytes of a K (or V) tile
+  static_assert(decode_finish_smem<D, 8>() <= S * 2 * TILE, "the end of the block fits in the ring");
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t sRing = (raw + 1023u) & ~1023u;    // [S][K tile, V tile], SW128
+  const uint32_t sQ = sRing + S * 2 * TILE;         // [128][D], SW128: the A operand of every S = Q K^T
+  const uint32_t full_q = sQ + M * D * 2, full = full_q + 8, empty = full + 8 * S;  // mbarriers
+  uint8_t* const smem = smem_raw + (sRing - raw);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp / 4;
+  const int bkv = blockIdx.y;
+  const long first = long(bkv) * sh.R + long(blockIdx.x) * M;
+  const int r0 = blockIdx.x * M, valid = min(M, sh.R - r0);
+  const QueryRange qr(r0, r0 + valid - 1, sh.Nq);
+  const int kv_len = causal ? min(sh.Nk, qr.hi + 1) : sh.Nk;
+  const int t0 = blockIdx.z * sh.tiles_per_split;
+  const int t1 = min((kv_len + kDecodeKeys - 1) / kDecodeKeys, t0 + sh.tiles_per_split);
+  if (tid == 0) {
+    mbar_init(full_q, 1);
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      mbar_init(full + 8 * s, 1);
+      mbar_init(empty + 8 * s, 8);
     }
-  } else if (t0 < t1) {
-    // FlashAttention-3's intra-warpgroup overlap: S_t = Q K_t^T and O += P_{t-1} V_{t-1} are issued back to back
-    // and the softmax of S_t runs while the second is in flight. P_{t-1} (pf) and V_{t-1} (at cV) wait a tile.
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (warp == 8) {  // the producer: Q, then tile t into stage (t - t0) % S once the consumers gave it back
+    if (lane == 0) {
+      tma_prefetch_map(&tmK);
+      tma_prefetch_map(&tmV);
+      mbar_arrive_expect_tx(full_q, M * D * 2);
+      tma_load_tile<D, M>(sQ, &tmQ, full_q, r0, bkv);  // rows past R: zeros (the map's rows are a head's R)
+      for (int t = t0; t < t1; ++t) {
+        const int u = t - t0, s = u % S;
+        if (u >= S) mbar_wait(empty + 8 * s, (u / S - 1) & 1);  // tile t - S is done with
+        mbar_arrive_expect_tx(full + 8 * s, 2 * TILE);
+        const uint32_t st = sRing + s * 2 * TILE;
+        tma_load_tile<D, kDecodeKeys>(st, &tmK, full + 8 * s, t * kDecodeKeys, bkv);  // keys past Nk: zeros
+        tma_load_tile<D, kDecodeKeys>(st + TILE, &tmV, full + 8 * s, t * kDecodeKeys, bkv);
+      }
+    }
+    return;  // its loads complete on the barriers the consumers wait for
+  }
+  auto tile_ready = [&](int t) {  // tile t has landed: returns its K; its V is TILE bytes further
+    const int u = t - t0;
+    mbar_wait(full + 8 * (u % S), (u / S) & 1);
+    return sRing + (u % S) * 2 * TILE;
+  };
+  auto release = [&](int t) {  // this warp is done with tile t's stage
+    __syncwarp();
+    mbar_arrive_if(empty + 8 * ((t - t0) % S), lane == 0);
+  };
+  mbar_wait(full_q, 0);
+  const uint64_t dQ = desc_kmajor(sQ + wg * 64 * 128);  // the warpgroup's 64 rows of the [M][D] tile
+  auto issue_scores = [&](float (&sf)[NB * 4], uint32_t cK) {  // S = Q K^T for the warpgroup's rows, no wait
+    fence_regs(sf);
+    wgmma_fence();
+    wgmma_kmajor_ss<T, kDecodeKeys, D, M, kDecodeKeys>(sf, dQ, desc_kmajor(cK));
+    wgmma_commit();
+  };
+  float of[D / 2];  // the m64nD accumulator, as in flash_decode_wgmma_kernel
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) of[i] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  int qi[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) qi[h] = (r0 + warp * 16 + (lane >> 2) + 8 * h) % sh.Nq;
+  const int tm = min(sh.Nk / kDecodeKeys, causal ? (qr.lo + 1) / kDecodeKeys : sh.Nk);
+  if (t0 < t1) {
+    // P_{t-1} (pf) and V_{t-1} (at cV) wait a tile.
     uint32_t pf[NB / 2][4];
     uint32_t cV;
     {
@@ -213,6 +304,7 @@ flash_decode_wgmma_kernel(const T* __restrict__ Q, const T* __restrict__ K, cons
       fence_regs(of);
 #pragma unroll
       for (int kk = 0; kk < NB / 2; ++kk) fence_regs(pf[kk]);  // P_{t-1} is read until here
+      release(t - 1);                                          // V_{t-1} too
       if (grew) rescale_o(of, alpha);
       decode_pack_p<T, NB>(s, pf);
       cV = cK + TILE;
@@ -224,29 +316,39 @@ flash_decode_wgmma_kernel(const T* __restrict__ Q, const T* __restrict__ K, cons
     wgmma_wait<0>();
     fence_regs(of);
   }
-  cp_async_wait<0>();
   grid_dependents_launch();  // the combine kernel's blocks may now take their places (they wait for this grid's end)
   float o[D / 8][4];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i / 4][i % 4] = of[i];
-  decode_finish<T, D, 4 * WG, 4 * WG>(smem, o, m, l, scale_log2, O, LSE, O_part, LSE_part, sh, first, valid);
+  decode_finish<T, D, 8, 8>(smem, o, m, l, scale_log2, O, LSE, O_part, LSE_part, sh, first, valid);
 }
 
 // Option code as flash_decode's (flash_kernels/_ops.py): rows per block 64 (code 2: one warpgroup) or 128 (code 3:
-// two), bits 8.. the splits.
+// two, and the producer warp), bits 8.. the splits.
 template <typename T, int D>
 cudaError_t decode_wgmma_rows(const AttnArgs& a, cudaStream_t stream) {
   const int splits = a.option >> 8;
   switch (a.option & 0xff) {
     case 2: {
       constexpr int S = decode_wg_stages<D, 1>();
-      return decode_split_launch<T, D, 64>(flash_decode_wgmma_kernel<T, D, S, 1, false>, 128, decode_wg_smem<D, S, 1>(), a,
+      return decode_split_launch<T, D, 64>(flash_decode_wgmma_kernel<T, D, S>, 128, decode_wg_smem<D, S, 1>(), a,
                                            splits, stream);
     }
     case 3: {
-      constexpr int S = decode_wg_stages<D, 2>();
-      return decode_split_launch<T, D, 128>(flash_decode_wgmma_kernel<T, D, S, 2, kDecodeWgOverlap>, 256, decode_wg_smem<D, S, 2>(), a,
-                                            splits, stream);
+      constexpr int S = decode_wg_stages<D, 2>(), smem = decode_wg_smem<D, S, 2>();
+      auto kernel = flash_decode_ws_kernel<T, D, S>;
+      // Q as [B Hkv][R][D] (a k/v head's rows are consecutive), K and V as [B Hkv][Nk][D]
+      CUtensorMap maps[3];
+      cudaError_t err = make_tile_map<T>(&maps[0], a.q, a.B * a.Hkv, (a.H / a.Hkv) * a.Nq, D, 128);
+      if (err == cudaSuccess) err = make_tile_map<T>(&maps[1], a.k, a.B * a.Hkv, a.Nk, D, kDecodeKeys);
+      if (err == cudaSuccess) err = make_tile_map<T>(&maps[2], a.v, a.B * a.Hkv, a.Nk, D, kDecodeKeys);
+      if (err == cudaSuccess) err = allow_smem(kernel, smem);
+      if (err != cudaSuccess) return err;
+      return decode_split_run<T, D, 128>(a, splits, stream, [&](dim3 grid, const DecodeShape& sh) {
+        kernel<<<grid, kDecodeWsThreads, smem, stream>>>(maps[0], maps[1], maps[2], static_cast<T*>(a.o), a.lse,
+                                                         a.ws[0], a.ws[1], sh, a.scale * kLog2e, a.causal);
+        return cudaGetLastError();
+      });
     }
     default: return cudaErrorInvalidValue;
   }
