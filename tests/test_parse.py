@@ -227,13 +227,14 @@ def _rss_mb() -> float:
         return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:")) / 1024
 
 
-def test_reading_reports_does_not_grow_the_reading_process():
+def test_reading_reports_does_not_grow_the_reading_process(monkeypatch):
     """ncu-report keeps about 1.4 MB of every launch it decoded until its process ends (closing the report
     frees nothing): the readers run in a process of their own (nsightlab.parse.isolated), so reading the
     124-launch blocksize report and the 36-launch deep one twice leaves this process as it was. In process
     that was about 2 x (124 + 2 x 36) x 1.4 MB = 550 MB for good."""
     from nsightlab.parse import deep
 
+    monkeypatch.setattr(deep, "_cache_file", lambda *args: None)  # every read reads the report, not the cache
     light = ROOT / "profiles" / "nvidia-h200" / "blocksize"
     rep, schemas = find_file(light, "ncu.ncu-rep"), schemas_of(load_manifest(light))
     deep_rep = find_file(ROOT / "profiles" / "nvidia-h200" / "bottleneck-deep", "deep.ncu-rep")
@@ -245,6 +246,35 @@ def test_reading_reports_does_not_grow_the_reading_process():
     grew = _rss_mb() - before
     assert len(df) == 124 and len(launches) == 36 and len(values) > 1000
     assert grew < 80, f"reading grew this process by {grew:.0f} MB"
+
+
+def test_a_deep_read_is_served_again_from_the_cache_and_only_for_the_same_question(tmp_path, monkeypatch):
+    """What a read of a deep report found is kept (nsightlab.parse.deep: the cache folder, $NSIGHTLAB_CACHE), and
+    the same read again gives the same frames without opening the report; another set of parts, another report
+    or a cut-short cache file reads the report."""
+    from nsightlab.parse import deep
+
+    monkeypatch.setenv("NSIGHTLAB_CACHE", str(tmp_path))
+    folder = ROOT / "profiles" / "nvidia-h200" / "mma-fwd-d128-deep"
+    rep, schemas = find_file(folder, "deep.ncu-rep"), schemas_of(load_manifest(folder))
+    first = deep.read(rep, schemas)
+    kept = list((tmp_path / "deep-frames").glob("*.pkl"))
+    assert len(kept) == 1 and not list((tmp_path / "deep-frames").glob("tmp*"))
+    reads = []
+    real = deep.isolated.call
+    monkeypatch.setattr(deep.isolated, "call", lambda *a, **k: reads.append(a) or real(*a, **k))
+    again = deep.read(rep, schemas)
+    assert reads == []
+    for part in deep.PARTS:
+        pd.testing.assert_frame_equal(first[part], again[part])
+    assert again["launches"].attrs["source"] == str(rep)
+    deep.read(rep, schemas, parts=("launches",))  # another question: the report is read
+    assert len(reads) == 1
+    kept[0].write_bytes(kept[0].read_bytes()[:100])  # cut short: read past, the report read, the cache mended
+    mended = deep.read(rep, schemas)
+    assert len(reads) == 2
+    pd.testing.assert_frame_equal(first["values"], mended["values"])
+    assert len(deep.read(rep, schemas)["sass"]) == len(first["sass"]) and len(reads) == 2
 
 
 def test_the_reading_process_hands_back_results_and_errors_and_survives_a_crash():

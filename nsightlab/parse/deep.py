@@ -24,13 +24,19 @@ tests can hold them against ``ncu --import R --csv --page details|raw|source``.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import os
+import pickle
 import re
+import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from ..core import files
 from ..core.errors import ProfileError
 from ..core.metrics import BOTTLENECK_SECTIONS, DEEP_SECTIONS
 from ..core.ranges import RangeSchema, registered
@@ -99,20 +105,82 @@ def read(path: str | Path, schemas: Iterable[RangeSchema] = (), parts: Iterable[
          pattern: str | None = None) -> dict[str, pd.DataFrame]:
     """The frames ``parts`` names (of :data:`PARTS`: :func:`launches`, :func:`section_metrics`,
     :func:`metric_values`, :func:`sass_samples`) read in one pass over the report, in a process of its own
-    (:mod:`nsightlab.parse.isolated`: ncu-report keeps what it read until its process ends)."""
+    (:mod:`nsightlab.parse.isolated`: ncu-report keeps what it read until its process ends), or from the cache
+    of an earlier read of the same report with the same arguments (below: :func:`_cache_file`)."""
     path, schemas, parts = Path(path), tuple(schemas), tuple(parts)
     bad = [x for x in parts if x not in PARTS]
     if bad:
         raise ValueError(f"deep.read: no part {bad}; the parts are {', '.join(PARTS)}")
-    rows = isolated.call(_rows, path, parts, (*schemas, *registered()), pattern)
+    every = (*schemas, *registered())
+    cached = _cache_file(path, parts, every, pattern)
+    found = _cached_rows(cached)
+    if found is None:
+        rows = isolated.call(_rows, path, parts, every, pattern)
+        # the launches as rows (with_ranges decodes them against the schemas of this call), the rest as frames
+        found = {part: got if part == "launches" else pd.DataFrame(got, columns=_COLUMNS.get(part))
+                 for part, got in rows.items()}
+        _keep_rows(cached, found)
     out = {}
-    for part, got in rows.items():
+    for part, got in found.items():
         if part == "launches":
             out[part] = with_ranges(got, schemas)
             out[part].attrs["source"] = str(path)
         else:
-            out[part] = pd.DataFrame(got, columns=_COLUMNS.get(part))
+            out[part] = got
     return out
+
+
+# Reading a deep report takes seconds to tens of seconds (the helper process, Nsight's libraries, every launch's
+# sections), and a page or `nsightlab why` opens the same report again and again. What a read found is kept in the
+# cache folder (nsightlab.core.files.cache_dir: $NSIGHTLAB_CACHE, or ~/.cache/nsightlab) under a key made of the
+# report's content, what was asked for, and the source of the code that reads it, so that a changed report or
+# reader misses the cache instead of being served stale rows. A cache that can't be read or written is skipped.
+
+@functools.cache
+def _reader_version() -> str:
+    """A digest of the source of the modules whose code decides :func:`_rows`' output."""
+    from ..core import ranges
+    from . import ncu
+    h = hashlib.sha256()
+    for mod in (__file__, ncu.__file__, ranges.__file__):
+        h.update(Path(mod).read_bytes())
+    return h.hexdigest()
+
+
+def _cache_file(path: Path, parts: tuple[str, ...], schemas: tuple[RangeSchema, ...],
+                pattern: str | None) -> Path | None:
+    try:
+        key = hashlib.sha256(files.sha256(path).encode())
+        key.update(pickle.dumps((parts, pattern, schemas, _reader_version()), protocol=4))
+    except (OSError, pickle.PicklingError, TypeError, AttributeError):
+        return None  # no report to hash (the reader says why), or a schema that can't be pickled: no cache
+    return files.cache_dir() / "deep-frames" / f"{key.hexdigest()[:40]}.pkl"
+
+
+def _cached_rows(cached: Path | None) -> dict[str, Any] | None:
+    if cached is None or not cached.is_file():
+        return None
+    try:
+        with open(cached, "rb") as fh:
+            rows = pickle.load(fh)
+    except Exception:  # a cut-short or foreign file: read the report instead
+        return None
+    return rows if isinstance(rows, dict) else None
+
+
+def _keep_rows(cached: Path | None, rows: dict[str, Any]) -> None:
+    if cached is None:
+        return
+    tmp = None
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=cached.parent, delete=False) as fh:
+            tmp = fh.name
+            pickle.dump(rows, fh, protocol=4)
+        os.replace(tmp, cached)  # whole or not at all: a reader beside this one never sees half a file
+    except OSError:  # a read-only or full cache folder: the next read reads the report again
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
 
 
 def _rows(path: Path, parts: tuple[str, ...], schemas: tuple[RangeSchema, ...],
