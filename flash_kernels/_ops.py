@@ -184,9 +184,16 @@ def _prepare(variant_name: str, names: tuple[str, ...], tensors: tuple[Any, ...]
         why = unavailable_reason(variant, torch.cuda.get_device_capability(tensors[0].device))
         if why is not None:
             raise ValueError(why)
-    # Non-contiguous inputs are copied to contiguous [B, H, N, D] (documented); the kernels index densely.
-    tensors = tuple(t.contiguous() for t in tensors)
+    tensors = tuple(_dense(t) for t in tensors)
     return variant, tensors, _scale(scale, D), opts
+
+
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as the kernels read it: contiguous [B, H, N, D] (the kernels index densely) and starting on a 16-byte
+    boundary (their 16-byte loads, cp.async and the tensor maps of TMA need it; a view that starts mid-row of a
+    larger buffer may not). Either is a copy where ``t`` is not so already (documented)."""
+    t = t.contiguous()
+    return t if t.data_ptr() % 16 == 0 else t.clone()
 
 
 def _variants_where(pred: Callable[[Variant], bool]) -> list[str]:
@@ -491,8 +498,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, variant: str
     q [B, H, Nq, D], k and v [B, Hkv, Nk, D] (Hkv < H: grouped-query attention, as SDPA's enable_gqa=True;
     causal aligned top-left, as its is_causal); ``out.backward(g)`` runs the variant's backward.
 
-    Non-contiguous inputs are made contiguous first (a copy). ``options`` are the variant's own
-    (see flash_kernels.VARIANTS[variant].options)."""
+    Non-contiguous inputs, and ones that do not start on a 16-byte boundary, are copied first. ``options`` are
+    the variant's own (see flash_kernels.VARIANTS[variant].options)."""
     var, (q, k, v), sc, opts = _prepare(variant, ("q", "k", "v"), (q, k, v), causal, scale, options, "forward")
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if needs_grad and "backward" not in var.passes:

@@ -219,3 +219,20 @@ def test_sanitize_case_skips_what_the_option_checks_refuse_on_this_gpu():
         assert refused(dec, opts, 128, 2, 2, 75, (8, 0)) is None
     assert refused(mma, {"group_split": 32}, 128, 32, 1, 75, (8, 0)) is None
     assert "must divide H/Hkv" in refused(mma, {"group_split": 4}, 128, 2, 2, 75, (8, 0))
+
+
+def test_inputs_the_kernels_cannot_read_in_place_are_copied():
+    """The kernels read dense [B, H, N, D] tensors from a 16-byte boundary (16-byte loads, cp.async, TMA's tensor
+    maps): a view that starts mid-row of a buffer, or a non-contiguous one, is copied; a tensor that is both dense
+    and aligned is used as it is."""
+    from flash_kernels._ops import _dense
+
+    buf = torch.arange(1 + 2 * 3 * 4 * 8, dtype=torch.float16)
+    odd = buf[1:].view(2, 3, 4, 8)
+    assert odd.is_contiguous() and odd.data_ptr() % 16 == 2
+    fixed = _dense(odd)
+    assert fixed.data_ptr() % 16 == 0 and torch.equal(fixed, odd)
+    ok = torch.zeros(2, 3, 4, 8, dtype=torch.float16)
+    assert _dense(ok) is ok
+    moved = _dense(ok.transpose(1, 2))
+    assert moved.is_contiguous() and torch.equal(moved, ok.transpose(1, 2))
