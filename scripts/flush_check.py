@@ -8,6 +8,7 @@ the write-back can slow.
     python scripts/flush_check.py --configs Nq1-Nk16384-Hkv1,Nq1-Nk1024-Hkv8 --impls flash_decode,sdpa_cudnn
     python scripts/flush_check.py --modes read --impls flash_decode:mma=mma.sync,flash_decode:mma=wgmma
     python scripts/flush_check.py --modes read --floor --impls flash_decode:splits=16,flash_decode:splits=64
+    python scripts/flush_check.py --modes read --placements 3 --configs Nq16-Nk4096-Hkv32 --impls flash_decode,sdpa_cudnn
 
 An implementation may carry a variant's options after a colon (name:option=value, several joined by "+").
 --floor adds rows that only read as many bytes as K and V hold (one contiguous copy of both, made once), with
@@ -43,7 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--floor", action="store_true",
                    help="also time passes that only read as many bytes as K and V (kv_sum, kv_sum_cols, kv_amax)")
     p.add_argument("--rounds", type=int, default=6, help="round-robin rounds of 5 timed repeats per setting")
+    p.add_argument("--placements", type=int, default=1,
+                   help="copies of each shape's inputs at distinct addresses, each timed as settings of their own "
+                        "(impl@0, impl@1, ...): does a call's time depend on where its buffers fell?")
     a = p.parse_args(argv)
+    if a.placements < 1:
+        p.error(f"--placements takes a whole number of 1 or more; got {a.placements}")
     configs, modes = a.configs.split(","), a.modes.split(",")
     bad = [c for c in configs if c not in names]
     if bad:
@@ -78,12 +84,18 @@ def main(argv: list[str] | None = None) -> int:
                                          seed=bench.input_seed(c))
         kv_bytes = 2 * c.B * c.Hkv * c.Nk * c.D * inputs[0].element_size()
         calls = {}
-        for impl in impls:
-            try:
-                calls[impl] = bench.implementation_call(impl.split(":")[0], c, inputs, "forward", options[impl],
-                                                        bench.Limits())[0]
-            except bench.Skip as why:
-                print(f"{name:20s} {impl:13s} skipped: {why}")
+        # every copy stays alive while all are timed, so that each sits at addresses of its own
+        copies = [inputs, *(tuple(t.clone() for t in inputs) for _ in range(a.placements - 1))]
+        for i, placed in enumerate(copies):
+            at = f"@{i}" if a.placements > 1 else ""
+            if at:
+                print(f"{name:20s} placement {i}: q, k, v at " + ", ".join(f"{t.data_ptr():#x}" for t in placed[:3]))
+            for impl in impls:
+                try:
+                    calls[impl + at] = bench.implementation_call(impl.split(":")[0], c, placed, "forward",
+                                                                 options[impl], bench.Limits())[0]
+                except bench.Skip as why:
+                    print(f"{name:20s} {impl + at:13s} skipped: {why}")
         if a.floor:  # one contiguous copy of K and V, made once: the floor reads the same number of bytes
             buf = torch.cat((inputs[1].reshape(-1), inputs[2].reshape(-1)))
             cols = torch.empty(4096, dtype=torch.float32, device=buf.device)
@@ -98,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
                 us = statistics.median(times[impl, mode]) * 1e3
                 cells.append(f"{mode} {us:7.1f} ({kv_bytes / us / 1e3:5.0f})")
             print(f"{name:20s} {impl:13s} " + "  ".join(cells), flush=True)
-        del inputs, calls
+        del inputs, copies, calls
         torch.cuda.empty_cache()
     return 0
 
