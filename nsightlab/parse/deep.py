@@ -138,12 +138,20 @@ def read(path: str | Path, schemas: Iterable[RangeSchema] = (), parts: Iterable[
 
 @functools.cache
 def _reader_version() -> str:
-    """A digest of the source of the modules whose code decides :func:`_rows`' output."""
+    """A digest of what decides :func:`_rows`' output and the cached frames' form: the source of the modules that
+    read, and the versions of the report reader (ncu-report) and of pandas."""
+    from importlib import metadata
+
     from ..core import ranges
     from . import ncu
     h = hashlib.sha256()
     for mod in (__file__, ncu.__file__, ranges.__file__):
         h.update(Path(mod).read_bytes())
+    for package in ("ncu-report", "pandas"):
+        try:
+            h.update(f"{package} {metadata.version(package)}".encode())
+        except metadata.PackageNotFoundError:
+            h.update(f"{package} absent".encode())
     return h.hexdigest()
 
 
