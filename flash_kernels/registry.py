@@ -213,14 +213,14 @@ VARIANTS: dict[str, Variant] = {
             "than 64 rows, two warpgroups a block), for a KV cache (few queries, many keys): the query "
             "heads that share a k/v head packed into one block's rows, the keys split over blocks and the "
             "splits' partial O merged by their LSE in a second kernel, K and V streamed through a 2-4 stage "
-            "cp.async ring; forward only",
+            "cp.async ring (two warpgroups: a TMA ring filled by a producer warp); forward only",
             ("float16", "bfloat16"), _HD, ("forward",), True, grouped_query=True, cross=True,
             options={
                 "rows": Option(
                     "rows", ("auto", 16, 32, 64, 128),
                     "rows per block, of the H/Hkv x Nq (query head, query) rows that share a k/v head: 16 = 4 warps "
                     "over the keys of each tile, 32 = 2 x 2, 64 = 4 warps over the rows (one warpgroup on wgmma), "
-                    "128 = two warpgroups on wgmma that share each K/V tile (Hopper only); auto: 16 for up to 32 "
+                    "128 = two warpgroups on wgmma that share each K/V tile, which a producer warp loads by TMA (Hopper only); auto: 16 for up to 32 "
                     "rows (two 16-row blocks), else 64; with mma wgmma 128 where a k/v head has more than 64 rows and a row "
                     "sees 64 or more 64-key tiles (about 4096 keys), else 64",
                     default={64: "auto", 128: "auto"},
