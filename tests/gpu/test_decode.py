@@ -79,3 +79,21 @@ def test_decode_custom_scale(scale: float) -> None:
         o, _ = fk.forward(q, k, v, variant="flash_decode", scale=scale, splits=8, mma=mma, rows=rows)
         ref, _ = reference_forward(q, k, v, scale=scale)
         _assert_close("O", o, ref, TOLERANCES["float16"]["out_rel_l2"], TOLERANCES["float16"]["out_max_rel"])
+
+
+def _misaligned(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s values in a contiguous tensor that starts 2 bytes past a 16-byte boundary (a view into a buffer)."""
+    buf = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+    out = buf[1:].view(t.shape)
+    out.copy_(t)
+    assert out.is_contiguous() and out.data_ptr() % 16 != 0
+    return out
+
+
+def test_inputs_off_a_16_byte_boundary():
+    """q, k and v that are contiguous but start off a 16-byte boundary (the kernels' 16-byte loads and TMA's tensor
+    maps need one): copied by fk.forward first, so every instruction path gives the reference's result."""
+    q, k, v, _ = random_attention_inputs(1, 32, 4, 128, torch.float16, Hkv=1, Nk=4097, seed=11)
+    q, k, v = (_misaligned(t) for t in (q, k, v))
+    for mma, rows in (("mma.sync", "auto"), ("wgmma", 64), ("wgmma", 128)) if HOPPER else (("mma.sync", "auto"),):
+        _forward_checked("flash_decode", q, k, v, False, TOLERANCES["float16"], mma=mma, rows=rows)
