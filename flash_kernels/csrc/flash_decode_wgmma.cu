@@ -44,7 +44,8 @@
 //    issued back to back, then the softmax of S_t; the ring keeps S - 2 tiles ahead, since tile t - 1's V is read
 //    beside tile t. ptxas 13.0 moves the wait for P V up to the fourth MUFU.EX2 of the softmax (SASS: WARPGROUP.
 //    DEPBAR.LE gsb0, 0x0 after 4 of 32), so what it buys is two products in flight, not the softmax hidden
-//    behind them (flash_wgmma_fwd.cu's tma-ws-overlap compiles the same way: no MUFU between its two waits).
+//    behind them (flash_wgmma_fwd.cu's overlap kernels: 0 to 49 of their MUFU.EX2 between the waits, by instantiation;
+//    scripts/sass_overlap.py, log profiles/_logs/nvidia-h100-80gb-hbm3/sass_overlap_92bb987.log).
 //    Tried in compiles only (no GPU run): without the fences after the softmax, the same 4 MUFU; with P packed
 //    before the wait into fresh registers (copied into pf after it), ptxas serializes every wgmma of the loop
 //    (WARPGROUP.DEPBAR.LE gsb0, 0x0 after each HGMMA), which is worse.
@@ -72,6 +73,9 @@
 //    71.0-71.1, 65536 374.9-375.0 -> 238.2-238.8 (578 TFLOP/s); Nq = 4, Nk = 4096 unchanged (22.2-22.4). The rows
 //    on flash_decode.cu's kernel moved by at most 1.6 % either way (8 KV heads, Nq = 1: 177.9-180.6 against
 //    180.9-181.1 us), though its end of block is now unrolled as well (decode.cuh: decode_store_rows).
+//  - In the SASS 1 of the kernel's 106 MUFU.EX2 sits between its two waits at D = 128 (0 at D = 64;
+//    scripts/sass_overlap.py): what it gained came from the instructions and the barrier it dropped, not from the
+//    softmax hidden behind O += P V.
 #include "decode.cuh"
 #include "wgmma.cuh"
 #include "wgmma_softmax.cuh"
