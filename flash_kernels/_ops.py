@@ -178,10 +178,11 @@ def _prepare(variant_name: str, names: tuple[str, ...], tensors: tuple[Any, ...]
     if check is not None:  # the options against the shape, before the tensors' device is looked at
         check(variant.name, opts, H, Hkv, Nq, None)
     _check_devices(names, tensors)
+    capability = torch.cuda.get_device_capability(tensors[0].device)
     if check is not None:  # ... and against this GPU
-        check(variant.name, opts, H, Hkv, Nq, torch.cuda.get_device_capability(tensors[0].device))
+        check(variant.name, opts, H, Hkv, Nq, capability)
     if variant.arch is not None:  # an sm_90a variant runs on compute capability 9.0 only
-        why = unavailable_reason(variant, torch.cuda.get_device_capability(tensors[0].device))
+        why = unavailable_reason(variant, capability)
         if why is not None:
             raise ValueError(why)
     tensors = tuple(_dense(t) for t in tensors)
@@ -373,13 +374,12 @@ def _decode_stages(D: int, rows: int, R: int) -> int:
     return 2 if D == 128 and rows == 64 and R > 64 else _DECODE_STAGES[D]
 
 
-def _decode_wg_smem(D: int, rows: int) -> int:
-    """Dynamic shared memory of a flash_decode_wgmma block of ``rows`` (64: one warpgroup, 128: two) at head dim
-    ``D`` (flash_decode_wgmma.cu: decode_wg_stages, decode_wg_smem): the K/V ring (3 stages for one warpgroup at
-    D = 128, else 4), the Q tile, 1 KB of alignment slack, and for two warpgroups their ring's mbarriers."""
-    stages = 3 if D == 128 and rows == 64 else 4
-    barriers = 8 * (1 + 2 * stages) if rows == 128 else 0
-    return stages * 2 * _DECODE_KEYS * D * 2 + rows * D * 2 + 1024 + barriers
+def _decode_wg_smem(D: int) -> int:
+    """Dynamic shared memory of a flash_decode_wgmma block of one warpgroup (64 rows) at head dim ``D``
+    (flash_decode_wgmma.cu: decode_wg_stages, decode_wg_smem): the K/V ring (3 stages at D = 128, 4 at D = 64), the
+    Q tile and 1 KB of alignment slack. (A block of two warpgroups is one an SM by its registers: _decode_plan.)"""
+    stages = 3 if D == 128 else 4
+    return stages * 2 * _DECODE_KEYS * D * 2 + 64 * D * 2 + 1024
 
 
 def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: int, D: int, causal: bool,
@@ -406,7 +406,8 @@ def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: 
     rows): 16 splits of two 16-row blocks 81.9 us at Nk = 65536 against 94.2 for 8 (SDPA flash 90.9, cuDNN 97.7),
     34.7 against 36.5 at Nk = 16384 (cuDNN 36.2); in the H100 run 110.8 against 112.8 and 42.5 against 42.7, and
     8 splits stay at Nk = 4096 (19.1 us against 20.7 for 16) and 4 at Nk = 1024. ``mma`` "wgmma" counts its own shared memory
-    (_decode_wg_smem: its ring, a Q tile and 1 KB of alignment slack a block)."""
+    (_decode_wg_smem: its ring, a Q tile and 1 KB of alignment slack a block); its 128-row blocks are one an SM at
+    any D (their registers), whatever their shared memory would allow."""
     R = H // Hkv * Nq
     tiles = -(-(min(Nk, Nq) if causal else Nk) // _DECODE_KEYS)
     if rows == "auto":
@@ -416,14 +417,12 @@ def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: 
             rows = 64 if R > 32 else 16
     if splits == "auto":
         per_sm = 1
-        if R > 64:
+        if R > 64 and not (mma == "wgmma" and rows == 128):  # 128 rows: 288 threads of 118-156 registers, one an SM
             if mma == "wgmma":
-                smem = _decode_wg_smem(D, rows)
+                smem = _decode_wg_smem(D)
             else:
                 smem = _decode_stages(D, rows, R) * 2 * _DECODE_KEYS * D * 2  # decode_smem in decode.cuh
             per_sm = max(1, smem_per_sm // (smem + _SMEM_RESERVED_PER_BLOCK))
-            if mma == "wgmma" and rows == 128:  # 288 threads of 118-156 registers: one block an SM at any D
-                per_sm = 1
         row_blocks = -(-R // rows)
         splits = max(1, min(per_sm * sms // (row_blocks * B * Hkv), tiles // _DECODE_MIN_TILES_PER_SPLIT))
         if row_blocks > 1 and R <= 64:

@@ -113,13 +113,13 @@ def read(path: str | Path, schemas: Iterable[RangeSchema] = (), parts: Iterable[
         raise ValueError(f"deep.read: no part {bad}; the parts are {', '.join(PARTS)}")
     every = (*schemas, *registered())
     cached = _cache_file(path, parts, every, pattern)
-    found = _cached_rows(cached)
+    found = _cached_frames(cached)
     if found is None:
         rows = isolated.call(_rows, path, parts, every, pattern)
         # the launches as rows (with_ranges decodes them against the schemas of this call), the rest as frames
         found = {part: got if part == "launches" else pd.DataFrame(got, columns=_COLUMNS.get(part))
                  for part, got in rows.items()}
-        _keep_rows(cached, found)
+        _keep_frames(cached, found)
     out = {}
     for part, got in found.items():
         if part == "launches":
@@ -165,18 +165,19 @@ def _cache_file(path: Path, parts: tuple[str, ...], schemas: tuple[RangeSchema, 
     return files.cache_dir() / "deep-frames" / f"{key.hexdigest()[:40]}.pkl"
 
 
-def _cached_rows(cached: Path | None) -> dict[str, Any] | None:
+def _cached_frames(cached: Path | None) -> dict[str, Any] | None:
     if cached is None or not cached.is_file():
         return None
     try:
         with open(cached, "rb") as fh:
-            rows = pickle.load(fh)
+            found = pickle.load(fh)
     except Exception:  # a cut-short or foreign file: read the report instead
         return None
-    return rows if isinstance(rows, dict) else None
+    return found if isinstance(found, dict) else None
 
 
-def _keep_rows(cached: Path | None, rows: dict[str, Any]) -> None:
+def _keep_frames(cached: Path | None, found: dict[str, Any]) -> None:
+    """Keep what a read found (the launches' rows, the other parts' frames) for the next read of the same question."""
     if cached is None:
         return
     tmp = None
@@ -184,7 +185,7 @@ def _keep_rows(cached: Path | None, rows: dict[str, Any]) -> None:
         cached.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=cached.parent, delete=False) as fh:
             tmp = fh.name
-            pickle.dump(rows, fh, protocol=4)
+            pickle.dump(found, fh, protocol=4)
         os.replace(tmp, cached)  # whole or not at all: a reader beside this one never sees half a file
     except OSError:  # a read-only or full cache folder: the next read reads the report again
         if tmp is not None:
