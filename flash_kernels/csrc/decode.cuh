@@ -176,6 +176,44 @@ __device__ __forceinline__ void decode_row_factors(uint8_t* smem, const float (&
   }
 }
 
+// decode_store_rows' reads and stores: E values a chunk (16 bytes of the output). Unrolled, all of a thread's
+// shared-memory reads before its stores: as a loop, each pass's loads waited for the stores of the pass before to
+// release their registers (at 128 rows x D = 128 a block's end was 8 such passes, about 18 % of its warps' stall
+// samples under Nsight Compute at one KV head, Nq = 4).
+template <typename T, int D, int M, int WK, int NW, int E>
+__device__ __forceinline__ void decode_store_chunks(const float* sO, const DecodeOut<T>& out) {
+  constexpr int PITCH = D + 8, CH = M * D / E, STEP = NW * 32, IT = (CH + STEP - 1) / STEP;
+  float acc[IT][E];
+#pragma unroll
+  for (int i = 0; i < IT; ++i) {
+    const int c = threadIdx.x + i * STEP, row = c / (D / E), col = (c % (D / E)) * E;
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[i][e] = 0.f;
+    if (c >= CH) continue;
+#pragma unroll
+    for (int w = 0; w < WK; ++w) {  // the warps of row block row / 16
+      const float4* p = reinterpret_cast<const float4*>(sO + ((row / 16 * WK + w) * 16 + row % 16) * PITCH + col);
+#pragma unroll
+      for (int v = 0; v < E / 4; ++v) {
+        const float4 x = p[v];
+        acc[i][4 * v] += x.x, acc[i][4 * v + 1] += x.y, acc[i][4 * v + 2] += x.z, acc[i][4 * v + 3] += x.w;
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < IT; ++i) {
+    const int c = threadIdx.x + i * STEP, row = c / (D / E), col = (c % (D / E)) * E;
+    if (c >= CH || row >= out.valid) continue;
+    const float (&a)[E] = acc[i];
+    if constexpr (E == 8) {
+      const uint4 v = {pack2<T>(a[0], a[1]), pack2<T>(a[2], a[3]), pack2<T>(a[4], a[5]), pack2<T>(a[6], a[7])};
+      *reinterpret_cast<uint4*>(out.o + long(row) * D + col) = v;
+    } else {
+      *reinterpret_cast<float4*>(out.of + long(row) * D + col) = make_float4(a[0], a[1], a[2], a[3]);
+    }
+  }
+}
+
 // The end of a block, second half: each warp's O, scaled by f, goes to shared memory (over the ring, past the
 // first half's row max and sums); the warps' parts of each row are added and the rows written 16 bytes per thread
 // (T, or fp32 for a split).
@@ -192,39 +230,11 @@ __device__ __forceinline__ void decode_store_rows(uint8_t* smem, const float (&o
     *reinterpret_cast<float2*>(p + 8 * PITCH) = make_float2(o[nd][2] * f[1], o[nd][3] * f[1]);
   }
   decode_sync<NW>();
-  // unrolled, all of a thread's shared-memory reads before its stores: as a loop, each pass's loads waited for the
-  // stores of the pass before to release their registers (at 128 rows x D = 128 a block's end was 8 such passes,
-  // about 18 % of its warps' stall samples under Nsight Compute at one KV head, Nq = 4)
-  constexpr int CH = M * D / 8, STEP = NW * 32, IT = (CH + STEP - 1) / STEP;
-  float acc[IT][8];
-#pragma unroll
-  for (int i = 0; i < IT; ++i) {
-    const int c = threadIdx.x + i * STEP, row = c / (D / 8), col = (c % (D / 8)) * 8;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[i][e] = 0.f;
-    if (c >= CH) continue;
-#pragma unroll
-    for (int w = 0; w < WK; ++w) {  // the warps of row block row / 16
-      const float4* p = reinterpret_cast<const float4*>(sO + ((row / 16 * WK + w) * 16 + row % 16) * PITCH + col);
-      const float4 x = p[0], y = p[1];
-      acc[i][0] += x.x, acc[i][1] += x.y, acc[i][2] += x.z, acc[i][3] += x.w;
-      acc[i][4] += y.x, acc[i][5] += y.y, acc[i][6] += y.z, acc[i][7] += y.w;
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < IT; ++i) {
-    const int c = threadIdx.x + i * STEP, row = c / (D / 8), col = (c % (D / 8)) * 8;
-    if (c >= CH || row >= out.valid) continue;
-    const float (&a)[8] = acc[i];
-    if (out.o != nullptr) {
-      const uint4 v = {pack2<T>(a[0], a[1]), pack2<T>(a[2], a[3]), pack2<T>(a[4], a[5]), pack2<T>(a[6], a[7])};
-      *reinterpret_cast<uint4*>(out.o + long(row) * D + col) = v;
-    } else {
-      float4* dst = reinterpret_cast<float4*>(out.of + long(row) * D + col);
-      dst[0] = make_float4(a[0], a[1], a[2], a[3]);
-      dst[1] = make_float4(a[4], a[5], a[6], a[7]);
-    }
-  }
+  // Each thread's chunks of a row are 16 bytes of the output: 8 values of T (one split) or 4 fp32 (a split's
+  // partials), so that a warp's store instruction writes 512 contiguous bytes, whole 32-byte sectors. Before, a
+  // split's chunk was 8 floats stored as two float4, each instruction writing half of every sector it touched.
+  if (out.o != nullptr) decode_store_chunks<T, D, M, WK, NW, 8>(sO, out);
+  else decode_store_chunks<T, D, M, WK, NW, 4>(sO, out);
 }
 
 // Shared memory the end of a block uses (over the spent ring, and the Q tile where it follows the ring): the

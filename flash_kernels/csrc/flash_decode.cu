@@ -77,6 +77,20 @@
 // with the keys: under Nsight Compute (the f295b00 decode capture) the split kernel's SMs are active 84 % of its
 // elapsed cycles (28.5 us; its blocks start and end over a few us), and Nsight Systems shows the merge ending
 // 2.2-2.3 us after the split kernel.
+// A split's partials in whole sectors (2b17324 -> this step; decode.cuh: decode_store_chunks). Nsight Systems (the
+// 59ee3f7 decode capture) put the merge kernel's start, which follows the last split block's grid_dependents_launch
+// at the end of its loop, 5.7 us before the end of the two-warpgroup split kernel at one KV head, Nq = 4, 16k keys
+// (2.8-3.4 us at D = 64; 1.3-1.5 us for the 16-row mma.sync blocks at Nq = 1): the end of a 128-row block, which
+// writes 64 KB of fp32 partials, took about as long as 16 tiles' worth of loads would make a few. Each thread wrote
+// an 8-float chunk as two float4 stores, so each store instruction of a warp wrote half of every 32-byte sector it
+// touched. A chunk is now 16 bytes of the output (4 fp32, or 8 values of T for the final O), so that a warp's store
+// writes 512 contiguous bytes. Bought (H100 80GB HBM3, same-node A/B, two rounds, fp16, B=8 H=32 D=128, L2 flushed
+// by reading; log profiles/_logs/nvidia-h100-80gb-hbm3/decode_full_sector_stores_ab.log), one KV head: Nq = 4,
+// Nk = 4096 23.0-23.2 -> 20.0-20.3 us, 16384 38.1 -> 35.4-35.6, 65536 101.4-101.5 -> 100.1 (2.68 TB/s, 80.0 % of
+// HBM); Nq = 16, Nk = 16384 70.7-72.2 -> 69.1-69.2; Nq = 1, Nk = 16384 30.8-31.1 -> 30.0-30.4. Nq = 1 at 64k keys and
+// the 8-KV-head rows did not move (within 0.4 us). Registers: 156 (D = 128) and 116 (D = 64) for the two-warpgroup
+// kernel (118 before at D = 64); the 16-row mma.sync kernel at D = 128 165 -> 170 (its shared memory keeps it at
+// two blocks an SM either way).
 // On Hopper the same blocks run on warpgroup instructions (option mma "wgmma", flash_decode_wgmma.cu; "auto" where a
 // k/v head has more than 64 rows); this file's kernels and decode.cuh's shared parts serve both.
 // Causal masking is top-left, as everywhere here (query i sees keys j <= i): a causal decode row sees the
