@@ -9,6 +9,7 @@ the write-back can slow.
     python scripts/flush_check.py --modes read --impls flash_decode:mma=mma.sync,flash_decode:mma=wgmma
     python scripts/flush_check.py --modes read --floor --impls flash_decode:splits=16,flash_decode:splits=64
     python scripts/flush_check.py --modes read --placements 3 --configs Nq16-Nk4096-Hkv32 --impls flash_decode,sdpa_cudnn
+    python scripts/flush_check.py --modes read --head-dim 64 --configs Nq4-Nk16384-Hkv1 --impls flash_decode,sdpa_cudnn
 
 An implementation may carry a variant's options after a colon (name:option=value, several joined by "+").
 --floor adds rows that only read as many bytes as K and V hold (one contiguous copy of both, made once), with
@@ -23,6 +24,7 @@ each mode. Needs a CUDA GPU.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 
 import torch
@@ -47,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--placements", type=int, default=1,
                    help="copies of each shape's inputs at distinct addresses, each timed as settings of their own "
                         "(impl@0, impl@1, ...): does a call's time depend on where its buffers fell?")
+    p.add_argument("--head-dim", type=int, default=None, choices=(64, 128),
+                   help="time the shapes at this head dim instead of the decode suite's D=128 (flash_decode takes 64 "
+                        "or 128)")
     a = p.parse_args(argv)
     if a.placements < 1:
         p.error(f"--placements takes a whole number of 1 or more; got {a.placements}")
@@ -73,9 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--modes takes some of {', '.join(bench.FLUSH_MODES)}; got {a.modes}")
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU (torch.cuda.is_available() is False)")
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {a.dtype}; microseconds (GB/s of compulsory "
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {a.dtype}, D={a.head_dim or 128}; microseconds (GB/s of compulsory "
           f"K+V), median of {a.rounds} rounds x 5 repeats, modes and implementations interleaved")
-    cfgs = {c.name: c for c in SUITES["decode"][0]}
+    cfgs = {c.name: c if a.head_dim is None else dataclasses.replace(c, D=a.head_dim) for c in SUITES["decode"][0]}
     flushers = {m: bench.L2Flusher(m) for m in modes}
     hold = bench.GpuHold()
     for name in configs:
