@@ -1,18 +1,12 @@
 """scripts/clock_watch.py without a GPU: its usage errors, and how it reads nvidia-smi's samples."""
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
+from script_module import load_script
 
 pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("clock_watch", ROOT / "scripts" / "clock_watch.py")
-cw = importlib.util.module_from_spec(spec)
-sys.modules["clock_watch"] = cw
-spec.loader.exec_module(cw)
+cw = load_script("clock_watch")
 
 
 @pytest.mark.parametrize("argv,said", [

@@ -1,18 +1,12 @@
 """scripts/flush_check.py without a GPU: its usage errors say what was wrong and what is accepted."""
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
+from script_module import load_script
 
 pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("flush_check", ROOT / "scripts" / "flush_check.py")
-fc = importlib.util.module_from_spec(spec)
-sys.modules["flush_check"] = fc
-spec.loader.exec_module(fc)
+fc = load_script("flush_check")
 
 
 @pytest.mark.parametrize("argv,said", [

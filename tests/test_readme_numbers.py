@@ -1,12 +1,11 @@
 """The README's result tables are what scripts/readme_numbers.py prints from the committed captures."""
 
-import importlib.util
 from pathlib import Path
 
+from script_module import load_script
+
 ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("readme_numbers", ROOT / "scripts" / "readme_numbers.py")
-rn = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(rn)
+rn = load_script("readme_numbers")
 README = (ROOT / "README.md").read_text()
 
 

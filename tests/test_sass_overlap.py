@@ -1,13 +1,9 @@
 """scripts/sass_overlap.py reads cuobjdump's SASS: per kernel, the MUFU.EX2 between each 0x1 wgmma wait and the
 next 0x0 wait, against all of the kernel's."""
 
-import importlib.util
-from pathlib import Path
+from script_module import load_script
 
-ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("sass_overlap", ROOT / "scripts" / "sass_overlap.py")
-sass_overlap = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(sass_overlap)
+sass_overlap = load_script("sass_overlap")
 
 SASS = """
 \tcode for sm_90a

@@ -1,21 +1,15 @@
 """scripts/wgmma_smoke.py without a GPU: its diagnosis of a wrong output and its usage errors."""
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
+from script_module import load_script
 
 torch = pytest.importorskip("torch")
 
 from flash_kernels.reference import reference_forward  # noqa: E402
 from flash_kernels.testing import TOLERANCES, random_attention_inputs  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("wgmma_smoke", ROOT / "scripts" / "wgmma_smoke.py")
-smoke = importlib.util.module_from_spec(spec)
-sys.modules["wgmma_smoke"] = smoke  # dataclasses look their module up
-spec.loader.exec_module(smoke)
+smoke = load_script("wgmma_smoke")
 
 
 def _forward_outputs(o: torch.Tensor, lse: torch.Tensor, ref_o: torch.Tensor, ref_lse: torch.Tensor):
