@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import json
 import math
 import os
@@ -63,13 +64,14 @@ REFERENCES = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math", "torch_
 
 CSV_FIELDS = ["suite", "config", "B", "H", "Hkv", "N", "Nk", "D", "causal", "dtype", "impl", "kind", "pass", "options", "status",
               "ms", "ms_min", "ms_max", "reps", "tflops", "gbps", "peak_mem_mb", "max_abs", "mean_abs", "mse",
-              "max_rel", "rel_l2", "speed_vs_sdpa_flash", "host_ms", "retimed", "late"]
+              "max_rel", "rel_l2", "speed_vs_sdpa_flash", "host_ms", "retimed", "late", "hold_ms"]
 
 
 #: how the bench times a GPU call (written into every manifest)
 TIMING_METHOD = ("CUDA events per repeat, L2 flushed before each (see timing.flush), the repeat queued behind a GPU-side wait so that "
                  "the events time the GPU's work and not the host's launch overhead (host_ms: the host's time per "
-                 "call, apart; a repeat the GPU reached before the call was queued is timed again: retimed, late), median")
+                 "call, apart; a repeat the GPU reached before the call was queued is timed again: retimed, late; hold_ms: the "
+                 "wait), Python's garbage collector off while a call is timed (as timeit does), median")
 
 
 class Skip(Exception):
@@ -151,12 +153,14 @@ class Repeats:
     """The timed repeats of one call: GPU milliseconds (CUDA events) and host milliseconds (the wall time
     for the call to return, the GPU's work queued but not waited for). ``retimed``: repeats timed again
     because the host had not queued the call before the GPU reached it (:func:`time_gpu`); ``late``: repeats
-    still so after the retries (their milliseconds may include host time)."""
+    still so after the retries (their milliseconds may include host time); ``hold_ms``: the GPU-side wait queued
+    ahead of each repeat (NaN without one; a repeat timed again waits longer)."""
 
     ms: list[float]
     host_ms: list[float]
     retimed: int = 0
     late: int = 0
+    hold_ms: float = math.nan
 
 #: the host's clock for a call's time (a module attribute, so that a test can drive it)
 _now = time.perf_counter
@@ -180,7 +184,21 @@ def time_gpu(fn: Callable[[], Any], flush: L2Flusher, *, warmup: int, reps: int,
     by the slowest host time seen, up to ``retries`` times.
 
     The first timed repeat also sizes the number of repeats to the time budget (at least 3, at
-    most ``reps``)."""
+    most ``reps``).
+
+    Python's garbage collector is off meanwhile (as ``timeit`` keeps it): a collection inside a warm-up call would
+    size every repeat's wait by its pause, and one inside a timed call would have that repeat timed again."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _time_gpu(fn, flush, warmup=warmup, reps=reps, budget_ms=budget_ms, hold=hold, retries=retries)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _time_gpu(fn: Callable[[], Any], flush: L2Flusher, *, warmup: int, reps: int, budget_ms: float,
+              hold: GpuHold | None, retries: int) -> Repeats:
     warm: list[float] = []
     # with no warm-up, one untimed call still sizes the wait (a first call slowed by set-up, which skips the
     # warm-up, may be followed by short ones)
@@ -203,7 +221,7 @@ def time_gpu(fn: Callable[[], Any], flush: L2Flusher, *, warmup: int, reps: int,
         e.record()
         return s, e, host, late
 
-    wait = hold_ms(warm)
+    wait = first_wait = hold_ms(warm)
     first = once(wait)
     torch.cuda.synchronize()
     probe = first[0].elapsed_time(first[1])
@@ -224,7 +242,7 @@ def time_gpu(fn: Callable[[], Any], flush: L2Flusher, *, warmup: int, reps: int,
         for i, (s, e, h, x) in zip(again_at, again, strict=True):
             ms[i], host[i], late[i] = s.elapsed_time(e), h, x
         retimed.update(again_at)
-    return Repeats(ms, host, len(retimed), sum(late))
+    return Repeats(ms, host, len(retimed), sum(late), first_wait if hold is not None else math.nan)
 
 
 def time_interleaved(settings: Mapping[Any, tuple[Callable[[], Any], L2Flusher]], rounds: int, hold: GpuHold,
@@ -491,7 +509,7 @@ def _measure(run: _Run, cfg: Config, dtype: str, impl: str, pass_: str, inputs: 
         times = repeats.ms
         ms = statistics.median(times)
         row["host_ms"] = statistics.median(repeats.host_ms) if repeats.host_ms else float("nan")
-        row["retimed"], row["late"] = repeats.retimed, repeats.late
+        row["retimed"], row["late"], row["hold_ms"] = repeats.retimed, repeats.late, repeats.hold_ms
         nbytes = model.compulsory_bytes(cfg.B, cfg.H, cfg.N, cfg.D, dtype, pass_=pass_, Hkv=cfg.Hkv, Nk=cfg.Nk)
         row.update(ms=ms, ms_min=min(times), ms_max=max(times), reps=len(times), tflops=model.tflops(flop, ms),
                    gbps=model.gbps(nbytes, ms))

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -338,6 +340,7 @@ def test_a_repeat_the_host_was_late_for_is_timed_again(monkeypatch):
     assert reps.ms == [1.0] * 4 and reps.retimed == 1 and reps.late == 0
     assert reps.host_ms == pytest.approx([0.05] * 4)  # the re-timed repeat's host time replaces the stalled one
     assert gpu.waits == [pytest.approx(0.12)] * 4 + [pytest.approx(1.02)]
+    assert reps.hold_ms == pytest.approx(0.12)  # the wait ahead of the repeats, for the CSV's hold_ms
     assert bench._row_line({"suite": "s", "config": "c", "dtype": "d", "pass": "p", "impl": "i", "status": "ok",
                             "ms": 1.0, "tflops": 1.0, "rel_l2": 0.0, "retimed": 1, "late": 0}).endswith(
         "(1 repeat(s) timed again: the host had not queued the call when the GPU reached it)")
@@ -357,3 +360,36 @@ def test_without_a_hold_nothing_is_retimed(monkeypatch):
     gpu.install(monkeypatch)
     reps = bench.time_gpu(gpu.call, lambda: None, warmup=1, reps=3, budget_ms=1e9, hold=None)
     assert reps.retimed == 0 and reps.late == 0 and len(reps.ms) == 3
+
+
+def test_the_garbage_collector_is_off_while_calls_are_timed(monkeypatch):
+    """A collection inside a warm-up call would size every repeat's wait by its pause: time_gpu turns Python's
+    garbage collector off for its calls (as timeit does) and back on after, also when the call raises; a caller
+    that had turned it off keeps it off."""
+    import gc
+
+    gpu = _FakeGpu(host=[0.05], kernel=1.0)
+    gpu.install(monkeypatch)
+    seen = []
+
+    def call():
+        seen.append(gc.isenabled())
+        gpu.call()
+
+    assert gc.isenabled()
+    reps = bench.time_gpu(call, lambda: None, warmup=1, reps=3, budget_ms=1e9, hold=gpu.hold)
+    assert seen and not any(seen) and gc.isenabled() and reps.ms == [1.0] * 3
+
+    def broken():
+        raise RuntimeError("kernel launch failed")
+
+    with pytest.raises(RuntimeError):
+        bench.time_gpu(broken, lambda: None, warmup=1, reps=3, budget_ms=1e9, hold=gpu.hold)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        bench.time_gpu(call, lambda: None, warmup=1, reps=3, budget_ms=1e9, hold=None)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    assert math.isnan(bench.time_gpu(call, lambda: None, warmup=1, reps=3, budget_ms=1e9, hold=None).hold_ms)
