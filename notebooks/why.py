@@ -36,6 +36,8 @@ style_order: str = ""  # the order legends list implementations in (colours foll
 plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative path (make report ships one copy)
 
 # %%
+import pandas as pd
+
 from nsightlab.analysis import bottleneck as B
 from nsightlab.analysis import why
 from nsightlab.core.errors import ProfileError
@@ -79,13 +81,17 @@ style = nb.style(manifest, deep.launches, order=",".join([*(s.name for s in side
 if pair and side_a.impl == side_b.impl:  # one kernel in two captures: b (the later) in its colour, a in grey
     style = figures.before_after(style, side_a.name, side_b.name, side_a.impl)
 ranked = B.explain(side_a.deep, side_a.launch, side_b.deep, side_b.launch) if pair else None
+access_hot = {s.name: B.access_hotspots(s.deep, s.launch, top, read.REPO, commit_of[s.name]) for s in sides}
+access = {s.name: B.access_line(f"**{s.name}**", B.profile(s.deep).set_index("launch").loc[s.launch], access_hot[s.name])
+          for s in sides}
 gaps = B.metric_gaps(side_a.deep, side_a.launch, *((side_b.deep, side_b.launch) if pair else (side_a.deep, side_a.launch)))
 where = ", ".join(f"{k}={v}" for k, v in at.items())
 call = B.call_line(side_a.name, side_a.sel, side_b.name, side_b.sel, (side_a.launch, side_b.launch)) if pair else None
 nb.summary([f"**At {where}:** " + (call + (" Longest launch: " if longest else " Compared launch: ") if call else "")
             + (B.verdict(side_a.name, side_b.name, ranked, gaps) if pair else
                f"{side_a.name} is the only implementation in this report; it is shown alone."),
-            *(B.kernel_line(f"**{s.name}**", B.profile(s.deep).set_index("launch").loc[s.launch]) for s in sides)])
+            *(B.kernel_line(f"**{s.name}**", B.profile(s.deep).set_index("launch").loc[s.launch]) for s in sides),
+            *(f"Memory accesses beyond the ideal: {line}" for line in access.values() if line)])
 nb.note(nb.header(manifest, path))
 if b_capture:
     nb.note("**Side b:** " + nb.header(manifest_b, path_b))
@@ -204,3 +210,30 @@ for by, what in (("line", "source lines"), ("sass", "SASS instructions")):
                  headers={"share": "share of samples", "top_stalls": "largest stall reasons"},
                  title=f"{name}: the {len(h)} {what} with the most warp-state samples"
                        + (f" (source text: {source_from})" if source_from else ""), open_rows=top)
+
+# %% [markdown]
+# ## Memory accesses beyond the ideal
+#
+# For every global and shared memory instruction, Nsight Compute counts the L2 sectors (global) or wavefronts
+# (shared) it took against the fewest its threads' bytes would need. The excess is uncoalesced or partial-sector
+# global access (a warp that writes half of every 32-byte sector it touches moves twice the sectors) and
+# shared-memory bank conflicts. The source lines with the most, per compared kernel; "bytes used per sector" is
+# Nsight's average over the kernel's global loads and stores (32 is every byte used).
+
+# %%
+for s in sides:
+    line = access[s.name]
+    if line is None:
+        row = B.profile(s.deep).set_index("launch").loc[s.launch]
+        nb.say(f"**{s.name}:** " + ("no per-instruction memory counters in this report (capture with the "
+                                    "SourceCounters section)." if pd.isna(row["global_sectors_excessive"]) else
+                                    "no global sector or shared wavefront beyond the ideal: every access is as "
+                                    "coalesced and conflict-free as its width allows."))
+        continue
+    nb.say(line)
+    h = access_hot[s.name]
+    nb.table(h, {c: "{:,.0f}" for c in ("global_sectors_excessive", "global_sectors", "shared_wavefronts_excessive",
+                                         "shared_wavefronts")} | {"share": "{:.0%}"}, f"access-{s.name}",
+             headers={**B.LABELS, "share": "share of the kernel's excess", "sass": "its instructions with excess"},
+             title=f"{s.name}: the {len(h)} source lines with the most accesses beyond the ideal"
+                   + (f" (source text: {h.attrs['source_from']})" if h.attrs.get("source_from") else ""), open_rows=top)

@@ -31,6 +31,7 @@ import pytest
 
 from nsightlab import cli
 from nsightlab.analysis import bottleneck as B
+from nsightlab.analysis import why
 from nsightlab.core.errors import ProfileError
 from nsightlab.core.files import local_copy
 from nsightlab.core.metrics import BOTTLENECK_SECTIONS
@@ -245,6 +246,80 @@ def _assert_same_sass(ours: pd.Series, printed: pd.Series) -> None:
         opcode = mine.split()[0].split(".")[0]
         assert mine.split()[0] == theirs.split()[0], f"{address:#x}: {mine!r} vs Nsight's {theirs!r}"
         assert mine == theirs or opcode in SASS_SYNTAX_DIFFERS, f"{address:#x}: {mine!r} vs Nsight's {theirs!r}"
+
+
+#: Nsight's source-page columns of the per-instruction memory counters -> nsightlab.parse.deep.access_counts' columns
+ACCESS_CSV = {"L2 Theoretical Sectors Global": "global_sectors", "L2 Theoretical Sectors Global Ideal": "global_sectors_ideal",
+              "L2 Theoretical Sectors Global Excessive": "global_sectors_excessive",
+              "L1 Wavefronts Shared": "shared_wavefronts", "L1 Wavefronts Shared Ideal": "shared_wavefronts_ideal",
+              "L1 Wavefronts Shared Excessive": "shared_wavefronts_excessive"}
+
+
+@pytest.mark.parametrize("name", IMPORTED)
+def test_access_counts_equal_nsights_source_page(name):
+    """Every global or shared memory instruction's sectors and wavefronts (with their ideal and excess) are the
+    numbers Nsight's source page prints for it, and no other instruction has a row."""
+    deep = _loaded(name)
+    blocks = _source_blocks(REPORTS[name][4])
+    assert set(deep.access.columns) >= {"launch", "address", "sass", "file", "line", *ACCESS_CSV.values()}
+    checked = 0
+    for launch, (_, table) in enumerate(blocks):
+        num = table[list(ACCESS_CSV)].apply(pd.to_numeric, errors="coerce").fillna(0.0)
+        num.index = [int(a, 16) for a in table["Address"]]
+        touched = num[(num["L2 Theoretical Sectors Global"] > 0) | (num["L1 Wavefronts Shared"] > 0)]
+        ours = deep.access[deep.access["launch"] == launch].set_index("address")
+        assert list(ours.index) == sorted(touched.index), f"launch {launch}"
+        for col, mine in ACCESS_CSV.items():
+            assert list(ours[mine]) == list(touched.loc[ours.index, col]), f"launch {launch} {col}"
+        _assert_same_sass(ours["sass"], table.set_index(num.index).loc[ours.index, "Source"])
+        checked += len(ours)
+    assert checked > 50
+
+
+def test_profiles_access_sums_are_nsights_excessive_totals(report):
+    """The launch totals of the excess are what Nsight prints as derived__memory_*_excessive on the raw page."""
+    name, deep = report
+    _, rows = _raw_csv(name)
+    prof = B.profile(deep)
+    for launch, row in prof.set_index("launch").iterrows():
+        for col, metric in (("global_sectors_excessive", "derived__memory_l2_theoretical_sectors_global_excessive"),
+                            ("shared_wavefronts_excessive", "derived__memory_l1_wavefronts_shared_excessive")):
+            printed = rows[launch][metric]
+            assert _as_printed(row[col], printed) == printed, f"launch {launch} {col}"
+
+
+H100 = ROOT / "profiles" / "nvidia-h100-80gb-hbm3"
+
+
+def test_access_hotspots_find_the_half_sector_stores_and_their_absence():
+    """The decode capture before 9d30f11 wrote each split's fp32 partials as two float4 stores per 8-float chunk
+    (half of every 32-byte sector per instruction) after two float4 shared-memory reads that conflict; the capture
+    after it writes 16-byte chunks. The page's account names those lines with Nsight's counts, then finds none."""
+    def split_kernel(capture: str) -> tuple[B.Deep, int]:
+        deep = B.load(find_file(H100 / capture, "deep.ncu-rep"), capture_schemas(load_manifest(H100 / capture)))
+        sel = deep.launches[deep.launches["variant"] == "flash_decode"]
+        return deep, B.pick_launch(sel, "^flash_decode_kernel")
+
+    before, la = split_kernel("decode-before-producer")
+    hot = B.access_hotspots(before, la, n=5, repo=ROOT, commit=load_manifest(H100 / "decode-before-producer")["git_commit"])
+    assert [(f, int(ln)) for f, ln in zip(hot["file"], hot["line"], strict=True)] == [
+        ("flash_kernels/csrc/decode.cuh", 195), ("flash_kernels/csrc/decode.cuh", 205), ("flash_kernels/csrc/decode.cuh", 206)]
+    assert list(hot["shared_wavefronts_excessive"]) == [65536, 0, 0]
+    assert list(hot["global_sectors_excessive"]) == [0, 32768, 32768] and list(hot["share"]) == [0.5, 0.25, 0.25]
+    assert list(hot["sass"]) == ["LDS.128 x8", "STG.E.128", "STG.E.128"]
+    assert hot["source"].iloc[1].startswith("dst[0] = make_float4(") and hot.attrs["source_from"] == "commit 33b95bd"
+    row = B.profile(before).set_index("launch").loc[la]
+    line = B.access_line("a", row, hot)
+    assert line.startswith("a (flash_decode_kernel): global stores use 16.1 of each 32-byte sector's bytes; 65,536 L2 "
+                           "sectors beyond the ideal (2% of its global sectors); 65,536 shared-memory wavefronts beyond "
+                           "the ideal (3% of its shared wavefronts); the most (50%) at flash_kernels/csrc/decode.cuh:195")
+
+    after, lb = split_kernel("decode")
+    assert B.access_hotspots(after, lb, repo=ROOT).empty
+    assert B.access_line("b", B.profile(after).set_index("launch").loc[lb]) is None
+    text = why.render("before", "after", before, before.launches[before.launches["launch"] == la], after,
+                      after.launches[after.launches["launch"] == lb], 5, (la, lb))
+    assert "Memory accesses beyond the ideal" in text and "decode.cuh:205  STG.E.128: 32,768 L2 sectors" in text
 
 
 def test_hotspots_rank_the_sampled_lines(bottleneck_deep):

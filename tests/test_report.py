@@ -468,6 +468,33 @@ def test_figures_and_tables_give_the_same_bytes_whatever_the_last_digits():
     assert table(4e-9) == table(-4e-9) == table(0.0)
 
 
+def test_a_kernel_that_finishes_starting_after_ctrl_c_is_killed_at_once():
+    """Ctrl-C kills the notebook kernels it finds running; a kernel still starting then was not among them, and its
+    notebook would run to its end while the runner waits. Such a kernel is killed as its start completes, until a
+    new render run allows kernels again."""
+    import asyncio
+
+    from nsightlab.render import execute as ex
+
+    async def start() -> object:
+        km = ex._kernel_manager_class()(kernel_name="python3")
+        await km.start_kernel()
+        return km
+
+    ex.stop_kernels()
+    try:
+        km = asyncio.run(start())
+        proc = km.provisioner.process
+        assert proc.wait(timeout=10) is not None, "the kernel kept running after Ctrl-C"
+    finally:
+        ex.allow_kernels()
+    km = asyncio.run(start())
+    try:
+        assert km.provisioner.process.poll() is None, "a kernel started after allow_kernels was killed"
+    finally:
+        asyncio.run(km.shutdown_kernel(now=True))
+
+
 def test_ctrl_c_stops_the_runner_and_leaves_no_render_folder(tmp_path):
     profiles = tmp_path / "profiles" / "nvidia-h200"
     profiles.mkdir(parents=True)

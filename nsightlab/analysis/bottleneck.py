@@ -15,6 +15,8 @@ into a :class:`Deep`; the functions below turn it into tidy frames, every value 
   instructions issued, warp cycles per issued instruction (by stall reason), warps per scheduler
   (latency hiding) and the rest (idle SMs, tail, clock); :func:`verdict` says it in one sentence.
 - :func:`hotspots`: the SASS instructions and CUDA source lines with the most warp-stall samples.
+- :func:`access_hotspots`: the source lines whose memory instructions took the most L2 sectors (global) or
+  shared-memory wavefronts beyond the ideal for their threads' bytes: uncoalesced access, bank conflicts.
 
 The model behind :func:`explain`: a scheduler issues at most one instruction per cycle, so its active
 cycles are about (instructions it issued) x (warp cycles per issued instruction) / (warps it holds).
@@ -88,6 +90,10 @@ PROFILE_METRICS: dict[str, str] = {
     "shared_st_bank_conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
     "shared_ld_wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
     "shared_st_wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
+    "global_ld_instructions": "smsp__sass_inst_executed_op_global_ld.sum",
+    "global_ld_bytes_per_sector": "smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.ratio",
+    "global_st_instructions": "smsp__sass_inst_executed_op_global_st.sum",
+    "global_st_bytes_per_sector": "smsp__sass_average_data_bytes_per_sector_mem_global_op_st.ratio",
     "l1_pct": "l1tex__throughput.avg.pct_of_peak_sustained_active",
     "l2_pct": "lts__throughput.avg.pct_of_peak_sustained_elapsed",
     "dram_pct": "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
@@ -105,6 +111,13 @@ LABELS: dict[str, str] = {
     "waves_per_sm": "waves per SM", "spill_requests": "local-memory spilling requests",
     "shared_ld_bank_conflicts": "shared loads: bank conflicts", "shared_st_bank_conflicts": "shared stores: bank conflicts",
     "shared_ld_wavefronts": "shared loads: wavefronts", "shared_st_wavefronts": "shared stores: wavefronts",
+    "global_ld_instructions": "global load instructions (warp-level)",
+    "global_ld_bytes_per_sector": "global loads: bytes used per 32-byte sector",
+    "global_st_instructions": "global store instructions (warp-level)",
+    "global_st_bytes_per_sector": "global stores: bytes used per 32-byte sector",
+    "global_sectors": "global accesses: L2 sectors", "global_sectors_excessive": "global accesses: L2 sectors beyond the ideal",
+    "shared_wavefronts": "shared accesses: wavefronts",
+    "shared_wavefronts_excessive": "shared accesses: wavefronts beyond the ideal",
     "l1_pct": "L1/TEX throughput [% of peak]", "l2_pct": "L2 throughput [% of peak]",
     "dram_pct": "DRAM throughput [% of peak]", "tensor_pipe_pct": "tensor pipe busy [% of active cycles]",
     "top_pipe_pct": "busiest pipe, instructions [% of peak]", "occupancy_limiter": "occupancy limited by",
@@ -128,6 +141,7 @@ class Deep:
     sections: pd.DataFrame
     values: pd.DataFrame
     sass: pd.DataFrame
+    access: pd.DataFrame
 
     def value(self, launch: int, metric: str) -> float | None:
         v = self._wide.get((launch, metric))
@@ -142,7 +156,7 @@ def load(path: str | Path, schemas: Iterable[RangeSchema] = ()) -> Deep:
     path = Path(path)
     frames = deep_parse.read(path, schemas)  # one pass over the report, every frame
     deep_parse.require_sections(frames["launches"])
-    return Deep(path, frames["launches"], frames["sections"], frames["values"], frames["sass"])
+    return Deep(path, frames["launches"], frames["sections"], frames["values"], frames["sass"], frames["access"])
 
 
 # --------------------------------------------------------------------------- one launch at a time
@@ -187,7 +201,15 @@ def profile(deep: Deep) -> pd.DataFrame:
     waits = s[s["reason"] != "selected"].sort_values("cycles", ascending=False).drop_duplicates("launch").set_index("launch")
     out["top_stall"] = out["launch"].map(waits["reason"])
     out["top_stall_cycles"] = out["launch"].map(waits["cycles"])
+    sums = deep.access.groupby("launch")[list(ACCESS_SUMS)].sum() if len(deep.access) else None
+    for col in ACCESS_SUMS:
+        out[col] = out["launch"].map(sums[col]) if sums is not None else float("nan")
     return out
+
+
+#: :func:`profile`'s sums of the per-instruction memory counters (:func:`nsightlab.parse.deep.access_counts`)
+#: over a launch: Nsight prints the excessive ones as the launch's ``derived__memory_*_excessive``
+ACCESS_SUMS = ("global_sectors", "global_sectors_excessive", "shared_wavefronts", "shared_wavefronts_excessive")
 
 
 def _tensor_busy(p: pd.DataFrame, launch: int) -> float | None:
@@ -298,10 +320,11 @@ def metric_gaps(a: Deep, la: int, b: Deep, lb: int) -> pd.DataFrame:
     pa = profile(a).set_index("launch").loc[la]
     pb = profile(b).set_index("launch").loc[lb]
     rows = []
-    for col in [*PROFILE_METRICS, "tensor_pipe_pct", "top_pipe_pct", "occupancy_limiter", "top_stall"]:
+    for col in [*PROFILE_METRICS, *ACCESS_SUMS, "tensor_pipe_pct", "top_pipe_pct", "occupancy_limiter", "top_stall"]:
         va, vb = pa.get(col), pb.get(col)
         ratio = va / vb if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and vb else None
-        rows.append({"quantity": col, "metric": PROFILE_METRICS.get(col, ""), "a": va, "b": vb, "ratio": ratio})
+        metric = PROFILE_METRICS.get(col) or ACCESS_SOURCE.get(col, "")
+        rows.append({"quantity": col, "metric": metric, "a": va, "b": vb, "ratio": ratio})
     return pd.DataFrame(rows)
 
 
@@ -391,6 +414,39 @@ def hotspots(deep: Deep, launch: int, n: int = 10, by: str = "line", repo: str |
     return _with_source(top, Path(repo), by, commit)
 
 
+#: where :data:`ACCESS_SUMS` come from, for tables: the per-instruction metric summed over the launch
+ACCESS_SOURCE = {col: f"{deep_parse.ACCESS_METRICS[col]} (sum over instructions)" for col in ACCESS_SUMS}
+_ACCESS_LINE_COLS = ["global_sectors_excessive", "global_sectors", "shared_wavefronts_excessive", "shared_wavefronts"]
+
+
+def _opcode(sass: str) -> str:
+    words = [w for w in str(sass).split() if not w.startswith("@")]
+    return words[0] if words else ""
+
+
+def access_hotspots(deep: Deep, launch: int, n: int = 5, repo: str | Path = ".", commit: str | None = None) -> pd.DataFrame:
+    """The ``n`` CUDA source lines of one launch whose memory instructions took the most L2 sectors (global
+    accesses) and shared-memory wavefronts beyond the ideal for the bytes their threads asked for (Nsight's
+    "Excessive" source counters: uncoalesced or partial-sector global access, shared-memory bank conflicts):
+    ``file``, ``line``, ``source`` (as :func:`hotspots` gives them), the :data:`ACCESS_SUMS` over the line's
+    instructions, ``share`` (of the launch's excess, sectors and wavefronts counted alike) and ``sass`` (the
+    line's instructions with excess, by opcode). Empty where the launch has no excess or no source counters."""
+    a = deep.access[deep.access["launch"] == launch] if len(deep.access) else deep.access
+    cols = ["file", "line", "source", *_ACCESS_LINE_COLS, "share", "sass"]
+    if not len(a):
+        return pd.DataFrame(columns=cols)
+    a = a[(a["global_sectors_excessive"] > 0) | (a["shared_wavefronts_excessive"] > 0)]
+    if not len(a):
+        return pd.DataFrame(columns=cols)
+    a = a.assign(excess=a["global_sectors_excessive"] + a["shared_wavefronts_excessive"], op=a["sass"].map(_opcode))
+    g = a.groupby(["file", "line"], dropna=False, as_index=False).agg(
+        **{c: (c, "sum") for c in [*_ACCESS_LINE_COLS, "excess"]},
+        sass=("op", lambda ops: ", ".join(f"{op} x{k}" if k > 1 else op for op, k in ops.value_counts().sort_index().items())))
+    top = g.sort_values(["excess", "file", "line"], ascending=[False, True, True]).head(n).copy()
+    top["share"] = top["excess"] / a["excess"].sum()
+    return _with_source(top, Path(repo), "line", commit, cols=[c for c in cols if c != "source"])
+
+
 def _rev(commit: object) -> str | None:
     """A capture's commit as git may be given it (``-dirty`` dropped), or None: a commit, never an option."""
     rev = commit.removesuffix("-dirty") if isinstance(commit, str) and commit else None
@@ -417,7 +473,8 @@ def _git(repo: Path, *args: str) -> bytes | None:
     return out.stdout if out.returncode == 0 else None
 
 
-def _with_source(top: pd.DataFrame, repo: Path, by: str, commit: str | None = None) -> pd.DataFrame:
+def _with_source(top: pd.DataFrame, repo: Path, by: str, commit: str | None = None,
+                 cols: Sequence[str] = ("file", "line", "samples", "share", "top_stalls")) -> pd.DataFrame:
     files = [repo_path(f, repo) for f in top["file"]]
     rev = _rev(commit)
     texts, used = [], set()
@@ -430,7 +487,7 @@ def _with_source(top: pd.DataFrame, repo: Path, by: str, commit: str | None = No
         texts.append(_pick(lines, ln) if lines is not None else _line_text(repo / f, ln))
     top["source"] = texts
     top["file"] = [f or (str(orig) if isinstance(orig, str) else "(no source line)") for f, orig in zip(files, top["file"], strict=True)]
-    cols = ["file", "line", "source", "samples", "share", "top_stalls"]
+    cols = [*cols[:2], "source", *cols[2:]]
     if by == "sass":
         cols = ["address", "sass", *cols]
     out = top[cols].reset_index(drop=True)
@@ -663,6 +720,29 @@ def kernel_line(name: str, row: pd.Series) -> str:
             + ("" if tensor is None or pd.isna(tensor) else f", tensor pipe busy {tensor:.0f}% of active cycles")
             + f", occupancy {row['achieved_occupancy_pct']:.0f}% of {row['theoretical_occupancy_pct']:.0f}% "
             f"possible (limited by {row['occupancy_limiter'] or 'nothing reported'})")
+
+
+def access_line(name: str, row: pd.Series, hot: pd.DataFrame | None = None) -> str | None:
+    """One sentence on one launch's memory accesses beyond the ideal (a :func:`profile` row; ``hot``: its
+    :func:`access_hotspots`), or None where it has none (or no per-instruction memory counters): the bytes its
+    global loads and stores use of each 32-byte sector, the L2 sectors and shared-memory wavefronts beyond what
+    its threads' bytes need (uncoalesced or partial-sector access, bank conflicts), and the line with the most."""
+    ex_g, ex_s = row.get("global_sectors_excessive"), row.get("shared_wavefronts_excessive")
+    if ex_g is None or pd.isna(ex_g) or not (ex_g or ex_s):
+        return None
+    use = [f"{what} use {row[f'global_{op}_bytes_per_sector']:.1f} of each 32-byte sector's bytes"
+           for op, what in (("st", "global stores"), ("ld", "global loads"))
+           if row.get(f"global_{op}_instructions") and row.get(f"global_{op}_bytes_per_sector", 32) < 31.95]
+    beyond = [f"{v:,.0f} {unit} beyond the ideal ({v / total:.0%} of its {what})"
+              for v, total, unit, what in ((ex_g, row["global_sectors"], "L2 sectors", "global sectors"),
+                                           (ex_s, row["shared_wavefronts"], "shared-memory wavefronts", "shared wavefronts"))
+              if v and total]
+    text = f"{name} ({row['kernel']}): " + "; ".join([*use, *beyond])
+    if hot is not None and len(hot):
+        h = hot.iloc[0]
+        where = f"{h['file']}:{h['line']}" if pd.notna(h["line"]) else "an instruction without a source line"
+        text += f"; the most ({h['share']:.0%}) at {where} ({h['sass']})"
+    return text + "."
 
 
 def page_hint(manifest: dict) -> str:

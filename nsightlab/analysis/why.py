@@ -24,7 +24,7 @@ from ..core.args import ArgumentParser
 from ..core.errors import ProfileError
 from ..problems import problem as problems
 from ..store.captures import capture_tags, find_file, load_manifest
-from ..store.read import capture_schemas, resolve
+from ..store.read import REPO, capture_schemas, resolve
 from . import bottleneck as B
 
 DEEP_NAMES = ("deep.ncu-rep", "ncu.ncu-rep")
@@ -165,6 +165,16 @@ def render(a_name: str, b_name: str, a: B.Deep, la: pd.DataFrame, b: B.Deep, lb:
     out += [f"  {r.term[:38]:<38} {_fmt(r.a):>12} {_fmt(r.b):>12} {r.share:>7.0%} {r.ms:>+9.3f}" for r in ranked.head(top).itertuples()]
     out += ["", f"  {'quantity':<30} {a_name[:12]:>12} {b_name[:12]:>12}"]
     out += [f"  {r.quantity:<30} {_fmt(r.a):>12} {_fmt(r.b):>12}" for r in gaps.itertuples()]
+    access = []
+    for name, d, k in ((a_name, a, ka), (b_name, b, kb)):
+        hot = B.access_hotspots(d, k, n=3, repo=REPO)
+        line = B.access_line(name, B.profile(d).set_index("launch").loc[k], hot)
+        if line:
+            access += [f"  {line}", *(f"    {h.file}:{h.line}  {h.sass}: {h.global_sectors_excessive:,.0f} L2 sectors, "
+                                      f"{h.shared_wavefronts_excessive:,.0f} shared wavefronts beyond the ideal"
+                                      for h in hot.itertuples())]
+    if access:
+        out += ["", "Memory accesses beyond the ideal (Nsight's per-instruction Excessive counters):", *access]
     return "\n".join(out)
 
 

@@ -2,7 +2,7 @@
 
 A *deep* report carries the sections that explain time (``nsightlab.core.metrics.DEEP_SECTIONS``):
 the deep capture tier writes one (``deep.ncu-rep``), and so does anyone's ``ncu --set full`` (or
-``--set detailed``, which lacks the per-instruction source counters). Three frames, all keyed by
+``--set detailed``, which lacks the per-instruction source counters). Five frames, all keyed by
 ``launch`` (the launch's order in the report, as Nsight Compute numbers it in its CSV ``ID`` column):
 
 - :func:`launches`: one row per profiled launch: its range columns, kernel name, duration and the
@@ -15,6 +15,9 @@ the deep capture tier writes one (``deep.ncu-rep``), and so does anyone's ``ncu 
 - :func:`sass_samples`: one row per SASS instruction with warp-state samples: address, SASS text,
   CUDA file and line (where the kernel was built with ``-lineinfo``), all and not-issued samples,
   and one ``stall_<reason>`` column per stall reason (samples), as Nsight's source page shows them.
+- :func:`access_counts`: one row per global or shared memory instruction: the L2 sectors and shared-memory
+  wavefronts it took against the ideal for its threads' bytes (the excess: uncoalesced access, bank conflicts),
+  as the same page shows them.
 
 :func:`read` gives any of them in one pass over the report.
 
@@ -47,6 +50,16 @@ from .range_columns import with_ranges
 #: per-instruction warp-state sampling metrics (the SourceCounters section's source of truth)
 PCSAMP_PREFIX = "smsp__pcsamp_warps_issue_stalled_"
 PCSAMP_TOTAL = "smsp__pcsamp_sample_count"
+#: per-instruction memory counters (the source page's "L2 Theoretical Sectors Global" and "L1 Wavefronts Shared"
+#: columns, each with its Ideal and Excessive): column of :func:`access_counts` -> metric
+ACCESS_METRICS = {
+    "global_sectors": "memory_l2_theoretical_sectors_global",
+    "global_sectors_ideal": "memory_l2_theoretical_sectors_global_ideal",
+    "global_sectors_excessive": "derived__memory_l2_theoretical_sectors_global_excessive",
+    "shared_wavefronts": "memory_l1_wavefronts_shared",
+    "shared_wavefronts_ideal": "memory_l1_wavefronts_shared_ideal",
+    "shared_wavefronts_excessive": "derived__memory_l1_wavefronts_shared_excessive",
+}
 
 
 def _actions(path: Path) -> Iterator[tuple[int, Any, Any]]:
@@ -96,9 +109,18 @@ def sass_samples(path: str | Path) -> pd.DataFrame:
     return read(path, parts=("sass",))["sass"]
 
 
-PARTS = ("launches", "sections", "values", "sass")
+def access_counts(path: str | Path) -> pd.DataFrame:
+    """One row per global or shared memory instruction of every launch that carries source counters: ``launch``,
+    ``address``, ``sass``, ``file``, ``line`` and the :data:`ACCESS_METRICS` columns: the L2 sectors a global access
+    touched against the fewest its threads' bytes need (``_ideal``; the rest is ``_excessive``: uncoalesced), the
+    shared-memory wavefronts against the ideal (the excess: bank conflicts), as Nsight's source page shows them."""
+    return read(path, parts=("access",))["access"]
+
+
+PARTS = ("launches", "sections", "values", "sass", "access")
 _COLUMNS = {"sections": ["launch", "section", "section_name", "part", "metric", "label", "unit", "value"],
-            "values": ["launch", "metric", "unit", "value"]}
+            "values": ["launch", "metric", "unit", "value"],
+            "access": ["launch", "address", "sass", "file", "line", *ACCESS_METRICS]}
 
 
 def read(path: str | Path, schemas: Iterable[RangeSchema] = (), parts: Iterable[str] = PARTS,
@@ -206,6 +228,8 @@ def _rows(path: Path, parts: tuple[str, ...], schemas: tuple[RangeSchema, ...],
             out["values"] += _value_rows(launch, action, want)
         if "sass" in out:
             out["sass"] += _sass_rows(launch, action)
+        if "access" in out:
+            out["access"] += _access_rows(launch, action)
     if "launches" in out and not out["launches"]:
         raise ProfileError(f"{path}: holds no profiled kernel")
     return out
@@ -278,6 +302,20 @@ def _sass_rows(launch: int, action: Any) -> list[dict[str, Any]]:
                                "samples_not_issued": sum(not_issued[r].get(pc, 0.0) for r in reasons)}
         for r in reasons:
             row[f"stall_{r}"] = per_reason[r].get(pc, 0.0)
+        rows.append(row)
+    return rows
+
+
+def _access_rows(launch: int, action: Any) -> list[dict[str, Any]]:
+    counts = {col: _instanced(action, metric) for col, metric in ACCESS_METRICS.items()}
+    touched = {pc for col in ("global_sectors", "shared_wavefronts") for pc, v in counts[col].items() if v}
+    rows = []
+    for pc in sorted(touched):
+        info = action.source_info(pc)
+        row: dict[str, Any] = {"launch": launch, "address": pc, "sass": (action.sass_by_pc(pc) or "").strip(),
+                               "file": info.file_name() if info is not None else None,
+                               "line": info.line() if info is not None else None}
+        row.update({col: got.get(pc, 0.0) for col, got in counts.items()})
         rows.append(row)
     return rows
 

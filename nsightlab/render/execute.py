@@ -116,6 +116,9 @@ def _page_resources(out_html: Path, reports: Path | None, standalone: bool) -> d
 #: kernels of notebooks being rendered, so that an interrupt can stop them (they run in their own session)
 _KERNELS: set[Any] = set()
 _KERNELS_LOCK = threading.Lock()
+#: set by stop_kernels: a kernel whose start completes afterwards is killed at once (else its notebook would run
+#: to its end, and Ctrl-C wait for it); cleared by allow_kernels when a render run begins
+_STOPPING = threading.Event()
 
 
 def _kernel_manager_class() -> type:
@@ -135,6 +138,9 @@ def _kernel_manager_class() -> type:
             await super().start_kernel(**kw)
             with _KERNELS_LOCK:
                 _KERNELS.add(self)
+                stopping = _STOPPING.is_set()
+            if stopping:  # Ctrl-C came while this kernel was starting: stop_kernels did not see it
+                _kill(self)
 
         async def shutdown_kernel(self, *a: Any, **kw: Any) -> None:  # type: ignore[override]
             with _KERNELS_LOCK:
@@ -151,17 +157,28 @@ def _kernel_manager_class() -> type:
     return TrackedKernelManager
 
 
+def _kill(km: Any) -> None:
+    proc = getattr(getattr(km, "provisioner", None), "process", None)
+    if proc is not None:
+        try:
+            proc.kill()
+        except OSError:
+            pass
+
+
 def stop_kernels() -> None:
-    """Kill the kernels this process started for notebooks still running (by their process ids)."""
+    """Kill the kernels this process started for notebooks still running (by their process ids), and any whose
+    start completes from now on (until :func:`allow_kernels`)."""
     with _KERNELS_LOCK:
+        _STOPPING.set()
         live = list(_KERNELS)
     for km in live:
-        proc = getattr(getattr(km, "provisioner", None), "process", None)
-        if proc is not None:
-            try:
-                proc.kill()
-            except OSError:
-                pass
+        _kill(km)
+
+
+def allow_kernels() -> None:
+    """Let kernels run again after :func:`stop_kernels` (a render run begins)."""
+    _STOPPING.clear()
 
 
 def page_metadata(node: Any) -> dict[str, Any]:

@@ -51,7 +51,7 @@ from ..store.captures import Capture, list_captures, load_bench, load_manifest, 
 from ..store.read import REPO, bench_files, capture_schemas, case_names, ncu_files, nsys_files, resolve, tools_of
 from .compare import Declared, DeclaredWhy, comparison_entries, declared_comparisons, publish, publish_why
 from .compare import write_index as write_comparison_index
-from .execute import PLOTLY_JS, ship_assets, stop_kernels, write_if_changed
+from .execute import PLOTLY_JS, allow_kernels, ship_assets, stop_kernels, write_if_changed
 from .execute import render_notebook as execute_notebook
 from .page import implementations
 
@@ -607,6 +607,7 @@ def _render_all(todo: list[Job], a: argparse.Namespace, reports: Path) -> list[t
     """Render ``todo`` on ``--jobs`` threads; the failures, or None when interrupted (Ctrl-C: the
     notebooks still running are stopped and no page is left half-written)."""
     stop = threading.Event()
+    allow_kernels()
     progress = Progress(len(todo))
     failures = []
     pool = ThreadPoolExecutor(max_workers=max(1, a.jobs))
