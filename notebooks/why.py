@@ -81,16 +81,16 @@ style = nb.style(manifest, deep.launches, order=",".join([*(s.name for s in side
 if pair and side_a.impl == side_b.impl:  # one kernel in two captures: b (the later) in its colour, a in grey
     style = figures.before_after(style, side_a.name, side_b.name, side_a.impl)
 ranked = B.explain(side_a.deep, side_a.launch, side_b.deep, side_b.launch) if pair else None
+compared = {s.name: B.profile(s.deep).set_index("launch").loc[s.launch] for s in sides}  # each side's profile row
 access_hot = {s.name: B.access_hotspots(s.deep, s.launch, top, read.REPO, commit_of[s.name]) for s in sides}
-access = {s.name: B.access_line(f"**{s.name}**", B.profile(s.deep).set_index("launch").loc[s.launch], access_hot[s.name])
-          for s in sides}
+access = {s.name: B.access_line(f"**{s.name}**", compared[s.name], access_hot[s.name]) for s in sides}
 gaps = B.metric_gaps(side_a.deep, side_a.launch, *((side_b.deep, side_b.launch) if pair else (side_a.deep, side_a.launch)))
 where = ", ".join(f"{k}={v}" for k, v in at.items())
 call = B.call_line(side_a.name, side_a.sel, side_b.name, side_b.sel, (side_a.launch, side_b.launch)) if pair else None
 nb.summary([f"**At {where}:** " + (call + (" Longest launch: " if longest else " Compared launch: ") if call else "")
             + (B.verdict(side_a.name, side_b.name, ranked, gaps) if pair else
                f"{side_a.name} is the only implementation in this report; it is shown alone."),
-            *(B.kernel_line(f"**{s.name}**", B.profile(s.deep).set_index("launch").loc[s.launch]) for s in sides),
+            *(B.kernel_line(f"**{s.name}**", compared[s.name]) for s in sides),
             *(f"Memory accesses beyond the ideal: {line}" for line in access.values() if line)])
 nb.note(nb.header(manifest, path))
 if b_capture:
@@ -224,16 +224,14 @@ for by, what in (("line", "source lines"), ("sass", "SASS instructions")):
 for s in sides:
     line = access[s.name]
     if line is None:
-        row = B.profile(s.deep).set_index("launch").loc[s.launch]
         nb.say(f"**{s.name}:** " + ("no per-instruction memory counters in this report (capture with the "
-                                    "SourceCounters section)." if pd.isna(row["global_sectors_excessive"]) else
+                                    "SourceCounters section)." if pd.isna(compared[s.name]["global_sectors_excessive"]) else
                                     "no global sector or shared wavefront beyond the ideal: every access is as "
                                     "coalesced and conflict-free as its width allows."))
         continue
     nb.say(line)
     h = access_hot[s.name]
-    nb.table(h, {c: "{:,.0f}" for c in ("global_sectors_excessive", "global_sectors", "shared_wavefronts_excessive",
-                                         "shared_wavefronts")} | {"share": "{:.0%}"}, f"access-{s.name}",
+    nb.table(h, {c: "{:,.0f}" for c in B.ACCESS_SUMS} | {"share": "{:.0%}"}, f"access-{s.name}",
              headers={**B.LABELS, "share": "share of the kernel's excess", "sass": "its instructions with excess"},
              title=f"{s.name}: the {len(h)} source lines with the most accesses beyond the ideal"
                    + (f" (source text: {h.attrs['source_from']})" if h.attrs.get("source_from") else ""), open_rows=top)

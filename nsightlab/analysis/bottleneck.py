@@ -416,7 +416,6 @@ def hotspots(deep: Deep, launch: int, n: int = 10, by: str = "line", repo: str |
 
 #: where :data:`ACCESS_SUMS` come from, for tables: the per-instruction metric summed over the launch
 ACCESS_SOURCE = {col: f"{deep_parse.ACCESS_METRICS[col]} (sum over instructions)" for col in ACCESS_SUMS}
-_ACCESS_LINE_COLS = ["global_sectors_excessive", "global_sectors", "shared_wavefronts_excessive", "shared_wavefronts"]
 
 
 def _opcode(sass: str) -> str:
@@ -431,16 +430,15 @@ def access_hotspots(deep: Deep, launch: int, n: int = 5, repo: str | Path = ".",
     ``file``, ``line``, ``source`` (as :func:`hotspots` gives them), the :data:`ACCESS_SUMS` over the line's
     instructions, ``share`` (of the launch's excess, sectors and wavefronts counted alike) and ``sass`` (the
     line's instructions with excess, by opcode). Empty where the launch has no excess or no source counters."""
-    a = deep.access[deep.access["launch"] == launch] if len(deep.access) else deep.access
-    cols = ["file", "line", "source", *_ACCESS_LINE_COLS, "share", "sass"]
-    if not len(a):
-        return pd.DataFrame(columns=cols)
-    a = a[(a["global_sectors_excessive"] > 0) | (a["shared_wavefronts_excessive"] > 0)]
+    a = deep.access
+    if len(a):
+        a = a[(a["launch"] == launch) & ((a["global_sectors_excessive"] > 0) | (a["shared_wavefronts_excessive"] > 0))]
+    cols = ["file", "line", "source", *ACCESS_SUMS, "share", "sass"]
     if not len(a):
         return pd.DataFrame(columns=cols)
     a = a.assign(excess=a["global_sectors_excessive"] + a["shared_wavefronts_excessive"], op=a["sass"].map(_opcode))
     g = a.groupby(["file", "line"], dropna=False, as_index=False).agg(
-        **{c: (c, "sum") for c in [*_ACCESS_LINE_COLS, "excess"]},
+        **{c: (c, "sum") for c in [*ACCESS_SUMS, "excess"]},
         sass=("op", lambda ops: ", ".join(f"{op} x{k}" if k > 1 else op for op, k in ops.value_counts().sort_index().items())))
     top = g.sort_values(["excess", "file", "line"], ascending=[False, True, True]).head(n).copy()
     top["share"] = top["excess"] / a["excess"].sum()

@@ -285,6 +285,14 @@ def _stall_names(action: Any) -> list[str]:
                   if n.startswith(PCSAMP_PREFIX) and not n.endswith("_not_issued"))
 
 
+def _instruction(launch: int, action: Any, pc: int) -> dict[str, Any]:
+    """The columns every per-instruction row starts with: ``launch``, ``address``, ``sass`` and, where the kernel
+    was built with line information, its CUDA ``file`` and ``line``."""
+    info = action.source_info(pc)
+    return {"launch": launch, "address": pc, "sass": (action.sass_by_pc(pc) or "").strip(),
+            "file": info.file_name() if info is not None else None, "line": info.line() if info is not None else None}
+
+
 def _sass_rows(launch: int, action: Any) -> list[dict[str, Any]]:
     total = _instanced(action, PCSAMP_TOTAL)
     if not total:
@@ -294,12 +302,8 @@ def _sass_rows(launch: int, action: Any) -> list[dict[str, Any]]:
     not_issued = {r: _instanced(action, f"{PCSAMP_PREFIX}{r}_not_issued") for r in reasons}
     rows = []
     for pc in sorted(total):
-        info = action.source_info(pc)
-        row: dict[str, Any] = {"launch": launch, "address": pc, "sass": (action.sass_by_pc(pc) or "").strip(),
-                               "file": info.file_name() if info is not None else None,
-                               "line": info.line() if info is not None else None,
-                               "samples": total[pc],
-                               "samples_not_issued": sum(not_issued[r].get(pc, 0.0) for r in reasons)}
+        row = _instruction(launch, action, pc)
+        row.update(samples=total[pc], samples_not_issued=sum(not_issued[r].get(pc, 0.0) for r in reasons))
         for r in reasons:
             row[f"stall_{r}"] = per_reason[r].get(pc, 0.0)
         rows.append(row)
@@ -309,15 +313,8 @@ def _sass_rows(launch: int, action: Any) -> list[dict[str, Any]]:
 def _access_rows(launch: int, action: Any) -> list[dict[str, Any]]:
     counts = {col: _instanced(action, metric) for col, metric in ACCESS_METRICS.items()}
     touched = {pc for col in ("global_sectors", "shared_wavefronts") for pc, v in counts[col].items() if v}
-    rows = []
-    for pc in sorted(touched):
-        info = action.source_info(pc)
-        row: dict[str, Any] = {"launch": launch, "address": pc, "sass": (action.sass_by_pc(pc) or "").strip(),
-                               "file": info.file_name() if info is not None else None,
-                               "line": info.line() if info is not None else None}
-        row.update({col: got.get(pc, 0.0) for col, got in counts.items()})
-        rows.append(row)
-    return rows
+    return [_instruction(launch, action, pc) | {col: got.get(pc, 0.0) for col, got in counts.items()}
+            for pc in sorted(touched)]
 
 
 def missing_sections(held: Iterable[str], needed: Iterable[str] = BOTTLENECK_SECTIONS) -> list[str]:
