@@ -52,11 +52,12 @@ def quantize_e4m3(*args: Any, **kwargs: Any) -> Any:
     return _impl(*args, **kwargs)
 
 
-def build(verbose: bool = False) -> dict[str, float]:
-    """Compile (or load from cache) every kernel module in parallel; returns seconds per module."""
+def build(verbose: bool = False, modules: list[str] | tuple[str, ...] | None = None) -> dict[str, float]:
+    """Compile (or load from cache) every kernel module (or only ``modules``, names of
+    ``flash_kernels.sources.MODULES``) in parallel; returns seconds per module."""
     from ._build import build_all
 
-    return build_all(verbose)
+    return build_all(verbose, modules)
 
 
 def resource_usage(arch: str | None = None) -> list[dict[str, Any]]:

@@ -119,6 +119,16 @@ PY
         && tar --exclude=./build --exclude=./.ab --exclude=./.git --exclude=./profiles -cf - . | tar -xf - -C /tmp/ab_base \
         && cp -r .ab/base/. /tmp/ab_base/ || { echo "ab: could not copy the tree to /tmp/ab_base"; status=1; continue; }
       echo "base: $(cat .ab/base.ref)" | tee "$OUT/ab.log"
+      # both trees' kernels built first, side by side (AB_MODULES: only these modules, e.g. "flash_wgmma_fwd
+      # flash_wgmma_bwd"), so that no timed round is cut short by a build of its own
+      ab_build="import sys, flash_kernels as fk; print(fk.build(modules=sys.argv[1:] or None))"
+      python3 -c "$ab_build" ${AB_MODULES:-} > "$OUT/ab_build_tree.log" 2>&1 &
+      tree_pid=$!
+      (cd /tmp/ab_base && PYTHONPATH=/tmp/ab_base${PYTHONPATH#"$PWD"} FLASH_KERNELS_BUILD_DIR=/tmp/ab_base/build/fk \
+        python3 -c "$ab_build" ${AB_MODULES:-}) > "$OUT/ab_build_base.log" 2>&1 &
+      base_pid=$!
+      wait $tree_pid && wait $base_pid || { echo "ab: a build failed (ab_build_*.log)"; tail -5 "$OUT"/ab_build_*.log; status=1; continue; }
+      tail -n1 "$OUT"/ab_build_*.log
       rounds=${AB_ROUNDS:-2}
       # every run gets an equal share of the time left, so that a slow first run cannot starve the base side
       share=$(( $(time_left) / (2 * rounds) ))

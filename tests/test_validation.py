@@ -149,3 +149,8 @@ def test_sm90a_module_is_not_built_for_another_gpu(monkeypatch):
     built.clear()
     _build.build_all()
     assert "flash_wgmma_fwd" in built
+    built.clear()
+    _build.build_all(modules=["flash_wgmma_bwd", "flash_mma_fwd"])
+    assert sorted(built) == ["flash_mma_fwd", "flash_wgmma_bwd"]
+    with pytest.raises(ValueError, match=r"no module named flash_wgmma; the modules are naive, tiled, .*flash_wgmma_bwd"):
+        _build.build_all(modules=["flash_wgmma", "flash_mma_fwd"])

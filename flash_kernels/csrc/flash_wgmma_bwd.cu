@@ -186,7 +186,7 @@ __device__ __forceinline__ void bwd_p_ds(uint32_t (&pf)[BM / 16][4], uint32_t (&
     // or not (Nsight Compute, D = 64, 128x128: 23% of the kernel's warp samples on that line); the branch took
     // the 128x128 tile from 317-328 to 407-429 TFLOP/s on the H100 and the 64x128 tile from 305-321 to
     // 356-372. At D = 128 both changes cost: the branch 4-6% (64x128: 514/505 -> 485/485 at N = 4096/8192),
-    // the cheap test inside the one loop 9-14% (-> 443/455), so D = 128 keeps the test it was measured with.
+    // the cheap test inside the one loop 9-14% (-> 443/455); D = 128 masks in a pass of its own (below).
     const int qrel = qb + 2 * t4, hi = Nq - qrel;  // query = qrel + 8 j + e
     int lo[2];
 #pragma unroll
@@ -202,12 +202,30 @@ __device__ __forceinline__ void bwd_p_ds(uint32_t (&pf)[BM / 16][4], uint32_t (&
       exp_scores([](float&, int, int, int) {});
     }
   } else {
-    exp_scores([&](float& p, int h, int j, int e) {
-      if (need_mask) {
-        const int key = key0 + 8 * h, q = qb + 8 * j + 2 * t4 + e;
-        if (key >= Nk || q >= Nq || (causal && key > q)) p = 0.f;
+    // D = 128: one copy of the loop, unmasked, then the cheap test in a pass of its own behind the warp-uniform
+    // branch. With the test per element inside the loop (until 203cfb1), ptxas predicated it: 114 of the
+    // loop's ~810 SASS instructions a step, issued masked or not (Nsight Compute, the `backward` capture at
+    // caf73dc, N = 4096, not causal: 8% of the kernel's warp samples on that line). Now ptxas branches around
+    // the pass (141 instructions, masked steps only). Measured (H100 80GB HBM3, torch 2.11.0+cu130, same-node
+    // A/B against 203cfb1, two rounds each of `python -m flash_kernels.bench --suite convention --passes
+    // backward --variants flash_wgmma --refs sdpa_cudnn`, L2 flushed; log profiles/_logs/nvidia-h100-80gb-hbm3/
+    // wgmma_bwd_mask_pass_ab.log; the tree also had wg_dq_postprocess_kernel's whole-chunk reads): the mean
+    // of the two rounds' times fell 0.0-1.5% at N = 4096 and 16384 full, 1.2% (bf16) and 4.7% (fp16) at 8192
+    // full, 1.2-1.3% causal at 8192; 0.905-0.975x cuDNN in those runs against 0.891-0.953x. Less than the
+    // instruction count suggests: the kernel waits on the tensor pipe, barriers and MUFU more than on issue.
+    exp_scores([](float&, int, int, int) {});
+    if (need_mask) {
+      const int qrel = qb + 2 * t4, hi = Nq - qrel;  // query = qrel + 8 j + e
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int key = key0 + 8 * h, lo = key >= Nk ? INT_MAX : (causal ? key - qrel : INT_MIN);
+#pragma unroll
+        for (int j = 0; j < BM / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            if (!(8 * j + e >= lo && 8 * j + e < hi)) s[4 * j + 2 * h + e] = 0.f;
       }
-    });
+    }
   }
 #pragma unroll
   for (int kk = 0; kk < KB; ++kk)
@@ -674,22 +692,28 @@ flash_wgmma_ws_backward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
   }
 }
 
-// dQ = scale x the fp32 accumulator of the tma-ws pipeline (dq_piece_offset's order) in [B, H, Nq, D], two
-// adjacent columns per thread (adjacent in the accumulator too).
+// dQ = scale x the fp32 accumulator of the tma-ws pipeline (dq_piece_offset's order) in [B, H, Nq, D]. The
+// accumulator's 16-byte chunks hold columns c, c + 1 of rows r and r + 8 (r % 16 < 8): a thread reads one chunk
+// and writes two rows' column pair. (Reading 8 bytes a thread, the column pair of one row, used half of every
+// 32-byte sector it read: Nsight Compute counted 2,097,152 sectors beyond the ideal at N = 4096, D = 128.)
 template <typename T, int D, int BM>
-__global__ void wg_dq_postprocess_kernel(const float* __restrict__ acc, T* __restrict__ dq, long rows, int Nq,
+__global__ void wg_dq_postprocess_kernel(const float* __restrict__ acc, T* __restrict__ dq, long bh_count, int Nq,
                                          float scale) {
-  const long n = rows * (D / 2);
   const int n_tq = (Nq + BM - 1) / BM;
+  const long per_bh = long(n_tq) * (BM / 2) * (D / 2);  // (row pair, column pair)s of a head
+  const long n = bh_count * per_bh;
   for (long i = long(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += long(gridDim.x) * blockDim.x) {
-    const long row = i / (D / 2);
-    const int col = 2 * int(i % (D / 2));
-    const long bh = row / Nq;
-    const int q = int(row % Nq), tile = q / BM;
+    const long bh = i / per_bh;
+    const long k = i % per_bh;
+    const int pair = int(k / (D / 2)), col = 2 * int(k % (D / 2));
+    const int q = (pair >> 3) * 16 + (pair & 7);  // rows q and q + 8
+    if (q >= Nq) continue;
     int p;
-    const long off = (bh * n_tq + tile) * (BM * D) + dq_piece_offset<BM, D>(q % BM, col, p);
-    const float2 v = *reinterpret_cast<const float2*>(acc + off);
-    *reinterpret_cast<uint32_t*>(dq + row * D + col) = pack2<T>(v.x * scale, v.y * scale);
+    const long off = (bh * n_tq + q / BM) * (BM * D) + dq_piece_offset<BM, D>(q % BM, col, p);
+    const float4 v = *reinterpret_cast<const float4*>(acc + off);
+    T* const row = dq + (bh * Nq + q) * D + col;
+    *reinterpret_cast<uint32_t*>(row) = pack2<T>(v.x * scale, v.y * scale);
+    if (q + 8 < Nq) *reinterpret_cast<uint32_t*>(row + 8 * D) = pack2<T>(v.z * scale, v.w * scale);
   }
 }
 
@@ -740,10 +764,11 @@ cudaError_t wgmma_ws_backward_launch(const AttnArgs& a, int split, cudaStream_t 
     return cudaGetLastError();
   });
   if (err != cudaSuccess || rows == 0) return err;
-  long blocks = (rows * (D / 2) + 255) / 256;
+  const long pairs = long(a.B) * a.H * cdiv(a.Nq, BM) * (BM / 2) * (D / 2);  // the kernel's (row pair, column pair)s
+  long blocks = (pairs + 255) / 256;
   if (blocks > 65535L * 8) blocks = 65535L * 8;
-  wg_dq_postprocess_kernel<T, D, BM><<<unsigned(blocks), 256, 0, stream>>>(a.dq_acc, static_cast<T*>(a.dq), rows,
-                                                                           a.Nq, a.scale);
+  wg_dq_postprocess_kernel<T, D, BM><<<unsigned(blocks), 256, 0, stream>>>(a.dq_acc, static_cast<T*>(a.dq),
+                                                                           long(a.B) * a.H, a.Nq, a.scale);
   return cudaGetLastError();
 }
 
