@@ -84,6 +84,8 @@ ranked = B.explain(side_a.deep, side_a.launch, side_b.deep, side_b.launch) if pa
 compared = {s.name: B.profile(s.deep).set_index("launch").loc[s.launch] for s in sides}  # each side's profile row
 access_hot = {s.name: B.access_hotspots(s.deep, s.launch, top, read.REPO, commit_of[s.name]) for s in sides}
 access = {s.name: B.access_line(f"**{s.name}**", compared[s.name], access_hot[s.name]) for s in sides}
+predicated_hot = {s.name: B.predicated_hotspots(s.deep, s.launch, top, read.REPO, commit_of[s.name]) for s in sides}
+predicated = {s.name: B.predicated_line(f"**{s.name}**", compared[s.name], predicated_hot[s.name]) for s in sides}
 gaps = B.metric_gaps(side_a.deep, side_a.launch, *((side_b.deep, side_b.launch) if pair else (side_a.deep, side_a.launch)))
 where = ", ".join(f"{k}={v}" for k, v in at.items())
 call = B.call_line(side_a.name, side_a.sel, side_b.name, side_b.sel, (side_a.launch, side_b.launch)) if pair else None
@@ -91,7 +93,8 @@ nb.summary([f"**At {where}:** " + (call + (" Longest launch: " if longest else "
             + (B.verdict(side_a.name, side_b.name, ranked, gaps) if pair else
                f"{side_a.name} is the only implementation in this report; it is shown alone."),
             *(B.kernel_line(f"**{s.name}**", compared[s.name]) for s in sides),
-            *(f"Memory accesses beyond the ideal: {line}" for line in access.values() if line)])
+            *(f"Memory accesses beyond the ideal: {line}" for line in access.values() if line),
+            *(f"Issued for nothing: {line}" for line in predicated.values() if line)])
 nb.note(nb.header(manifest, path))
 if b_capture:
     nb.note("**Side b:** " + nb.header(manifest_b, path_b))
@@ -234,4 +237,34 @@ for s in sides:
     nb.table(h, {c: "{:,.0f}" for c in B.ACCESS_SUMS} | {"share": "{:.0%}"}, f"access-{s.name}",
              headers={**B.LABELS, "share": "share of the kernel's excess", "sass": "its instructions with excess"},
              title=f"{s.name}: the {len(h)} source lines with the most accesses beyond the ideal"
+                   + (f" (source text: {h.attrs['source_from']})" if h.attrs.get("source_from") else ""), open_rows=top)
+
+# %% [markdown]
+# ## Instructions issued with their threads predicated off
+#
+# An instruction whose predicate is false in all of a warp's threads is still issued: it takes an issue slot and
+# does nothing. Compilers predicate short conditional code instead of branching around it (if-conversion); inside
+# an unrolled loop that can put a test on every element of every step, paid whether the condition ever holds or
+# not. From Nsight's per-instruction source counters (*Instructions Executed*, *Thread Instructions Executed*,
+# *Predicated-On Thread Instructions Executed*): each instruction's executions times the share of its thread
+# instructions that ran predicated off, summed by source line. A kernel under 2 % is not listed; a line listed
+# here is a candidate for a warp-uniform branch around it.
+
+# %%
+for s in sides:
+    line, share = predicated[s.name], B.predicated_share(compared[s.name])
+    if line is None:
+        nb.say(f"**{s.name}:** " + ("no per-instruction source counters in this report (capture with the "
+                                    "SourceCounters section)." if share is None else
+                                    f"{share:.1%} of its executed warp instructions went to predicated-off threads "
+                                    "(under 2 %: not listed)."))
+        continue
+    nb.say(line)
+    h = predicated_hot[s.name]
+    nb.table(h, {"inst_executed": "{:,.0f}", "issued_predicated_off": "{:,.0f}", "off_share": "{:.0%}", "share": "{:.1%}"},
+             f"predicated-{s.name}",
+             headers={**B.LABELS, "inst_executed": "the line's warp instructions executed",
+                      "off_share": "of them predicated off", "share": "share of the kernel's instructions",
+                      "sass": "its predicated instructions, by opcode"},
+             title=f"{s.name}: the {len(h)} source lines with the most instructions issued predicated off"
                    + (f" (source text: {h.attrs['source_from']})" if h.attrs.get("source_from") else ""), open_rows=top)

@@ -276,6 +276,87 @@ def test_access_counts_equal_nsights_source_page(name):
     assert checked > 50
 
 
+#: Nsight's source-page columns of the per-instruction execution counts -> nsightlab.parse.deep.issue_counts' columns
+ISSUE_CSV = {"Instructions Executed": "inst_executed", "Thread Instructions Executed": "thread_inst_executed",
+             "Predicated-On Thread Instructions Executed": "thread_inst_executed_true"}
+
+
+@pytest.mark.parametrize("name", IMPORTED)
+def test_issue_counts_equal_nsights_source_page(name):
+    """Every executed instruction's warp-level executions and thread instructions (all, predicated on) are the
+    numbers Nsight's source page prints for it, and no instruction that never executed has a row."""
+    deep = _loaded(name)
+    blocks = _source_blocks(REPORTS[name][4])
+    checked = 0
+    for launch, (_, table) in enumerate(blocks):
+        num = table[list(ISSUE_CSV)].apply(pd.to_numeric, errors="coerce").fillna(0.0)
+        num.index = [int(a, 16) for a in table["Address"]]
+        executed = num[num["Instructions Executed"] > 0]
+        ours = deep.issue[deep.issue["launch"] == launch].set_index("address")
+        assert list(ours.index) == sorted(executed.index), f"launch {launch}"
+        for col, mine in ISSUE_CSV.items():
+            assert list(ours[mine]) == list(executed.loc[ours.index, col]), f"launch {launch} {col}"
+        _assert_same_sass(ours["sass"], table.set_index(num.index).loc[ours.index, "Source"])
+        checked += len(ours)
+    assert checked > 500
+
+
+def test_predicated_off_counts_a_share_of_each_instructions_executions():
+    """An instruction's executions count as issued for nothing in the share of its thread instructions that ran
+    predicated off: all of them when none ran predicated on, none when all did, never from a zero thread count."""
+    issue = pd.DataFrame({"launch": [0, 0, 0, 0], "file": ["k.cu"] * 4, "line": [1, 1, 2, 3], "sass": ["FSEL", "@P0 ISETP", "IADD3", "BRA"],
+                          "inst_executed": [100.0, 100.0, 50.0, 10.0], "thread_inst_executed": [3200.0, 3200.0, 1600.0, 0.0],
+                          "thread_inst_executed_true": [0.0, 800.0, 1600.0, 0.0]})
+    got = B._predicated_off(issue)["issued_predicated_off"].tolist()
+    assert got == [100.0, 75.0, 0.0, 0.0]
+    row = pd.Series({"kernel": "k", "inst_executed": 260.0, "issued_predicated_off": 175.0, "threads_per_inst": 32.0,
+                     "pred_on_threads_per_inst": 11.0})
+    assert B.predicated_share(row) == pytest.approx(175 / 260)
+    assert B.predicated_line("a", row).startswith("a (k): 67.3% of its executed warp instructions went to threads whose "
+                                                   "predicate was false (11.0 predicated-on threads per executed instruction of 32.0")
+    assert B.predicated_line("a", row.replace(175.0, 1.0)) is None  # under 2 %
+    assert B.predicated_share(row.drop(["inst_executed", "issued_predicated_off"])) is None  # no source counters
+
+
+def test_predicated_hotspots_find_the_masks_test_and_its_absence():
+    """flash_wgmma's backward before bd431c9 (f9d774b, D = 64) tested the mask per element inside the exp loop, and
+    ptxas predicated it: a quarter of the kernel's instructions ran on that line with their predicate false. The
+    capture after step 2c (caf73dc) branches around it at D = 64 (under 2 % left) and still has it at D = 128."""
+    @functools.cache
+    def report(capture: str) -> B.Deep:
+        return B.load(find_file(H100 / capture, "deep.ncu-rep"), capture_schemas(load_manifest(H100 / capture)))
+
+    def backward(capture: str, case: str) -> tuple[B.Deep, int, str]:
+        deep = report(capture)
+        return deep, B.pick_launch(B.select_range(deep, "flash_wgmma", B.parse_case(case))), load_manifest(H100 / capture)["git_commit"]
+
+    before, la, commit = backward("backward-deep-predicated-mask", "D=64,bwd_pipeline=tma-ws")
+    hot = B.predicated_hotspots(before, la, n=3, repo=ROOT, commit=commit)
+    assert [(f, int(ln)) for f, ln in zip(hot["file"], hot["line"], strict=True)][:2] == [
+        ("flash_kernels/csrc/flash_wgmma_bwd.cu", 147), ("flash_kernels/csrc/flash_wgmma_bwd.cu", 146)]
+    top = hot.iloc[0]
+    assert top["source"].startswith("if (key >= Nk || q >= Nq || (causal && key > q)) p = 0.f;")
+    assert (top["inst_executed"], round(top["issued_predicated_off"])) == (235929600, 175338067)
+    assert 0.24 < top["share"] < 0.25 and top["sass"].startswith("FSEL x64, ISETP.GE.AND x64, PLOP3.LUT x64")
+    row = B.profile(before).set_index("launch").loc[la]
+    assert 0.28 < B.predicated_share(row) < 0.29 and row["pred_on_threads_per_inst"] < 23
+    assert "the most at flash_kernels/csrc/flash_wgmma_bwd.cu:147: 24.1% of the kernel's instructions" in B.predicated_line("a", row, hot)
+
+    after, lb, _ = backward("backward", "D=64,bwd_pipeline=tma-ws")
+    row_b = B.profile(after).set_index("launch").loc[lb]
+    assert B.predicated_share(row_b) < 0.02 and B.predicated_line("b", row_b) is None
+    text = why.render("before", "after", before, before.launches[before.launches["launch"] == la], after,
+                      after.launches[after.launches["launch"] == lb], 5, (la, lb))
+    assert "Instructions issued with their threads predicated off" in text
+    assert "flash_wgmma_bwd.cu:147  175,338,067 of 235,929,600 warp instructions predicated off (24.1% of the kernel's)" in text
+    assert "after (flash_wgmma_ws_backward_kernel): 1.8% of its executed warp instructions predicated off (under 2 %" in text
+
+    d128, lc, commit = backward("backward", "D=128,bwd_pipeline=tma-ws")
+    hot = B.predicated_hotspots(d128, lc, n=1, repo=ROOT, commit=commit)
+    assert (hot["file"].iloc[0], int(hot["line"].iloc[0]), hot["off_share"].iloc[0]) == ("flash_kernels/csrc/flash_wgmma_bwd.cu", 189, 1.0)
+    assert 0.14 < hot["share"].iloc[0] < 0.15
+
+
 def test_profiles_access_sums_are_nsights_excessive_totals(report):
     """The launch totals of the excess are what Nsight prints as derived__memory_*_excessive on the raw page."""
     name, deep = report

@@ -17,6 +17,8 @@ into a :class:`Deep`; the functions below turn it into tidy frames, every value 
 - :func:`hotspots`: the SASS instructions and CUDA source lines with the most warp-stall samples.
 - :func:`access_hotspots`: the source lines whose memory instructions took the most L2 sectors (global) or
   shared-memory wavefronts beyond the ideal for their threads' bytes: uncoalesced access, bank conflicts.
+- :func:`predicated_hotspots`: the source lines whose instructions were issued with their threads' predicate
+  false: issue slots spent on nothing (a test the compiler predicated instead of branching around).
 
 The model behind :func:`explain`: a scheduler issues at most one instruction per cycle, so its active
 cycles are about (instructions it issued) x (warp cycles per issued instruction) / (warps it holds).
@@ -94,6 +96,8 @@ PROFILE_METRICS: dict[str, str] = {
     "global_ld_bytes_per_sector": "smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.ratio",
     "global_st_instructions": "smsp__sass_inst_executed_op_global_st.sum",
     "global_st_bytes_per_sector": "smsp__sass_average_data_bytes_per_sector_mem_global_op_st.ratio",
+    "threads_per_inst": "smsp__thread_inst_executed_per_inst_executed.ratio",
+    "pred_on_threads_per_inst": "smsp__thread_inst_executed_pred_on_per_inst_executed.ratio",
     "l1_pct": "l1tex__throughput.avg.pct_of_peak_sustained_active",
     "l2_pct": "lts__throughput.avg.pct_of_peak_sustained_elapsed",
     "dram_pct": "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
@@ -115,6 +119,9 @@ LABELS: dict[str, str] = {
     "global_ld_bytes_per_sector": "global loads: bytes used per 32-byte sector",
     "global_st_instructions": "global store instructions (warp-level)",
     "global_st_bytes_per_sector": "global stores: bytes used per 32-byte sector",
+    "threads_per_inst": "active threads per executed instruction", "pred_on_threads_per_inst":
+    "predicated-on threads per executed instruction", "inst_executed": "warp instructions executed",
+    "issued_predicated_off": "warp instructions' worth of predicated-off threads",
     "global_sectors": "global accesses: L2 sectors", "global_sectors_excessive": "global accesses: L2 sectors beyond the ideal",
     "shared_wavefronts": "shared accesses: wavefronts",
     "shared_wavefronts_excessive": "shared accesses: wavefronts beyond the ideal",
@@ -142,6 +149,7 @@ class Deep:
     values: pd.DataFrame
     sass: pd.DataFrame
     access: pd.DataFrame
+    issue: pd.DataFrame
 
     def value(self, launch: int, metric: str) -> float | None:
         v = self._wide.get((launch, metric))
@@ -156,7 +164,8 @@ def load(path: str | Path, schemas: Iterable[RangeSchema] = ()) -> Deep:
     path = Path(path)
     frames = deep_parse.read(path, schemas)  # one pass over the report, every frame
     deep_parse.require_sections(frames["launches"])
-    return Deep(path, frames["launches"], frames["sections"], frames["values"], frames["sass"], frames["access"])
+    return Deep(path, frames["launches"], frames["sections"], frames["values"], frames["sass"], frames["access"],
+                frames["issue"])
 
 
 # --------------------------------------------------------------------------- one launch at a time
@@ -204,7 +213,24 @@ def profile(deep: Deep) -> pd.DataFrame:
     sums = deep.access.groupby("launch")[list(ACCESS_SUMS)].sum() if len(deep.access) else None
     for col in ACCESS_SUMS:
         out[col] = out["launch"].map(sums[col]) if sums is not None else float("nan")
+    issued = _predicated_off(deep.issue).groupby("launch")[list(ISSUE_SUMS)].sum() if len(deep.issue) else None
+    for col in ISSUE_SUMS:
+        out[col] = out["launch"].map(issued[col]) if issued is not None else float("nan")
     return out
+
+
+#: :func:`profile`'s sums of the per-instruction execution counts (:func:`nsightlab.parse.deep.issue_counts`) over a
+#: launch: warp instructions executed, and how many of them went to threads whose predicate was false
+ISSUE_SUMS = ("inst_executed", "issued_predicated_off")
+
+
+def _predicated_off(issue: pd.DataFrame) -> pd.DataFrame:
+    """``issue`` with ``issued_predicated_off``: each instruction's executions times the share of its thread
+    instructions that ran predicated off (all of them when no thread's predicate was ever true): the warp
+    instructions it was issued for nothing."""
+    done = issue["thread_inst_executed"]
+    off = (done - issue["thread_inst_executed_true"]).clip(lower=0)
+    return issue.assign(issued_predicated_off=(issue["inst_executed"] * off / done.where(done > 0)).fillna(0.0))
 
 
 #: :func:`profile`'s sums of the per-instruction memory counters (:func:`nsightlab.parse.deep.access_counts`)
@@ -442,6 +468,42 @@ def access_hotspots(deep: Deep, launch: int, n: int = 5, repo: str | Path = ".",
         sass=("op", lambda ops: ", ".join(f"{op} x{k}" if k > 1 else op for op, k in ops.value_counts().sort_index().items())))
     top = g.sort_values(["excess", "file", "line"], ascending=[False, True, True]).head(n).copy()
     top["share"] = top["excess"] / a["excess"].sum()
+    return _with_source(top, Path(repo), "line", commit, cols=[c for c in cols if c != "source"])
+
+
+def _opcodes(ops: pd.Series, most: int = 5) -> str:
+    """``FSEL x32, ISETP.GE.AND x32, ...``: the opcodes of a line's instructions, the most frequent first."""
+    counts = sorted(ops.value_counts().items(), key=lambda kv: (-kv[1], kv[0]))
+    text = ", ".join(f"{op} x{k}" if k > 1 else op for op, k in counts[:most])
+    rest = len(counts) - most
+    return text + (f" and {rest} other opcode{'s' if rest > 1 else ''}" if rest > 0 else "")
+
+
+def predicated_hotspots(deep: Deep, launch: int, n: int = 5, repo: str | Path = ".",
+                        commit: str | None = None) -> pd.DataFrame:
+    """The ``n`` CUDA source lines of one launch whose instructions were issued most often with their threads'
+    predicate false (Nsight's source counters "Instructions Executed", "Thread Instructions Executed" and
+    "Predicated-On Thread Instructions Executed"): ``file``, ``line``, ``source`` (as :func:`hotspots` gives them),
+    ``inst_executed`` (the line's warp instructions), ``issued_predicated_off`` (of them, the warp instructions'
+    worth of threads that ran predicated off), ``off_share`` (that over the line's), ``share`` (over the launch's
+    instructions executed) and ``sass`` (the line's predicated instructions, by opcode). A line the compiler
+    if-converted (a test per element inside a loop, predicated instead of branched around) shows here with its
+    whole cost on every pass, taken or not. Empty where the launch has no source counters or none predicated off."""
+    i = deep.issue
+    cols = ["file", "line", "source", *ISSUE_SUMS, "off_share", "share", "sass"]
+    if not len(i):
+        return pd.DataFrame(columns=cols)
+    i = _predicated_off(i[i["launch"] == launch])
+    total = float(i["inst_executed"].sum()) or 1.0
+    off = i[i["issued_predicated_off"] > 0]
+    if not len(off):
+        return pd.DataFrame(columns=cols)
+    lines = i.groupby(["file", "line"], dropna=False, as_index=False)[list(ISSUE_SUMS)].sum()
+    ops = off.assign(op=off["sass"].map(_opcode)).groupby(["file", "line"], dropna=False)["op"].agg(_opcodes)
+    lines = lines[lines["issued_predicated_off"] > 0].merge(ops.rename("sass").reset_index(), on=["file", "line"], how="left")
+    top = lines.sort_values(["issued_predicated_off", "file", "line"], ascending=[False, True, True]).head(n).copy()
+    top["off_share"] = top["issued_predicated_off"] / top["inst_executed"]
+    top["share"] = top["issued_predicated_off"] / total
     return _with_source(top, Path(repo), "line", commit, cols=[c for c in cols if c != "source"])
 
 
@@ -740,6 +802,33 @@ def access_line(name: str, row: pd.Series, hot: pd.DataFrame | None = None) -> s
         h = hot.iloc[0]
         where = f"{h['file']}:{h['line']}" if pd.notna(h["line"]) else "an instruction without a source line"
         text += f"; the most ({h['share']:.0%}) at {where} ({h['sass']})"
+    return text + "."
+
+
+def predicated_share(row: pd.Series) -> float | None:
+    """The share of a launch's executed warp instructions that went to predicated-off threads (a :func:`profile`
+    row), or None where the report has no per-instruction source counters for it."""
+    done, off = row.get("inst_executed"), row.get("issued_predicated_off")
+    return None if done is None or pd.isna(done) or not done else float(off / done)
+
+
+def predicated_line(name: str, row: pd.Series, hot: pd.DataFrame | None = None, at_least: float = 0.02) -> str | None:
+    """One sentence on one launch's instructions issued with their threads predicated off (a :func:`profile` row;
+    ``hot``: its :func:`predicated_hotspots`), or None where they are under ``at_least`` of its instructions (or
+    it has no source counters): Nsight's predicated-on and active threads per executed instruction, the share
+    of its issued instructions that did nothing, and the line with the most."""
+    share = predicated_share(row)
+    if share is None or share < at_least:
+        return None
+    done, off = row["inst_executed"], row["issued_predicated_off"]
+    text = (f"{name} ({row['kernel']}): {off / done:.1%} of its executed warp instructions went to threads whose "
+            f"predicate was false ({row['pred_on_threads_per_inst']:.1f} predicated-on threads per executed "
+            f"instruction of {row['threads_per_inst']:.1f} active, Nsight's averages)")
+    if hot is not None and len(hot):
+        h = hot.iloc[0]
+        where = f"{h['file']}:{h['line']}" if pd.notna(h["line"]) else "an instruction without a source line"
+        text += (f"; the most at {where}: {h['share']:.1%} of the kernel's instructions, {h['off_share']:.0%} of the "
+                 f"line's predicated off ({h['sass']})")
     return text + "."
 
 

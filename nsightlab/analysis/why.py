@@ -175,6 +175,21 @@ def render(a_name: str, b_name: str, a: B.Deep, la: pd.DataFrame, b: B.Deep, lb:
                                       for h in hot.itertuples())]
     if access:
         out += ["", "Memory accesses beyond the ideal (Nsight's per-instruction Excessive counters):", *access]
+    predicated, shares = [], []
+    for name, d, k in ((a_name, a, ka), (b_name, b, kb)):
+        hot = B.predicated_hotspots(d, k, n=3, repo=REPO)
+        row = B.profile(d).set_index("launch").loc[k]
+        line, share = B.predicated_line(name, row, hot), B.predicated_share(row)
+        if share is not None and line is None:
+            shares.append(f"  {name} ({row['kernel']}): {share:.1%} of its executed warp instructions predicated off "
+                          "(under 2 %: not listed).")
+        if line:
+            predicated += [f"  {line}", *(f"    {h.file}:{h.line}  {h.issued_predicated_off:,.0f} of {h.inst_executed:,.0f} "
+                                          f"warp instructions predicated off ({h.share:.1%} of the kernel's): {h.sass}"
+                                          for h in hot.itertuples())]
+    if predicated:
+        out += ["", "Instructions issued with their threads predicated off (Nsight's per-instruction source counters):",
+                *predicated, *shares]
     return "\n".join(out)
 
 

@@ -2,7 +2,7 @@
 
 A *deep* report carries the sections that explain time (``nsightlab.core.metrics.DEEP_SECTIONS``):
 the deep capture tier writes one (``deep.ncu-rep``), and so does anyone's ``ncu --set full`` (or
-``--set detailed``, which lacks the per-instruction source counters). Five frames, all keyed by
+``--set detailed``, which lacks the per-instruction source counters). Seven frames, all keyed by
 ``launch`` (the launch's order in the report, as Nsight Compute numbers it in its CSV ``ID`` column):
 
 - :func:`launches`: one row per profiled launch: its range columns, kernel name, duration and the
@@ -17,6 +17,9 @@ the deep capture tier writes one (``deep.ncu-rep``), and so does anyone's ``ncu 
   and one ``stall_<reason>`` column per stall reason (samples), as Nsight's source page shows them.
 - :func:`access_counts`: one row per global or shared memory instruction: the L2 sectors and shared-memory
   wavefronts it took against the ideal for its threads' bytes (the excess: uncoalesced access, bank conflicts),
+  as the same page shows them.
+- :func:`issue_counts`: one row per executed SASS instruction: how many times warps executed it, and its
+  thread instructions, all and predicated on (the rest ran with their predicate false: issued for nothing),
   as the same page shows them.
 
 :func:`read` gives any of them in one pass over the report.
@@ -59,6 +62,13 @@ ACCESS_METRICS = {
     "shared_wavefronts": "memory_l1_wavefronts_shared",
     "shared_wavefronts_ideal": "memory_l1_wavefronts_shared_ideal",
     "shared_wavefronts_excessive": "derived__memory_l1_wavefronts_shared_excessive",
+}
+#: per-instruction execution counts (the source page's "Instructions Executed", "Thread Instructions Executed" and
+#: "Predicated-On Thread Instructions Executed"): column of :func:`issue_counts` -> metric
+ISSUE_METRICS = {
+    "inst_executed": "inst_executed",
+    "thread_inst_executed": "thread_inst_executed",
+    "thread_inst_executed_true": "thread_inst_executed_true",
 }
 
 
@@ -117,17 +127,26 @@ def access_counts(path: str | Path) -> pd.DataFrame:
     return read(path, parts=("access",))["access"]
 
 
-PARTS = ("launches", "sections", "values", "sass", "access")
+def issue_counts(path: str | Path) -> pd.DataFrame:
+    """One row per SASS instruction that warps executed, of every launch that carries source counters: ``launch``,
+    ``address``, ``sass``, ``file``, ``line`` and the :data:`ISSUE_METRICS` columns: warp-level executions, and the
+    thread instructions they carried, all active threads and those whose predicate was true (an instruction
+    whose threads are all predicated off is issued and does nothing), as Nsight's source page shows them."""
+    return read(path, parts=("issue",))["issue"]
+
+
+PARTS = ("launches", "sections", "values", "sass", "access", "issue")
 _COLUMNS = {"sections": ["launch", "section", "section_name", "part", "metric", "label", "unit", "value"],
             "values": ["launch", "metric", "unit", "value"],
-            "access": ["launch", "address", "sass", "file", "line", *ACCESS_METRICS]}
+            "access": ["launch", "address", "sass", "file", "line", *ACCESS_METRICS],
+            "issue": ["launch", "address", "sass", "file", "line", *ISSUE_METRICS]}
 
 
 def read(path: str | Path, schemas: Iterable[RangeSchema] = (), parts: Iterable[str] = PARTS,
          pattern: str | None = None) -> dict[str, pd.DataFrame]:
     """The frames ``parts`` names (of :data:`PARTS`: :func:`launches`, :func:`section_metrics`,
-    :func:`metric_values`, :func:`sass_samples`) read in one pass over the report, in a process of its own
-    (:mod:`nsightlab.parse.isolated`: ncu-report keeps what it read until its process ends), or from the cache
+    :func:`metric_values`, :func:`sass_samples`, :func:`access_counts`, :func:`issue_counts`) read in one pass
+    over the report, in a process of its own (:mod:`nsightlab.parse.isolated`: ncu-report keeps what it read until its process ends), or from the cache
     of an earlier read of the same report with the same arguments (below: :func:`_cache_file`)."""
     path, schemas, parts = Path(path), tuple(schemas), tuple(parts)
     bad = [x for x in parts if x not in PARTS]
@@ -230,6 +249,8 @@ def _rows(path: Path, parts: tuple[str, ...], schemas: tuple[RangeSchema, ...],
             out["sass"] += _sass_rows(launch, action)
         if "access" in out:
             out["access"] += _access_rows(launch, action)
+        if "issue" in out:
+            out["issue"] += _issue_rows(launch, action)
     if "launches" in out and not out["launches"]:
         raise ProfileError(f"{path}: holds no profiled kernel")
     return out
@@ -315,6 +336,12 @@ def _access_rows(launch: int, action: Any) -> list[dict[str, Any]]:
     touched = {pc for col in ("global_sectors", "shared_wavefronts") for pc, v in counts[col].items() if v}
     return [_instruction(launch, action, pc) | {col: got.get(pc, 0.0) for col, got in counts.items()}
             for pc in sorted(touched)]
+
+
+def _issue_rows(launch: int, action: Any) -> list[dict[str, Any]]:
+    counts = {col: _instanced(action, metric) for col, metric in ISSUE_METRICS.items()}
+    return [_instruction(launch, action, pc) | {col: got.get(pc, 0.0) for col, got in counts.items()}
+            for pc in sorted(pc for pc, v in counts["inst_executed"].items() if v)]
 
 
 def missing_sections(held: Iterable[str], needed: Iterable[str] = BOTTLENECK_SECTIONS) -> list[str]:
