@@ -257,7 +257,7 @@ for s in sides:
         nb.say(f"**{s.name}:** " + ("no per-instruction source counters in this report (capture with the "
                                     "SourceCounters section)." if share is None else
                                     f"{share:.1%} of its executed warp instructions went to predicated-off threads "
-                                    "(under 2 %: not listed)."))
+                                    f"(under {B.PREDICATED_AT_LEAST:.0%}: not listed)."))
         continue
     nb.say(line)
     h = predicated_hot[s.name]

@@ -812,7 +812,12 @@ def predicated_share(row: pd.Series) -> float | None:
     return None if done is None or pd.isna(done) or not done else float(off / done)
 
 
-def predicated_line(name: str, row: pd.Series, hot: pd.DataFrame | None = None, at_least: float = 0.02) -> str | None:
+#: the share of a launch's instructions predicated off below which :func:`predicated_line` says nothing
+PREDICATED_AT_LEAST = 0.02
+
+
+def predicated_line(name: str, row: pd.Series, hot: pd.DataFrame | None = None,
+                    at_least: float = PREDICATED_AT_LEAST) -> str | None:
     """One sentence on one launch's instructions issued with their threads predicated off (a :func:`profile` row;
     ``hot``: its :func:`predicated_hotspots`), or None where they are under ``at_least`` of its instructions (or
     it has no source counters): Nsight's predicated-on and active threads per executed instruction, the share

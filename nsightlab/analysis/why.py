@@ -165,10 +165,12 @@ def render(a_name: str, b_name: str, a: B.Deep, la: pd.DataFrame, b: B.Deep, lb:
     out += [f"  {r.term[:38]:<38} {_fmt(r.a):>12} {_fmt(r.b):>12} {r.share:>7.0%} {r.ms:>+9.3f}" for r in ranked.head(top).itertuples()]
     out += ["", f"  {'quantity':<30} {a_name[:12]:>12} {b_name[:12]:>12}"]
     out += [f"  {r.quantity:<30} {_fmt(r.a):>12} {_fmt(r.b):>12}" for r in gaps.itertuples()]
+    sides = ((a_name, a, ka), (b_name, b, kb))
+    rows = [B.profile(d).set_index("launch").loc[k] for _, d, k in sides]  # each side's profile row, once
     access = []
-    for name, d, k in ((a_name, a, ka), (b_name, b, kb)):
+    for (name, d, k), row in zip(sides, rows, strict=True):
         hot = B.access_hotspots(d, k, n=3, repo=REPO)
-        line = B.access_line(name, B.profile(d).set_index("launch").loc[k], hot)
+        line = B.access_line(name, row, hot)
         if line:
             access += [f"  {line}", *(f"    {h.file}:{h.line}  {h.sass}: {h.global_sectors_excessive:,.0f} L2 sectors, "
                                       f"{h.shared_wavefronts_excessive:,.0f} shared wavefronts beyond the ideal"
@@ -176,13 +178,12 @@ def render(a_name: str, b_name: str, a: B.Deep, la: pd.DataFrame, b: B.Deep, lb:
     if access:
         out += ["", "Memory accesses beyond the ideal (Nsight's per-instruction Excessive counters):", *access]
     predicated, shares = [], []
-    for name, d, k in ((a_name, a, ka), (b_name, b, kb)):
+    for (name, d, k), row in zip(sides, rows, strict=True):
         hot = B.predicated_hotspots(d, k, n=3, repo=REPO)
-        row = B.profile(d).set_index("launch").loc[k]
         line, share = B.predicated_line(name, row, hot), B.predicated_share(row)
         if share is not None and line is None:
             shares.append(f"  {name} ({row['kernel']}): {share:.1%} of its executed warp instructions predicated off "
-                          "(under 2 %: not listed).")
+                          f"(under {B.PREDICATED_AT_LEAST:.0%}: not listed).")
         if line:
             predicated += [f"  {line}", *(f"    {h.file}:{h.line}  {h.issued_predicated_off:,.0f} of {h.inst_executed:,.0f} "
                                           f"warp instructions predicated off ({h.share:.1%} of the kernel's): {h.sass}"

@@ -339,6 +339,10 @@ def _access_rows(launch: int, action: Any) -> list[dict[str, Any]]:
 
 
 def _issue_rows(launch: int, action: Any) -> list[dict[str, Any]]:
+    # only where the SourceCounters section was collected (its warp sampling): a light report can carry
+    # inst_executed per instruction too, hundreds of thousands of rows that no analysis of it reads
+    if action.metric_by_name(PCSAMP_TOTAL) is None:
+        return []
     counts = {col: _instanced(action, metric) for col, metric in ISSUE_METRICS.items()}
     return [_instruction(launch, action, pc) | {col: got.get(pc, 0.0) for col, got in counts.items()}
             for pc in sorted(pc for pc, v in counts["inst_executed"].items() if v)]
