@@ -260,20 +260,28 @@ def test_access_counts_equal_nsights_source_page(name):
     """Every global or shared memory instruction's sectors and wavefronts (with their ideal and excess) are the
     numbers Nsight's source page prints for it, and no other instruction has a row."""
     deep = _loaded(name)
-    blocks = _source_blocks(REPORTS[name][4])
     assert set(deep.access.columns) >= {"launch", "address", "sass", "file", "line", *ACCESS_CSV.values()}
+    rows = _per_instruction_equals_source_page(name, deep.access, ACCESS_CSV, lambda num: (
+        num["L2 Theoretical Sectors Global"] > 0) | (num["L1 Wavefronts Shared"] > 0))
+    assert rows > 50
+
+
+def _per_instruction_equals_source_page(name: str, ours_all: pd.DataFrame, columns: dict[str, str], kept) -> int:
+    """Hold a per-instruction frame of report ``name`` (``columns``: Nsight's source-page column -> ours) against the
+    source page's CSV, launch by launch: the same instructions (those ``kept(numeric table)`` selects), the same
+    values and SASS. Returns the rows checked."""
     checked = 0
-    for launch, (_, table) in enumerate(blocks):
-        num = table[list(ACCESS_CSV)].apply(pd.to_numeric, errors="coerce").fillna(0.0)
+    for launch, (_, table) in enumerate(_source_blocks(REPORTS[name][4])):
+        num = table[list(columns)].apply(pd.to_numeric, errors="coerce").fillna(0.0)
         num.index = [int(a, 16) for a in table["Address"]]
-        touched = num[(num["L2 Theoretical Sectors Global"] > 0) | (num["L1 Wavefronts Shared"] > 0)]
-        ours = deep.access[deep.access["launch"] == launch].set_index("address")
-        assert list(ours.index) == sorted(touched.index), f"launch {launch}"
-        for col, mine in ACCESS_CSV.items():
-            assert list(ours[mine]) == list(touched.loc[ours.index, col]), f"launch {launch} {col}"
+        theirs = num[kept(num)]
+        ours = ours_all[ours_all["launch"] == launch].set_index("address")
+        assert list(ours.index) == sorted(theirs.index), f"launch {launch}"
+        for col, mine in columns.items():
+            assert list(ours[mine]) == list(theirs.loc[ours.index, col]), f"launch {launch} {col}"
         _assert_same_sass(ours["sass"], table.set_index(num.index).loc[ours.index, "Source"])
         checked += len(ours)
-    assert checked > 50
+    return checked
 
 
 #: Nsight's source-page columns of the per-instruction execution counts -> nsightlab.parse.deep.issue_counts' columns
@@ -285,20 +293,8 @@ ISSUE_CSV = {"Instructions Executed": "inst_executed", "Thread Instructions Exec
 def test_issue_counts_equal_nsights_source_page(name):
     """Every executed instruction's warp-level executions and thread instructions (all, predicated on) are the
     numbers Nsight's source page prints for it, and no instruction that never executed has a row."""
-    deep = _loaded(name)
-    blocks = _source_blocks(REPORTS[name][4])
-    checked = 0
-    for launch, (_, table) in enumerate(blocks):
-        num = table[list(ISSUE_CSV)].apply(pd.to_numeric, errors="coerce").fillna(0.0)
-        num.index = [int(a, 16) for a in table["Address"]]
-        executed = num[num["Instructions Executed"] > 0]
-        ours = deep.issue[deep.issue["launch"] == launch].set_index("address")
-        assert list(ours.index) == sorted(executed.index), f"launch {launch}"
-        for col, mine in ISSUE_CSV.items():
-            assert list(ours[mine]) == list(executed.loc[ours.index, col]), f"launch {launch} {col}"
-        _assert_same_sass(ours["sass"], table.set_index(num.index).loc[ours.index, "Source"])
-        checked += len(ours)
-    assert checked > 500
+    rows = _per_instruction_equals_source_page(name, _loaded(name).issue, ISSUE_CSV, lambda num: num["Instructions Executed"] > 0)
+    assert rows > 500
 
 
 def test_predicated_off_counts_a_share_of_each_instructions_executions():
