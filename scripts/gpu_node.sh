@@ -124,7 +124,8 @@ PY
       ab_build="import sys, flash_kernels as fk; print(fk.build(modules=sys.argv[1:] or None))"
       python3 -c "$ab_build" ${AB_MODULES:-} > "$OUT/ab_build_tree.log" 2>&1 &
       tree_pid=$!
-      (cd /tmp/ab_base && PYTHONPATH=/tmp/ab_base${PYTHONPATH#"$PWD"} FLASH_KERNELS_BUILD_DIR=/tmp/ab_base/build/fk \
+      base_path=/tmp/ab_base${PYTHONPATH#"$PWD"}  # the base tree's PYTHONPATH, for its build and its rounds
+      (cd /tmp/ab_base && PYTHONPATH=$base_path FLASH_KERNELS_BUILD_DIR=/tmp/ab_base/build/fk \
         python3 -c "$ab_build" ${AB_MODULES:-}) > "$OUT/ab_build_base.log" 2>&1 &
       base_pid=$!
       wait $tree_pid && wait $base_pid || { echo "ab: a build failed (ab_build_*.log)"; tail -5 "$OUT"/ab_build_*.log; status=1; continue; }
@@ -138,7 +139,6 @@ PY
         until_deadline --limit "$share" bash -c "$AB_CMD" 2>&1 | tee -a "$OUT/ab.log"
         [ "${PIPESTATUS[0]}" = 0 ] || status=1
         echo "== base, round $r" | tee -a "$OUT/ab.log"
-        base_path=/tmp/ab_base${PYTHONPATH#"$PWD"}  # before the cd below changes $PWD
         (cd /tmp/ab_base && PYTHONPATH=$base_path FLASH_KERNELS_BUILD_DIR=/tmp/ab_base/build/fk \
           until_deadline --limit "$share" bash -c "$AB_CMD") 2>&1 | tee -a "$OUT/ab.log"
         [ "${PIPESTATUS[0]}" = 0 ] || status=1

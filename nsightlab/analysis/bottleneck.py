@@ -210,12 +210,11 @@ def profile(deep: Deep) -> pd.DataFrame:
     waits = s[s["reason"] != "selected"].sort_values("cycles", ascending=False).drop_duplicates("launch").set_index("launch")
     out["top_stall"] = out["launch"].map(waits["reason"])
     out["top_stall_cycles"] = out["launch"].map(waits["cycles"])
-    sums = deep.access.groupby("launch")[list(ACCESS_SUMS)].sum() if len(deep.access) else None
-    for col in ACCESS_SUMS:
-        out[col] = out["launch"].map(sums[col]) if sums is not None else float("nan")
-    issued = _predicated_off(deep.issue).groupby("launch")[list(ISSUE_SUMS)].sum() if len(deep.issue) else None
-    for col in ISSUE_SUMS:
-        out[col] = out["launch"].map(issued[col]) if issued is not None else float("nan")
+    # the per-instruction counters summed over each launch (NaN where the report has none)
+    for rows, cols in ((deep.access, ACCESS_SUMS), (_predicated_off(deep.issue), ISSUE_SUMS)):
+        sums = rows.groupby("launch")[list(cols)].sum() if len(rows) else None
+        for col in cols:
+            out[col] = out["launch"].map(sums[col]) if sums is not None else float("nan")
     return out
 
 
@@ -825,8 +824,7 @@ def predicated_line(name: str, row: pd.Series, hot: pd.DataFrame | None = None,
     share = predicated_share(row)
     if share is None or share < at_least:
         return None
-    done, off = row["inst_executed"], row["issued_predicated_off"]
-    text = (f"{name} ({row['kernel']}): {off / done:.1%} of its executed warp instructions went to threads whose "
+    text = (f"{name} ({row['kernel']}): {share:.1%} of its executed warp instructions went to threads whose "
             f"predicate was false ({row['pred_on_threads_per_inst']:.1f} predicated-on threads per executed "
             f"instruction of {row['threads_per_inst']:.1f} active, Nsight's averages)")
     if hot is not None and len(hot):

@@ -146,8 +146,9 @@ def read(path: str | Path, schemas: Iterable[RangeSchema] = (), parts: Iterable[
          pattern: str | None = None) -> dict[str, pd.DataFrame]:
     """The frames ``parts`` names (of :data:`PARTS`: :func:`launches`, :func:`section_metrics`,
     :func:`metric_values`, :func:`sass_samples`, :func:`access_counts`, :func:`issue_counts`) read in one pass
-    over the report, in a process of its own (:mod:`nsightlab.parse.isolated`: ncu-report keeps what it read until its process ends), or from the cache
-    of an earlier read of the same report with the same arguments (below: :func:`_cache_file`)."""
+    over the report, in a process of its own (:mod:`nsightlab.parse.isolated`: ncu-report keeps what it read
+    until its process ends), or from the cache of an earlier read of the same report with the same arguments
+    (below: :func:`_cache_file`)."""
     path, schemas, parts = Path(path), tuple(schemas), tuple(parts)
     bad = [x for x in parts if x not in PARTS]
     if bad:
@@ -331,11 +332,17 @@ def _sass_rows(launch: int, action: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def _access_rows(launch: int, action: Any) -> list[dict[str, Any]]:
-    counts = {col: _instanced(action, metric) for col, metric in ACCESS_METRICS.items()}
-    touched = {pc for col in ("global_sectors", "shared_wavefronts") for pc, v in counts[col].items() if v}
+def _counted_rows(launch: int, action: Any, metrics: dict[str, str], kept: Iterable[str]) -> list[dict[str, Any]]:
+    """One row per instruction where any of the ``kept`` columns is non-zero: :func:`_instruction`'s columns and
+    each of ``metrics`` (column -> per-instruction metric)."""
+    counts = {col: _instanced(action, metric) for col, metric in metrics.items()}
+    pcs = {pc for col in kept for pc, v in counts[col].items() if v}
     return [_instruction(launch, action, pc) | {col: got.get(pc, 0.0) for col, got in counts.items()}
-            for pc in sorted(touched)]
+            for pc in sorted(pcs)]
+
+
+def _access_rows(launch: int, action: Any) -> list[dict[str, Any]]:
+    return _counted_rows(launch, action, ACCESS_METRICS, ("global_sectors", "shared_wavefronts"))
 
 
 def _issue_rows(launch: int, action: Any) -> list[dict[str, Any]]:
@@ -343,9 +350,7 @@ def _issue_rows(launch: int, action: Any) -> list[dict[str, Any]]:
     # inst_executed per instruction too, hundreds of thousands of rows that no analysis of it reads
     if action.metric_by_name(PCSAMP_TOTAL) is None:
         return []
-    counts = {col: _instanced(action, metric) for col, metric in ISSUE_METRICS.items()}
-    return [_instruction(launch, action, pc) | {col: got.get(pc, 0.0) for col, got in counts.items()}
-            for pc in sorted(pc for pc, v in counts["inst_executed"].items() if v)]
+    return _counted_rows(launch, action, ISSUE_METRICS, ("inst_executed",))
 
 
 def missing_sections(held: Iterable[str], needed: Iterable[str] = BOTTLENECK_SECTIONS) -> list[str]:
