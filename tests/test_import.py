@@ -217,7 +217,7 @@ def test_import_real_ncu_report(tmp_path, ncu_rep):
     assert man["compacted"]["ncu.ncu-rep.xz"]["bytes"] == ncu_rep.stat().st_size
     # the parsed frame keeps the raw range names, exactly as Nsight's own CSV export prints them
     frame = ncu.ncu_frame(dest / "ncu.ncu-rep.xz", metrics=["gpu__time_duration.sum"])
-    csv = ncu.ncu_csv_frame(BLOCKSIZE / "ncu_raw.csv")
+    csv = ncu.ncu_csv_frame(store.find_file(BLOCKSIZE, "ncu_raw.csv"))
     assert list(frame["range"]) == list(csv["range"])
     assert frame["range"].str.startswith("fk:").all()
     assert set(frame["range"]) <= {c["range"] for c in store.load_manifest(BLOCKSIZE)["cases"]}
@@ -225,7 +225,7 @@ def test_import_real_ncu_report(tmp_path, ncu_rep):
 
 def test_ncu_csv_range_and_domain_agree_with_the_report_row_by_row(ncu_rep):
     rep = ncu.ncu_frame(ncu_rep, metrics=["gpu__time_duration.sum"])
-    csv = ncu.ncu_csv_frame(BLOCKSIZE / "ncu_raw.csv")
+    csv = ncu.ncu_csv_frame(store.find_file(BLOCKSIZE, "ncu_raw.csv"))
     assert len(rep) == len(csv) == 104
     mine = list(zip(rep["range"].tolist(), rep["domain"].tolist(), strict=True))
     theirs = list(zip(csv["range"].tolist(), csv["domain"].tolist(), strict=True))
@@ -350,8 +350,12 @@ def test_nsys_export_failure_is_reported(tmp_path, sqlite):
 # --------------------------------------------------------------------------- broken input, end to end
 
 
-def _cut(src: Path, dest: Path, keep: float | int) -> Path:
-    data = src.read_bytes()
+def _blocksize_raw_csv() -> bytes:  # the committed export, xz-compacted
+    return lzma.decompress(store.find_file(BLOCKSIZE, "ncu_raw.csv").read_bytes())
+
+
+def _cut(src: Path | bytes, dest: Path, keep: float | int) -> Path:
+    data = src if isinstance(src, bytes) else src.read_bytes()
     dest.write_bytes(data[: int(len(data) * keep) if isinstance(keep, float) else keep])
     return dest
 
@@ -398,10 +402,10 @@ def test_broken_sqlite(tmp_path, capsys, case, needle):
 
 
 def test_ncu_csv_cut_inside_a_row(tmp_path):
-    data = (BLOCKSIZE / "ncu_raw.csv").read_bytes()
+    data = _blocksize_raw_csv()
     lines = data.split(b"\n")
     for cut in (len(data) // 2, len(b"\n".join(lines[:5])) + 40):  # mid-file; inside a data row's range cell
-        path = _cut(BLOCKSIZE / "ncu_raw.csv", tmp_path / "cut.csv", cut)
+        path = _cut(data, tmp_path / "cut.csv", cut)
         with pytest.raises(ProfileError, match="cut short|unexpected end of data"):
             ncu.ncu_csv_frame(path)
     (tmp_path / "empty.csv").write_bytes(b"")
@@ -410,8 +414,8 @@ def test_ncu_csv_cut_inside_a_row(tmp_path):
 
 
 def test_ncu_csv_cut_inside_the_last_field(tmp_path):
-    data = (BLOCKSIZE / "ncu_raw.csv").read_bytes()
-    path = _cut(BLOCKSIZE / "ncu_raw.csv", tmp_path / "cut.csv", len(data) - 4)  # '..."0.0000' with no closing quote
+    data = _blocksize_raw_csv()
+    path = _cut(data, tmp_path / "cut.csv", len(data) - 4)  # '..."0.0000' with no closing quote
     with pytest.raises(ProfileError):
         ncu.ncu_csv_frame(path)
 

@@ -23,7 +23,7 @@
 // (flash_simt.cu) removes that traffic.
 // Before this change flash_fa1 had its own mapping (16-row Q blocks, 32-key tiles, 4 Q blocks per thread
 // block) and ran faster than flash_simt at its default block_size=16, the reverse of the lesson:
-// profiles/nvidia-h200/bench-mma-bwd-4warp/convention.csv, rows D64-N512-full float16 forward: flash_fa1
+// profiles/nvidia-h200/bench-mma-bwd-4warp/convention.csv.xz, rows D64-N512-full float16 forward: flash_fa1
 // 7.723 ms, flash_simt (block_size=16) 11.262 ms. Its 32-key tiles kept all 32 lanes of a warp scoring,
 // where block_size=16 leaves half of them idle: a difference of mapping, not of loop order. With one
 // mapping the two are compared like for like.

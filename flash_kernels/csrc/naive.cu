@@ -8,7 +8,7 @@
 // products, and once B*H*N*N*4 bytes outgrow L2 every pass over S and P goes to DRAM. The next step
 // (tiled.cu) attacks the first problem; the flash steps attack the second.
 // Measured (H200, fp16, D=64, N=512, B=32, H=32, not causal):
-// profiles/nvidia-h200/bench-mma-bwd-4warp/convention.csv, rows D64-N512-full / naive: forward 76.854 ms
+// profiles/nvidia-h200/bench-mma-bwd-4warp/convention.csv.xz, rows D64-N512-full / naive: forward 76.854 ms
 // (0.89 TFLOP/s), backward 190.544 ms.
 #include "materialized.cuh"
 

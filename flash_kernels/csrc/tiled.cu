@@ -9,7 +9,7 @@
 // consecutive threads walk each operand's strided dimension, so the same tiles load uncoalesced. Its
 // forward is tiled's.
 // Measured (H200, fp16, D=64, N=512, B=32, H=32, not causal):
-// profiles/nvidia-h200/bench-mma-bwd-4warp/convention.csv, rows D64-N512-full: forward naive 76.854 ms ->
+// profiles/nvidia-h200/bench-mma-bwd-4warp/convention.csv.xz, rows D64-N512-full: forward naive 76.854 ms ->
 // tiled 6.618 ms; backward naive 190.544 ms -> tiled 16.409 ms, tiled_uncoalesced 36.887 ms.
 #include "materialized.cuh"
 
