@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +71,9 @@ CSV_FIELDS = ["suite", "config", "B", "H", "Hkv", "N", "Nk", "D", "causal", "dty
 TIMING_METHOD = ("CUDA events per repeat, L2 flushed before each (see timing.flush), the repeat queued behind a GPU-side wait so that "
                  "the events time the GPU's work and not the host's launch overhead (host_ms: the host's time per "
                  "call, apart; a repeat the GPU reached before the call was queued is timed again: retimed, late; hold_ms: the "
-                 "wait), Python's garbage collector off while a call is timed (as timeit does), median")
+                 "wait), Python's garbage collector off while a call is timed (as timeit does); a configuration's "
+                 "implementations timed round-robin in timing.rounds rounds, each a share of its repeats, so that a drift "
+                 "of the GPU's state falls on all of them alike; median of all repeats")
 
 
 class Skip(Exception):
@@ -173,7 +175,7 @@ def hold_ms(host_ms: list[float]) -> float:
 
 
 def time_gpu(fn: Callable[[], Any], flush: L2Flusher, *, warmup: int, reps: int, budget_ms: float,
-             hold: GpuHold | None = None, retries: int = 2) -> Repeats:
+             hold: GpuHold | None = None, retries: int = 2, min_reps: int = 3) -> Repeats:
     """Per-repeat milliseconds from CUDA events, L2 flushed before each repeat, and the host's time per
     call. With ``hold``, a GPU-side wait is queued after the flush (:func:`hold_ms` of the warm-up calls'
     host times; with ``warmup=0``, of one untimed call's), so that the events time the GPU alone.
@@ -183,7 +185,7 @@ def time_gpu(fn: Callable[[], Any], flush: L2Flusher, *, warmup: int, reps: int,
     events timed an idle GPU waiting for the call's launches. Such repeats are timed again behind a wait sized
     by the slowest host time seen, up to ``retries`` times.
 
-    The first timed repeat also sizes the number of repeats to the time budget (at least 3, at
+    The first timed repeat also sizes the number of repeats to the time budget (at least ``min_reps``, at
     most ``reps``).
 
     Python's garbage collector is off meanwhile (as ``timeit`` keeps it): a collection inside a warm-up call would
@@ -191,14 +193,15 @@ def time_gpu(fn: Callable[[], Any], flush: L2Flusher, *, warmup: int, reps: int,
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _time_gpu(fn, flush, warmup=warmup, reps=reps, budget_ms=budget_ms, hold=hold, retries=retries)
+        return _time_gpu(fn, flush, warmup=warmup, reps=reps, budget_ms=budget_ms, hold=hold, retries=retries,
+                         min_reps=min_reps)
     finally:
         if enabled:
             gc.enable()
 
 
 def _time_gpu(fn: Callable[[], Any], flush: L2Flusher, *, warmup: int, reps: int, budget_ms: float,
-              hold: GpuHold | None, retries: int) -> Repeats:
+              hold: GpuHold | None, retries: int, min_reps: int) -> Repeats:
     warm: list[float] = []
     # with no warm-up, one untimed call still sizes the wait (a first call slowed by set-up, which skips the
     # warm-up, may be followed by short ones)
@@ -225,7 +228,7 @@ def _time_gpu(fn: Callable[[], Any], flush: L2Flusher, *, warmup: int, reps: int
     first = once(wait)
     torch.cuda.synchronize()
     probe = first[0].elapsed_time(first[1])
-    n = int(max(3, min(reps, budget_ms / max(probe, 1e-3))))
+    n = int(max(min_reps, min(reps, budget_ms / max(probe, 1e-3))))
     runs = [first, *(once(wait) for _ in range(n - 1))]
     torch.cuda.synchronize()
     ms = [s.elapsed_time(e) for s, e, _, _ in runs]
@@ -422,11 +425,14 @@ def implementation_call(impl: str, cfg: Config, inputs: Inputs, pass_: str, opti
 
 @dataclass(frozen=True)
 class Timing:
-    """How the timed repeats run: ``warmup`` calls first, then at most ``reps`` repeats within ``budget_ms``."""
+    """How the timed repeats run: ``warmup`` calls first, then at most ``reps`` repeats within ``budget_ms``, in
+    ``rounds`` round-robin rounds over a configuration's implementations (each round a share of the repeats and of
+    the budget)."""
 
     warmup: int = 3
     reps: int = 30
     budget_ms: float = 400.0
+    rounds: int = 3
 
 
 @dataclass(frozen=True)
@@ -469,35 +475,35 @@ def _beside(out: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     return out.to(ref.device) if ref.device.type == "cpu" and out.device != ref.device else out
 
 
-def _repeats(run: _Run, fn: Callable[[], Any], key: tuple[str, str, str], flop: float, config: str,
-             call_ms: float) -> Repeats:
-    """The timed repeats' milliseconds (and host milliseconds, GPU cases). A GPU case whose first call was slower than --max-call-ms is
-    called once more (the first may set up); still slower, it is recorded as slow and skipped."""
-    impl = key[0]
-    if impl == "torch_cpu":
-        return Repeats(time_cpu(fn, reps=min(run.timing.reps, 5), budget_ms=run.timing.budget_ms * 4), [])
-    if call_ms > run.limits.max_call_ms:
-        _, call_ms, _ = measured_call(fn)
-        if call_ms > run.limits.max_call_ms:
-            run.slow.record(key, flop, config, call_ms)
-            raise Skip(f"one call took {call_ms:.0f} ms > --max-call-ms")
-    # slow cases are already warm after the calls above
-    return time_gpu(fn, run.flush, warmup=run.timing.warmup if call_ms < 50 else 0, reps=run.timing.reps,
-                    budget_ms=run.timing.budget_ms, hold=run.hold)
+#: a call at least this slow is timed in one go, in the first round: a drift of the GPU's state between rounds is
+#: small beside it, and each round would cost it an untimed call more (the one that sizes its GPU-side wait)
+ONE_GO_MS = 50.0
 
 
-def _measure(run: _Run, cfg: Config, dtype: str, impl: str, pass_: str, inputs: Inputs,
-             expected: tuple[torch.Tensor, ...]) -> dict[str, Any]:
-    """One result row: ``impl``'s pass checked against ``expected`` on its first call, then timed; a
-    row that does not run says why in its status."""
+@dataclass
+class _Case:
+    """An implementation's pass on one configuration, checked against the reference and ready to time: its row so
+    far, its call, its first call's wall-clock milliseconds, and its timed repeats, a round's at a time."""
+
+    row: dict[str, Any]
+    fn: Callable[[], Any]
+    flop: float
+    call_ms: float
+    repeats: list[Repeats] = field(default_factory=list)
+
+
+def _check(run: _Run, cfg: Config, dtype: str, impl: str, pass_: str, inputs: Inputs,
+           expected: tuple[torch.Tensor, ...]) -> tuple[dict[str, Any], _Case | None]:
+    """``impl``'s pass checked against ``expected`` on its first call (on the GPU also timed by the wall clock and
+    its peak memory taken): its row and, where it is to be timed, its case; a row that does not run says why in its
+    status. A GPU case whose first call was slower than --max-call-ms is called once more (the first may set up);
+    still slower, it is recorded as slow and skipped."""
     row = _row(run.suite, cfg, dtype, impl, pass_)
     flop = model.flops(cfg.B, cfg.H, cfg.N, cfg.D, causal=cfg.causal, pass_=pass_, Hkv=cfg.Hkv, Nk=cfg.Nk)
     try:
         run.slow.check((impl, pass_, dtype), flop)
         fn, opts = implementation_call(impl, cfg, inputs, pass_, run.options, run.limits)
         row["options"] = ";".join(f"{a}={b}" for a, b in opts.items())
-        # the first call is the correctness check; on the GPU it is also timed (wall clock) and its
-        # peak memory taken
         if impl == "torch_cpu":
             result, call_ms, peak = fn(), 0.0, float("nan")
         else:
@@ -505,20 +511,62 @@ def _measure(run: _Run, cfg: Config, dtype: str, impl: str, pass_: str, inputs: 
         row.update(_errors(result, expected, pass_))
         del result
         row["peak_mem_mb"] = peak
-        repeats = _repeats(run, fn, (impl, pass_, dtype), flop, cfg.name, call_ms)
-        times = repeats.ms
-        ms = statistics.median(times)
-        row["host_ms"] = statistics.median(repeats.host_ms) if repeats.host_ms else float("nan")
-        row["retimed"], row["late"], row["hold_ms"] = repeats.retimed, repeats.late, repeats.hold_ms
-        nbytes = model.compulsory_bytes(cfg.B, cfg.H, cfg.N, cfg.D, dtype, pass_=pass_, Hkv=cfg.Hkv, Nk=cfg.Nk)
-        row.update(ms=ms, ms_min=min(times), ms_max=max(times), reps=len(times), tflops=model.tflops(flop, ms),
-                   gbps=model.gbps(nbytes, ms))
+        if impl != "torch_cpu" and call_ms > run.limits.max_call_ms:
+            _, call_ms, _ = measured_call(fn)
+            if call_ms > run.limits.max_call_ms:
+                run.slow.record((impl, pass_, dtype), flop, cfg.name, call_ms)
+                raise Skip(f"one call took {call_ms:.0f} ms > --max-call-ms")
+        return row, _Case(row, fn, flop, call_ms)
     except Skip as why:
         row["status"] = f"skipped: {why}"
     except torch.cuda.OutOfMemoryError:
         torch.cuda.empty_cache()
         row["status"] = "skipped: out of GPU memory"
-    return row
+    return row, None
+
+
+def _time_cases(run: _Run, cases: list[_Case]) -> None:
+    """The cases' timed repeats: on the GPU round-robin, ``run.timing.rounds`` rounds of every case in turn, each
+    round a share of the repeats and of the budget (calls of ONE_GO_MS and more in one go, in the first round; later
+    rounds warm a case up with one call); torch_cpu's on the host, in one go. A case that runs out of GPU memory
+    while timed is a skipped row."""
+    t = run.timing
+    rounds = max(1, t.rounds)
+    for case in cases:
+        if case.row["impl"] == "torch_cpu":
+            case.repeats.append(Repeats(time_cpu(case.fn, reps=min(t.reps, 5), budget_ms=t.budget_ms * 4), []))
+    gpu = [c for c in cases if c.row["impl"] != "torch_cpu"]
+    for r in range(rounds):
+        for case in gpu:
+            one_go = case.call_ms >= ONE_GO_MS
+            if case.row["status"] != "ok" or (one_go and r > 0):
+                continue
+            share = 1 if one_go else rounds
+            # slow cases are already warm after their first call(s)
+            warmup = 0 if one_go else (t.warmup if r == 0 else min(1, t.warmup))
+            try:
+                case.repeats.append(time_gpu(case.fn, run.flush, warmup=warmup, reps=math.ceil(t.reps / share),
+                                             budget_ms=t.budget_ms / share, hold=run.hold,
+                                             min_reps=math.ceil(3 / share)))
+            except torch.cuda.OutOfMemoryError:
+                torch.cuda.empty_cache()
+                case.row["status"] = "skipped: out of GPU memory"
+
+
+def _finish(case: _Case, cfg: Config, dtype: str, pass_: str) -> None:
+    """The row's timing columns from its case's repeats: the median of all rounds' repeats, their spread, the
+    host's median, and throughput."""
+    row = case.row
+    times = [ms for rep in case.repeats for ms in rep.ms]
+    host = [ms for rep in case.repeats for ms in rep.host_ms]
+    ms = statistics.median(times)
+    row["host_ms"] = statistics.median(host) if host else float("nan")
+    row["retimed"] = sum(rep.retimed for rep in case.repeats)
+    row["late"] = sum(rep.late for rep in case.repeats)
+    row["hold_ms"] = case.repeats[0].hold_ms
+    nbytes = model.compulsory_bytes(cfg.B, cfg.H, cfg.N, cfg.D, dtype, pass_=pass_, Hkv=cfg.Hkv, Nk=cfg.Nk)
+    row.update(ms=ms, ms_min=min(times), ms_max=max(times), reps=len(times), tflops=model.tflops(case.flop, ms),
+               gbps=model.gbps(nbytes, ms))
 
 
 def _row_line(row: dict[str, Any]) -> str:
@@ -556,7 +604,8 @@ def _reference_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
 def _run_config(run: _Run, cfg: Config, dtype: str, impls: list[str], passes: list[str],
                 log: Callable[[str], None]) -> list[dict[str, Any]]:
     """Every implementation and pass on one configuration's inputs, drawn once and checked against one
-    fp64 reference (O of the forward; dQ, dK, dV of the backward)."""
+    fp64 reference (O of the forward; dQ, dK, dV of the backward); a pass's implementations are checked first, then
+    timed together, round-robin (:func:`_time_cases`)."""
     t_cfg = time.perf_counter()
     inputs = random_attention_inputs(cfg.B, cfg.H, cfg.N, cfg.D, TORCH_DTYPES[dtype], Hkv=cfg.Hkv, Nk=cfg.Nk,
                                      seed=input_seed(cfg))
@@ -570,9 +619,16 @@ def _run_config(run: _Run, cfg: Config, dtype: str, impls: list[str], passes: li
     t_ref = time.perf_counter() - t_cfg
     rows = []
     for pass_ in passes:
-        for impl in impls:
-            rows.append(_measure(run, cfg, dtype, impl, pass_, inputs, expected[pass_]))
-            log(_row_line(rows[-1]))
+        checked = [_check(run, cfg, dtype, impl, pass_, inputs, expected[pass_]) for impl in impls]
+        cases = [case for _, case in checked if case is not None]
+        _time_cases(run, cases)
+        for case in cases:
+            if case.row["status"] == "ok":
+                _finish(case, cfg, dtype, pass_)
+        for row, _ in checked:
+            rows.append(row)
+            log(_row_line(row))
+        del checked, cases
     del q, k, v, g, inputs, expected
     torch.cuda.empty_cache()
     log(f"{run.suite:10s} {cfg.name:22s} {dtype:8s} config done in {time.perf_counter() - t_cfg:.1f} s "
@@ -583,7 +639,8 @@ def _run_config(run: _Run, cfg: Config, dtype: str, impls: list[str], passes: li
 def run(suite: str, variants: list[str], refs: list[str], passes: list[str], dtypes: list[str] | None = None,
         configs: list[str] | None = None, options: dict[str, Any] | None = None, warmup: int = 3, reps: int = 30,
         budget_ms: float = 400.0, max_score_elems: int = 1 << 31, max_cpu_elems: int = 1 << 24,
-        max_call_ms: float = 1500.0, log: Callable[[str], None] = print, flush: str = "read") -> list[dict[str, Any]]:
+        max_call_ms: float = 1500.0, log: Callable[[str], None] = print, flush: str = "read",
+        rounds: int = 3) -> list[dict[str, Any]]:
     """One row (CSV_FIELDS) per dtype, configuration, pass and implementation of ``suite`` (``configs``:
     only these), each checked against the fp64 reference and timed, or skipped with its reason."""
     cfgs, suite_dtypes, _ = get_suite(suite)
@@ -596,7 +653,9 @@ def run(suite: str, variants: list[str], refs: list[str], passes: list[str], dty
         if unknown:
             raise ValueError(f"unknown config(s) {unknown} in suite {suite}; known: {[c.name for c in cfgs]}")
         cfgs = [c for c in cfgs if c.name in configs]
-    state = _Run(suite, options or {}, Timing(warmup, reps, budget_ms),
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1 (1: each implementation timed in one go); got {rounds}")
+    state = _Run(suite, options or {}, Timing(warmup, reps, budget_ms, rounds),
                  Limits(max_score_elems, max_cpu_elems, max_call_ms), L2Flusher(flush), SlowCases(), GpuHold())
     rows: list[dict[str, Any]] = []
     try:
@@ -678,6 +737,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--budget-ms", type=float, default=400.0, help="time budget per case for the timed repeats")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="round-robin rounds over a configuration's implementations, each a share of the repeats "
+                        "(1: each timed in one go)")
     p.add_argument("--flush", default="read", choices=FLUSH_MODES,
                    help="how the L2 is emptied before each timed repeat: read a buffer of twice its size (default; "
                         "no dirty lines left), overwrite one (the call first writes back its dirty lines), or none")
@@ -716,6 +778,8 @@ def _selection(a: argparse.Namespace) -> Selection:
 def main(argv: list[str] | None = None) -> int:
     p = _parser()
     a = p.parse_args(argv)
+    if a.rounds < 1:
+        p.error(f"--rounds takes 1 or more (1: each implementation timed in one go); got {a.rounds}")
     if not torch.cuda.is_available():
         p.error("no CUDA device: the benchmark needs a GPU (torch.cuda.is_available() is False)")
     try:
@@ -733,14 +797,15 @@ def main(argv: list[str] | None = None) -> int:
         try:
             rows = run(suite, sel.variants, sel.refs, sel.passes, sel.dtypes, csv_list(a.configs), sel.options,
                        a.warmup, a.reps, a.budget_ms, int(a.max_score_elems), int(a.max_cpu_elems), a.max_call_ms,
-                       flush=a.flush)
+                       flush=a.flush, rounds=a.rounds)
         except Interrupted as stop:  # keep what was finished, say so, and stop
             rows, stopped = stop.rows, True
         manifest = {"suite": suite, "description": SUITES[suite][2], "command": [sys.executable, "-m",
                     "flash_kernels.bench", *(argv if argv is not None else sys.argv[1:])],
                     "environment": environment(), "build_seconds": build_s,
                     "timing": {"method": TIMING_METHOD, "flush": a.flush,
-                               "warmup": a.warmup, "max_reps": a.reps, "budget_ms": a.budget_ms},
+                               "warmup": a.warmup, "max_reps": a.reps, "budget_ms": a.budget_ms,
+                               "rounds": a.rounds},
                     "seconds": time.perf_counter() - t0, "rows": len(rows),
                     **({"partial": "interrupted during this suite: only the configurations finished before it"}
                        if stopped else {})}

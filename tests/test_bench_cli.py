@@ -280,6 +280,70 @@ def test_interleaved_timing_goes_round_robin(monkeypatch):
     assert times == {"a": [1.0, 1.0, 3.0, 3.0, 5.0, 5.0], "b": [2.0, 2.0, 4.0, 4.0, 6.0, 6.0]}
 
 
+def _gpu_case(impl: str, call_ms: float) -> bench._Case:
+    row = {"impl": impl, "status": "ok"}
+    return bench._Case(row, lambda: impl, flop=1e9, call_ms=call_ms)
+
+
+def _timing_run(rounds: int) -> bench._Run:
+    return bench._Run("s", {}, bench.Timing(warmup=3, reps=30, budget_ms=400.0, rounds=rounds), bench.Limits(),
+                      "flusher", bench.SlowCases(), "hold")
+
+
+def test_a_configurations_implementations_are_timed_round_robin(monkeypatch):
+    """Each round times every GPU case in turn with a third of the repeats and budget (the first round with the full
+    warm-up, later ones with one call); a call of 50 ms or more is timed in one go in the first round; a row's
+    median, spread, repeat count and retimed repeats come from all its rounds."""
+    seen = []
+
+    def fake(fn, flush, *, warmup, reps, budget_ms, hold=None, min_reps=3):
+        seen.append((fn(), warmup, reps, round(budget_ms, 1), min_reps))
+        n = len(seen)
+        return bench.Repeats([float(n)] * min(reps, 2), [0.01] * min(reps, 2), retimed=1, hold_ms=0.1 * n)
+
+    monkeypatch.setattr(bench, "time_gpu", fake)
+    cases = [_gpu_case("ours", 0.05), _gpu_case("slow", 80.0), _gpu_case("theirs", 0.04)]
+    bench._time_cases(_timing_run(3), cases)
+    assert seen == [("ours", 3, 10, 133.3, 1), ("slow", 0, 30, 400.0, 3), ("theirs", 3, 10, 133.3, 1),
+                    ("ours", 1, 10, 133.3, 1), ("theirs", 1, 10, 133.3, 1),
+                    ("ours", 1, 10, 133.3, 1), ("theirs", 1, 10, 133.3, 1)]
+    cfg = Config("c", 1, 1, 64, 64, False)
+    bench._finish(cases[0], cfg, "float16", "forward")
+    row = cases[0].row
+    assert row["reps"] == 6 and row["ms_min"] == 1.0 and row["ms_max"] == 6.0 and row["ms"] == 4.0
+    assert row["retimed"] == 3 and row["hold_ms"] == pytest.approx(0.1)  # the first round's wait
+    bench._finish(cases[1], cfg, "float16", "forward")
+    assert cases[1].row["reps"] == 2 and cases[1].row["ms"] == 2.0
+    seen.clear()
+    bench._time_cases(_timing_run(1), [_gpu_case("ours", 0.05), _gpu_case("theirs", 0.04)])
+    assert seen == [("ours", 3, 30, 400.0, 3), ("theirs", 3, 30, 400.0, 3)]  # one round: each in one go
+
+
+def test_a_case_out_of_memory_while_timed_is_a_skipped_row_and_leaves_the_rounds(monkeypatch):
+    seen = []
+
+    def fake(fn, flush, *, warmup, reps, budget_ms, hold=None, min_reps=3):
+        seen.append(fn())
+        if fn() == "big" and len(seen) > 2:
+            raise torch.cuda.OutOfMemoryError("out of memory")
+        return bench.Repeats([1.0], [0.01])
+
+    monkeypatch.setattr(bench, "time_gpu", fake)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    cases = [_gpu_case("small", 0.05), _gpu_case("big", 0.05)]
+    bench._time_cases(_timing_run(3), cases)
+    assert seen == ["small", "big", "small", "big", "small"]
+    assert cases[1].row["status"] == "skipped: out of GPU memory" and cases[0].row["status"] == "ok"
+
+
+def test_rounds_below_one_are_refused_with_what_is_accepted(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--rounds", "0"])
+    assert "--rounds takes 1 or more (1: each implementation timed in one go); got 0" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="rounds must be at least 1"):
+        bench.run("mixed", [], ["torch_cpu"], ["forward"], ["float32"], ["Small-1"], rounds=0)
+
+
 class _FakeGpu:
     """torch.cuda's events and synchronize, and the host clock, for time_gpu on a machine without a GPU: the i-th
     call takes the host ``host[i]`` ms (the last entry thereafter) and the GPU ``kernel`` ms, and nothing else is
