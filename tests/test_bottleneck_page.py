@@ -146,3 +146,25 @@ def test_sides_of_one_report_and_of_one_kernel_across_two_captures(deep):
         why.pick_sides(before, after, "flash_wgmma", "sdpa_math", {})
     with pytest.raises(ValueError, match="a='flash_mma' has no range in b_capture, so side b needs .* named"):
         why.pick_sides(deep, before, "flash_mma", "", {})  # the H200 report has flash_mma, the H100 one not
+
+
+def test_a_case_field_only_the_later_capture_has_picks_its_range_alone(deep):
+    """One kernel across captures between which an option was added (the H200 backward at 7a78894, before
+    ``bwd_pipeline`` existed, and at 4554f28, captured with two settings of it): the field narrows side b alone;
+    without it side b is ambiguous and the error names both ranges; a field neither report has is refused with
+    side a's fields. The page's table then holds each side's own range."""
+    after = B.load(*why.deep_report(PROFILES / "backward"))
+    case = {"D": "128", "causal": "0", "pass": "backward"}
+    at, a, b = why.pick_sides(deep, after, "flash_wgmma", "", {**case, "bwd_pipeline": "tma-ws"}, ("7a78894", "4554f28"))
+    assert "bwd_pipeline" not in at and a.sel["range"].iloc[0].startswith("attn:flash_wgmma:backward:")
+    assert ",bwd_pipeline=tma-ws," in b.sel["range"].iloc[0] and b.deep is after
+    assert a.deep.value(a.launch, "gpu__time_duration.sum") == 3782592  # as the why page's comparison shows them
+    assert b.deep.value(b.launch, "gpu__time_duration.sum") == 2474624
+    rows = why.at_case([a, b], at)
+    assert list(rows["variant"]) == [a.name, b.name] and list(rows["launch"]) == [a.launch, b.launch]
+    assert rows["range_ms"].iloc[1] == pytest.approx(b.sel["time_ns"].sum() / 1e6)
+    with pytest.raises(ValueError, match="b_capture: flash_wgmma: 2 ranges match .*bwd_pipeline=cp.async.*; "
+                                         ".*bwd_pipeline=tma-ws"):
+        why.pick_sides(deep, after, "flash_wgmma", "", case)
+    with pytest.raises(ValueError, match="--case field\\(s\\) nope not in this report's range names; fields: "):
+        why.pick_sides(deep, after, "flash_wgmma", "", {**case, "nope": "1"})

@@ -763,10 +763,17 @@ def at_case(deep: Deep, case: dict[str, str]) -> pd.DataFrame:
             sel = select_range(deep, variant, case)
         except ValueError:
             continue
-        top = prof.loc[int(sel["launch"].iloc[0])]
-        rows.append({"variant": variant, "range_ms": sel["time_ns"].sum() / 1e6, "launches": len(sel),
-                     "launch": int(sel["launch"].iloc[0]), **top.to_dict()})
+        rows.append(range_row(prof, variant, sel))
     return pd.DataFrame(rows)
+
+
+def range_row(prof: pd.DataFrame, variant: str, sel: pd.DataFrame) -> dict[str, Any]:
+    """One row of :func:`at_case`: a range's launches (``sel``, longest first, :func:`select_range`) as its time
+    (``range_ms``, all its launches), its number of launches and the :func:`profile` row (``prof``, indexed by
+    launch) of its longest launch, named ``variant``."""
+    top = prof.loc[int(sel["launch"].iloc[0])]
+    return {"variant": variant, "range_ms": sel["time_ns"].sum() / 1e6, "launches": len(sel),
+            "launch": int(sel["launch"].iloc[0]), **top.drop("variant", errors="ignore").to_dict()}
 
 
 def kernel_line(name: str, row: pd.Series) -> str:

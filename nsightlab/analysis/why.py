@@ -86,12 +86,17 @@ def pick_sides(deep_a: B.Deep, deep_b: B.Deep | None, a: str, b: str, wanted: di
             raise ValueError(f"a={a!r} has no range in b_capture, so side b needs its implementation named (b); "
                              f"held there: {', '.join(held_b)}")
         b = b or a
-    at = B.complete_case(deep_a, a, wanted)
-    la = B.select_range(deep_a, a, at)
     cross = deep_b is not None
+    cols_a = deep_a.launches.columns
+    cols_b = deep_b.launches.columns if cross else cols_a
+    # two reports: a field of the case that only side b's range names have (an option added between the two
+    # captures) picks side b's range alone; one neither has is refused (by side a's selection, naming its fields)
+    only_b = {k: v for k, v in wanted.items() if cross and k not in cols_a and k in cols_b}
+    at = B.complete_case(deep_a, a, {k: v for k, v in wanted.items() if k not in only_b})
+    la = B.select_range(deep_a, a, at)
     # side b of another report: the same implementation at side a's completed case (the fields that report
-    # knows); another implementation by the case as given, as in its own report
-    at_b = {k: v for k, v in (at if a == b else wanted).items() if k in deep_b.launches.columns} if cross else at
+    # knows) and the fields only it has; another implementation by the case as given, as in its own report
+    at_b = {k: v for k, v in ({**at, **only_b} if a == b else wanted).items() if k in cols_b} if cross else at
     try:
         lb = B.select_range(deep_b if cross else deep_a, b, at_b)
     except ValueError as exc:
@@ -112,8 +117,8 @@ def at_case(sides: list[Side], at: dict[str, str]) -> pd.DataFrame:
     both sides come from one report; where they come from two, each side's own row, named as the side."""
     if len(sides) < 2 or sides[0].deep is sides[1].deep:
         return B.at_case(sides[0].deep, at)
-    rows = [B.at_case(s.deep, at).query("variant == @s.impl").assign(variant=s.name) for s in sides]
-    return pd.concat(rows, ignore_index=True)
+    # each side's own range (its report may name the case with other fields: an option added between captures)
+    return pd.DataFrame([B.range_row(B.profile(s.deep).set_index("launch"), s.name, s.sel) for s in sides])
 
 
 def per_side(frame_of, sides: list[Side]) -> pd.DataFrame:
