@@ -56,7 +56,7 @@ nb.note(f"**GPU** {gpu.get('name')} (CC {gpu.get('compute_capability')}, {gpu.ge
         f"L2 {gpu.get('l2_bytes', 0) / 2**20:.0f} MiB, driver {gpu.get('nvidia_smi', {}).get('driver_version')}) · "
         f"**torch** {first.get('torch')} · **CUDA** {first.get('cuda_runtime')} · **commit** "
         f"`{str(first.get('git_commit'))[:12]}` · **suites** {', '.join(suites)} · "
-        f"**FLOP source:** {perf.flop_source(manifests)} · **timing:** {perf.flush_note(manifests)}.")
+        f"**FLOP source:** {perf.flop_source(manifests)} · **timing:** {perf.timing_note(manifests)}.")
 
 # %% [markdown]
 # ## Throughput against N, latency per configuration

@@ -465,3 +465,16 @@ def test_flush_note_reads_each_suite_manifest():
     mixed = perf.flush_note({"decode": read, "old": {}})
     assert mixed.startswith("decode: the L2 flushed") and "; old: the L2 flushed before each repeat by overwriting" in mixed
     assert perf.flush_note({"x": {"timing": {"flush": "sideways"}}}) == "L2 flush mode(s) sideways not known to this version"
+
+
+def test_order_note_says_how_the_implementations_took_turns():
+    """timing.rounds: round-robin in that many rounds; 1, or a manifest from before the field, one after another;
+    suites that differ are named; a value this version does not know is said so."""
+    rr = {"timing": {"flush": "read", "rounds": 3}}
+    assert "round-robin, 3 rounds" in perf.order_note({"decode": rr, "mixed": rr})
+    assert perf.order_note({"old": {"timing": {"flush": "read"}}}).endswith("one after another, each in one go")
+    mixed = perf.order_note({"decode": rr, "old": {}})
+    assert mixed.startswith("decode: a configuration's") and "; old: " in mixed
+    assert perf.order_note({"x": {"timing": {"rounds": 0}}}) == "timing.rounds 0 not known to this version"
+    line = perf.timing_note({"decode": rr})
+    assert line.startswith("the L2 flushed before each repeat by reading") and "round-robin, 3 rounds" in line

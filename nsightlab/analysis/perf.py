@@ -178,6 +178,29 @@ def flush_note(manifests: Mapping[str, dict]) -> str:
     return "; ".join(f"{name}: {FLUSH_WORDS[v]}" for name, v in modes.items())
 
 
+def order_note(manifests: Mapping[str, dict]) -> str:
+    """How a configuration's implementations took turns, from each suite manifest's ``timing.rounds``: round-robin
+    in that many rounds, or (1, or a manifest that predates the field) each timed in one go, one after another.
+    Suites that differ are named."""
+    def words(m: dict) -> str:
+        rounds = (m.get("timing") or {}).get("rounds", 1)
+        if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
+            return f"timing.rounds {rounds!r} not known to this version"
+        if rounds == 1:
+            return "a configuration's implementations timed one after another, each in one go"
+        return (f"a configuration's implementations timed round-robin, {rounds} rounds of a share of the repeats each "
+                "(a drift of the GPU's state falls on all of them alike)")
+    notes = {name: words(m) for name, m in manifests.items()}
+    if len(set(notes.values())) <= 1:
+        return next(iter(notes.values()), "")
+    return "; ".join(f"{name}: {v}" for name, v in notes.items())
+
+
+def timing_note(manifests: Mapping[str, dict]) -> str:
+    """The page's timing line: :func:`flush_note` and :func:`order_note`."""
+    return "; ".join(x for x in (flush_note(manifests), order_note(manifests)) if x)
+
+
 def _t(v: float) -> str:
     return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
 
