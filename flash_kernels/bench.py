@@ -8,7 +8,9 @@ size is read, leaving no dirty line for the call to write back: --flush) before 
 and a GPU-side wait queued behind the flush lets
 the host queue the whole call before the start event is reached, so a short call's time is the
 GPU's and not its Python and launch overhead (the host's time per call is its own column,
-host_ms); the median is reported. Correctness is measured
+host_ms); the median is reported. A configuration's implementations are timed round-robin (--rounds,
+default 3: each round a share of every implementation's repeats), so that a drift of the GPU's state between
+one implementation's repeats and the next's falls on all of them alike. Correctness is measured
 against the fp64 reference in the same run, on the first call, which is also timed by the wall
 clock (and its peak memory taken): a case whose call is slower than --max-call-ms (on a second
 call too) is skipped, and so is every later case of the same implementation, pass and dtype with
