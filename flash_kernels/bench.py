@@ -9,8 +9,9 @@ and a GPU-side wait queued behind the flush lets
 the host queue the whole call before the start event is reached, so a short call's time is the
 GPU's and not its Python and launch overhead (the host's time per call is its own column,
 host_ms); the median is reported. A configuration's implementations are timed round-robin (--rounds,
-default 3: each round a share of every implementation's repeats), so that a drift of the GPU's state between
-one implementation's repeats and the next's falls on all of them alike. Correctness is measured
+default 3: each round a share of every implementation's repeats, the order rotated each round; a call of 50 ms
+or more in one go, in the first round), so that a drift of the GPU's state between one implementation's repeats
+and the next's falls on all of them alike. Correctness is measured
 against the fp64 reference in the same run, on the first call, which is also timed by the wall
 clock (and its peak memory taken): a case whose call is slower than --max-call-ms (on a second
 call too) is skipped, and so is every later case of the same implementation, pass and dtype with
@@ -74,8 +75,9 @@ TIMING_METHOD = ("CUDA events per repeat, L2 flushed before each (see timing.flu
                  "the events time the GPU's work and not the host's launch overhead (host_ms: the host's time per "
                  "call, apart; a repeat the GPU reached before the call was queued is timed again: retimed, late; hold_ms: the "
                  "wait), Python's garbage collector off while a call is timed (as timeit does); a configuration's "
-                 "implementations timed round-robin in timing.rounds rounds, each a share of its repeats, so that a drift "
-                 "of the GPU's state falls on all of them alike; median of all repeats")
+                 "implementations timed round-robin in timing.rounds rounds, each a share of its repeats, the order rotated "
+                 "each round, so that a drift of the GPU's state falls on all of them alike (a call of 50 ms or more "
+                 "in one go, in the first round); median of all repeats")
 
 
 class Skip(Exception):
@@ -498,8 +500,8 @@ def _check(run: _Run, cfg: Config, dtype: str, impl: str, pass_: str, inputs: In
            expected: tuple[torch.Tensor, ...]) -> tuple[dict[str, Any], _Case | None]:
     """``impl``'s pass checked against ``expected`` on its first call (on the GPU also timed by the wall clock and
     its peak memory taken): its row and, where it is to be timed, its case; a row that does not run says why in its
-    status. A GPU case whose first call was slower than --max-call-ms is called once more (the first may set up);
-    still slower, it is recorded as slow and skipped."""
+    status. A GPU case whose first call took ONE_GO_MS or more is called once more (the first may set up), and its
+    case keeps that second call's time; slower than --max-call-ms both times, it is recorded as slow and skipped."""
     row = _row(run.suite, cfg, dtype, impl, pass_)
     flop = model.flops(cfg.B, cfg.H, cfg.N, cfg.D, causal=cfg.causal, pass_=pass_, Hkv=cfg.Hkv, Nk=cfg.Nk)
     try:
@@ -513,8 +515,8 @@ def _check(run: _Run, cfg: Config, dtype: str, impl: str, pass_: str, inputs: In
         row.update(_errors(result, expected, pass_))
         del result
         row["peak_mem_mb"] = peak
-        if impl != "torch_cpu" and call_ms > run.limits.max_call_ms:
-            _, call_ms, _ = measured_call(fn)
+        if impl != "torch_cpu" and call_ms >= min(ONE_GO_MS, run.limits.max_call_ms):
+            _, call_ms, _ = measured_call(fn)  # the first may have set up (a module load, a cuDNN plan)
             if call_ms > run.limits.max_call_ms:
                 run.slow.record((impl, pass_, dtype), flop, cfg.name, call_ms)
                 raise Skip(f"one call took {call_ms:.0f} ms > --max-call-ms")
@@ -527,37 +529,49 @@ def _check(run: _Run, cfg: Config, dtype: str, impl: str, pass_: str, inputs: In
     return row, None
 
 
+def _shares(n: int, rounds: int) -> list[int]:
+    """``n`` dealt over ``rounds`` as evenly as it goes, the first rounds taking the remainder: 10 over 3 is
+    4, 3, 3."""
+    return [n // rounds + (1 if r < n % rounds else 0) for r in range(rounds)]
+
+
 def _time_cases(run: _Run, cases: list[_Case]) -> None:
-    """The cases' timed repeats: on the GPU round-robin, ``run.timing.rounds`` rounds of every case in turn, each
-    round a share of the repeats and of the budget (calls of ONE_GO_MS and more in one go, in the first round; later
-    rounds warm a case up with one call); torch_cpu's on the host, in one go. A case that runs out of GPU memory
+    """The cases' timed repeats. On the GPU round-robin: ``run.timing.rounds`` rounds of every case in turn, the
+    order rotated by one each round (no case always first after the host's pause between rounds), each round a
+    share of the repeats (:func:`_shares` of ``reps``, and of the 3 every case gets at least) and of the budget; the
+    first round with the full warm-up, later ones with one call. Calls of ONE_GO_MS and more are timed in one go,
+    in the first round. torch_cpu's repeats on the host come after, in one go. A case that runs out of GPU memory
     while timed is a skipped row."""
     t = run.timing
     rounds = max(1, t.rounds)
-    for case in cases:
-        if case.row["impl"] == "torch_cpu":
-            case.repeats.append(Repeats(time_cpu(case.fn, reps=min(t.reps, 5), budget_ms=t.budget_ms * 4), []))
     gpu = [c for c in cases if c.row["impl"] != "torch_cpu"]
+    reps, least = _shares(t.reps, rounds), _shares(3, rounds)
     for r in range(rounds):
-        for case in gpu:
+        for case in gpu[r % len(gpu):] + gpu[:r % len(gpu)] if gpu else []:
             one_go = case.call_ms >= ONE_GO_MS
             if case.row["status"] != "ok" or (one_go and r > 0):
                 continue
-            share = 1 if one_go else rounds
-            # slow cases are already warm after their first call(s)
+            n, at_least = (t.reps, 3) if one_go else (reps[r], least[r])
+            if max(n, at_least) == 0:
+                continue
+            # slow cases are already warm after their first calls
             warmup = 0 if one_go else (t.warmup if r == 0 else min(1, t.warmup))
             try:
-                case.repeats.append(time_gpu(case.fn, run.flush, warmup=warmup, reps=math.ceil(t.reps / share),
-                                             budget_ms=t.budget_ms / share, hold=run.hold,
-                                             min_reps=math.ceil(3 / share)))
+                case.repeats.append(time_gpu(case.fn, run.flush, warmup=warmup, reps=max(n, at_least),
+                                             budget_ms=t.budget_ms if one_go else t.budget_ms / rounds,
+                                             hold=run.hold, min_reps=at_least))
             except torch.cuda.OutOfMemoryError:
                 torch.cuda.empty_cache()
                 case.row["status"] = "skipped: out of GPU memory"
+    for case in cases:
+        if case.row["impl"] == "torch_cpu":
+            case.repeats.append(Repeats(time_cpu(case.fn, reps=min(t.reps, 5), budget_ms=t.budget_ms * 4), []))
 
 
 def _finish(case: _Case, cfg: Config, dtype: str, pass_: str) -> None:
     """The row's timing columns from its case's repeats: the median of all rounds' repeats, their spread, the
-    host's median, and throughput."""
+    host's median, the repeats timed again (and still late) over all rounds, the first round's GPU-side wait
+    (later rounds size theirs from one warm-up call), and throughput."""
     row = case.row
     times = [ms for rep in case.repeats for ms in rep.ms]
     host = [ms for rep in case.repeats for ms in rep.host_ms]
@@ -603,6 +617,22 @@ def _reference_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: to
     return tuple(torch.cat(ts, dim=0) for ts in zip(*parts, strict=True))
 
 
+def _run_pass(run: _Run, cfg: Config, dtype: str, impls: list[str], pass_: str, inputs: Inputs,
+              expected: tuple[torch.Tensor, ...], log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """One pass's rows: every implementation checked, then the checked ones timed together (:func:`_time_cases`).
+    Its own function so that the calls (and what they hold: an SDPA backward its autograd graph) are freed on
+    return, before the next pass or configuration."""
+    checked = [_check(run, cfg, dtype, impl, pass_, inputs, expected) for impl in impls]
+    cases = [case for _, case in checked if case is not None]
+    _time_cases(run, cases)
+    for case in cases:
+        if case.row["status"] == "ok":
+            _finish(case, cfg, dtype, pass_)
+    for row, _ in checked:
+        log(_row_line(row))
+    return [row for row, _ in checked]
+
+
 def _run_config(run: _Run, cfg: Config, dtype: str, impls: list[str], passes: list[str],
                 log: Callable[[str], None]) -> list[dict[str, Any]]:
     """Every implementation and pass on one configuration's inputs, drawn once and checked against one
@@ -621,16 +651,7 @@ def _run_config(run: _Run, cfg: Config, dtype: str, impls: list[str], passes: li
     t_ref = time.perf_counter() - t_cfg
     rows = []
     for pass_ in passes:
-        checked = [_check(run, cfg, dtype, impl, pass_, inputs, expected[pass_]) for impl in impls]
-        cases = [case for _, case in checked if case is not None]
-        _time_cases(run, cases)
-        for case in cases:
-            if case.row["status"] == "ok":
-                _finish(case, cfg, dtype, pass_)
-        for row, _ in checked:
-            rows.append(row)
-            log(_row_line(row))
-        del checked, cases
+        rows += _run_pass(run, cfg, dtype, impls, pass_, inputs, expected[pass_], log)
     del q, k, v, g, inputs, expected
     torch.cuda.empty_cache()
     log(f"{run.suite:10s} {cfg.name:22s} {dtype:8s} config done in {time.perf_counter() - t_cfg:.1f} s "
@@ -807,7 +828,7 @@ def main(argv: list[str] | None = None) -> int:
                     "environment": environment(), "build_seconds": build_s,
                     "timing": {"method": TIMING_METHOD, "flush": a.flush,
                                "warmup": a.warmup, "max_reps": a.reps, "budget_ms": a.budget_ms,
-                               "rounds": a.rounds},
+                               "rounds": a.rounds, "one_go_ms": ONE_GO_MS},
                     "seconds": time.perf_counter() - t0, "rows": len(rows),
                     **({"partial": "interrupted during this suite: only the configurations finished before it"}
                        if stopped else {})}

@@ -476,5 +476,7 @@ def test_order_note_says_how_the_implementations_took_turns():
     mixed = perf.order_note({"decode": rr, "old": {}})
     assert mixed.startswith("decode: a configuration's") and "; old: " in mixed
     assert perf.order_note({"x": {"timing": {"rounds": 0}}}) == "timing.rounds 0 not known to this version"
+    assert perf.order_note({"d": {"timing": {"rounds": 3, "one_go_ms": 50.0}}}).endswith(
+        "alike; a call of 50 ms or more in one go)")
     line = perf.timing_note({"decode": rr})
     assert line.startswith("the L2 flushed before each repeat by reading") and "round-robin, 3 rounds" in line

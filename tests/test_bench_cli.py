@@ -305,18 +305,96 @@ def test_a_configurations_implementations_are_timed_round_robin(monkeypatch):
     cases = [_gpu_case("ours", 0.05), _gpu_case("slow", 80.0), _gpu_case("theirs", 0.04)]
     bench._time_cases(_timing_run(3), cases)
     assert seen == [("ours", 3, 10, 133.3, 1), ("slow", 0, 30, 400.0, 3), ("theirs", 3, 10, 133.3, 1),
-                    ("ours", 1, 10, 133.3, 1), ("theirs", 1, 10, 133.3, 1),
-                    ("ours", 1, 10, 133.3, 1), ("theirs", 1, 10, 133.3, 1)]
+                    ("theirs", 1, 10, 133.3, 1), ("ours", 1, 10, 133.3, 1),  # rotated by one: slow's turn skipped
+                    ("theirs", 1, 10, 133.3, 1), ("ours", 1, 10, 133.3, 1)]
     cfg = Config("c", 1, 1, 64, 64, False)
     bench._finish(cases[0], cfg, "float16", "forward")
     row = cases[0].row
-    assert row["reps"] == 6 and row["ms_min"] == 1.0 and row["ms_max"] == 6.0 and row["ms"] == 4.0
+    assert row["reps"] == 6 and row["ms_min"] == 1.0 and row["ms_max"] == 7.0 and row["ms"] == 5.0
     assert row["retimed"] == 3 and row["hold_ms"] == pytest.approx(0.1)  # the first round's wait
     bench._finish(cases[1], cfg, "float16", "forward")
     assert cases[1].row["reps"] == 2 and cases[1].row["ms"] == 2.0
     seen.clear()
     bench._time_cases(_timing_run(1), [_gpu_case("ours", 0.05), _gpu_case("theirs", 0.04)])
     assert seen == [("ours", 3, 30, 400.0, 3), ("theirs", 3, 30, 400.0, 3)]  # one round: each in one go
+
+
+def test_repeats_are_dealt_over_the_rounds_without_passing_reps_or_falling_below_three(monkeypatch):
+    assert bench._shares(10, 3) == [4, 3, 3] and bench._shares(2, 3) == [1, 1, 0] and bench._shares(3, 1) == [3]
+    asked = []
+
+    def fake(fn, flush, *, warmup, reps, budget_ms, hold=None, min_reps=3):
+        asked.append((reps, min_reps))
+        return bench.Repeats([1.0] * reps, [0.01] * reps)
+
+    monkeypatch.setattr(bench, "time_gpu", fake)
+    for reps, total in ((4, 4), (30, 30), (2, 3), (1, 3)):  # at least 3 repeats, as in one go
+        asked.clear()
+        run = bench._Run("s", {}, bench.Timing(warmup=1, reps=reps, budget_ms=400.0, rounds=3), bench.Limits(),
+                         "flusher", bench.SlowCases(), "hold")
+        case = _gpu_case("ours", 0.05)
+        bench._time_cases(run, [case])
+        assert sum(r for r, _ in asked) == total and sum(m for _, m in asked) == 3, (reps, asked)
+
+
+def test_a_pass_is_checked_whole_then_timed_and_its_calls_freed(monkeypatch):
+    """Through _run_config: every implementation of a pass is checked (its first call) before any is timed, the
+    GPU ones round-robin and torch_cpu after them; rows keep the implementations' order; a call slower than
+    ONE_GO_MS the first time is called again and judged by that second time; the calls are freed on return."""
+    import gc
+    import weakref
+
+    events: list[tuple[str, str]] = []
+
+    class Call:
+        def __init__(self, impl: str):
+            self.impl = impl
+
+        def __call__(self):
+            return self.impl
+
+    calls: dict[str, Call] = {}
+
+    def implementation_call(impl, cfg, inputs, pass_, options, limits):
+        calls[impl] = Call(impl)
+        return calls[impl], {}
+
+    first = {"a": 0.05, "b": 80.0}  # b's first call sets up: 80 ms, then 0.04
+
+    def measured_call(fn):
+        events.append(("check", fn.impl))
+        ms = first.pop(fn.impl, 0.04)
+        return fn(), ms, 1.0
+
+    def fake_gpu(fn, flush, *, warmup, reps, budget_ms, hold=None, min_reps=3):
+        events.append(("time", fn.impl))
+        return bench.Repeats([0.5] * max(reps, 1), [0.01] * max(reps, 1))
+
+    def fake_cpu(fn, *, reps, budget_ms):
+        events.append(("time", fn.impl))
+        return [2.0]
+
+    monkeypatch.setattr(bench, "implementation_call", implementation_call)
+    monkeypatch.setattr(bench, "measured_call", measured_call)
+    monkeypatch.setattr(bench, "time_gpu", fake_gpu)
+    monkeypatch.setattr(bench, "time_cpu", fake_cpu)
+    monkeypatch.setattr(bench, "_errors", lambda result, expected, pass_: {"rel_l2": 0.0})
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(bench, "random_attention_inputs",
+                        lambda *a, **kw: random_attention_inputs(*a, **kw, device="cpu"))
+    cfg = get_suite("mixed")[0][0]
+    run = bench._Run("mixed", {}, bench.Timing(warmup=1, reps=6, budget_ms=400.0, rounds=2), bench.Limits(),
+                     "flusher", bench.SlowCases(), "hold")
+    rows = bench._run_config(run, cfg, "float32", ["a", "torch_cpu", "b"], ["forward"], lambda s: None)
+    assert [r["impl"] for r in rows] == ["a", "torch_cpu", "b"] and all(r["status"] == "ok" for r in rows)
+    assert events == [("check", "a"), ("check", "b"), ("check", "b"),  # b called again: its first call set up
+                      ("time", "a"), ("time", "b"), ("time", "b"), ("time", "a"), ("time", "torch_cpu")]
+    assert [r["reps"] for r in rows] == [6, 1, 6]
+    alive = [weakref.ref(c) for c in calls.values()]
+    calls.clear()
+    gc.collect()
+    assert all(ref() is None for ref in alive)
 
 
 def test_a_case_out_of_memory_while_timed_is_a_skipped_row_and_leaves_the_rounds(monkeypatch):
@@ -332,7 +410,7 @@ def test_a_case_out_of_memory_while_timed_is_a_skipped_row_and_leaves_the_rounds
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     cases = [_gpu_case("small", 0.05), _gpu_case("big", 0.05)]
     bench._time_cases(_timing_run(3), cases)
-    assert seen == ["small", "big", "small", "big", "small"]
+    assert seen == ["small", "big", "big", "small", "small"]  # round 2 rotated: big first, out of memory
     assert cases[1].row["status"] == "skipped: out of GPU memory" and cases[0].row["status"] == "ok"
 
 
