@@ -67,6 +67,13 @@
 //   (cuDNN 0.07) and short scoreboard 0.69 (0.45). The first version's capture (2c5c874) had MIO throttle 0.59
 //   and 1.13x. At D = 64 (128x128): 0.67-0.74x cuDNN until the mask became a branch (bwd_p_ds), then 0.96-1.04x
 //   (H100 bench at caf73dc; the capture `backward` at caf73dc: 1.02x cuDNN's kernel time at D = 64, 1.06x at 128).
+//   With steps 2c and 2d (the mask out of the per-element loops, below at need_mask), the H200 bench at c840561
+//   (README, round-robin timing, L2 flushed by reading, N = 4096-16384, fp16 and bf16): D = 128 0.92-0.96x cuDNN
+//   (458-560 TFLOP/s), D = 64 0.96-1.03x. Under Nsight Compute (profiles/nvidia-h200/backward at 4554f28, N = 4096,
+//   D = 128, full): 1.07x cuDNN's kernel time (2.475 vs 2.308 ms) with 0.83x its instructions, tensor pipe 59% vs
+//   66%; left: fewer resident warps (2.24 vs 2.50 per scheduler), MIO throttle 0.72 vs 0.07 and short scoreboard
+//   1.08 vs 0.44 cycles per instruction (shared memory). Against step 1's kernel at 7a78894 (bottleneck-deep):
+//   0.65x its time, 0.64x its instructions (reports/compare/why-flash-wgmma-backward-h200.html).
 //
 // Causal block order, tried and not kept. Blocks go to the SMs in grid order, a head's key blocks together
 // (longest first within the head); the last heads' longest blocks start late, a tail that list scheduling by
