@@ -20,7 +20,11 @@
 // of compulsory K + V bytes at Nk >= 4k (92-95 % of HBM at Nk >= 16k), 0.94-1.32x the best SDPA backend; with 8 KV
 // heads and Nq <= 4 3.9-4.4 TB/s at Nk >= 16k (80-91 %), 0.99-3.1x, where flash_mma moved 0.6 TB/s (bench at
 // 1ebba72). Missed: 64 rows per k/v head (Hkv = 8 with Nq = 16: 3.1 TB/s, 64 %), and Hkv = 1, where a head's
-// 32 Nq rows take several 64-row blocks that each read K/V.
+// 32 Nq rows take several 64-row blocks that each read K/V. With the kernels and plan since (the H200 bench at
+// c840561, README; every implementation of a configuration timed round-robin, fp16 and bf16): 32 KV heads 4.62-4.70
+// TB/s at Nk >= 16k (96-98 %), 1.00-1.08x the best SDPA backend; 8 KV heads, Nq <= 4 4.34-4.61 TB/s (90-96 %),
+// Nq = 16 3.2-3.5 (67-74 %); 1 KV head, Nq = 1 2.8 / 4.0 TB/s at 16k / 64k (59 / 83 %), 1.18-1.34x; 71 of 72
+// shapes at >= 1.0x the best SDPA backend (fp16 Nq1-Nk65536-Hkv32 level at 0.9996x, both at 98 % of HBM).
 // On an H100 80GB HBM3 (7cebd20; `python -m flash_kernels.bench --suite decode --passes forward --dtypes float16
 // --variants flash_decode --refs sdpa_flash,sdpa_cudnn`; profiles/_logs/nvidia-h100-80gb-hbm3/decode_8_warps_tried/):
 // with 8 KV heads 2.67-3.03 TB/s at Nk >= 16k (80-90 % of 3.35 TB/s; Nq = 16 included), 1.00-2.18x the best

@@ -232,7 +232,9 @@
 //   fp16  N = 1024 / 4096 / 8192 / 16384: 401 / 592 / 652 / 689 -> 419 / 629 / 678 / 704 (+2.2 to +6.2 %)
 //   bf16  N = 1024 / 4096 / 8192 / 16384: 386 / 604 / 669 / 702 -> 401 / 640 / 703 / 709 (+1.0 to +5.8 %)
 // The complete H100 bench at 5fcc881 (profiles/nvidia-h100-80gb-hbm3/bench): causal D = 128 1.10-1.14x cuDNN at
-// N >= 4096 (1.03-1.05 at 2a30619), full 1.054-1.074.
+// N >= 4096 (1.03-1.05 at 2a30619), full 1.054-1.074. The H200 bench at c840561 (README; every implementation of a
+// configuration timed round-robin, L2 flushed by reading, fp16 and bf16, N = 4096-16384): D = 128 1.06-1.09x full,
+// 1.12-1.16x causal (633-760 TFLOP/s); D = 64 (the same path since d9c72ec) 1.07-1.14x.
 #include "wgmma.cuh"
 #include "wgmma_softmax.cuh"
 
