@@ -134,7 +134,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--a", required=True, help="the implementation to explain (a range's variant)")
     p.add_argument("--b", help="the implementation to compare with (default: --a, in --b-capture)")
     p.add_argument("--b-capture", help="a second capture for side b (one kernel in two captures)")
-    p.add_argument("--case", default="", help="field=value pairs that pick one range per side, e.g. N=4096,D=128,pass=forward")
+    p.add_argument("--case", default="", help="field=value pairs that pick one range per side, e.g. N=4096,D=128,pass=forward "
+                   "(with --b-capture, a field only that capture's range names have narrows side b alone)")
     p.add_argument("--kernel", default="", help="a regular expression: compare the longest launch of each side whose "
                    "kernel name or signature matches it (default: the longest launch of each)")
     p.add_argument("--top", type=int, default=10, help="rows of the ranked table (default 10)")
