@@ -546,8 +546,9 @@ def _time_cases(run: _Run, cases: list[_Case]) -> None:
     rounds = max(1, t.rounds)
     gpu = [c for c in cases if c.row["impl"] != "torch_cpu"]
     reps, least = _shares(t.reps, rounds), _shares(3, rounds)
-    for r in range(rounds):
-        for case in gpu[r % len(gpu):] + gpu[:r % len(gpu)] if gpu else []:
+    for r in range(rounds if gpu else 0):
+        turn = r % len(gpu)
+        for case in gpu[turn:] + gpu[:turn]:
             one_go = case.call_ms >= ONE_GO_MS
             if case.row["status"] != "ok" or (one_go and r > 0):
                 continue

@@ -183,12 +183,13 @@ def order_note(manifests: Mapping[str, dict]) -> str:
     in that many rounds (``timing.one_go_ms``, where recorded: calls at least that long timed in one go), or (1, or a
     manifest that predates the field) each timed in one go, one after another. Suites that differ are named."""
     def words(m: dict) -> str:
-        rounds = (m.get("timing") or {}).get("rounds", 1)
+        timing = m.get("timing") or {}
+        rounds = timing.get("rounds", 1)
         if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
             return f"timing.rounds {rounds!r} not known to this version"
         if rounds == 1:
             return "a configuration's implementations timed one after another, each in one go"
-        one_go = (m.get("timing") or {}).get("one_go_ms")
+        one_go = timing.get("one_go_ms")
         return (f"a configuration's implementations timed round-robin, {rounds} rounds of a share of the repeats each "
                 "(a drift of the GPU's state falls on all of them alike"
                 + (f"; a call of {one_go:g} ms or more in one go" if isinstance(one_go, (int, float)) else "") + ")")
