@@ -145,8 +145,8 @@ def _check_group_split(name: str, opts: dict[str, Any], H: int, Hkv: int, Nq: in
 
 def _check_decode(name: str, opts: dict[str, Any], H: int, Hkv: int, Nq: int,
                   capability: tuple[int, int] | None) -> None:
-    """flash_decode's rows against its mma, and both against the GPU (_decode_mma)."""
-    _decode_mma(opts["mma"], opts["rows"], H, Hkv, Nq, capability)
+    """flash_decode's rows and warpgroups against its mma, and all against the GPU (_decode_mma)."""
+    _decode_mma(opts["mma"], opts["rows"], H, Hkv, Nq, capability, opts.get("warpgroups", "auto"))
 
 
 #: Option checks that need the problem's shape or the GPU, per variant: called by _prepare with the resolved
@@ -344,28 +344,55 @@ def _wg_tail_plan(heads: int, Nq: int, BM: int, sms: int) -> int | None:
     return None if best_m == n_qb else best_m
 
 
-def _decode_mma(choice: str, rows: Any, H: int, Hkv: int, Nq: int, capability: tuple[int, int] | None) -> str:
+def _decode_mma(choice: str, rows: Any, H: int, Hkv: int, Nq: int, capability: tuple[int, int] | None,
+                warpgroups: Any = "auto") -> str:
     """flash_decode's tensor-core instruction (option mma) on a GPU of compute ``capability`` (None: not known yet,
-    only the options are checked): "wgmma" needs 9.0 and blocks of 64 rows (one warpgroup) or 128 (two); 128-row
-    blocks need "wgmma"; "auto" takes wgmma on 9.0 where a k/v head has more than 64 rows (H / Hkv x Nq) or rows is
-    128, else "mma.sync". Bad combinations are errors that say what is accepted."""
+    only the options are checked): "wgmma" needs 9.0 and blocks of 64 rows or 128; 128-row blocks and a number of
+    ``warpgroups`` need "wgmma"; 128 rows are two warpgroups; "auto" takes wgmma on 9.0 where a k/v head has more
+    than 64 rows (H / Hkv x Nq), rows is 128 or warpgroups is given, else "mma.sync". Bad combinations are errors
+    that say what is accepted."""
     hopper = capability is not None and tuple(capability) == (9, 0)
-    if choice == "mma.sync" and rows == 128:
-        raise ValueError("flash_decode: rows=128 runs two warpgroups on wgmma; got mma='mma.sync'; accepted with "
-                         "mma='mma.sync': rows='auto', 16, 32 or 64")
-    if choice == "wgmma" or rows == 128:
+    if choice == "mma.sync" and (rows == 128 or warpgroups != "auto"):
+        what = "rows=128 runs two warpgroups" if rows == 128 else f"warpgroups={warpgroups!r} counts the warpgroups"
+        raise ValueError(f"flash_decode: {what} on wgmma; got mma='mma.sync'; accepted with mma='mma.sync': "
+                         f"rows='auto', 16, 32 or 64 and warpgroups='auto'")
+    if rows == 128 and warpgroups == 1:
+        raise ValueError("flash_decode: rows=128 runs two warpgroups (64 rows each); got warpgroups=1; accepted with "
+                         "rows=128: warpgroups='auto' or 2")
+    if choice == "wgmma" or rows == 128 or warpgroups != "auto":
+        if choice == "wgmma":
+            why = "mma='wgmma'"
+        elif rows == 128:
+            why = "rows=128 (two warpgroups on wgmma)"
+        else:
+            why = f"warpgroups={warpgroups!r} (warpgroups on wgmma)"
         if capability is not None and not hopper:
-            why = "mma='wgmma'" if choice == "wgmma" else "rows=128 (two warpgroups on wgmma)"
             raise ValueError(f"flash_decode: {why} needs a GPU of compute capability 9.0 (Hopper: H100, H200; "
                              f"sm_90a instructions); this GPU is {capability[0]}.{capability[1]}; use mma='mma.sync' "
-                             f"or 'auto' with rows 'auto', 16, 32 or 64")
+                             f"or 'auto' with rows 'auto', 16, 32 or 64 and warpgroups 'auto'")
         if rows not in ("auto", 64, 128):
-            raise ValueError(f"flash_decode: mma='wgmma' runs blocks of 64 rows (one warpgroup) or 128 (two); got "
-                             f"rows={rows!r}; accepted with it: rows='auto', 64 or 128")
+            raise ValueError(f"flash_decode: {why} runs blocks of 64 rows (one warpgroup, or two over the keys) or "
+                             f"128 (two over the rows); got rows={rows!r}; accepted with it: rows='auto', 64 or 128")
         return "wgmma"
     if choice == "auto":
         return "wgmma" if hopper and rows in ("auto", 64) and H // Hkv * Nq > 64 else "mma.sync"
     return choice
+
+
+def _decode_warpgroups(choice: Any, mma: str, rows: int) -> int:
+    """The consumer warpgroups of a flash_decode_wgmma block of ``rows`` rows (0 on mma.sync, which has none):
+    2 at 128 rows (one a 64 rows); at 64 rows the choice, "auto" 1."""
+    if mma != "wgmma":
+        return 0
+    if rows == 128:
+        return 2
+    return 1 if choice == "auto" else int(choice)
+
+
+def _decode_code(rows: int, warpgroups: int) -> int:
+    """flash_decode's option code of a block (bits 0..7): _DECODE_ROWS, and 4 for 64 rows of two warpgroups that
+    split the keys (flash_decode_wgmma.cu)."""
+    return 4 if rows == 64 and warpgroups == 2 else _DECODE_ROWS[rows]
 
 
 def _decode_stages(D: int, rows: int, R: int) -> int:
@@ -383,7 +410,7 @@ def _decode_wg_smem(D: int) -> int:
 
 
 def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: int, D: int, causal: bool,
-                 sms: int, smem_per_sm: int, mma: str = "mma.sync") -> tuple[int, int]:
+                 sms: int, smem_per_sm: int, mma: str = "mma.sync", warpgroups: Any = "auto") -> tuple[int, int]:
     """flash_decode's (rows per block, key splits) on a GPU of ``sms`` SMs of ``smem_per_sm`` bytes of shared
     memory. rows "auto": 16 for up to 32 of the H/Hkv x Nq rows of a k/v head (two 16-row blocks beat one of
     32), else 64; with ``mma`` "wgmma" 128 (two warpgroups that share each K/V tile) where a k/v head has more
@@ -406,18 +433,20 @@ def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: 
     rows): 16 splits of two 16-row blocks 81.9 us at Nk = 65536 against 94.2 for 8 (SDPA flash 90.9, cuDNN 97.7),
     34.7 against 36.5 at Nk = 16384 (cuDNN 36.2); in the H100 run 110.8 against 112.8 and 42.5 against 42.7, and
     8 splits stay at Nk = 4096 (19.1 us against 20.7 for 16) and 4 at Nk = 1024. ``mma`` "wgmma" counts its own shared memory
-    (_decode_wg_smem: its ring, a Q tile and 1 KB of alignment slack a block); its 128-row blocks are one an SM at
-    any D (their registers), whatever their shared memory would allow."""
+    (_decode_wg_smem: its ring, a Q tile and 1 KB of alignment slack a block); its blocks of two warpgroups (128
+    rows, or 64 with ``warpgroups`` 2) are one an SM at any D (their registers and the 6-stage ring of the 64-row
+    ones), whatever their shared memory would allow."""
     R = H // Hkv * Nq
     tiles = -(-(min(Nk, Nq) if causal else Nk) // _DECODE_KEYS)
     if rows == "auto":
         if mma == "wgmma":
-            rows = 128 if R > 64 and tiles >= _DECODE_WG2_MIN_TILES else 64
+            rows = 128 if R > 64 and tiles >= _DECODE_WG2_MIN_TILES and warpgroups != 1 else 64
         else:
             rows = 64 if R > 32 else 16
     if splits == "auto":
         per_sm = 1
-        if R > 64 and not (mma == "wgmma" and rows == 128):  # 128 rows: 288 threads of 118-156 registers, one an SM
+        two_wg = mma == "wgmma" and _decode_warpgroups(warpgroups, mma, rows) == 2
+        if R > 64 and not two_wg:  # two warpgroups: 288 threads of 110-156 registers, one an SM
             if mma == "wgmma":
                 smem = _decode_wg_smem(D)
             else:
@@ -440,13 +469,15 @@ def _decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.
         q, scale = -q, -scale
     B, H, Nq, D = q.shape
     props = torch.cuda.get_device_properties(q.device)
-    mma = _decode_mma(opts["mma"], opts["rows"], H, k.shape[1], Nq, (props.major, props.minor))
+    wgs = opts.get("warpgroups", "auto")
+    mma = _decode_mma(opts["mma"], opts["rows"], H, k.shape[1], Nq, (props.major, props.minor), wgs)
     rows, splits = _decode_plan(opts["rows"], opts["splits"], B, H, k.shape[1], Nq, k.shape[2], D, causal,
-                                props.multi_processor_count, props.shared_memory_per_multiprocessor, mma)
+                                props.multi_processor_count, props.shared_memory_per_multiprocessor, mma, wgs)
     ws = [_alloc((splits, B * H * Nq, D), torch.float32, q.device),
           _alloc((splits, B * H * Nq), torch.float32, q.device)] if splits > 1 else []
     module = "flash_decode_wgmma" if mma == "wgmma" else "flash_decode"
-    _build.load(module).fwd(_DECODE_ROWS[rows] | splits << 8, q, k, v, o, lse, ws, scale, causal)
+    code = _decode_code(rows, _decode_warpgroups(wgs, mma, rows))
+    _build.load(module).fwd(code | splits << 8, q, k, v, o, lse, ws, scale, causal)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, variant: str = "flash_mma", causal: bool = False,

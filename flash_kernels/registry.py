@@ -238,7 +238,16 @@ VARIANTS: dict[str, Variant] = {
                     "(any GPU of compute capability 8.0 or later); wgmma = Hopper's warpgroup instruction, each 64 rows "
                     "of a block in one product that reads each K/V tile from shared memory once (compute capability "
                     "9.0, rows auto, 64 or 128); auto: wgmma on a 9.0 GPU where a k/v head has more than 64 rows "
-                    "(rows auto or 64) or rows is 128, else mma.sync",
+                    "(rows auto or 64), rows is 128 or warpgroups is given, else mma.sync",
+                    default={64: "auto", 128: "auto"},
+                ),
+                "warpgroups": Option(
+                    "warpgroups", ("auto", 1, 2),
+                    "consumer warpgroups of a wgmma block (Hopper only; given, it takes wgmma): 1 = one warpgroup "
+                    "over a 64-row block, K/V copied by its own threads (cp.async); 2 = two warpgroups fed by a "
+                    "producer warp over TMA, which at rows 128 take 64 rows each and both read every K/V tile, and at "
+                    "rows 64 both take the block's rows and every other K/V tile each, their parts added at the end "
+                    "of the block; auto: 2 at rows 128, else 1",
                     default={64: "auto", 128: "auto"},
                 ),
             },

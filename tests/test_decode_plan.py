@@ -22,7 +22,7 @@ def test_decode_options_are_checked():
         fk.forward(*qkv(), variant="flash_decode", rows=48)
     with pytest.raises(ValueError, match="option splits=3 is not supported; accepted: 'auto', 1, 2, 4, 8, 16, 32, 64"):
         fk.forward(*qkv(), variant="flash_decode", splits=3)
-    with pytest.raises(ValueError, match="unknown option.*tile; accepted: mma, rows, splits"):
+    with pytest.raises(ValueError, match="unknown option.*tile; accepted: mma, rows, splits, warpgroups"):
         fk.forward(*qkv(), variant="flash_decode", tile="128x64")
     with pytest.raises(TypeError, match="flash_decode does not support dtype torch.float32; accepted: torch.float16"):
         fk.forward(*qkv(dtype=torch.float32), variant="flash_decode")
@@ -55,8 +55,9 @@ def test_decode_mma_choice():
     with pytest.raises(ValueError, match=r"mma='wgmma' needs a GPU of compute capability 9.0 .* this GPU is 8.0; use "
                                          r"mma='mma.sync' or 'auto'"):
         _decode_mma("wgmma", "auto", 32, 1, 16, ampere)
-    with pytest.raises(ValueError, match=r"mma='wgmma' runs blocks of 64 rows \(one warpgroup\) or 128 \(two\); got "
-                                         r"rows=16; accepted with it: rows='auto', 64 or 128"):
+    with pytest.raises(ValueError, match=r"mma='wgmma' runs blocks of 64 rows \(one warpgroup, or two over the keys\) "
+                                         r"or 128 \(two over the rows\); got rows=16; accepted with it: rows='auto', 64 "
+                                         r"or 128"):
         _decode_mma("wgmma", 16, 32, 1, 16, hopper)
     with pytest.raises(ValueError, match="option mma='wmma' is not supported; accepted: 'auto', 'mma.sync', 'wgmma'"):
         fk.forward(*qkv(), variant="flash_decode", mma="wmma")
@@ -64,6 +65,43 @@ def test_decode_mma_choice():
         fk.forward(*qkv(), variant="flash_decode", mma="wgmma", rows=32)
     with pytest.raises(ValueError, match="rows=128 runs two warpgroups on wgmma"):
         fk.forward(*qkv(), variant="flash_decode", mma="mma.sync", rows=128)
+
+
+def test_decode_warpgroups_choice():
+    """warpgroups counts a wgmma block's consumer warpgroups: given, it takes wgmma (mma.sync refuses it, and a GPU
+    other than compute 9.0); 128 rows are two; at 64 rows 2 are the blocks whose warpgroups split the keys (option
+    code 4); auto: 2 at 128 rows, else 1."""
+    from flash_kernels._ops import _decode_code, _decode_warpgroups
+
+    hopper, ampere = (9, 0), (8, 0)
+    assert _decode_mma("auto", "auto", 32, 8, 16, hopper, 2) == "wgmma"  # 64 rows: given, it takes wgmma
+    assert _decode_mma("auto", 64, 32, 8, 1, None, 1) == "wgmma"
+    assert _decode_mma("wgmma", 128, 32, 1, 4, hopper, 2) == "wgmma"
+    with pytest.raises(ValueError, match="warpgroups=2 counts the warpgroups on wgmma; got mma='mma.sync'; accepted "
+                                         "with mma='mma.sync': rows='auto', 16, 32 or 64 and warpgroups='auto'"):
+        _decode_mma("mma.sync", "auto", 32, 8, 16, hopper, 2)
+    with pytest.raises(ValueError, match="rows=128 runs two warpgroups .*; got warpgroups=1; accepted with rows=128: "
+                                         "warpgroups='auto' or 2"):
+        _decode_mma("auto", 128, 32, 1, 4, hopper, 1)
+    with pytest.raises(ValueError, match=r"warpgroups=2 \(warpgroups on wgmma\) needs a GPU of compute capability 9.0 "
+                                         r".* this GPU is 8.0"):
+        _decode_mma("auto", "auto", 32, 8, 16, ampere, 2)
+    with pytest.raises(ValueError, match=r"warpgroups=1 \(warpgroups on wgmma\) runs blocks of 64 rows .*got "
+                                         r"rows=32"):
+        _decode_mma("auto", 32, 32, 8, 16, hopper, 1)
+    with pytest.raises(ValueError, match="option warpgroups=3 is not supported; accepted: 'auto', 1, 2"):
+        fk.forward(*qkv(), variant="flash_decode", warpgroups=3)
+    with pytest.raises(ValueError, match="warpgroups=2 counts the warpgroups on wgmma"):  # before any device
+        fk.forward(*qkv(), variant="flash_decode", mma="mma.sync", warpgroups=2)
+    assert [_decode_warpgroups(w, "wgmma", r) for w, r in (("auto", 128), (2, 128), ("auto", 64), (1, 64), (2, 64))] \
+        == [2, 2, 1, 1, 2]
+    assert _decode_warpgroups("auto", "mma.sync", 64) == 0
+    assert [_decode_code(r, w) for r, w in ((16, 0), (32, 0), (64, 0), (64, 1), (128, 2), (64, 2))] == [0, 1, 2, 2, 3, 4]
+    # the plan: warpgroups 1 keeps 64-row blocks where auto would take 128; 2 at 64 rows is one block an SM
+    assert _decode_plan("auto", "auto", 8, 32, 1, 4, 16384, 128, False, *H200, "wgmma", 1) == (64, 16)  # 264 // 16
+    assert _decode_plan("auto", "auto", 8, 32, 1, 4, 16384, 128, False, *H200, "wgmma", 2) == (128, 16)
+    assert _decode_plan(64, "auto", 8, 32, 1, 4, 16384, 128, False, *H200, "wgmma", 2) == (64, 8)  # 132 // 16
+    assert _decode_plan(64, "auto", 8, 32, 8, 16, 16384, 128, False, *H200, "wgmma", 2) == (64, 2)  # 132 // 64
 
 
 def test_decode_plan_wgmma():
@@ -123,6 +161,17 @@ def test_decode_dispatches_the_instruction_it_planned(monkeypatch, capability, m
     kv = torch.zeros(8, 1, 16384, 128, dtype=torch.float16)
     fk.forward(q, kv, kv, variant="flash_decode")
     assert calls == [(module, code, splits)]  # rows code 2: 64 rows a block, 3: 128
+
+
+def test_decode_dispatches_two_warpgroups_over_the_keys(monkeypatch):
+    """Eight KV heads, Nq = 16 (64 rows a head) with warpgroups 2: wgmma's module, option code 4 (64 rows, two
+    warpgroups that split the keys), one block an SM: 132 // 64 = 2 splits."""
+    calls = _fake_gpu(monkeypatch, (9, 0))
+    q = torch.zeros(8, 32, 16, 128, dtype=torch.float16)
+    kv = torch.zeros(8, 8, 16384, 128, dtype=torch.float16)
+    fk.forward(q, kv, kv, variant="flash_decode", warpgroups=2)
+    fk.forward(q, kv, kv, variant="flash_decode", warpgroups=1)
+    assert calls == [("flash_decode_wgmma", 4, 2), ("flash_decode_wgmma", 2, 2)]
 
 
 def test_decode_wgmma_off_hopper_is_refused_through_the_api(monkeypatch):

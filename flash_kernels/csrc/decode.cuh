@@ -140,12 +140,13 @@ __device__ __forceinline__ void decode_sync() {
 // (4, or 8 for flash_decode_wgmma.cu's two warpgroups), WR: how many 16-row groups they cover.
 template <typename T, int D, int WR, int NW = 4>
 __device__ __forceinline__ void decode_row_factors(uint8_t* smem, const float (&m)[2], float (&l)[2],
-                                                   float scale_log2, const DecodeOut<T>& out, float (&f)[2]) {
+                                                   float scale_log2, const DecodeOut<T>& out, float (&f)[2],
+                                                   int warp) {
   constexpr int WK = NW / WR;
   static_assert(NW % WR == 0 && 2 * NW * kDecodeRowsPerWarp * 4 <= kDecodeFactorBytes, "warps and rows");
   float* sM = reinterpret_cast<float*>(smem);   // [NW warps][16] row max in log2 units, over the spent ring
   float* sL = sM + NW * kDecodeRowsPerWarp;     // [NW warps][16] row sums
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wr = warp / WK, g = lane >> 2;
+  const int lane = threadIdx.x & 31, wr = warp / WK, g = lane >> 2;
   decode_sync<NW>();  // every warp is done with the Q tile and the ring
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -219,10 +220,10 @@ __device__ __forceinline__ void decode_store_chunks(const float* sO, const Decod
 // (T, or fp32 for a split).
 template <typename T, int D, int WR, int NW = 4>
 __device__ __forceinline__ void decode_store_rows(uint8_t* smem, const float (&o)[D / 8][4], const float (&f)[2],
-                                                  const DecodeOut<T>& out) {
+                                                  const DecodeOut<T>& out, int warp) {
   constexpr int WK = NW / WR, M = kDecodeRowsPerWarp * WR, PITCH = D + 8;  // +8 floats: conflict-free float2 stores
   float* sO = reinterpret_cast<float*>(smem + kDecodeFactorBytes);  // [NW warps][16][PITCH]
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int nd = 0; nd < D / 8; ++nd) {
     float* p = sO + (warp * 16 + (lane >> 2)) * PITCH + nd * 8 + (lane & 3) * 2;
@@ -247,17 +248,22 @@ __host__ __device__ constexpr int decode_finish_smem() {
 // The end of a split kernel's block, both kernels: where its rows go (the final O and LSE with one split, else
 // its split's slot of the workspaces O_part [splits][B H Nq][D], LSE_part [splits][B H Nq]), then
 // decode_row_factors and decode_store_rows. first: the block's first row in [B H Nq]; valid: its rows that exist.
+// warp: the warp's slot at the end of the block, where slots WK r .. WK r + WK - 1 hold the warps that share the
+// 16-row group r (each over its own keys): the warp's index where those warps are adjacent (flash_decode.cu's
+// blocks, the two-warpgroup blocks that split the rows); the two-warpgroup blocks that split the keys
+// (flash_decode_wgmma.cu, KS = 2), whose warps w and w + 4 share rows, give (w % 4) * 2 + w / 4.
 template <typename T, int D, int WR, int NW = 4>
 __device__ __forceinline__ void decode_finish(uint8_t* smem, const float (&o)[D / 8][4], const float (&m)[2],
                                               float (&l)[2], float scale_log2, T* O, float* LSE, float* O_part,
-                                              float* LSE_part, const DecodeShape& sh, long first, int valid) {
+                                              float* LSE_part, const DecodeShape& sh, long first, int valid,
+                                              int warp = int(threadIdx.x >> 5)) {
   const bool one_split = gridDim.z == 1;
   const long slot = long(blockIdx.z) * gridDim.y * sh.R;  // this split's rows in the workspaces
   const DecodeOut<T> out{one_split ? O + first * D : nullptr, one_split ? nullptr : O_part + (slot + first) * D,
                          one_split ? LSE + first : LSE_part + slot + first, valid};
   float f[2];
-  decode_row_factors<T, D, WR, NW>(smem, m, l, scale_log2, out, f);
-  decode_store_rows<T, D, WR, NW>(smem, o, f, out);
+  decode_row_factors<T, D, WR, NW>(smem, m, l, scale_log2, out, f, warp);
+  decode_store_rows<T, D, WR, NW>(smem, o, f, out, warp);
 }
 
 // O = sum_s w_s O_s / sum_s w_s with w_s = exp(LSE_s - max LSE), LSE = max LSE + log sum_s w_s: WPR warps per

@@ -90,13 +90,19 @@ namespace fk {
 template <int D, int WG>
 __host__ __device__ constexpr int decode_wg_stages() { return D == 128 && WG == 1 ? 3 : 4; }
 
-// Dynamic shared memory: decode_smem's ring, the Q tile [64 WG][D] (SW128) after it, and 1 KB of slack so that the
-// SW128 tiles start on 1024-byte boundaries; two warpgroups add their mbarriers (Q's, and a full and an empty one
-// a stage) after the Q tile (flash_kernels/_ops.py counts all of it when it plans the splits).
-template <int D, int S, int WG>
+// Dynamic shared memory: decode_smem's ring, the Q tile [64 WG / KS][D] (SW128) after it, and 1 KB of slack so
+// that the SW128 tiles start on 1024-byte boundaries; two warpgroups add their mbarriers (Q's, and a full and an
+// empty one a stage) after the Q tile (flash_kernels/_ops.py counts all of it when it plans the splits).
+template <int D, int S, int WG, int KS = 1>
 __host__ __device__ constexpr int decode_wg_smem() {
-  return decode_smem<D, S>() + 64 * WG * D * 2 + 1024 + (WG == 2 ? 8 * (1 + 2 * S) : 0);
+  return decode_smem<D, S>() + 64 * WG / KS * D * 2 + 1024 + (WG == 2 ? 8 * (1 + 2 * S) : 0);
 }
+
+// Stages of the ring of a two-warpgroup block: 4 where they split the rows (KS = 1: the two read each tile, and
+// hold two stages together), 6 where they split the keys (KS = 2: each holds two stages of its own; 6 keep two
+// tiles in flight): 209 KB at D = 128 with the 64-row Q tile, 105 KB at D = 64.
+template <int D, int KS>
+__host__ __device__ constexpr int decode_ws_stages() { return KS == 1 ? decode_wg_stages<D, 2>() : 6; }
 
 // Threads of a two-warpgroup block: the two consumer warpgroups (warps 0-7) and the producer warp (warp 8).
 constexpr int kDecodeWsThreads = 2 * 128 + 32;
@@ -185,25 +191,30 @@ flash_decode_wgmma_kernel(const T* __restrict__ Q, const T* __restrict__ K, cons
   decode_finish<T, D, 4, 4>(smem, o, m, l, scale_log2, O, LSE, O_part, LSE_part, sh, first, valid);
 }
 
-// One block of two warpgroups: rows [r0, r0 + 128) of key/value head blockIdx.y against the 64-key tiles of split
+// One block of two warpgroups: rows [r0, r0 + M) of key/value head blockIdx.y against the 64-key tiles of split
 // blockIdx.z. Warp 8 is the producer: one thread loads Q and then each K/V tile by TMA into a ring of S stages
 // (mbarriers: a stage's full barrier completes on the copy engine's bytes, its empty barrier on one arrival from
-// each of the 8 consumer warps once it is done with the stage). Consumer warpgroup wg runs rows 64 wg.. of the Q
-// tile; both read each K/V tile, each at its own pace (no block-wide barrier a tile), and issue S_t = Q K_t^T and
-// O += P_{t-1} V_{t-1} back to back (FlashAttention-3's intra-warpgroup overlap).
-template <typename T, int D, int S>
+// each consumer warp that reads the stage once it is done with it). KS = 1 (M = 128, the rows split): consumer
+// warpgroup wg runs rows 64 wg.. of the Q tile, and both read each K/V tile. KS = 2 (M = 64, the keys split):
+// both warpgroups run the tile's 64 rows, warpgroup wg the tiles t0 + wg, t0 + wg + 2, ..., and the end of the
+// block adds their (m, l, O) as flash_decode.cu's warps that share rows do. Each warpgroup runs at its own pace
+// (no block-wide barrier a tile) and issues S_t = Q K_t^T and O += P_prev V_prev back to back (FlashAttention-3's
+// intra-warpgroup overlap), so that it holds two stages of the ring: with the keys split the two warpgroups hold
+// four, and the ring has 6 (decode_ws_stages) to keep two tiles in flight.
+template <typename T, int D, int S, int KS>
 __global__ void __launch_bounds__(kDecodeWsThreads, 1)
 flash_decode_ws_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                        const __grid_constant__ CUtensorMap tmV, T* __restrict__ O, float* __restrict__ LSE,
                        float* __restrict__ O_part, float* __restrict__ LSE_part, DecodeShape sh, float scale_log2,
                        int causal) {
-  constexpr int M = 128, NB = kDecodeKeys / 8;
+  static_assert(KS == 1 || KS == 2, "two warpgroups split the rows (1) or the keys (2)");
+  constexpr int M = 128 / KS, NB = kDecodeKeys / 8;
   constexpr int TILE = kDecodeKeys * D * 2;  // bytes of a K (or V) tile
   static_assert(decode_finish_smem<D, 8>() <= S * 2 * TILE, "the end of the block fits in the ring");
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t sRing = (raw + 1023u) & ~1023u;    // [S][K tile, V tile], SW128
-  const uint32_t sQ = sRing + S * 2 * TILE;         // [128][D], SW128: the A operand of every S = Q K^T
+  const uint32_t sQ = sRing + S * 2 * TILE;         // [M][D], SW128: the A operand of every S = Q K^T
   const uint32_t full_q = sQ + M * D * 2, full = full_q + 8, empty = full + 8 * S;  // mbarriers
   uint8_t* const smem = smem_raw + (sRing - raw);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp / 4;
@@ -219,7 +230,7 @@ flash_decode_ws_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_con
 #pragma unroll
     for (int s = 0; s < S; ++s) {
       mbar_init(full + 8 * s, 1);
-      mbar_init(empty + 8 * s, 8);
+      mbar_init(empty + 8 * s, 8 / KS);  // the warps that read a tile
     }
     mbar_init_fence();
   }
@@ -251,7 +262,8 @@ flash_decode_ws_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_con
     mbar_arrive_if(empty + 8 * ((t - t0) % S), lane == 0);
   };
   mbar_wait(full_q, 0);
-  const uint64_t dQ = desc_kmajor(sQ + wg * 64 * 128);  // the warpgroup's 64 rows of the [M][D] tile
+  const int rw = KS == 1 ? warp : warp % 4;  // the warp's 16 rows of the block: 16 rw..
+  const uint64_t dQ = desc_kmajor(sQ + (KS == 1 ? wg : 0) * 64 * 128);  // the warpgroup's 64 rows of the [M][D] tile
   auto issue_scores = [&](float (&sf)[NB * 4], uint32_t cK) {  // S = Q K^T for the warpgroup's rows, no wait
     fence_regs(sf);
     wgmma_fence();
@@ -264,14 +276,16 @@ flash_decode_ws_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_con
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   int qi[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) qi[h] = (r0 + warp * 16 + (lane >> 2) + 8 * h) % sh.Nq;
+  for (int h = 0; h < 2; ++h) qi[h] = (r0 + rw * 16 + (lane >> 2) + 8 * h) % sh.Nq;
   const int tm = min(sh.Nk / kDecodeKeys, causal ? (qr.lo + 1) / kDecodeKeys : sh.Nk);
-  if (t0 < t1) {
-    // P_{t-1} (pf) and V_{t-1} (at cV) wait a tile.
+  const int tf = t0 + (KS == 1 ? 0 : wg);  // the warpgroup's first tile
+  if (tf < t1) {
+    // P_prev (pf) and V_prev (at cV) of tile tp, the warpgroup's tile before, wait a step.
     uint32_t pf[NB / 2][4];
     uint32_t cV;
+    int tp = tf;
     {
-      const uint32_t cK = tile_ready(t0);
+      const uint32_t cK = tile_ready(tf);
       float sf[NB * 4];
       issue_scores(sf, cK);
       wgmma_wait<0>();
@@ -279,7 +293,7 @@ flash_decode_ws_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_con
       float s[NB][4];
 #pragma unroll
       for (int i = 0; i < NB * 4; ++i) s[i / 4][i % 4] = sf[i];
-      if (t0 >= tm) decode_mask<NB>(s, t0 * kDecodeKeys, sh.Nk, causal, qi);
+      if (tf >= tm) decode_mask<NB>(s, tf * kDecodeKeys, sh.Nk, causal, qi);
       float alpha[2];
       decode_softmax_scores<NB>(s, m, l, alpha, scale_log2);  // O = 0: no rescale
       decode_pack_p<T, NB>(s, pf);
@@ -291,7 +305,7 @@ flash_decode_ws_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_con
       const uint32_t cK = tile_ready(t);
       float sf[NB * 4];
       issue_scores(sf, cK);                                                          // S_t
-      issue_pv<T, D, kDecodeKeys>(of, pf, desc_mnmajor(cV, kDecodeKeys * 128));    // O += P_{t-1} V_{t-1}
+      issue_pv<T, D, kDecodeKeys>(of, pf, desc_mnmajor(cV, kDecodeKeys * 128));    // O += P_prev V_prev
       wgmma_wait<1>();                                                               // S_t done, P V in flight
       fence_regs(sf);
       float s[NB][4];
@@ -307,15 +321,16 @@ flash_decode_ws_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_con
       wgmma_wait<0>();
       fence_regs(of);
 #pragma unroll
-      for (int kk = 0; kk < NB / 2; ++kk) fence_regs(pf[kk]);  // P_{t-1} is read until here
-      release(t - 1);                                          // V_{t-1} too
+      for (int kk = 0; kk < NB / 2; ++kk) fence_regs(pf[kk]);  // P_prev is read until here
+      release(tp);                                             // V_prev too
       if (grew) rescale_o(of, alpha);
       decode_pack_p<T, NB>(s, pf);
       cV = cK + TILE;
+      tp = t;
     };
-    int t = t0 + 1;
-    for (; t < min(t1, tm); ++t) step(t, std::false_type{});
-    for (; t < t1; ++t) step(t, std::true_type{});
+    int t = tf + KS;
+    for (; t < min(t1, tm); t += KS) step(t, std::false_type{});
+    for (; t < t1; t += KS) step(t, std::true_type{});
     issue_pv<T, D, kDecodeKeys>(of, pf, desc_mnmajor(cV, kDecodeKeys * 128));
     wgmma_wait<0>();
     fence_regs(of);
@@ -324,11 +339,33 @@ flash_decode_ws_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_con
   float o[D / 8][4];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i / 4][i % 4] = of[i];
-  decode_finish<T, D, 8, 8>(smem, o, m, l, scale_log2, O, LSE, O_part, LSE_part, sh, first, valid);
+  // KS = 2: warps w and w + 4 share rows 16 w..: slots 2 w and 2 w + 1 at the end of the block (decode_finish)
+  decode_finish<T, D, M / 16, 8>(smem, o, m, l, scale_log2, O, LSE, O_part, LSE_part, sh, first, valid,
+                                 KS == 1 ? warp : (warp % 4) * 2 + warp / 4);
 }
 
-// Option code as flash_decode's (flash_kernels/_ops.py): rows per block 64 (code 2: one warpgroup) or 128 (code 3:
-// two, and the producer warp), bits 8.. the splits.
+// A two-warpgroup block's launch (option codes 3 and 4): Q as [B Hkv][R][D] (a k/v head's rows are consecutive),
+// K and V as [B Hkv][Nk][D], each as a TMA tensor map.
+template <typename T, int D, int KS>
+cudaError_t decode_ws_launch(const AttnArgs& a, int splits, cudaStream_t stream) {
+  constexpr int S = decode_ws_stages<D, KS>(), smem = decode_wg_smem<D, S, 2, KS>(), M = 128 / KS;
+  auto kernel = flash_decode_ws_kernel<T, D, S, KS>;
+  CUtensorMap maps[3];
+  cudaError_t err = make_tile_map<T>(&maps[0], a.q, a.B * a.Hkv, (a.H / a.Hkv) * a.Nq, D, M);
+  if (err == cudaSuccess) err = make_tile_map<T>(&maps[1], a.k, a.B * a.Hkv, a.Nk, D, kDecodeKeys);
+  if (err == cudaSuccess) err = make_tile_map<T>(&maps[2], a.v, a.B * a.Hkv, a.Nk, D, kDecodeKeys);
+  if (err == cudaSuccess) err = allow_smem(kernel, smem);
+  if (err != cudaSuccess) return err;
+  return decode_split_run<T, D, M>(a, splits, stream, [&](dim3 grid, const DecodeShape& sh) {
+    kernel<<<grid, kDecodeWsThreads, smem, stream>>>(maps[0], maps[1], maps[2], static_cast<T*>(a.o), a.lse,
+                                                     a.ws[0], a.ws[1], sh, a.scale * kLog2e, a.causal);
+    return cudaGetLastError();
+  });
+}
+
+// Option code as flash_decode's (flash_kernels/_ops.py): rows per block 64 (code 2: one warpgroup), 128 (code 3:
+// two that split the rows, and the producer warp) or 64 (code 4: two that split the keys, and the producer warp),
+// bits 8.. the splits.
 template <typename T, int D>
 cudaError_t decode_wgmma_rows(const AttnArgs& a, cudaStream_t stream) {
   const int splits = a.option >> 8;
@@ -338,22 +375,8 @@ cudaError_t decode_wgmma_rows(const AttnArgs& a, cudaStream_t stream) {
       return decode_split_launch<T, D, 64>(flash_decode_wgmma_kernel<T, D, S>, 128, decode_wg_smem<D, S, 1>(), a,
                                            splits, stream);
     }
-    case 3: {
-      constexpr int S = decode_wg_stages<D, 2>(), smem = decode_wg_smem<D, S, 2>();
-      auto kernel = flash_decode_ws_kernel<T, D, S>;
-      // Q as [B Hkv][R][D] (a k/v head's rows are consecutive), K and V as [B Hkv][Nk][D]
-      CUtensorMap maps[3];
-      cudaError_t err = make_tile_map<T>(&maps[0], a.q, a.B * a.Hkv, (a.H / a.Hkv) * a.Nq, D, 128);
-      if (err == cudaSuccess) err = make_tile_map<T>(&maps[1], a.k, a.B * a.Hkv, a.Nk, D, kDecodeKeys);
-      if (err == cudaSuccess) err = make_tile_map<T>(&maps[2], a.v, a.B * a.Hkv, a.Nk, D, kDecodeKeys);
-      if (err == cudaSuccess) err = allow_smem(kernel, smem);
-      if (err != cudaSuccess) return err;
-      return decode_split_run<T, D, 128>(a, splits, stream, [&](dim3 grid, const DecodeShape& sh) {
-        kernel<<<grid, kDecodeWsThreads, smem, stream>>>(maps[0], maps[1], maps[2], static_cast<T*>(a.o), a.lse,
-                                                         a.ws[0], a.ws[1], sh, a.scale * kLog2e, a.causal);
-        return cudaGetLastError();
-      });
-    }
+    case 3: return decode_ws_launch<T, D, 1>(a, splits, stream);
+    case 4: return decode_ws_launch<T, D, 2>(a, splits, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -29,16 +29,18 @@ HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9,
 needs_hopper = pytest.mark.skipif(not HOPPER, reason="mma='wgmma' runs on compute capability 9.0 only")
 
 
-@pytest.mark.parametrize("mma,rows", [("auto", "auto"), pytest.param("wgmma", "auto", marks=needs_hopper),
-                                      pytest.param("wgmma", 64, marks=needs_hopper)])
+@pytest.mark.parametrize("mma,rows,warpgroups", [
+    ("auto", "auto", "auto"), pytest.param("wgmma", "auto", "auto", marks=needs_hopper),
+    pytest.param("wgmma", 64, 1, marks=needs_hopper), pytest.param("wgmma", 64, 2, marks=needs_hopper)])
 @pytest.mark.parametrize("dtype,D,Hkv,Nq,Nk", list(_decode_cases()))
-def test_decode_against_reference(dtype: str, D: int, Hkv: int, Nq: int, Nk: int, mma: str, rows: object) -> None:
+def test_decode_against_reference(dtype: str, D: int, Hkv: int, Nq: int, Nk: int, mma: str, rows: object,
+                                  warpgroups: object) -> None:
     """The default options (rows and splits chosen for the shape and this GPU's SMs; auto takes wgmma on Hopper
     where a k/v head has more than 64 rows, two warpgroups a block), and wgmma at every shape with rows auto (128
-    where a k/v head has more than 64 rows) and 64 (one warpgroup)."""
+    where a k/v head has more than 64 rows), 64 with one warpgroup, and 64 with two that split the keys."""
     B = 1 if Nk > 5000 else 2  # one batch for the long caches bounds the fp64 reference
     q, k, v, _ = random_attention_inputs(B, 32, Nq, D, DTYPES[dtype], Hkv=Hkv, Nk=Nk, seed=Nq * 31 + Nk + D + Hkv)
-    _forward_checked("flash_decode", q, k, v, False, TOLERANCES[dtype], mma=mma, rows=rows)
+    _forward_checked("flash_decode", q, k, v, False, TOLERANCES[dtype], mma=mma, rows=rows, warpgroups=warpgroups)
 
 
 #: (B, H, Hkv, Nq, Nk, D, dtype): 4 packed rows against a ragged cache; 512 packed rows (several row blocks)
@@ -52,31 +54,34 @@ OPTION_SHAPES = [(2, 32, 8, 3, 4097, 128, "float16"), (1, 32, 1, 16, 1000, 64, "
                  (1, 2, 2, 1100, 1100, 128, "float16")]
 
 
-#: every rows choice on mma.sync (128 is wgmma's only), and wgmma's (64 rows: one warpgroup, 128: two); rows 128
-#: with mma auto takes wgmma
-ROWS_MMA = [pytest.param(rows, "mma.sync", id=f"{rows}-mma.sync") for rows in DECODE.options["rows"].choices
+#: every rows choice on mma.sync (128 is wgmma's only), and wgmma's (64 rows: one warpgroup, or two that split the
+#: keys; 128: two that split the rows); rows 128 with mma auto takes wgmma, and so does warpgroups 2
+ROWS_MMA = [pytest.param(rows, "mma.sync", "auto", id=f"{rows}-mma.sync") for rows in DECODE.options["rows"].choices
             if rows != 128] + [
-    pytest.param(rows, mma, id=f"{rows}-{mma}", marks=needs_hopper) for rows, mma in
-    (("auto", "wgmma"), (64, "wgmma"), (128, "wgmma"), (128, "auto"))]
+    pytest.param(rows, mma, wgs, id=f"{rows}-{mma}-wg{wgs}", marks=needs_hopper) for rows, mma, wgs in
+    (("auto", "wgmma", "auto"), (64, "wgmma", 1), (64, "wgmma", 2), (128, "wgmma", "auto"), (128, "auto", 2),
+     ("auto", "auto", 2))]
 
 
-@pytest.mark.parametrize("rows,mma", ROWS_MMA)
+@pytest.mark.parametrize("rows,mma,warpgroups", ROWS_MMA)
 @pytest.mark.parametrize("splits", DECODE.options["splits"].choices)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_every_rows_and_splits(rows: object, mma: str, splits: object, causal: bool) -> None:
+def test_every_rows_and_splits(rows: object, mma: str, warpgroups: object, splits: object, causal: bool) -> None:
     """Every choice of the options, each on shapes that are multiples of no tile; causal is top-left (query i
     sees keys 0..i), as the reference's."""
     for B, H, Hkv, Nq, Nk, D, dtype in OPTION_SHAPES:
         q, k, v, _ = random_attention_inputs(B, H, Nq, D, DTYPES[dtype], Hkv=Hkv, Nk=Nk, seed=Nk + Nq)
-        _forward_checked("flash_decode", q, k, v, causal, TOLERANCES[dtype], rows=rows, splits=splits, mma=mma)
+        _forward_checked("flash_decode", q, k, v, causal, TOLERANCES[dtype], rows=rows, splits=splits, mma=mma,
+                         warpgroups=warpgroups)
 
 
 @pytest.mark.parametrize("scale", [0.05, -0.3])
 def test_decode_custom_scale(scale: float) -> None:
     """A negative scale runs as (-q) * |scale| (the softmax keeps the running max of raw scores)."""
     q, k, v, _ = random_attention_inputs(2, 8, 4, 128, torch.float16, Hkv=2, Nk=3000, seed=5)
-    for mma, rows in (("mma.sync", "auto"), ("wgmma", 64), ("wgmma", 128)) if HOPPER else (("mma.sync", "auto"),):
-        o, _ = fk.forward(q, k, v, variant="flash_decode", scale=scale, splits=8, mma=mma, rows=rows)
+    for mma, rows, wgs in ((("mma.sync", "auto", "auto"), ("wgmma", 64, 1), ("wgmma", 64, 2), ("wgmma", 128, 2))
+                           if HOPPER else (("mma.sync", "auto", "auto"),)):
+        o, _ = fk.forward(q, k, v, variant="flash_decode", scale=scale, splits=8, mma=mma, rows=rows, warpgroups=wgs)
         ref, _ = reference_forward(q, k, v, scale=scale)
         _assert_close("O", o, ref, TOLERANCES["float16"]["out_rel_l2"], TOLERANCES["float16"]["out_max_rel"])
 
@@ -95,5 +100,6 @@ def test_inputs_off_a_16_byte_boundary():
     maps need one): copied by fk.forward first, so every instruction path gives the reference's result."""
     q, k, v, _ = random_attention_inputs(1, 32, 4, 128, torch.float16, Hkv=1, Nk=4097, seed=11)
     q, k, v = (_misaligned(t) for t in (q, k, v))
-    for mma, rows in (("mma.sync", "auto"), ("wgmma", 64), ("wgmma", 128)) if HOPPER else (("mma.sync", "auto"),):
-        _forward_checked("flash_decode", q, k, v, False, TOLERANCES["float16"], mma=mma, rows=rows)
+    for mma, rows, wgs in ((("mma.sync", "auto", "auto"), ("wgmma", 64, 1), ("wgmma", 64, 2), ("wgmma", 128, 2))
+                           if HOPPER else (("mma.sync", "auto", "auto"),)):
+        _forward_checked("flash_decode", q, k, v, False, TOLERANCES["float16"], mma=mma, rows=rows, warpgroups=wgs)
