@@ -349,8 +349,8 @@ def _decode_mma(choice: str, rows: Any, H: int, Hkv: int, Nq: int, capability: t
     """flash_decode's tensor-core instruction (option mma) on a GPU of compute ``capability`` (None: not known yet,
     only the options are checked): "wgmma" needs 9.0 and blocks of 64 rows or 128; 128-row blocks and a number of
     ``warpgroups`` need "wgmma"; 128 rows are two warpgroups; "auto" takes wgmma on 9.0 where a k/v head has more
-    than 64 rows (H / Hkv x Nq), rows is 128 or warpgroups is given, else "mma.sync". Bad combinations are errors
-    that say what is accepted."""
+    than 32 rows (H / Hkv x Nq; 64 before the blocks of two warpgroups over the keys: _decode_block), rows is 128 or
+    warpgroups is given, else "mma.sync". Bad combinations are errors that say what is accepted."""
     hopper = capability is not None and tuple(capability) == (9, 0)
     if choice == "mma.sync" and (rows == 128 or warpgroups != "auto"):
         what = "rows=128 runs two warpgroups" if rows == 128 else f"warpgroups={warpgroups!r} counts the warpgroups"
@@ -375,18 +375,37 @@ def _decode_mma(choice: str, rows: Any, H: int, Hkv: int, Nq: int, capability: t
                              f"128 (two over the rows); got rows={rows!r}; accepted with it: rows='auto', 64 or 128")
         return "wgmma"
     if choice == "auto":
-        return "wgmma" if hopper and rows in ("auto", 64) and H // Hkv * Nq > 64 else "mma.sync"
+        return "wgmma" if hopper and rows in ("auto", 64) and H // Hkv * Nq > 32 else "mma.sync"
     return choice
 
 
-def _decode_warpgroups(choice: Any, mma: str, rows: int) -> int:
-    """The consumer warpgroups of a flash_decode_wgmma block of ``rows`` rows (0 on mma.sync, which has none):
-    2 at 128 rows (one a 64 rows); at 64 rows the choice, "auto" 1."""
+def _decode_block(rows: Any, warpgroups: Any, mma: str, R: int, tiles: int) -> tuple[int, int]:
+    """flash_decode's block: (rows, consumer warpgroups; 0 on mma.sync) for the choices of rows and warpgroups,
+    where a k/v head has ``R`` rows and a row sees ``tiles`` 64-key tiles. mma.sync: rows "auto" 16 for up to 32
+    rows (two 16-row blocks beat one of 32), else 64. wgmma: 128 rows are two warpgroups that split the rows; rows
+    "auto" takes 128 where a row sees 64 or more tiles (4096 keys) and a k/v head has more than 128 rows or 33-64
+    (there the 128-row block, half of it padding, measured level with or faster than 64 rows over two
+    warpgroups), else 64; at 64 rows warpgroups "auto" is 2 (the two split the keys) where a k/v head has 33-128
+    rows, else 1.
+
+    Measured on an H200 (torch 2.11.0+cu130, fp16, B=8 H=32 D=128, L2 flushed by reading, 4 interleaved rounds;
+    profiles/_logs/nvidia-h200/decode_two_warpgroups_over_keys_ab.log), us for the plan before (64- or
+    128-row blocks), 64 rows over two warpgroups, 128 rows: one KV head, Nq = 4 (128 rows): Nk = 1024 14.3 /
+    11.0 / 13.9, 4096 18.9 / 15.5 / 18.0, 16384 29.6 / 27.6 / 28.9; Nq = 16 (512 rows): 16384 70.0 / 75.1 / 69.0,
+    65536 239.2 / 267.4 / 237.7; 8 KV heads, Nq = 16 (64 rows; the plan before ran mma.sync): Nk = 1024 21.5 /
+    18.7 / 19.7, 4096 50.0 / 43.0 / 42.7, 16384 167.0 / 141.2 / 138.6, 65536 609.6 / 524.2 / 522.1. At 32 rows
+    or fewer (one KV head, Nq = 1; 8 KV heads, Nq <= 4) mma.sync's 16-row blocks stay ahead (24.1 against 26.0 us
+    at one KV head, Nq = 1, 16k keys; 123.1 against 139.3 at 8, Nq = 4)."""
     if mma != "wgmma":
-        return 0
+        return ((64 if R > 32 else 16) if rows == "auto" else rows), 0
+    if rows == "auto":
+        long = tiles >= _DECODE_WG2_MIN_TILES
+        rows = 128 if warpgroups != 1 and long and (R > 128 or 32 < R <= 64) else 64
     if rows == 128:
-        return 2
-    return 1 if choice == "auto" else int(choice)
+        return 128, 2
+    if warpgroups == "auto":
+        warpgroups = 2 if 32 < R <= 128 else 1
+    return 64, int(warpgroups)
 
 
 def _decode_code(rows: int, warpgroups: int) -> int:
@@ -412,9 +431,8 @@ def _decode_wg_smem(D: int) -> int:
 def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: int, D: int, causal: bool,
                  sms: int, smem_per_sm: int, mma: str = "mma.sync", warpgroups: Any = "auto") -> tuple[int, int]:
     """flash_decode's (rows per block, key splits) on a GPU of ``sms`` SMs of ``smem_per_sm`` bytes of shared
-    memory. rows "auto": 16 for up to 32 of the H/Hkv x Nq rows of a k/v head (two 16-row blocks beat one of
-    32), else 64; with ``mma`` "wgmma" 128 (two warpgroups that share each K/V tile) where a k/v head has more
-    than 64 rows and a row sees 64 or more 64-key tiles (more than 4032 keys), else 64 (at 1024 keys 64-row blocks give twice the blocks:
+    memory. rows and warpgroups "auto": _decode_block (on wgmma, 128-row blocks of two warpgroups from 4096 keys
+    where a k/v head has more than 64 rows had measured: at 1024 keys 64-row blocks give twice the blocks:
     12.8 against 16.9 us at one KV head, Nq = 4; 19.6 against 21.3 at Nq = 16; at 4096 the two tie, at 16384 and
     more 128 rows win: profiles/_logs/nvidia-h100-80gb-hbm3/decode_wgmma_two_warpgroups_ab.log). splits "auto": as many as give every SM one block, in one
     wave (with more than 64 rows a k/v head, the tensor work's, as many blocks as its shared memory holds), but
@@ -438,15 +456,10 @@ def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: 
     ones), whatever their shared memory would allow."""
     R = H // Hkv * Nq
     tiles = -(-(min(Nk, Nq) if causal else Nk) // _DECODE_KEYS)
-    if rows == "auto":
-        if mma == "wgmma":
-            rows = 128 if R > 64 and tiles >= _DECODE_WG2_MIN_TILES and warpgroups != 1 else 64
-        else:
-            rows = 64 if R > 32 else 16
+    rows, wgs = _decode_block(rows, warpgroups, mma, R, tiles)
     if splits == "auto":
         per_sm = 1
-        two_wg = mma == "wgmma" and _decode_warpgroups(warpgroups, mma, rows) == 2
-        if R > 64 and not two_wg:  # two warpgroups: 288 threads of 110-156 registers, one an SM
+        if R > 64 and wgs != 2:  # two warpgroups: 288 threads of 110-156 registers, one an SM
             if mma == "wgmma":
                 smem = _decode_wg_smem(D)
             else:
@@ -476,7 +489,8 @@ def _decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.
     ws = [_alloc((splits, B * H * Nq, D), torch.float32, q.device),
           _alloc((splits, B * H * Nq), torch.float32, q.device)] if splits > 1 else []
     module = "flash_decode_wgmma" if mma == "wgmma" else "flash_decode"
-    code = _decode_code(rows, _decode_warpgroups(wgs, mma, rows))
+    tiles = -(-(min(k.shape[2], Nq) if causal else k.shape[2]) // _DECODE_KEYS)
+    code = _decode_code(*_decode_block(rows, wgs, mma, H // k.shape[1] * Nq, tiles))
     _build.load(module).fwd(code | splits << 8, q, k, v, o, lse, ws, scale, causal)
 
 

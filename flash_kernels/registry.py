@@ -210,7 +210,7 @@ VARIANTS: dict[str, Variant] = {
         Variant(
             "flash_decode",
             "flash-decoding on flash_mma's tensor-core tile (mma.sync; on Hopper, wgmma where a k/v head has more "
-            "than 64 rows, two warpgroups a block), for a KV cache (few queries, many keys): the query "
+            "than 32 rows, two warpgroups a block), for a KV cache (few queries, many keys): the query "
             "heads that share a k/v head packed into one block's rows, the keys split over blocks and the "
             "splits' partial O merged by their LSE in a second kernel, K and V streamed through a 2-4 stage "
             "cp.async ring (two warpgroups: a TMA ring filled by a producer warp); forward only",
@@ -221,8 +221,8 @@ VARIANTS: dict[str, Variant] = {
                     "rows per block, of the H/Hkv x Nq (query head, query) rows that share a k/v head: 16 = 4 warps "
                     "over the keys of each tile, 32 = 2 x 2, 64 = 4 warps over the rows (one warpgroup on wgmma), "
                     "128 = two warpgroups on wgmma that share each K/V tile, which a producer warp loads by TMA (Hopper only); auto: 16 for up to 32 "
-                    "rows (two 16-row blocks), else 64; with mma wgmma 128 where a k/v head has more than 64 rows and a row "
-                    "sees 64 or more 64-key tiles (about 4096 keys), else 64",
+                    "rows (two 16-row blocks), else 64; with mma wgmma 128 where a row sees 64 or more 64-key tiles (about "
+                    "4096 keys) and a k/v head has 33-64 or more than 128 rows, else 64",
                     default={64: "auto", 128: "auto"},
                 ),
                 "splits": Option(
@@ -237,7 +237,7 @@ VARIANTS: dict[str, Variant] = {
                     "the tensor-core instruction of the products: mma.sync = four warps each over the block's tiles "
                     "(any GPU of compute capability 8.0 or later); wgmma = Hopper's warpgroup instruction, each 64 rows "
                     "of a block in one product that reads each K/V tile from shared memory once (compute capability "
-                    "9.0, rows auto, 64 or 128); auto: wgmma on a 9.0 GPU where a k/v head has more than 64 rows "
+                    "9.0, rows auto, 64 or 128); auto: wgmma on a 9.0 GPU where a k/v head has more than 32 rows "
                     "(rows auto or 64), rows is 128 or warpgroups is given, else mma.sync",
                     default={64: "auto", 128: "auto"},
                 ),
@@ -247,7 +247,7 @@ VARIANTS: dict[str, Variant] = {
                     "over a 64-row block, K/V copied by its own threads (cp.async); 2 = two warpgroups fed by a "
                     "producer warp over TMA, which at rows 128 take 64 rows each and both read every K/V tile, and at "
                     "rows 64 both take the block's rows and every other K/V tile each, their parts added at the end "
-                    "of the block; auto: 2 at rows 128, else 1",
+                    "of the block; auto: 2 at rows 128, and at rows 64 where a k/v head has 33-128 rows, else 1",
                     default={64: "auto", 128: "auto"},
                 ),
             },

@@ -29,13 +29,14 @@ def test_decode_options_are_checked():
 
 
 def test_decode_mma_choice():
-    """wgmma needs compute capability 9.0 and blocks of 64 rows (one warpgroup) or 128 (two); 128-row blocks need
-    wgmma; auto takes it on Hopper where a k/v head has more than 64 rows (the tensor work's shapes) or rows is 128,
+    """wgmma needs compute capability 9.0 and blocks of 64 rows or 128 (two warpgroups); 128-row blocks need
+    wgmma; auto takes it on Hopper where a k/v head has more than 32 rows (the tensor work's shapes) or rows is 128,
     mma.sync elsewhere."""
     hopper, ampere = (9, 0), (8, 0)
     assert _decode_mma("auto", "auto", 32, 1, 4, hopper) == "wgmma"      # 128 rows a k/v head
     assert _decode_mma("auto", 64, 32, 1, 16, hopper) == "wgmma"
-    assert _decode_mma("auto", "auto", 32, 8, 16, hopper) == "mma.sync"  # 64 rows
+    assert _decode_mma("auto", "auto", 32, 8, 16, hopper) == "wgmma"     # 64 rows
+    assert _decode_mma("auto", "auto", 32, 8, 8, hopper) == "mma.sync"   # 32 rows
     assert _decode_mma("auto", "auto", 32, 1, 1, hopper) == "mma.sync"   # 32 rows
     assert _decode_mma("auto", 16, 32, 1, 16, hopper) == "mma.sync"      # 16-row blocks are mma.sync's
     assert _decode_mma("auto", "auto", 32, 1, 16, ampere) == "mma.sync"
@@ -71,7 +72,7 @@ def test_decode_warpgroups_choice():
     """warpgroups counts a wgmma block's consumer warpgroups: given, it takes wgmma (mma.sync refuses it, and a GPU
     other than compute 9.0); 128 rows are two; at 64 rows 2 are the blocks whose warpgroups split the keys (option
     code 4); auto: 2 at 128 rows, else 1."""
-    from flash_kernels._ops import _decode_code, _decode_warpgroups
+    from flash_kernels._ops import _decode_block, _decode_code
 
     hopper, ampere = (9, 0), (8, 0)
     assert _decode_mma("auto", "auto", 32, 8, 16, hopper, 2) == "wgmma"  # 64 rows: given, it takes wgmma
@@ -93,25 +94,39 @@ def test_decode_warpgroups_choice():
         fk.forward(*qkv(), variant="flash_decode", warpgroups=3)
     with pytest.raises(ValueError, match="warpgroups=2 counts the warpgroups on wgmma"):  # before any device
         fk.forward(*qkv(), variant="flash_decode", mma="mma.sync", warpgroups=2)
-    assert [_decode_warpgroups(w, "wgmma", r) for w, r in (("auto", 128), (2, 128), ("auto", 64), (1, 64), (2, 64))] \
-        == [2, 2, 1, 1, 2]
-    assert _decode_warpgroups("auto", "mma.sync", 64) == 0
+    # (rows, warpgroups) for a k/v head of R rows that sees `tiles` tiles; 0 warpgroups: mma.sync
+    assert _decode_block("auto", "auto", "mma.sync", 64, 256) == (64, 0)
+    assert _decode_block("auto", "auto", "mma.sync", 32, 256) == (16, 0)
+    assert _decode_block(32, "auto", "mma.sync", 512, 256) == (32, 0)
+    assert _decode_block("auto", "auto", "wgmma", 128, 16) == (64, 2)    # 33-128 rows: two over the keys
+    assert _decode_block("auto", "auto", "wgmma", 128, 256) == (64, 2)
+    assert _decode_block("auto", "auto", "wgmma", 64, 16) == (64, 2)
+    assert _decode_block("auto", "auto", "wgmma", 64, 64) == (128, 2)    # 33-64 rows from 4096 keys: 128
+    assert _decode_block("auto", 2, "wgmma", 64, 64) == (128, 2)
+    assert _decode_block("auto", 1, "wgmma", 64, 64) == (64, 1)
+    assert _decode_block(64, "auto", "wgmma", 64, 64) == (64, 2)
+    assert _decode_block("auto", "auto", "wgmma", 512, 63) == (64, 1)    # more than 128 rows: 128 from 4096 keys
+    assert _decode_block("auto", "auto", "wgmma", 512, 64) == (128, 2)
+    assert _decode_block("auto", "auto", "wgmma", 32, 256) == (64, 1)    # asked for wgmma at 32 rows
+    assert _decode_block(128, "auto", "wgmma", 16, 256) == (128, 2)
     assert [_decode_code(r, w) for r, w in ((16, 0), (32, 0), (64, 0), (64, 1), (128, 2), (64, 2))] == [0, 1, 2, 2, 3, 4]
     # the plan: warpgroups 1 keeps 64-row blocks where auto would take 128; 2 at 64 rows is one block an SM
     assert _decode_plan("auto", "auto", 8, 32, 1, 4, 16384, 128, False, *H200, "wgmma", 1) == (64, 16)  # 264 // 16
-    assert _decode_plan("auto", "auto", 8, 32, 1, 4, 16384, 128, False, *H200, "wgmma", 2) == (128, 16)
+    assert _decode_plan("auto", "auto", 8, 32, 1, 4, 16384, 128, False, *H200, "wgmma", 2) == (64, 8)
     assert _decode_plan(64, "auto", 8, 32, 1, 4, 16384, 128, False, *H200, "wgmma", 2) == (64, 8)  # 132 // 16
     assert _decode_plan(64, "auto", 8, 32, 8, 16, 16384, 128, False, *H200, "wgmma", 2) == (64, 2)  # 132 // 64
+    assert _decode_plan("auto", "auto", 8, 32, 8, 16, 1024, 128, False, *H200, "wgmma") == (64, 2)
 
 
 def test_decode_plan_wgmma():
-    """wgmma blocks hold 128 rows (two warpgroups) where a k/v head has more than 64 rows, else 64, and count their own
-    shared memory: at D = 128 a 128-row block has 4 stages of 32 KB, a 32 KB Q tile and 1 KB of slack (one an SM), a
-    64-row block 3 stages and a 16 KB Q tile (two); at D = 64 4 stages of 16 KB beside a 16 or 8 KB Q tile. A
-    128-row block (288 threads: two warpgroups and the producer warp) is one an SM at any D: its registers."""
-    assert _decode_plan("auto", "auto", 8, 32, 1, 4, 16384, 128, False, *H200, "wgmma") == (128, 16)  # 132 // 8
+    """wgmma blocks hold 128 rows (two warpgroups) where a k/v head has more than 128 rows and a row sees 4096 keys,
+    64 over two warpgroups that split the keys where it has 33-128 (one an SM), else 64 on one warpgroup, which
+    counts its own shared memory: at D = 128 3 stages and a 16 KB Q tile (two an SM); at D = 64 4 stages of 16 KB
+    beside an 8 KB Q tile. A block of two warpgroups (288 threads: two warpgroups and the producer warp) is one an
+    SM at any D: its registers."""
+    assert _decode_plan("auto", "auto", 8, 32, 1, 4, 16384, 128, False, *H200, "wgmma") == (64, 8)  # 132 // 16
     assert _decode_plan("auto", "auto", 8, 32, 1, 16, 4096, 128, False, *H200, "wgmma") == (128, 4)  # 132 // 32
-    assert _decode_plan(64, "auto", 8, 32, 1, 4, 16384, 128, False, *H200, "wgmma") == (64, 16)  # 264 // (2 x 8)
+    assert _decode_plan(64, "auto", 8, 32, 1, 4, 16384, 128, False, *H200, "wgmma", 1) == (64, 16)  # 264 // (2 x 8)
     assert _decode_plan(64, "auto", 8, 32, 1, 16, 4096, 128, False, *H200, "wgmma") == (64, 4)  # 264 // 64
     # D = 64: a 128-row block is 81 KB (82 with the reserve), but one an SM by its registers (118 a thread: two
     # blocks of 288 threads would need 96 or fewer); a 64-row block is 73 KB (74): two, and three of mma.sync's 64 KB
@@ -120,9 +135,10 @@ def test_decode_plan_wgmma():
     assert _decode_plan(64, "auto", 8, 32, 1, 16, 4096, 64, False, 132, 195 * 1024, "wgmma") == (64, 4)
     assert _decode_plan("auto", "auto", 8, 32, 1, 16, 4096, 64, False, 132, 195 * 1024, "mma.sync") == (64, 6)
     assert _decode_plan("auto", "auto", 8, 32, 8, 1, 16384, 128, False, *H200, "wgmma")[0] == 64  # 32 rows: not 16
-    assert _decode_plan("auto", "auto", 8, 32, 8, 2, 16384, 128, False, *H200, "wgmma")[0] == 64  # 64 rows: one WG
+    assert _decode_plan("auto", "auto", 8, 32, 8, 2, 16384, 128, False, *H200, "wgmma")[0] == 64  # 8 rows: one WG
+    assert _decode_plan("auto", "auto", 8, 32, 8, 16, 16384, 128, False, *H200, "wgmma") == (128, 2)  # 64 rows, 16k
     # short caches keep 64-row blocks (twice the blocks): 128 rows from 4096 visible keys (64 tiles) on
-    assert _decode_plan("auto", "auto", 8, 32, 1, 4, 1024, 128, False, *H200, "wgmma") == (64, 4)
+    assert _decode_plan("auto", "auto", 8, 32, 1, 16, 1024, 128, False, *H200, "wgmma") == (64, 4)
     assert _decode_plan("auto", "auto", 8, 32, 1, 16, 4032, 128, False, *H200, "wgmma")[0] == 64
     assert _decode_plan("auto", "auto", 8, 32, 1, 16, 4096, 128, False, *H200, "wgmma")[0] == 128
     assert _decode_plan("auto", "auto", 8, 32, 1, 64, 65536, 128, True, *H200, "wgmma")[0] == 64  # causal: 64 keys
@@ -151,11 +167,12 @@ def _fake_gpu(monkeypatch, capability):
     return calls
 
 
-@pytest.mark.parametrize("capability,module,code,splits", [((9, 0), "flash_decode_wgmma", 3, 16),
+@pytest.mark.parametrize("capability,module,code,splits", [((9, 0), "flash_decode_wgmma", 4, 8),
                                                            ((8, 0), "flash_decode", 2, 24)])
 def test_decode_dispatches_the_instruction_it_planned(monkeypatch, capability, module, code, splits):
-    """One KV head, Nq = 4 (128 rows a head): wgmma's module and its plan (one 128-row block of two warpgroups, 161 KB,
-    an SM: 132 // 8) on compute 9.0; mma.sync's elsewhere (64-row blocks, three 65 KB ones an SM: 396 // 16)."""
+    """One KV head, Nq = 4 (128 rows a head): wgmma's module and its plan (64-row blocks of two warpgroups over the
+    keys, 209 KB, one an SM: 132 // 16) on compute 9.0; mma.sync's elsewhere (64-row blocks, three 65 KB ones an SM:
+    396 // 16)."""
     calls = _fake_gpu(monkeypatch, capability)
     q = torch.zeros(8, 32, 4, 128, dtype=torch.float16)
     kv = torch.zeros(8, 1, 16384, 128, dtype=torch.float16)
@@ -164,14 +181,17 @@ def test_decode_dispatches_the_instruction_it_planned(monkeypatch, capability, m
 
 
 def test_decode_dispatches_two_warpgroups_over_the_keys(monkeypatch):
-    """Eight KV heads, Nq = 16 (64 rows a head) with warpgroups 2: wgmma's module, option code 4 (64 rows, two
-    warpgroups that split the keys), one block an SM: 132 // 64 = 2 splits."""
+    """Eight KV heads, Nq = 16 (64 rows a head), 1024 keys: wgmma's module, option code 4 (64 rows, two warpgroups
+    that split the keys), one block an SM: 132 // 64 = 2 splits; warpgroups 1 the one-warpgroup block (code 2); 16k
+    keys: the 128-row block (code 3)."""
     calls = _fake_gpu(monkeypatch, (9, 0))
     q = torch.zeros(8, 32, 16, 128, dtype=torch.float16)
-    kv = torch.zeros(8, 8, 16384, 128, dtype=torch.float16)
-    fk.forward(q, kv, kv, variant="flash_decode", warpgroups=2)
+    kv = torch.zeros(8, 8, 1024, 128, dtype=torch.float16)
+    fk.forward(q, kv, kv, variant="flash_decode")
     fk.forward(q, kv, kv, variant="flash_decode", warpgroups=1)
-    assert calls == [("flash_decode_wgmma", 4, 2), ("flash_decode_wgmma", 2, 2)]
+    kv = torch.zeros(8, 8, 16384, 128, dtype=torch.float16)
+    fk.forward(q, kv, kv, variant="flash_decode")
+    assert calls == [("flash_decode_wgmma", 4, 2), ("flash_decode_wgmma", 2, 2), ("flash_decode_wgmma", 3, 2)]
 
 
 def test_decode_wgmma_off_hopper_is_refused_through_the_api(monkeypatch):

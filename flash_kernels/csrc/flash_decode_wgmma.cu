@@ -76,6 +76,34 @@
 //  - In the SASS 1 of the kernel's 106 MUFU.EX2 sits between its two waits at D = 128 (0 at D = 64;
 //    scripts/sass_overlap.py): what it gained came from the instructions and the barrier it dropped, not from the
 //    softmax hidden behind O += P V.
+// Two warpgroups over the keys of a 64-row block (option warpgroups = 2 at rows 64; flash_decode_ws_kernel KS = 2;
+// b338ecb -> this step):
+//  - Why: where a k/v head has 33-64 rows (8 KV heads at Nq = 16) auto ran flash_decode.cu's 64-row mma.sync
+//    blocks, whose four warps each read the whole K/V tile through ldmatrix: 3.2-3.5 TB/s on the H200 (67-74 % of
+//    HBM; the bench at c840561), where 8 KV heads at Nq <= 4 move 4.3-4.6. The one-warpgroup wgmma block was no
+//    faster there (168.4 against 166.6 us at 16k keys). Where it has 128 (one KV head, Nq = 4) a 128-row block
+//    of two warpgroups does twice the scores of one 64-row block per K/V tile, for 8 blocks of 132 SMs.
+//  - What: the producer warp and TMA ring of the 128-row block; both consumer warpgroups take the block's 64 rows
+//    (one 64-row Q tile), warpgroup wg the tiles t0 + wg, t0 + wg + 2, ..., each with the intra-warpgroup overlap,
+//    and the end of the block adds their (m, l, O) as the mma.sync warps that share rows do (decode_finish's warp
+//    slots). A stage is released by the 4 warps that read it; each warpgroup holds two stages (S_t and V_prev),
+//    so the ring has 6 (209 KB at D = 128, one block an SM; 141 registers a thread, 110 at D = 64).
+//  - Bought (H200, torch 2.11.0+cu130, fp16, B=8 H=32 D=128, L2 flushed by reading, 4 interleaved rounds of 5;
+//    `python3 scripts/flush_check.py --modes read --rounds 4 --configs ... --impls flash_decode,
+//    flash_decode:mma=wgmma+rows=64+warpgroups=2,...`; logs profiles/_logs/nvidia-h200/
+//    decode_two_warpgroups_over_keys_ab.log), us, the plan before -> this block: 8 KV heads, Nq = 16: Nk = 1024
+//    21.5 -> 18.7, 4096 50.0 -> 43.0, 16384 166.6-167.0 -> 141.1-141.2 (3.80 TB/s, 79 % of HBM), 65536 606.6-609.6
+//    -> 524.2-526.1 (4.08 TB/s, 85 %); one KV head, Nq = 4: Nk = 1024 14.3 -> 11.0, 4096 18.9 -> 15.5, 16384
+//    29.6 -> 27.6-28.7, 65536 80.5 -> 79.6. Lost: one KV head, Nq = 16 (512 rows, compute-bound: eight 64-row
+//    blocks a head, each streaming its K/V) 70.0 -> 75.1 at 16k, 239.2 -> 267.4 at 64k, where auto keeps 128 rows;
+//    at 32 rows or fewer mma.sync's 16-row blocks stay ahead (one KV head, Nq = 1, 16k: 24.1 against 26.0; 8 KV
+//    heads, Nq = 4: 123.1 against 139.3). At 8 KV heads, Nq = 16 and 4096 keys or more, the 128-row block (half of
+//    it padding) measured level or ahead (16384: 138.6 us, 3.88 TB/s; 65536: 522.1; 4096: 42.7), so auto takes it
+//    there (flash_kernels/_ops.py: _decode_block). The two warpgroups without the overlap (each tile's products
+//    waited for at once, one stage held each: 4 tiles in flight) were no faster: 140.1 us at 16k, 523.9 at 64k,
+//    and slower at one KV head (29.3 at Nq = 4, 16k; 80.0 at Nq = 16, 16k). In the same run PyTorch's torch.sum
+//    over a copy of K and V took 132.0 us at 8 KV heads, 16k keys (4.07 TB/s), 495.6 at 64k, 23.5 at one KV head,
+//    16k (2.86 TB/s, 60 % of HBM: the 80 % target there, 17.5 us, is below that read).
 #include "decode.cuh"
 #include "wgmma.cuh"
 #include "wgmma_softmax.cuh"

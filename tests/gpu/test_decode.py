@@ -36,8 +36,8 @@ needs_hopper = pytest.mark.skipif(not HOPPER, reason="mma='wgmma' runs on comput
 def test_decode_against_reference(dtype: str, D: int, Hkv: int, Nq: int, Nk: int, mma: str, rows: object,
                                   warpgroups: object) -> None:
     """The default options (rows and splits chosen for the shape and this GPU's SMs; auto takes wgmma on Hopper
-    where a k/v head has more than 64 rows, two warpgroups a block), and wgmma at every shape with rows auto (128
-    where a k/v head has more than 64 rows), 64 with one warpgroup, and 64 with two that split the keys."""
+    where a k/v head has more than 32 rows, two warpgroups a block), and wgmma at every shape with rows auto (128
+    or 64 by the shape: _ops._decode_block), 64 with one warpgroup, and 64 with two that split the keys."""
     B = 1 if Nk > 5000 else 2  # one batch for the long caches bounds the fp64 reference
     q, k, v, _ = random_attention_inputs(B, 32, Nq, D, DTYPES[dtype], Hkv=Hkv, Nk=Nk, seed=Nq * 31 + Nk + D + Hkv)
     _forward_checked("flash_decode", q, k, v, False, TOLERANCES[dtype], mma=mma, rows=rows, warpgroups=warpgroups)
