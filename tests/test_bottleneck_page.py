@@ -168,3 +168,16 @@ def test_a_case_field_only_the_later_capture_has_picks_its_range_alone(deep):
         why.pick_sides(deep, after, "flash_wgmma", "", case)
     with pytest.raises(ValueError, match="--case field\\(s\\) nope not in this report's range names; fields: "):
         why.pick_sides(deep, after, "flash_wgmma", "", {**case, "nope": "1"})
+
+
+def test_one_implementation_with_other_options_in_the_later_capture():
+    """flash_decode before and after its blocks of two warpgroups over the keys (the H200 decode-blocks-before
+    and decode-blocks captures, one range a shape in each, with other options): side b is picked by the case as
+    given when side a's options match no range there; a case that leaves side b two ranges is still refused."""
+    before, after = (B.load(*why.deep_report(PROFILES / n)) for n in ("decode-blocks-before", "decode-blocks"))
+    at, a, b = why.pick_sides(before, after, "flash_decode", "", {"Hkv": "8", "N": "16"}, ("5e49893", "5e49893"))
+    assert ",mma=mma.sync," in a.sel["range"].iloc[0] and ",warpgroups=2" in b.sel["range"].iloc[0]
+    assert (a.name, b.name) == ("flash_decode @ 5e49893 (a)", "flash_decode @ 5e49893 (b)")
+    assert a.deep.value(a.launch, "gpu__time_duration.sum") > b.deep.value(b.launch, "gpu__time_duration.sum")
+    with pytest.raises(ValueError, match="b_capture: flash_decode: no range matches .*mma=mma.sync"):
+        why.pick_sides(before, after, "flash_decode", "", {"D": "128"})  # two shapes in each: ambiguous

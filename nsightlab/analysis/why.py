@@ -63,7 +63,8 @@ def pick_sides(deep_a: B.Deep, deep_b: B.Deep | None, a: str, b: str, wanted: di
     """The case and the two sides of a why page. ``deep_b`` None: both sides from ``deep_a`` (two
     implementations; ``b`` empty: the report's next one after ``a``). Else side b is from ``deep_b``, by
     default the same implementation as ``a`` (one kernel before and after a change: each side then named
-    ``impl @ tag``), selected by the fields of the case that report knows. ``a`` empty: the report's first implementation. Returns (the case completed from
+    ``impl @ tag``), selected by the fields of the case that report knows, or, where side a's range names options
+    no range of that report has (the implementation captured with other options), by the case as given. ``a`` empty: the report's first implementation. Returns (the case completed from
     ``a``'s ranges, side a, side b or None where there is nothing to compare with). ``kernel``: a regular
     expression that picks each side's launch (:func:`bottleneck.pick_launch`). ValueError says what is wrong
     and what is held."""
@@ -100,7 +101,16 @@ def pick_sides(deep_a: B.Deep, deep_b: B.Deep | None, a: str, b: str, wanted: di
     try:
         lb = B.select_range(deep_b if cross else deep_a, b, at_b)
     except ValueError as exc:
-        raise ValueError(f"{'b_capture: ' if cross else ''}{exc}") from None
+        # the same implementation run with other options in b_capture (a change of plan between the two
+        # captures: side a's completed case names its own options): side b by the case as given, where that
+        # picks one range there
+        by_case = {k: v for k, v in wanted.items() if k in cols_b}
+        try:
+            if not (cross and a == b and by_case != at_b):
+                raise ValueError
+            lb = B.select_range(deep_b, b, by_case)
+        except ValueError:
+            raise ValueError(f"{'b_capture: ' if cross else ''}{exc}") from None
     if cross and tags[0] == tags[1]:
         tags = (f"{tags[0]} (a)", f"{tags[1]} (b)")
     # one implementation in two captures: each side named with its capture's tag
