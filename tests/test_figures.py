@@ -288,6 +288,16 @@ def test_a_figure_with_nothing_to_draw_is_a_sentence_for_users(bench):
     assert not F.is_empty(F.speedup_vs_reference(bench, "mixed", "float16", "sdpa_flash"))
 
 
+def test_a_suite_timed_forward_only_gets_no_empty_backward_facet(bench):
+    """The decode suite times the forward pass alone: its speed figure has one facet, not an empty backward one;
+    a suite with both passes keeps both, forward first."""
+    fig = F.speedup_vs_reference(bench, "decode", "float16", "sdpa_cudnn")
+    facets = [a.text for a in fig.layout.annotations if a.text in ("forward", "backward")]
+    assert facets == ["forward"] and {t.xaxis for t in fig.data} == {"x"}
+    both = F.speedup_vs_reference(bench, "convention", "float16", "sdpa_cudnn")
+    assert [a.text for a in both.layout.annotations if a.text in ("forward", "backward")] == ["forward", "backward"]
+
+
 def test_empty_brackets_are_dropped_from_labels():
     assert no_empty_brackets("Fastest range: **gemm:fwd** () at 673 TFLOP/s") == "Fastest range: **gemm:fwd** at 673 TFLOP/s"
     assert no_empty_brackets("flash_mma (D=64)") == "flash_mma (D=64)"

@@ -91,8 +91,8 @@
 //  - Bought (H200, torch 2.11.0+cu130, fp16, B=8 H=32 D=128, L2 flushed by reading, 4 interleaved rounds of 5;
 //    `python3 scripts/flush_check.py --modes read --rounds 4 --configs ... --impls flash_decode,
 //    flash_decode:mma=wgmma+rows=64+warpgroups=2,...`; logs profiles/_logs/nvidia-h200/
-//    decode_two_warpgroups_over_keys_ab.log), us, the plan before -> this block: 8 KV heads, Nq = 16: Nk = 1024
-//    21.5 -> 18.7, 4096 50.0 -> 43.0, 16384 166.6-167.0 -> 141.1-141.2 (3.80 TB/s, 79 % of HBM), 65536 606.6-609.6
+//    decode_two_warpgroups_over_keys_ab.log; D = 64: _d64.log), us, the plan before -> this block: 8 KV heads,
+//    Nq = 16: Nk = 1024 21.5 -> 18.7, 4096 50.0 -> 43.0, 16384 166.6-167.0 -> 141.1-141.2 (3.80 TB/s, 79 % of HBM), 65536 606.6-609.6
 //    -> 524.2-526.1 (4.08 TB/s, 85 %); one KV head, Nq = 4: Nk = 1024 14.3 -> 11.0, 4096 18.9 -> 15.5, 16384
 //    29.6 -> 27.6-28.7, 65536 80.5 -> 79.6. Lost: one KV head, Nq = 16 (512 rows, compute-bound: eight 64-row
 //    blocks a head, each streaming its K/V) 70.0 -> 75.1 at 16k, 239.2 -> 267.4 at 64k, where auto keeps 128 rows;

@@ -64,10 +64,10 @@ def pick_sides(deep_a: B.Deep, deep_b: B.Deep | None, a: str, b: str, wanted: di
     implementations; ``b`` empty: the report's next one after ``a``). Else side b is from ``deep_b``, by
     default the same implementation as ``a`` (one kernel before and after a change: each side then named
     ``impl @ tag``), selected by the fields of the case that report knows, or, where side a's range names options
-    no range of that report has (the implementation captured with other options), by the case as given. ``a`` empty: the report's first implementation. Returns (the case completed from
-    ``a``'s ranges, side a, side b or None where there is nothing to compare with). ``kernel``: a regular
-    expression that picks each side's launch (:func:`bottleneck.pick_launch`). ValueError says what is wrong
-    and what is held."""
+    no range of that report has (the implementation captured with other options), by the case as given. ``a``
+    empty: the report's first implementation. Returns (the case completed from ``a``'s ranges, side a, side b
+    or None where there is nothing to compare with). ``kernel``: a regular expression that picks each side's
+    launch (:func:`bottleneck.pick_launch`). ValueError says what is wrong and what is held."""
     held_a = list(dict.fromkeys(deep_a.launches["variant"].dropna()))
     held_b = held_a if deep_b is None else list(dict.fromkeys(deep_b.launches["variant"].dropna()))
     if not held_a or not held_b:

@@ -400,6 +400,13 @@ def _shape_order(df: pd.DataFrame, fields: Sequence[str], label: pd.Series) -> l
 _ORDER = {"pass": ["forward", "backward"]}
 
 
+def _orders(d: pd.DataFrame, **extra: list) -> dict[str, list]:
+    """Category orders for a figure of ``d``: the passes it holds, forward first (a pass listed but absent would
+    draw an empty facet: the decode suite times the forward alone), and ``extra``."""
+    held = set(d["pass"]) if "pass" in d else set()
+    return {"pass": [p for p in _ORDER["pass"] if p in held] + sorted(held - set(_ORDER["pass"]), key=str), **extra}
+
+
 # --------------------------------------------------------------------------- benchmark CSVs
 
 _HOVER = ["config", "B", "H", "N", "D", "causal", "dtype", "options", "ms", "tflops", "gbps", "rel_l2"]
@@ -441,7 +448,7 @@ def throughput_vs_n(df: pd.DataFrame, suite: str, dtype: str, title: str, style:
                   facet_row="shape", markers=True, hover_data=[c for c in _HOVER if c in ok], title=title,
                   labels={"tflops": "TFLOP/s", "N": "sequence length N", "_trace": "implementation"},
                   color_discrete_map=colors, symbol_map=symbols, line_dash_map=dashes,
-                  category_orders={**_ORDER, "_trace": traces, "shape": shapes}, facet_row_spacing=0.04)
+                  category_orders=_orders(ok, _trace=traces, shape=shapes), facet_row_spacing=0.04)
     clean_facet_labels(fig)
     log_axis(fig, "y", ok["tflops"].min(), ok["tflops"].max())
     log_axis(fig, "x", ok["N"].min(), ok["N"].max(), pad=1.15)
@@ -534,7 +541,7 @@ def speedup_vs_reference(df: pd.DataFrame, suite: str, dtype: str, reference: st
     impls = [i for i in st if i in set(d["impl"])]
     configs = list(dict.fromkeys(c for c in ok["config"] if c in set(d["config"])))
     fig = px.scatter(d, x="speedup", y="config", color="impl", symbol="impl", facet_col="pass",
-                     category_orders={**_ORDER, "impl": impls, "config": configs}, title=title,
+                     category_orders=_orders(d, impl=impls, config=configs), title=title,
                      labels={"speedup": f"× {reference}", "impl": "implementation", "config": ""},
                      hover_data=["ms", "ref_ms", "N", "D", "causal"], color_discrete_map=_colors(st),
                      symbol_map=_symbols(st))
@@ -562,7 +569,7 @@ def accuracy_strip(ok: pd.DataFrame, style: Style | None = None) -> go.Figure:
     fig = px.strip(d, x="impl", y="rel_l2", color="impl", facet_col="pass", title=title,
                    hover_data=[c for c in ("suite", "config", "dtype", "B", "H", "N", "D", "causal", "max_rel")
                                if c in d], labels={"rel_l2": "relative L2 error", "impl": ""},
-                   category_orders={**_ORDER, "impl": impls}, color_discrete_map=_colors(st))
+                   category_orders=_orders(d, impl=impls), color_discrete_map=_colors(st))
     clean_facet_labels(fig)
     log_axis(fig, "y", d["rel_l2"].min(), d["rel_l2"].max(), pad=2)
     fig.update_layout(template=TEMPLATE, height=480, showlegend=False)
@@ -899,7 +906,7 @@ def flop_check(fc: pd.DataFrame, title: str, x: str, style: Style | None = None,
                      hover_data=[c for c in ("range", "flop", "model_flop", "flop_counters", "explanation") if c in d],
                      title=title, labels={"counted_over_model": "counted / model FLOPs", "variant": "implementation"},
                      color_discrete_map=_colors(st), symbol_map=_symbols(st),
-                     category_orders={**_ORDER, "variant": names})
+                     category_orders=_orders(d, variant=names))
     clean_facet_labels(fig)
     if x in d and pd.api.types.is_numeric_dtype(d[x]):
         log_axis(fig, "x", d[x].min(), d[x].max(), pad=1.2)
@@ -1151,7 +1158,7 @@ def lines_vs_x(df: pd.DataFrame, y: str, title: str, x: str = "N", style: Style 
     d = split_series(d, x, [c for c in identity_columns(d) if c not in ("variant", "facet")],
                      by=("variant", *([col] if col else []), *([row] if row else [])))
     traces, colors, symbols, dashes = _trace_style(d, st, "variant")
-    orders = {**_ORDER, "_trace": traces}
+    orders = _orders(d, _trace=traces)
     if row:
         orders["facet"] = _shape_order(d, [row], d["facet"])
     fig = px.line(d, x=x, y=y, color="_trace", symbol="_trace", line_dash="_trace", facet_col=col,
