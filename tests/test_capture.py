@@ -711,3 +711,20 @@ def test_one_manifest_writer_for_captured_and_imported_folders(tmp_path):
     assert any(name.startswith("big.csv.") for name in written["files"]) and written["compacted"]
     validate(tmp_path, open_reports=False)
     assert not hasattr(C, "SCHEMA") and not hasattr(importer, "SCHEMA")  # one schema constant, in store.manifest
+
+
+def test_an_interrupted_application_replay_says_how_many_passes_ran(tmp_path):
+    """Under application replay the workload runs every case once a replay pass, so "43 of 43 cases had finished"
+    alone read as done while the fifth pass was in flight: the message says how many whole runs the step's
+    workload made and how far the next one got."""
+    (tmp_path / "cases_ncu.jsonl").write_text("".join(f'{{"range": "r{i % 3}", "status": "ok"}}\n' for i in range(8)))
+    (tmp_path / "cases_nsys.jsonl").write_text("".join(f'{{"range": "r{i}", "status": "ok"}}\n' for i in range(3)))
+    assert C._reruns(tmp_path, 3) == {"ncu": (2, 2)}
+    assert C._reruns(tmp_path, 0) == {}
+    (tmp_path / "cases_ncu.jsonl.running").write_text("r2")
+    import types
+    plan = types.SimpleNamespace(name="decode", runnable=[1, 2, 3])
+    msg = C._keep_failed(KeyboardInterrupt(), plan, tmp_path, tmp_path.parent, "now")
+    assert ("3 of 3 case(s) had finished" in msg and "The case in flight (ncu step): r2." in msg
+            and "The ncu step's workload had run every case 2 time(s) (application replay: once a replay pass) and 2 "
+                "case(s) of the next run." in msg and "nsys step's" not in msg), msg

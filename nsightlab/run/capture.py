@@ -491,11 +491,23 @@ def _in_flight(folder: Path) -> dict[str, str]:
     return out
 
 
+def _reruns(folder: Path, cases: int) -> dict[str, tuple[int, int]]:
+    """step -> (whole runs, cases of the run after them) of a workload that ran its ``cases`` cases more than once
+    (application replay: once per replay pass), from its cases log in ``folder``; steps that ran them once are left
+    out."""
+    out: dict[str, tuple[int, int]] = {}
+    for log in sorted(folder.glob("cases_*.jsonl")):
+        lines = sum(1 for line in log.read_text().splitlines() if line.strip())
+        if cases and lines > cases:
+            out[log.name.removeprefix("cases_").removesuffix(".jsonl")] = divmod(lines, cases)
+    return out
+
+
 def _keep_failed(exc: BaseException, plan: Plan, tmp: Path, profiles: Path, stamp: str) -> str:
     """Move a failed capture's folder aside with a FAILED.txt (what failed, which cases had finished, the
     case in flight); the message that says so."""
     failed = profiles / f".failed-{plan.name}-{stamp}"
-    done, flight = _finished(tmp), _in_flight(tmp)
+    done, flight, reruns = _finished(tmp), _in_flight(tmp), _reruns(tmp, len(plan.runnable))
     with open(tmp / "FAILED.txt", "w") as fh:
         fh.write(f"{type(exc).__name__}: {exc}\n")
         fh.write(f"cases finished ({len(done)} of {len(plan.runnable)}):\n" + "".join(f"  {s:10s} {r}\n" for r, s in done.items()))
@@ -504,6 +516,9 @@ def _keep_failed(exc: BaseException, plan: Plan, tmp: Path, profiles: Path, stam
     what = (f"interrupted{f' ({exc})' if str(exc) else ''}" if isinstance(exc, KeyboardInterrupt)
             else f"failed: {exc}")
     where = "".join(f" The case in flight ({step} step): {r}." for step, r in flight.items())
+    # application replay runs the workload once per pass: "finished" counts cases, not passes
+    where += "".join(f" The {step} step's workload had run every case {runs} time(s) (application replay: once a "
+                     f"replay pass) and {part} case(s) of the next run." for step, (runs, part) in reruns.items())
     return (f"capture of {plan.name!r} {what}. {len(done)} of {len(plan.runnable)} case(s) had finished (listed in "
             f"{failed}/FAILED.txt).{where} The previous capture (if any) is untouched; partial output and logs are in {failed}")
 
