@@ -26,7 +26,7 @@
 // Nq = 16 3.2-3.5 (67-74 %); 1 KV head, Nq = 1 2.8 / 4.0 TB/s at 16k / 64k (59 / 83 %), 1.18-1.34x; 71 of 72
 // shapes at >= 1.0x the best SDPA backend (fp16 Nq1-Nk65536-Hkv32 level at 0.9996x, both at 98 % of HBM).
 // Since 24d2484 / f7a94a6 a k/v head of 33-128 rows runs flash_decode_wgmma.cu's blocks of two warpgroups on Hopper
-// (8 KV heads, Nq = 16: 3.86-4.07 TB/s, 80-85 % of HBM, in the H200 bench at f7a94a6; its header).
+// (8 KV heads, Nq = 16: 3.85-4.07 TB/s of K + V, 80-85 % of HBM, in the H200 bench at f7a94a6; its header).
 // On an H100 80GB HBM3 (7cebd20; `python -m flash_kernels.bench --suite decode --passes forward --dtypes float16
 // --variants flash_decode --refs sdpa_flash,sdpa_cudnn`; profiles/_logs/nvidia-h100-80gb-hbm3/decode_8_warps_tried/):
 // with 8 KV heads 2.67-3.03 TB/s at Nk >= 16k (80-90 % of 3.35 TB/s; Nq = 16 included), 1.00-2.18x the best
