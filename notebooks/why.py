@@ -87,7 +87,7 @@ access = {s.name: B.access_line(f"**{s.name}**", compared[s.name], access_hot[s.
 predicated_hot = {s.name: B.predicated_hotspots(s.deep, s.launch, top, read.REPO, commit_of[s.name]) for s in sides}
 predicated = {s.name: B.predicated_line(f"**{s.name}**", compared[s.name], predicated_hot[s.name]) for s in sides}
 gaps = B.metric_gaps(side_a.deep, side_a.launch, *((side_b.deep, side_b.launch) if pair else (side_a.deep, side_a.launch)))
-where = ", ".join(f"{k}={v}" for k, v in at.items())
+where = why.case_line(at, sides)
 call = B.call_line(side_a.name, side_a.sel, side_b.name, side_b.sel, (side_a.launch, side_b.launch)) if pair else None
 nb.summary([f"**At {where}:** " + (call + (" Longest launch: " if longest else " Compared launch: ") if call else "")
             + (B.verdict(side_a.name, side_b.name, ranked, gaps) if pair else

@@ -179,5 +179,10 @@ def test_one_implementation_with_other_options_in_the_later_capture():
     assert ",mma=mma.sync," in a.sel["range"].iloc[0] and ",warpgroups=2" in b.sel["range"].iloc[0]
     assert (a.name, b.name) == ("flash_decode @ 5e49893 (a)", "flash_decode @ 5e49893 (b)")
     assert a.deep.value(a.launch, "gpu__time_duration.sum") > b.deep.value(b.launch, "gpu__time_duration.sum")
+    line = why.case_line(at, [a, b])  # the fields both ranges share, then each side's own
+    assert line == ("pass=forward, B=8, H=32, N=16, D=128, dtype=float16, causal=0, Hkv=8, Nk=16384, splits=auto "
+                    "(flash_decode @ 5e49893 (a): mma=mma.sync, rows=auto, warpgroups=auto; flash_decode @ 5e49893 "
+                    "(b): mma=auto, rows=64, warpgroups=2)"), line
+    assert why.case_line(at, [a]) == ", ".join(f"{k}={v}" for k, v in at.items())
     with pytest.raises(ValueError, match="b_capture: flash_decode: no range matches .*mma=mma.sync"):
         why.pick_sides(before, after, "flash_decode", "", {"D": "128"})  # two shapes in each: ambiguous

@@ -122,6 +122,37 @@ def pick_sides(deep_a: B.Deep, deep_b: B.Deep | None, a: str, b: str, wanted: di
     return at, side_a, side_b
 
 
+def _range_fields(rng: str) -> dict[str, str] | None:
+    """The pass and the field=value pairs of a range name ``prefix:impl:pass:k=v,...``; None for a name of
+    another form (a foreign report's)."""
+    parts = str(rng).split(":", 3)
+    if len(parts) < 4 or not parts[3]:
+        return None
+    out = {"pass": parts[2]}
+    for kv in parts[3].split(","):
+        if "=" not in kv:
+            return None
+        k, v = kv.split("=", 1)
+        out[k] = v
+    return out
+
+
+def case_line(at: dict[str, str], sides: list[Side]) -> str:
+    """The case a why page is at, as ``k=v, ...``: side a's completed case, or, where the two sides' ranges are
+    named with other fields (the same implementation with other options in two captures, or an option added
+    between them), the fields both share and then, per side, the ones it names otherwise."""
+    where = ", ".join(f"{k}={v}" for k, v in at.items())
+    if len(sides) < 2:
+        return where
+    fa, fb = (_range_fields(s.sel["range"].iloc[0]) for s in sides)
+    if not fa or not fb or fa == fb:
+        return where
+    common = ", ".join(f"{k}={v}" for k, v in at.items() if fa.get(k) == v and fb.get(k) == v)
+    own = [(s.name, ", ".join(f"{k}={v}" for k, v in f.items() if g.get(k) != v))
+           for s, f, g in ((sides[0], fa, fb), (sides[1], fb, fa))]
+    return f"{common} ({'; '.join(f'{name}: {d}' for name, d in own if d)})"
+
+
 def at_case(sides: list[Side], at: dict[str, str]) -> pd.DataFrame:
     """:func:`bottleneck.at_case` for the page's sides: every implementation of the report at the case where
     both sides come from one report; where they come from two, each side's own row, named as the side."""
