@@ -495,6 +495,13 @@ def test_a_kernel_that_finishes_starting_after_ctrl_c_is_killed_at_once():
         asyncio.run(km.shutdown_kernel(now=True))
 
 
+def _sigint_default() -> None:
+    """In the runner's process before it starts: Ctrl-C as a terminal delivers it. A suite started in the
+    background (``cmd &`` without job control, nohup) hands its children SIGINT ignored, and Python then installs
+    no KeyboardInterrupt handler, so the runner would render on to the end."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_the_runner_and_leaves_no_render_folder(tmp_path):
     profiles = tmp_path / "profiles" / "nvidia-h200"
     profiles.mkdir(parents=True)
@@ -502,7 +509,7 @@ def test_ctrl_c_stops_the_runner_and_leaves_no_render_folder(tmp_path):
     reports = tmp_path / "reports"
     proc = subprocess.Popen([sys.executable, "-m", "nsightlab.report", "--profiles", str(tmp_path / "profiles"),
                              "--reports", str(reports)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=_sigint_default)
     deadline = time.time() + 90
     while time.time() < deadline and not list(reports.glob("**/.render-*")):
         time.sleep(0.2)
