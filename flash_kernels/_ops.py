@@ -146,7 +146,7 @@ def _check_group_split(name: str, opts: dict[str, Any], H: int, Hkv: int, Nq: in
 def _check_decode(name: str, opts: dict[str, Any], H: int, Hkv: int, Nq: int,
                   capability: tuple[int, int] | None) -> None:
     """flash_decode's rows and warpgroups against its mma, and all against the GPU (_decode_mma)."""
-    _decode_mma(opts["mma"], opts["rows"], H, Hkv, Nq, capability, opts.get("warpgroups", "auto"))
+    _decode_mma(opts["mma"], opts["rows"], H, Hkv, Nq, capability, opts["warpgroups"])
 
 
 #: Option checks that need the problem's shape or the GPU, per variant: called by _prepare with the resolved
@@ -414,6 +414,11 @@ def _decode_code(rows: int, warpgroups: int) -> int:
     return 4 if rows == 64 and warpgroups == 2 else _DECODE_ROWS[rows]
 
 
+def _decode_tiles(Nk: int, Nq: int, causal: bool) -> int:
+    """The 64-key tiles a row of flash_decode can see: all of Nk, or (causal, top-left) min(Nk, Nq)."""
+    return -(-(min(Nk, Nq) if causal else Nk) // _DECODE_KEYS)
+
+
 def _decode_stages(D: int, rows: int, R: int) -> int:
     """The K/V ring's stages of flash_decode's blocks of ``rows`` rows at head dim ``D`` where a k/v head has ``R``
     rows (flash_decode.cu: decode_stages, decode_rows)."""
@@ -454,8 +459,7 @@ def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: 
     (_decode_wg_smem: its ring, a Q tile and 1 KB of alignment slack a block); its blocks of two warpgroups (128
     rows, or 64 with ``warpgroups`` 2) are one an SM at any D (their registers and the 6-stage ring of the 64-row
     ones), whatever their shared memory would allow."""
-    R = H // Hkv * Nq
-    tiles = -(-(min(Nk, Nq) if causal else Nk) // _DECODE_KEYS)
+    R, tiles = H // Hkv * Nq, _decode_tiles(Nk, Nq, causal)
     rows, wgs = _decode_block(rows, warpgroups, mma, R, tiles)
     if splits == "auto":
         per_sm = 1
@@ -482,16 +486,16 @@ def _decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.
         q, scale = -q, -scale
     B, H, Nq, D = q.shape
     props = torch.cuda.get_device_properties(q.device)
-    wgs = opts.get("warpgroups", "auto")
-    mma = _decode_mma(opts["mma"], opts["rows"], H, k.shape[1], Nq, (props.major, props.minor), wgs)
-    rows, splits = _decode_plan(opts["rows"], opts["splits"], B, H, k.shape[1], Nq, k.shape[2], D, causal,
-                                props.multi_processor_count, props.shared_memory_per_multiprocessor, mma, wgs)
+    Hkv, Nk = k.shape[1], k.shape[2]
+    mma = _decode_mma(opts["mma"], opts["rows"], H, Hkv, Nq, (props.major, props.minor), opts["warpgroups"])
+    # the block once (the plan, given it resolved, keeps it)
+    rows, wgs = _decode_block(opts["rows"], opts["warpgroups"], mma, H // Hkv * Nq, _decode_tiles(Nk, Nq, causal))
+    _, splits = _decode_plan(rows, opts["splits"], B, H, Hkv, Nq, Nk, D, causal, props.multi_processor_count,
+                             props.shared_memory_per_multiprocessor, mma, wgs)
     ws = [_alloc((splits, B * H * Nq, D), torch.float32, q.device),
           _alloc((splits, B * H * Nq), torch.float32, q.device)] if splits > 1 else []
     module = "flash_decode_wgmma" if mma == "wgmma" else "flash_decode"
-    tiles = -(-(min(k.shape[2], Nq) if causal else k.shape[2]) // _DECODE_KEYS)
-    code = _decode_code(*_decode_block(rows, wgs, mma, H // k.shape[1] * Nq, tiles))
-    _build.load(module).fwd(code | splits << 8, q, k, v, o, lse, ws, scale, causal)
+    _build.load(module).fwd(_decode_code(rows, wgs) | splits << 8, q, k, v, o, lse, ws, scale, causal)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, variant: str = "flash_mma", causal: bool = False,

@@ -8,7 +8,10 @@ flash_kernels._ops._decode_plan is tuned from.
     python scripts/decode_plan_sweep.py --configs Nq4-Nk16384-Hkv1 --rows 64 --mma mma.sync,wgmma
 
 Each setting runs with the option mma given (default "auto": on a compute capability 9.0 GPU rows auto / 64 run
-wgmma where a k/v head has more than 64 rows, rows 16 / 32 mma.sync); the label names the instruction it ran.
+wgmma where a k/v head has more than 32 rows, rows 16 / 32 mma.sync) and warpgroups "auto"; the label names the
+instruction it ran. The auto plan's line names its warpgroups too (0: mma.sync; 2 at 64 rows: the two split the
+keys). The option warpgroups is not swept here: scripts/flush_check.py times such settings
+(flash_decode:mma=wgmma+rows=64+warpgroups=2).
 
 Prints, per shape, every setting's microseconds, fastest first, with the auto plan's (rows, splits) named; the
 rows go to --out as CSV. Needs a CUDA GPU.
@@ -24,7 +27,7 @@ import statistics
 import torch
 
 from flash_kernels import VARIANTS, bench
-from flash_kernels._ops import _decode_mma, _decode_plan
+from flash_kernels._ops import _decode_block, _decode_mma, _decode_plan, _decode_tiles
 from flash_kernels.bench_suites import SUITES
 from flash_kernels.testing import random_attention_inputs
 
@@ -88,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         plan = _decode_plan("auto", "auto", c.B, c.H, c.Hkv, c.N, c.Nk, c.D, c.causal, props.multi_processor_count,
                             props.shared_memory_per_multiprocessor, mma)
         got = sorted((statistics.median(t) * 1e3, label) for label, t in times.items())
-        print(f"{name} (auto = rows {plan[0]}, splits {plan[1]}, {mma}): "
+        wgs = _decode_block("auto", "auto", mma, c.H // c.Hkv * c.N, _decode_tiles(c.Nk, c.N, c.causal))[1]
+        print(f"{name} (auto = rows {plan[0]}, splits {plan[1]}, {mma}, warpgroups {wgs}): "
               + "  ".join(f"{i} {t:.1f}" for t, i in got), flush=True)
         rows += [{"config": name, "setting": label, "us": statistics.median(t) * 1e3, "us_min": min(t) * 1e3,
                   "repeats": len(t)} for label, t in times.items()]

@@ -101,16 +101,17 @@ def pick_sides(deep_a: B.Deep, deep_b: B.Deep | None, a: str, b: str, wanted: di
     try:
         lb = B.select_range(deep_b if cross else deep_a, b, at_b)
     except ValueError as exc:
+        failed = ValueError(f"{'b_capture: ' if cross else ''}{exc}")
         # the same implementation run with other options in b_capture (a change of plan between the two
         # captures: side a's completed case names its own options): side b by the case as given, where that
         # picks one range there
         by_case = {k: v for k, v in wanted.items() if k in cols_b}
+        if not (cross and a == b and by_case != at_b):
+            raise failed from None
         try:
-            if not (cross and a == b and by_case != at_b):
-                raise ValueError
             lb = B.select_range(deep_b, b, by_case)
         except ValueError:
-            raise ValueError(f"{'b_capture: ' if cross else ''}{exc}") from None
+            raise failed from None
     if cross and tags[0] == tags[1]:
         tags = (f"{tags[0]} (a)", f"{tags[1]} (b)")
     # one implementation in two captures: each side named with its capture's tag
