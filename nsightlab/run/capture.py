@@ -252,17 +252,21 @@ def slow_launch_hint(folder: Path) -> str:
             f"`nsightlab hang --sweep SWEEP --only RANGE` finds the sections it stalls under")
 
 
+def _case_records(log: Path) -> list[dict]:
+    """The finished cases a workload's cases log holds, one record a line (a line cut short is left out)."""
+    out = []
+    for line in log.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
 def _finished(folder: Path) -> dict[str, str]:
     """range -> status of the cases the workload logs in ``folder`` say finished."""
-    out: dict[str, str] = {}
-    for log in sorted(folder.glob("cases_*.jsonl")):
-        for line in log.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            out[rec.get("range", "")] = rec.get("status", "?")
-    return out
+    return {rec.get("range", ""): rec.get("status", "?")
+            for log in sorted(folder.glob("cases_*.jsonl")) for rec in _case_records(log)}
 
 
 @dataclass
@@ -497,9 +501,9 @@ def _reruns(folder: Path, cases: int) -> dict[str, tuple[int, int]]:
     out."""
     out: dict[str, tuple[int, int]] = {}
     for log in sorted(folder.glob("cases_*.jsonl")):
-        lines = sum(1 for line in log.read_text().splitlines() if line.strip())
-        if cases and lines > cases:
-            out[log.name.removeprefix("cases_").removesuffix(".jsonl")] = divmod(lines, cases)
+        done = len(_case_records(log))
+        if cases and done > cases:
+            out[log.name.removeprefix("cases_").removesuffix(".jsonl")] = divmod(done, cases)
     return out
 
 
