@@ -389,7 +389,7 @@ def _decode_block(rows: Any, warpgroups: Any, mma: str, R: int, tiles: int) -> t
     rows, else 1.
 
     Measured on an H200 (torch 2.11.0+cu130, fp16, B=8 H=32 D=128, L2 flushed by reading, 4 interleaved rounds;
-    profiles/_logs/nvidia-h200/decode_two_warpgroups_over_keys_ab.log), us for the plan before (64- or
+    profiles/_logs/nvidia-h200/decode_two_warpgroups_over_keys_ab.log.xz), us for the plan before (64- or
     128-row blocks), 64 rows over two warpgroups, 128 rows: one KV head, Nq = 4 (128 rows): Nk = 1024 14.3 /
     11.0 / 13.9, 4096 18.9 / 15.5 / 18.0, 16384 29.6 / 27.6 / 28.9; Nq = 16 (512 rows): 16384 70.0 / 75.1 / 69.0,
     65536 239.2 / 267.4 / 237.7; 8 KV heads, Nq = 16 (64 rows; the plan before ran mma.sync): Nk = 1024 21.5 /
@@ -439,7 +439,7 @@ def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: 
     memory. rows and warpgroups "auto": _decode_block (on wgmma, 128-row blocks of two warpgroups from 4096 keys
     where a k/v head has more than 64 rows had measured: at 1024 keys 64-row blocks give twice the blocks:
     12.8 against 16.9 us at one KV head, Nq = 4; 19.6 against 21.3 at Nq = 16; at 4096 the two tie, at 16384 and
-    more 128 rows win: profiles/_logs/nvidia-h100-80gb-hbm3/decode_wgmma_two_warpgroups_ab.log). splits "auto": as many as give every SM one block, in one
+    more 128 rows win: profiles/_logs/nvidia-h100-80gb-hbm3/decode_wgmma_two_warpgroups_ab.log.xz). splits "auto": as many as give every SM one block, in one
     wave (with more than 64 rows a k/v head, the tensor work's, as many blocks as its shared memory holds), but
     no more than leave 4 key tiles (256 keys) a split (the last split may hold fewer). Where a k/v head's rows
     take several blocks (17-64 rows: two 16-row blocks), those blocks read the same K/V, so half the SMs' loads go

@@ -14,8 +14,10 @@ the write-back can slow.
 An implementation may carry a variant's options after a colon (name:option=value, several joined by "+").
 --floor adds rows that only read as many bytes as K and V hold (one contiguous copy of both, made once), with
 PyTorch's reduction kernels, timed the same way: kv_sum (torch.sum to one fp32 value), kv_sum_cols (column sums
-of a [*, 4096] view, as the bench's read flush does) and kv_amax. They tell what streaming those bytes costs on
-this GPU when nothing else is done, fixed costs (launch, ramp, tail) included.
+of a [*, 4096] view, as the bench's read flush does) and kv_amax, and with a kernel that only reads
+(scripts/read_floor.cu, built here with load_inline): kv_stream[b x t, uU] with b blocks an SM of t threads, each
+with U 16-byte loads in flight, for several grid shapes. They tell what streaming those bytes costs on this GPU
+when nothing else is done, fixed costs (launch, ramp, tail) included; the fastest kv_stream row is the floor.
 
 Prints, per shape and implementation, the median microseconds and the GB/s of compulsory K+V bytes under
 each mode. Needs a CUDA GPU.
@@ -26,12 +28,44 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
+from pathlib import Path
 
+import numpy
 import torch
 
 from flash_kernels import bench
 from flash_kernels.bench_suites import SUITES
 from flash_kernels.testing import random_attention_inputs
+
+#: kv_stream's grid shapes: (blocks an SM, threads a block, 16-byte loads in flight a thread)
+STREAM_SHAPES = ((1, 1024, 4), (1, 1024, 8), (2, 1024, 2), (2, 1024, 4), (2, 512, 8), (4, 512, 4), (8, 256, 4),
+                 (16, 128, 8))
+
+
+def read_stream_module():
+    """scripts/read_floor.cu as a module with read_stream(buf, blocks, threads, unroll, sink, check)."""
+    from torch.utils.cpp_extension import load_inline
+
+    cpp = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+cudaError_t read_stream_launch(const void* p, long long bytes, int blocks, int threads, int unroll, unsigned* sink,
+                               bool check, cudaStream_t stream);
+void read_stream(torch::Tensor buf, int64_t blocks, int64_t threads, int64_t unroll, torch::Tensor sink, bool check) {
+  TORCH_CHECK(buf.is_cuda() && buf.is_contiguous(), "read_stream: buf must be a contiguous CUDA tensor");
+  const long long bytes = buf.numel() * buf.element_size();
+  TORCH_CHECK(bytes % 16 == 0 && reinterpret_cast<uintptr_t>(buf.data_ptr()) % 16 == 0,
+              "read_stream: buf must hold a multiple of 16 bytes at a 16-byte aligned address; got ", bytes, " bytes");
+  TORCH_CHECK(sink.is_cuda() && sink.numel() >= 1 && sink.element_size() == 4, "read_stream: sink: one 4-byte word");
+  const cudaError_t e = read_stream_launch(buf.data_ptr(), bytes, blocks, threads, unroll,
+                                           static_cast<unsigned*>(sink.data_ptr()), check,
+                                           at::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(e == cudaSuccess, "read_stream: ", cudaGetErrorString(e), " (unroll takes 1, 2, 4 or 8)");
+}
+"""
+    cu = (Path(__file__).with_name("read_floor.cu")).read_text()
+    return load_inline(name="fk_read_floor", cpp_sources=[cpp], cuda_sources=[cu], functions=["read_stream"],
+                       extra_cuda_cflags=["-O3"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
           f"K+V), median of {a.rounds} rounds x 5 repeats, modes and implementations interleaved")
     cfgs = {c.name: c if a.head_dim is None else dataclasses.replace(c, D=a.head_dim) for c in SUITES["decode"][0]}
     flushers = {m: bench.L2Flusher(m) for m in modes}
+    stream = read_stream_module() if a.floor else None
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
     hold = bench.GpuHold()
     for name in configs:
         c = cfgs[name]
@@ -107,14 +143,28 @@ def main(argv: list[str] | None = None) -> int:
             calls["kv_sum"] = lambda buf=buf: torch.sum(buf, dtype=torch.float32)
             calls["kv_sum_cols"] = lambda buf=buf, cols=cols: torch.sum(buf.view(-1, 4096), dim=0, out=cols)
             calls["kv_amax"] = lambda buf=buf: torch.amax(buf)
+            sink = torch.zeros(1, dtype=torch.int32, device=buf.device)
+            words = buf.view(torch.int32).cpu().numpy()
+            want = int(numpy.bitwise_xor.reduce(words)) & 0xFFFFFFFF
+            for bps, threads, unroll in STREAM_SHAPES:
+                sink.zero_()
+                stream.read_stream(buf, bps * sms, threads, unroll, sink, True)
+                got = int(sink.item()) & 0xFFFFFFFF
+                if got != want:  # the floor must read every byte: a kernel that skips some would time too fast
+                    raise SystemExit(f"kv_stream[{bps}x{threads},u{unroll}] read a XOR of {got:#x}, the buffer's is "
+                                     f"{want:#x}: it did not read every word once")
+                calls[f"kv_stream[{bps}x{threads},u{unroll}]"] = (
+                    lambda buf=buf, g=bps * sms, t=threads, u=unroll, sink=sink:
+                    stream.read_stream(buf, g, t, u, sink, False))
         times = bench.time_interleaved({(i, m): (calls[i], flushers[m]) for i in calls for m in modes}, a.rounds,
                                        hold)
+        width = max(13, *(len(i) for i in calls))
         for impl in calls:
             cells = []
             for mode in modes:
                 us = statistics.median(times[impl, mode]) * 1e3
                 cells.append(f"{mode} {us:7.1f} ({kv_bytes / us / 1e3:5.0f})")
-            print(f"{name:20s} {impl:13s} " + "  ".join(cells), flush=True)
+            print(f"{name:20s} {impl:{width}s} " + "  ".join(cells), flush=True)
         del inputs, copies, calls
         torch.cuda.empty_cache()
     return 0

@@ -16,7 +16,7 @@
 //    per SM): one to three tiles in flight per block while one is used, with one barrier per tile (flash_mma:
 //    double buffering, two barriers per tile).
 // Bought (H200, 7a78894, `python -m flash_kernels.bench --suite decode --passes forward`, B=8 H=32 D=128, in one
-// run with SDPA's backends; CSV profiles/_logs/nvidia-h200/bench_decode_7a78894.csv): with 32 KV heads 4.0-4.6 TB/s
+// run with SDPA's backends; CSV profiles/_logs/nvidia-h200/bench_decode_7a78894.csv.xz): with 32 KV heads 4.0-4.6 TB/s
 // of compulsory K + V bytes at Nk >= 4k (92-95 % of HBM at Nk >= 16k), 0.94-1.32x the best SDPA backend; with 8 KV
 // heads and Nq <= 4 3.9-4.4 TB/s at Nk >= 16k (80-91 %), 0.99-3.1x, where flash_mma moved 0.6 TB/s (bench at
 // 1ebba72). Missed: 64 rows per k/v head (Hkv = 8 with Nq = 16: 3.1 TB/s, 64 %), and Hkv = 1, where a head's
@@ -36,7 +36,7 @@
 // block per SM, the 8 warps two 4-warp blocks already give); 128 rows 9 % slower at Hkv = 1, Nq = 16.
 // The plan (rows per block, splits; flash_kernels/_ops.py: _decode_plan) was re-tuned on the H100 at 1687b8b with
 // scripts/decode_plan_sweep.py, every option interleaved on the same inputs (log profiles/_logs/nvidia-h100-80gb-hbm3/
-// decode_plan_sweep_interleaved.log): one block per SM rather than as many as shared memory holds while a k/v head
+// decode_plan_sweep_interleaved.log.xz): one block per SM rather than as many as shared memory holds while a k/v head
 // has at most 64 rows, at least 4 tiles a split, two 16-row blocks for 17-32 rows. In the bench capture at 1687b8b
 // (the bench's timer now keeps the host's launch path out of short calls): 3.04-3.11 TB/s with 32 KV heads and
 // 2.72-3.07 TB/s (81-92 % of HBM) with 8 at Nk >= 16k; >= 1.0x the best SDPA backend in 35 of 36 fp16 rows (the
@@ -46,33 +46,33 @@
 // gap. It now reads a row's LSEs in one round trip (lane s: split s) and 8 O rows at a time, and is launched as a
 // programmatic dependent launch of the split kernel (sm_90: its launch overlaps the split kernel's tail). Bought
 // (H100 80GB HBM3, same-node A/B, two rounds each, fp16, B=8 H=32 D=128, scripts/flush_check.py --modes read; log
-// profiles/_logs/nvidia-h100-80gb-hbm3/decode_combine_pdl_ab.log), one KV head, Nq = 1: Nk = 1024 12.7 -> 10.1 us
+// profiles/_logs/nvidia-h100-80gb-hbm3/decode_combine_pdl_ab.log.xz), one KV head, Nq = 1: Nk = 1024 12.7 -> 10.1 us
 // (cuDNN 12.1-12.2), 4096 17.1 -> 14.0, 16384 35.6 -> 31.1-31.4 (2.15 TB/s, 64 % of HBM), 65536 99.8-101.3 ->
 // 95.5-95.7 (2.81 TB/s, 84 %); Nq = 4, Nk = 16384: 47.5 -> 43.7-44.2; 8 KV heads, Nk = 1024: 20.0-20.2 -> 17.9-18.1.
 // Lost: 1.2 % at one KV head, Nq = 16, Nk = 16384 (compute-bound: 129.3-129.5 -> 130.9-131.3 us).
 // The merge, second step (fd40890 -> abb1c58): 2 or 4 warps a row where a row has 8 or more splits (its splits
 // shared among its warps, their sums added in shared memory: at one KV head 64 blocks of four one-row warps had
 // left one warp per scheduler). Bought (H100 80GB HBM3, same-node A/B, two rounds, fp16, B=8 H=32 D=128; log
-// profiles/_logs/nvidia-h100-80gb-hbm3/decode_merge_warps_ab.log): one KV head, Nq = 1, Nk = 16384 30.9-31.0 ->
+// profiles/_logs/nvidia-h100-80gb-hbm3/decode_merge_warps_ab.log.xz): one KV head, Nq = 1, Nk = 16384 30.9-31.0 ->
 // 30.3-30.5 us, 65536 96.5-97.9 -> 95.7-96.4; Nq = 4, Nk = 16384 44.2 -> 43.5-43.6. Lost 1.1-1.2 % at one KV head,
 // Nq = 16, Nk = 16384 (129.5 -> 130.9-131.1 us; 4 splits: one warp a row, the same merge code), as the step
 // before did there; an A/A run of one tree against itself differed by 0.4 % at that shape, and the next A/B
 // (abb1c58 -> 5775417) read it 0.5 % the other way. Then (abb1c58 -> 5775417) a row's first O loads go out beside
 // its LSE loads: no gain that the A/B resolves (Nq = 1, Nk = 16384 30.8-30.9 against 30.9-31.0 us; Nq = 4 44.1-44.4
-// against 43.8; log decode_merge_loads_ab_and_aa.log, with the A/A run).
+// against 43.8; log decode_merge_loads_ab_and_aa.log.xz, with the A/A run).
 // Tried and reverted (da92539): the splits of a row block launched as one thread block cluster that merges
 // through distributed shared memory, with no partials in global memory and no second kernel. About 1 us slower
 // where it ran (one KV head, Nq = 1: Nk = 1024 10.8 against 9.8-9.9 us, 4096 15.9 against 15.0; log
-// decode_cluster_merge_ab.log): the merge kernel, launched dependent, already overlaps the split kernel's tail. At
+// decode_cluster_merge_ab.log.xz): the merge kernel, launched dependent, already overlaps the split kernel's tail. At
 // Nk = 16384 (16 splits) the 16-block cluster may not have fitted, in which case that launch fell back to the
 // merge kernel and the A/B compared the same code there.
 // Three blocks an SM where the tensor work holds the call (5c1badc -> f295b00): a k/v head of more than 64 rows
 // (one KV head at Nq = 4 and 16) ran two 64-row blocks an SM, held there by shared memory (a 16 KB Q tile beside a
 // 3-stage ring of 96 KB); under Nsight Compute (one KV head, Nq = 4, Nk = 16384; log profiles/_logs/
-// nvidia-h100-80gb-hbm3/ncu_decode_hkv1_nq4_nq16.log) its warps were 1.94 a scheduler, 0.39 of them eligible, the
+// nvidia-h100-80gb-hbm3/ncu_decode_hkv1_nq4_nq16.log.xz) its warps were 1.94 a scheduler, 0.39 of them eligible, the
 // tensor pipe 34 % busy and DRAM 54 %. Q now travels in the ring's last stage, and those blocks keep 2 stages
 // (decode_stages): 64 KB, three an SM. Bought (H100 80GB HBM3, same-node A/B against 5c1badc, two rounds, fp16,
-// B=8 H=32 D=128; log decode_ring_two_stages_ab.log): one KV head, Nq = 4, Nk = 4096 23.6 -> 22.6 us, 16384
+// B=8 H=32 D=128; log decode_ring_two_stages_ab.log.xz): one KV head, Nq = 4, Nk = 4096 23.6 -> 22.6 us, 16384
 // 44.4-44.6 -> 42.1-42.6, 65536 133.1-134.1 -> 123.9 (2.17 TB/s); Nq = 16, Nk = 16384 130.0-130.4 -> 118.7; 8 KV
 // heads, Nq = 16, Nk = 16384 183.2-184.2 -> 181.2-181.8; the other rows moved by at most 0.6 us or 0.2 %. Two
 // stages for every 64-row block lost 3 % at 8 KV heads, Nq = 16 (64 rows a head: one streaming block per SM),

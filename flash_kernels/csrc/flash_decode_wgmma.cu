@@ -27,7 +27,7 @@
 // Bought (H100 80GB HBM3, torch 2.11.0+cu130, fp16, B=8 H=32 D=128, L2 flushed (read), two interleaved rounds,
 // same node; `python3 scripts/flush_check.py --modes read --rounds 2 --impls
 // flash_decode:mma=mma.sync,flash_decode:mma=wgmma --configs ...`; log profiles/_logs/nvidia-h100-80gb-hbm3/
-// decode_wgmma_ab.log), mma.sync -> wgmma, one KV head: Nq = 4: Nk = 4096 22.9 -> 21.0 us, 16384 42.8 -> 39.2
+// decode_wgmma_ab.log.xz), mma.sync -> wgmma, one KV head: Nq = 4: Nk = 4096 22.9 -> 21.0 us, 16384 42.8 -> 39.2
 // (1.71 TB/s), 65536 126.3 -> 120.4 (2.23 TB/s); Nq = 16: Nk = 1024 21.7 -> 19.2, 16384 120.1 -> 115.7, 65536
 // 423.6 -> 427.4 (the one loss, 0.9 %); forced where auto keeps mma.sync: 8 KV heads, Nq = 16 (64 rows), Nk = 16384
 // 190.9 -> 186.6; one KV head, Nq = 1 (32 rows), 32.0 -> 31.3. The one-KV-head rows stay far from HBM's 3.35 TB/s:
@@ -45,12 +45,12 @@
 //    beside tile t. ptxas 13.0 moves the wait for P V up to the fourth MUFU.EX2 of the softmax (SASS: WARPGROUP.
 //    DEPBAR.LE gsb0, 0x0 after 4 of 32), so what it buys is two products in flight, not the softmax hidden
 //    behind them (flash_wgmma_fwd.cu's overlap kernels: 0 to 49 of their MUFU.EX2 between the waits, by instantiation;
-//    scripts/sass_overlap.py, log profiles/_logs/nvidia-h100-80gb-hbm3/sass_overlap_92bb987.log).
+//    scripts/sass_overlap.py, log profiles/_logs/nvidia-h100-80gb-hbm3/sass_overlap_92bb987.log.xz).
 //    Tried in compiles only (no GPU run): without the fences after the softmax, the same 4 MUFU; with P packed
 //    before the wait into fresh registers (copied into pf after it), ptxas serializes every wgmma of the loop
 //    (WARPGROUP.DEPBAR.LE gsb0, 0x0 after each HGMMA), which is worse.
 // Bought (H100 80GB HBM3, torch 2.11.0+cu130, fp16, B=8 H=32 D=128, L2 flushed (read), two interleaved rounds, same
-// node; log profiles/_logs/nvidia-h100-80gb-hbm3/decode_wgmma_two_warpgroups_ab.log), 64-row blocks -> 128 rows
+// node; log profiles/_logs/nvidia-h100-80gb-hbm3/decode_wgmma_two_warpgroups_ab.log.xz), 64-row blocks -> 128 rows
 // with the overlap (-> 128 rows without it), one KV head: Nq = 4: Nk = 4096 22.2-22.4 -> 22.1 (22.1), 16384
 // 40.8-41.0 -> 39.5-39.7 (40.9-41.0), 65536 122.8-123.5 -> 111.3-111.7 us (118.1-118.4; 2.41 TB/s, 72 % of
 // HBM); Nq = 16: Nk = 16384 117.7-118.8 -> 108.5-108.9 (114.1-114.3), 65536 426.3-429.3 -> 373.6-376.0 (404.9-405.6;
@@ -59,7 +59,7 @@
 // (the first run, another node: 40.4 -> 41.3 us): there the time is not the L2 traffic of two blocks a head.
 // A producer warp for the two-warpgroup blocks (513a072 -> this step; flash_decode_ws_kernel):
 //  - Why: under Nsight Compute (one KV head, Nq = 4, 16k keys; log profiles/_logs/nvidia-h100-80gb-hbm3/
-//    ncu_decode_hkv1_nq4_before_producer.log) the split kernel took 34.6 us with DRAM 60 % busy and 0.34 warps
+//    ncu_decode_hkv1_nq4_before_producer.log.xz) the split kernel took 34.6 us with DRAM 60 % busy and 0.34 warps
 //    issuing a scheduler; a tile cost each warp 254 instructions of its own work, 231 more to issue the next tile's
 //    cp.async (addresses, swizzle, bounds), and both warpgroups met at a block-wide barrier every tile, so their
 //    softmax and products ran in step. More stages (5, 6) were no faster: the bytes in flight were not the limit.
@@ -68,7 +68,7 @@
 //    warps' arrivals. The warpgroups no longer meet until the end of the block. 288 threads, 156 registers at
 //    D = 128 (174 before), 118 at D = 64: one block an SM at either (two at D = 64 before).
 //  - Bought (H100 80GB HBM3, same-node A/B against 513a072, two rounds, fp16, B=8 H=32 D=128, L2 flushed by reading;
-//    log profiles/_logs/nvidia-h100-80gb-hbm3/decode_wgmma_ws_ab.log), one KV head: Nq = 4, Nk = 16384 39.6-39.7 ->
+//    log profiles/_logs/nvidia-h100-80gb-hbm3/decode_wgmma_ws_ab.log.xz), one KV head: Nq = 4, Nk = 16384 39.6-39.7 ->
 //    37.5-37.7 us, 65536 110.9-111.4 -> 101.0-101.5 (2.65 TB/s, 79 % of HBM); Nq = 16, Nk = 16384 108.0-108.6 ->
 //    71.0-71.1, 65536 374.9-375.0 -> 238.2-238.8 (578 TFLOP/s); Nq = 4, Nk = 4096 unchanged (22.2-22.4). The rows
 //    on flash_decode.cu's kernel moved by at most 1.6 % either way (8 KV heads, Nq = 1: 177.9-180.6 against
@@ -91,7 +91,7 @@
 //  - Bought (H200, torch 2.11.0+cu130, fp16, B=8 H=32 D=128, L2 flushed by reading, 4 interleaved rounds of 5;
 //    `python3 scripts/flush_check.py --modes read --rounds 4 --configs ... --impls flash_decode,
 //    flash_decode:mma=wgmma+rows=64+warpgroups=2,...`; logs profiles/_logs/nvidia-h200/
-//    decode_two_warpgroups_over_keys_ab.log; D = 64: _d64.log), us, the plan before -> this block: 8 KV heads,
+//    decode_two_warpgroups_over_keys_ab.log.xz; D = 64: _d64.log), us, the plan before -> this block: 8 KV heads,
 //    Nq = 16: Nk = 1024 21.5 -> 18.7, 4096 50.0 -> 43.0, 16384 166.6-167.0 -> 141.1-141.2 (3.80 TB/s, 79 % of HBM), 65536 606.6-609.6
 //    -> 524.2-526.1 (4.08 TB/s, 85 %); one KV head, Nq = 4: Nk = 1024 14.3 -> 11.0, 4096 18.9 -> 15.5, 16384
 //    29.6 -> 27.6-28.7, 65536 80.5 -> 79.6. Lost: one KV head, Nq = 16 (512 rows, compute-bound: eight 64-row
@@ -113,7 +113,7 @@ namespace fk {
 // Stages of the ring for blocks of WG warpgroups (64 WG rows): one warpgroup, 3 at D = 128 (two blocks an SM), 4 at
 // D = 64 (three); two warpgroups, 4 at D = 128 (161 KB) and D = 64 (81 KB), one block an SM (registers). Six stages for
 // two warpgroups at D = 128 (225 KB) were no faster (one KV head, Nq = 4, 4k keys 23.7 against 22.4 us; 5 stages
-// 22.6; log profiles/_logs/nvidia-h100-80gb-hbm3/decode_wgmma_ws_ab.log): the bytes in flight were not what the
+// 22.6; log profiles/_logs/nvidia-h100-80gb-hbm3/decode_wgmma_ws_ab.log.xz): the bytes in flight were not what the
 // block waited on.
 template <int D, int WG>
 __host__ __device__ constexpr int decode_wg_stages() { return D == 128 && WG == 1 ? 3 : 4; }

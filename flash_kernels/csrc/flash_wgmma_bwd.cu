@@ -55,7 +55,7 @@
 // copy engine (4 KB), instead of 32 red.global.add.v2 per thread; a small kernel un-permutes and scales it.
 // dS^T is stored by stmatrix, and LSE/Dd sit per thread contiguous in shared memory (16-byte loads).
 //   Measured (H100 80GB HBM3, torch 2.11.0+cu130, scripts/wgmma_smoke.py --passes backward at baf56bc, log
-//   profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_bwd_tma_ws_baf56bc.log; fp16, B*N = 16k, H = 16, L2 flushed,
+//   profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_bwd_tma_ws_baf56bc.log.xz; fp16, B*N = 16k, H = 16, L2 flushed,
 //   median of up to 20): D = 128 (64x128) 505-514 TFLOP/s full, 443-493 causal at N = 4096-8192, 0.90-0.96x
 //   cuDNN in the same run (cp.async 358-371 / 315-336, 0.65-0.68x); D = 64 (128x128) 317-328 full, 0.69-0.70x
 //   (cp.async 310-324). The first version (2c5c874: 16 st.shared.b32 per step for dS^T, one bulk reduce per
@@ -79,7 +79,7 @@
 // (longest first within the head); the last heads' longest blocks start late, a tail that list scheduling by
 // longest work first should remove. Two orders of the same grid were measured as an extra pipeline against
 // tma-ws in the same run (H100 80GB HBM3, torch 2.11.0+cu130, scripts/wgmma_smoke.py --passes backward
-// --bwd-pipelines tma-ws,<order> --time-n 4096,8192,16384; fp16, causal; the chunked order's code: wgmma_bwd_longest_first_chunked_not_kept.diff beside the logs):
+// --bwd-pipelines tma-ws,<order> --time-n 4096,8192,16384; fp16, causal; the chunked order's code: wgmma_bwd_longest_first_chunked_not_kept.diff.xz beside the logs):
 // key-block-major over the whole grid (every head's key block 0, then every head's 1, ...): D = 128 0.71 /
 // 0.91 / 0.92x cuDNN at N = 4096 / 8192 / 16384 against tma-ws's 0.90 / 0.99 / 0.95x (D = 64 128x128: 0.98 /
 // 1.05 / 0.99 against 1.01 / 1.03 / 1.03; the blocks in flight read up to 64 heads' Q, dO instead of a few
@@ -91,10 +91,10 @@
 // Staggered query sweep, tried and not kept. Without causal, every key block of a head sweeps the query blocks
 // from the first, so the blocks in flight (up to 132 of one head at N = 16384) add their dQ pieces into the same
 // query block's accumulator at once. A pipeline "tma-ws-staggered" started each key block at the query block
-// on its diagonal and wrapped round (the code: wgmma_bwd_staggered_not_kept.diff beside the log). Measured in
+// on its diagonal and wrapped round (the code: wgmma_bwd_staggered_not_kept.diff.xz beside the log). Measured in
 // one run against tma-ws (H100 80GB HBM3, torch 2.11.0+cu130, scripts/wgmma_smoke.py --passes backward
 // --bwd-pipelines tma-ws,tma-ws-staggered --no-check --time-dtypes float16,bfloat16; log profiles/_logs/
-// nvidia-h100-80gb-hbm3/wgmma_smoke_bwd_staggered_not_kept.log), TFLOP/s at N = 4096 / 8192 / 16384, full:
+// nvidia-h100-80gb-hbm3/wgmma_smoke_bwd_staggered_not_kept.log.xz), TFLOP/s at N = 4096 / 8192 / 16384, full:
 // D = 128 fp16 507 / 513 / 516 against staggered 476 / 498 / 506, bf16 516 / 508 / 526 against 484 / 509 / 522;
 // D = 64 (128x128) level or lower (fp16 422 / 438 / 447 against 411 / 434 / 436); causal (unchanged but for
 // the code) within 1-3 %. The same-address adds cost less than the spread-out sweep loses (Q, dO of a query
@@ -216,7 +216,7 @@ __device__ __forceinline__ void bwd_p_ds(uint32_t (&pf)[BM / 16][4], uint32_t (&
     // the pass (141 instructions, masked steps only). Measured (H100 80GB HBM3, torch 2.11.0+cu130, same-node
     // A/B against 203cfb1, two rounds each of `python -m flash_kernels.bench --suite convention --passes
     // backward --variants flash_wgmma --refs sdpa_cudnn`, L2 flushed; log profiles/_logs/nvidia-h100-80gb-hbm3/
-    // wgmma_bwd_mask_pass_ab.log; the tree also had wg_dq_postprocess_kernel's whole-chunk reads): the mean
+    // wgmma_bwd_mask_pass_ab.log.xz; the tree also had wg_dq_postprocess_kernel's whole-chunk reads): the mean
     // of the two rounds' times fell 0.0-1.5% at N = 4096 and 16384 full, 1.2% (bf16) and 4.7% (fp16) at 8192
     // full, 1.2-1.3% causal at 8192; 0.905-0.975x cuDNN in those runs against 0.891-0.953x. Less than the
     // instruction count suggests: the kernel waits on the tensor pipe, barriers and MUFU more than on issue.

@@ -23,7 +23,7 @@
 //   accumulator and is added to O by the CUDA cores. Hopper's FP8 wgmma keeps fewer than fp32's bits in its
 //   sums (DeepSeek-V3 report, section 3.3.2: about 14), and with O accumulated by the tensor cores over all
 //   keys the error grew with N: relative L2 error 6e-3 at N = 1024 to 1.1e-1 at N = 16384 (H100, first
-//   version, scripts/fp8_bench.py; log profiles/_logs/nvidia-h100-80gb-hbm3/fp8_bench_o_in_tensor_cores.log).
+//   version, scripts/fp8_bench.py; log profiles/_logs/nvidia-h100-80gb-hbm3/fp8_bench_o_in_tensor_cores.log.xz).
 //   S = Q K^T sums at most 4 k-steps and stays in the tensor cores.
 // - Q and K rows are D bytes: D = 128 uses the 128-byte swizzle, D = 64 the 64-byte one; Vt rows are
 //   BN = 128 bytes. O (16-bit) is staged in a buffer of its own (the Q tile's rows are half as wide).
@@ -42,7 +42,7 @@
 // with 2.2 warps per scheduler against the fp16 192x128 tile's 3.2, and its warp samples sit on the softmax: the
 // mask 20 % (every tile is masked, branch-free, for the overlap), the exponentials 19 %, the row max 7 %, P's
 // conversion 4 %, O += O_t 4 %. The mask became one compare per score (wgmma_softmax.cuh, b5eed84): +3-9 % at
-// D = 64, no change at D = 128 (fp8_bench_4e2e577.log before it). The SFU was the other suspect (per 128 x 128 tile
+// D = 64, no change at D = 128 (fp8_bench_4e2e577.log.xz before it). The SFU was the other suspect (per 128 x 128 tile
 // the exponentials take 16,384 / 16 per clock = 1,024 SM cycles, the e4m3 products 2 x 128 x 128 x 128 x 2 /
 // 8,192 = 1,024), so exp_on_fma (option >> 4) computes a quarter or half of them by a polynomial on the FMA units
 // (wgmma_softmax.cuh: exp2_poly, FlashAttention-4's trick): slower, 0.87-0.93x (a quarter) and 0.91-0.93x (half)
@@ -61,7 +61,7 @@
 // is the first a consumer computes, masked if it needs it before the overlapped loop, and the loop runs without a
 // mask (it had masked every tile, branch-free). Measured (H100 80GB HBM3, scripts/fp8_bench.py at 1b29c8e, log
 // profiles/_logs/nvidia-h100-80gb-hbm3/fp8_bench.log): D = 128 633 / 784 / 857 TFLOP/s at N = 1024 / 4096 / 16384
-// (full; causal 427 / 681 / 856) against b5eed84's 554 / 660 / 712 (fp8_bench_b5eed84.log; that table had no
+// (full; causal 427 / 681 / 856) against b5eed84's 554 / 660 / 712 (fp8_bench_b5eed84.log.xz; that table had no
 // ping-pong, which is worth 6-11 % of it): 32-43 % of the FP8 peak, 1.08-1.25x cuDNN fp16 (causal 1.03-1.36x);
 // D = 64 381-564 (was 338-449), 0.87-1.16x cuDNN. Same errors (the same keys, summed in another order). Nsight
 // Compute (profiles/nvidia-h100-80gb-hbm3/fp8 at 1b29c8e, N = 4096, D = 128, not causal; `nsightlab why

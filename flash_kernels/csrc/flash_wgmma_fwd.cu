@@ -95,7 +95,7 @@
 // included, so the rotation never waits for a warpgroup that has finished.
 //   Measured (H100 80GB HBM3, torch 2.11.0+cu130, `SMOKE_ARGS="--passes forward --pipelines
 //   tma,tma-ws-overlap,tma-ws-pingpong" STEPS="build smoke" bash scripts/gpu_node.sh` at dab5fb4 + this
-//   step, log profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_pingpong_dab5fb4-dirty.log; fp16, TFLOP/s,
+//   step, log profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_pingpong_dab5fb4-dirty.log.xz; fp16, TFLOP/s,
 //   B*N = 16k, H = 16, at N = 1024 / 4096 / 8192, in one run with cuDNN): D = 128 full, 128x128 overlap
 //   459 / 556 / 544 -> ping-pong 478 / 540 / 526; 192x128 (3 consumers, no overlap) 486 / 623 / 646 ->
 //   486 / 598 / 574; cuDNN 592 / 655 / 664. D = 64 128x128: 275 / 320 / 325 -> 297 / 349 / 357 (tma 410 /
@@ -117,7 +117,7 @@
 // by the caller: a 2 us fill kernel before each launch) and passes it to the consumers in shared memory
 // with the Q buffer's full barrier; -1 ends the loop. Tiles keep the 2-D grid's head-major order.
 //   First version, a fixed deal (block b: tiles b, b + #SMs, ...; 7cebd20): lost 8-13 % at D = 128,
-//   N >= 4096 (H100 smoke log profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_persistent_dab5fb4-dirty.log).
+//   N >= 4096 (H100 smoke log profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_persistent_dab5fb4-dirty.log.xz).
 //   Nsight Compute (deep tier, B = 4, H = 16, N = 4096, D = 128, 192x128; the captures of 7cebd20, committed
 //   at 55e62cf: `git show 55e62cf:profiles/nvidia-h100-80gb-hbm3/pipeline-deep/...`) showed why: the SMs were
 //   active 86 % of the elapsed cycles (1.38 M of 1.60 M) against 95 % for tma-ws and 96 % for cuDNN (itself persistent:
@@ -150,7 +150,7 @@
 // its next Q issued after the next tile's first K/V tiles. Measured (H200, torch 2.11.0+cu130, fp16, B*N = 16k,
 // H = 16, TFLOP/s, L2 flushed; scripts/wgmma_smoke.py --passes forward --tiles 128x128,192x128 --pipelines
 // tma-ws-overlap,tma-ws-persistent,tma-ws-persistent-pingpong; logs profiles/_logs/nvidia-h200/
-// wgmma_smoke_reverse_order.log (before the Q-buffer change) and wgmma_smoke_reverse_order_qbuf1_8065551.log):
+// wgmma_smoke_reverse_order.log.xz (before the Q-buffer change) and wgmma_smoke_reverse_order_qbuf1_8065551.log.xz):
 //   the 128x128 overlap, which lost 11 % to 192x128 without overlap in the dab5fb4 run (556 against 623 at
 //   N = 4096, H100), is now level with it: 618 / 665 against 611 / 632 at N = 4096 / 16384 (first run), 627 /
 //   659 / 623 against 633 / 639 / 651 at N = 4096 / 8192 / 16384 (second). The third stage did not make the
@@ -183,7 +183,7 @@
 // Tried and not kept (76739b0, reverted in c6c4ed1): FlashAttention-3's 128x176 tile for non-causal D = 128 (two
 // consumers, one Q buffer, two stages; causal calls on 128x128): below the 192x128 default in one H100 run at every
 // pipeline (fp16, N = 4096 / 8192 / 16384: overlap 607 / 619 / 631, ping-pong 625 / 644 / 646, persistent
-// ping-pong 639 / 654 / 556 against 644 / 669 / 678; log wgmma_smoke_128x176_76739b0.log).
+// ping-pong 639 / 654 / 556 against 644 / 669 / 678; log wgmma_smoke_128x176_76739b0.log.xz).
 //
 // Step 7 (option tail, "auto" the default at D = 128; persistent pipelines, not causal): tail tiles. The persistent
 // blocks take tiles from the counter as they free, and at the convention sizes (B*N = 16k, H = 16) 1365 blocks of
@@ -199,7 +199,7 @@
 // run; `SMOKE_ARGS="--passes forward --tiles 192x128 --pipelines tma-ws-persistent-pingpong --tails none,auto
 // --no-check --time-dtypes float16,bfloat16 --head-dims 128 --time-n 1024,4096,8192,16384" STEPS=smoke bash
 // scripts/gpu_node.sh`; logs profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_tail_run{1,2}.log with the first plan,
-// wgmma_smoke_tail_6674bdd.log with this one), not causal:
+// wgmma_smoke_tail_6674bdd.log.xz with this one), not causal:
 //   N = 4096   fp16 690 / 684 / 687 -> 697 / 693 / 696, bf16 705 / 702 / 702 -> 712 / 708 / 713: +0.9-1.6 %, 6 of 6
 //   N = 8192   fp16 708 / 707 / 708 -> 718 / 712 / 714, bf16 726 / 726 / 724 -> 718 / 703 / 725: -3.2 to +1.4 %
 //   N = 16384  fp16 670 / 644 / 702 -> 731 / 731 / 727, bf16 701 / 686 / 735 -> 713 / 704 / 686: -6.7 to +14 %
@@ -228,7 +228,7 @@
 // 0.462 -> 0.432 ms, active 89 -> 95 % of the elapsed cycles (698.9 k of 735.0 k), cuDNN 0.482 ms. Measured
 // (H100 80GB HBM3, torch 2.11.0+cu130, D = 128, 192x128 tma-ws-persistent-pingpong, B*N = 16k, H = 16, L2 flushed,
 // TFLOP/s, tail none -> auto in the same run; the smoke command of step 7 at 5fcc881, log
-// profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_causal_groups_5fcc881.log), causal:
+// profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_causal_groups_5fcc881.log.xz), causal:
 //   fp16  N = 1024 / 4096 / 8192 / 16384: 401 / 592 / 652 / 689 -> 419 / 629 / 678 / 704 (+2.2 to +6.2 %)
 //   bf16  N = 1024 / 4096 / 8192 / 16384: 386 / 604 / 669 / 702 -> 401 / 640 / 703 / 709 (+1.0 to +5.8 %)
 // The complete H100 bench at 5fcc881 (profiles/nvidia-h100-80gb-hbm3/bench): causal D = 128 1.10-1.14x cuDNN at
