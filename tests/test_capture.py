@@ -18,7 +18,7 @@ from nsightlab.core.ranges import decode, schemas_of
 from nsightlab.problems import attention
 from nsightlab.run import capture as C
 from nsightlab.run.sweep import Sweep, find
-from nsightlab.store.captures import ProfileError, list_captures, validate
+from nsightlab.store.captures import ProfileError, find_file, list_captures, validate
 
 
 def test_ncu_command_profiles_only_ranges_with_clocks_left_alone():
@@ -655,11 +655,11 @@ def test_store_validation_errors(tmp_path):
     cap = tmp_path / "blocksize"
     shutil.copytree(src, cap)
     validate(cap, open_reports=False)
-    log = cap / "ncu.log"
+    log = find_file(cap, "ncu.log")  # compacted (ncu.log.xz) in the committed capture
     log.write_bytes(log.read_bytes()[:-10])
-    with pytest.raises(ProfileError, match="ncu.log: .* bytes, the manifest says .*truncated"):
+    with pytest.raises(ProfileError, match=rf"{re.escape(log.name)}: .* bytes, the manifest says .*truncated"):
         validate(cap, open_reports=False)
-    shutil.copy(src / "ncu.log", log)
+    shutil.copy(src / log.name, log)
     data = bytearray((cap / "ceilings.json").read_bytes())
     data[5] = ord("X") if data[5] != ord("X") else ord("Y")
     (cap / "ceilings.json").write_bytes(bytes(data))

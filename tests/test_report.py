@@ -104,15 +104,16 @@ def test_missing_and_corrupt_bench_files(tmp_path):
     cap = tmp_path / "bench"
     shutil.copytree(BENCH, cap)
     (cap / "mixed.manifest.json").unlink()
-    with pytest.raises(ProfileError, match="mixed.csv: its manifest mixed.manifest.json is missing"):
+    with pytest.raises(ProfileError, match=r"mixed\.csv(\.xz)?: its manifest mixed.manifest.json is missing"):
         load_bench(cap)
     (cap / "mixed.manifest.json").write_text("{}")
-    (cap / "gqa.csv").unlink()  # a suite whose CSV is gone: named, not silently left out
+    find_file(cap, "gqa.csv").unlink()  # a suite whose CSV is gone: named, not silently left out
     with pytest.raises(ProfileError, match="gqa.manifest.json without the benchmark CSV beside it"):
         load_bench(cap)
     (cap / "gqa.manifest.json").unlink()
+    find_file(cap, "d128.csv").unlink()
     (cap / "d128.csv").write_text("a,b\n1,2\n")
-    (cap / "mixed.csv").unlink()
+    find_file(cap, "mixed.csv").unlink()
     (cap / "mixed.manifest.json").unlink()
     with pytest.raises(ProfileError, match="missing columns"):
         load_bench(cap)
@@ -185,11 +186,12 @@ def test_imported_capture_applicability(tmp_path):
 
 
 #: the H200 captures the rendered report holds: ncu + nsys (seqlen, the two Triton ones the declared comparison
-#: pairs, the GEMM example), ncu alone (blocksize), a deep tier (bottleneck-deep), a benchmark (bench), imported
+#: pairs, the GEMM example), ncu alone (blocksize), a deep tier (bottleneck-deep), ncu + nsys + a deep tier
+#: (decode), a benchmark (bench), imported
 #: reports with the deep sections (flash-wgmma-fwd-full) and with too few for most pages (flash-mma-d128), and a
 #: foreign workload (foreign-example)
 RENDERED_CAPTURES = ("seqlen", "triton-example", "triton-example-mask-all-blocks", "gemm-example", "blocksize",
-                     "bottleneck-deep", "bench", "flash-wgmma-fwd-full", "flash-mma-d128", "foreign-example")
+                     "bottleneck-deep", "decode", "bench", "flash-wgmma-fwd-full", "flash-mma-d128", "foreign-example")
 
 
 @pytest.fixture(scope="module")
