@@ -34,7 +34,7 @@ chromium:
 	  { apt-get update -q && apt-get install -y -q chromium >/dev/null; }
 
 test: $(TEST_VENV)/.ok chromium
-	$(TEST_VENV)/bin/ruff check flash_kernels nsightlab tests
+	$(TEST_VENV)/bin/ruff check flash_kernels nsightlab tests scripts notebooks
 	$(TEST_VENV)/bin/python -m pytest tests --ignore=tests/gpu -q --durations=25
 
 gpu-test:

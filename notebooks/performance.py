@@ -30,8 +30,8 @@ style_order: str = ""  # the order legends list implementations in (colours foll
 plotlyjs: str = "inline"  # where figures load plotly.js: "inline" or a relative path (make report ships one copy)
 
 # %%
-from nsightlab.render import figures
 from nsightlab.analysis import perf
+from nsightlab.render import figures
 from nsightlab.render import page as nb
 from nsightlab.store.captures import load_bench
 

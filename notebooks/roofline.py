@@ -70,13 +70,14 @@ for line in roofline.caveats(manifest, pts):
 # %% [markdown]
 # ## The roofline
 #
-# Marker shape is the memory level, colour the implementation, size the swept field; a range's three
-# markers share its FLOP/s and are joined; a black ring marks a range that counts more than 1.1× its model's FLOPs. The menu at the top right shows one level at a time; click a
-# legend entry to hide an implementation. The horizontal roofs: dotted, the hardware's peaks (Nsight
-# Compute's, at the recorded clocks); long-dashed, what the warp-level `mma.sync` and the warpgroup `wgmma`
-# tensor instructions reach on this GPU in microbenchmarks (a kernel built on `mma.sync` stays under its roof;
-# only `wgmma` comes closer to the dense peak); dashed, cuBLAS GEMMs; dash-dotted, the MUFU exp2 rate in
-# attention FLOP/s at that pass and head dimension (the softmax bound, drawn where it is under the peaks).
+# Marker shape is the memory level, colour the implementation, size the swept field; a range's three markers share
+# its FLOP/s and are joined; a black ring marks a range that counts more than 1.1× its model's FLOPs. The menu at
+# the top right shows one level at a time; click a legend entry to hide an implementation. The horizontal roofs:
+# dotted, the hardware's peaks (Nsight Compute's, at the recorded clocks); long-dashed, what the warp-level
+# `mma.sync` and the warpgroup `wgmma` tensor instructions reach on this GPU in microbenchmarks (a kernel built on
+# `mma.sync` stays under its roof; only `wgmma` comes closer to the dense peak); dashed, cuBLAS GEMMs; dash-dotted,
+# the MUFU exp2 rate in attention FLOP/s at that pass and head dimension (the softmax bound, drawn where it is
+# under the peaks).
 
 # %%
 with nb.section():

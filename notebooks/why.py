@@ -29,7 +29,7 @@ capture: str = "nvidia-h200/bottleneck-deep"  # capture folder holding a deep re
 a: str = ""  # the implementation to explain (empty: the capture's first)
 b: str = ""  # the implementation to compare it with (empty: the capture's second; with b_capture: a)
 b_capture: str = ""  # a second capture for side b (empty: both from capture): the same kernel after a change
-case: str = ""  # the case, as nsightlab why --case takes it: comma-separated field-equals-value pairs (empty: the first range of a; of a captured in several settings, the fastest)
+case: str = ""  # the case, as nsightlab why --case takes it: field=value pairs, comma-separated (empty: a's first range; of several settings, the fastest)
 kernel: str = ""  # a regular expression: compare the longest launch of each side whose kernel name or signature matches it (empty: the longest launch of each)
 top: int = 10  # source lines and SASS instructions listed per kernel
 style_order: str = ""  # the order legends list implementations in (colours follow the name alone; empty: this capture's order)
@@ -107,9 +107,9 @@ nb.note("; ".join(f"**Report** `{d.path.name}`: {len(d.launches)} launches, {d.l
 # ## Every implementation at this case
 #
 # One row per implementation that has a range at this case: the range's time (all its launches) and the
-# profile of its longest launch (whichever launch the page's `kernel` picks for the sections below). Compute and memory throughput are Nsight's speed-of-light percentages;
-# *warp cycles per issued instruction* is how long, on average, a warp waits between two of its instructions
-# (lower is better, and more warps per scheduler hide more of it).
+# profile of its longest launch (whichever launch the page's `kernel` picks for the sections below). Compute and
+# memory throughput are Nsight's speed-of-light percentages; *warp cycles per issued instruction* is how long,
+# on average, a warp waits between two of its instructions (lower is better, and more warps per scheduler hide more of it).
 
 # %%
 overview = why.at_case(sides, at)
