@@ -234,9 +234,9 @@ def tile_step_table(gpu: Path, tiles: tuple[str, ...] = ("128x32", "128x64")) ->
     --passes forward --dtypes float16 --option tile=<tile> --refs sdpa_flash,sdpa_cudnn``)."""
     frames = []
     for tile in tiles:
-        path = gpu.parent / "_logs" / gpu.name / f"bench_mma_tile_{tile}.csv"
-        if not path.exists():
-            return f"(no {path.name} for this GPU)"
+        path = find_file(gpu.parent / "_logs" / gpu.name, f"bench_mma_tile_{tile}.csv")  # or its .xz
+        if path is None:
+            return f"(no bench_mma_tile_{tile}.csv for this GPU)"
         df = pd.read_csv(path)
         df = df[(df["status"] == "ok") & (df["pass"] == "forward")]
         ms = df.pivot_table(index=["D", "causal", "N"], columns="impl", values="ms")
