@@ -95,11 +95,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {name}: {label} skipped: {why}")
         times = bench.time_interleaved({label: (fn, flush) for label, fn in calls.items()}, a.rounds, hold)
         mma = _decode_mma("auto", "auto", c.H, c.Hkv, c.N, capability)
-        plan = _decode_plan("auto", "auto", c.B, c.H, c.Hkv, c.N, c.Nk, c.D, c.causal, props.multi_processor_count,
-                            props.shared_memory_per_multiprocessor, mma)
+        # the block once, then the splits for it, as flash_kernels._ops._decode_forward resolves them
+        rows_auto, wgs = _decode_block("auto", "auto", mma, c.H // c.Hkv * c.N, _decode_tiles(c.Nk, c.N, c.causal))
+        _, splits = _decode_plan(rows_auto, "auto", c.B, c.H, c.Hkv, c.N, c.Nk, c.D, c.causal,
+                                 props.multi_processor_count, props.shared_memory_per_multiprocessor, mma, wgs)
         got = sorted((statistics.median(t) * 1e3, label) for label, t in times.items())
-        wgs = _decode_block("auto", "auto", mma, c.H // c.Hkv * c.N, _decode_tiles(c.Nk, c.N, c.causal))[1]
-        print(f"{name} (auto = rows {plan[0]}, splits {plan[1]}, {mma}, warpgroups {wgs}): "
+        print(f"{name} (auto = rows {rows_auto}, splits {splits}, {mma}, warpgroups {wgs}): "
               + "  ".join(f"{i} {t:.1f}" for t, i in got), flush=True)
         rows += [{"config": name, "setting": label, "us": statistics.median(t) * 1e3, "us_min": min(t) * 1e3,
                   "repeats": len(t)} for label, t in times.items()]

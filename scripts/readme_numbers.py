@@ -256,7 +256,7 @@ def fp8_table(gpu: Path) -> str:
     """flash_wgmma's FP8 forward from scripts/fp8_bench.py's CSV (profiles/_logs/<gpu>/fp8_bench.csv): per head dim
     and mask, TFLOP/s of the kernel alone at each N (in brackets: the share of the dense FP8 peak), its speed
     against cuDNN's and our own fp16 forward in the same run, the cost of making Vt, and the error."""
-    df = pd.read_csv(gpu.parent / "_logs" / gpu.name / "fp8_bench.csv")
+    df = pd.read_csv(find_file(gpu.parent / "_logs" / gpu.name, "fp8_bench.csv"))  # or its .xz
     def span(g: pd.DataFrame, col: str, fmt: str = "{:.2f}") -> str:
         lo, hi = fmt.format(g[col].min()), fmt.format(g[col].max())
         return lo if lo == hi else f"{lo}–{hi}"
@@ -303,9 +303,9 @@ def main(argv: list[str]) -> int:
                 print("### grouped-query attention (gqa suite): throughput / SDPA flash's\n\n" + gqa_table(gpu) + "\n")
             if "decode" in set(df["suite"]):
                 print("### KV-cache decode (decode suite), forward\n\n" + decode_table(gpu) + "\n")
-        if (gpu.parent / "_logs" / gpu.name / "bench_mma_tile_128x64.csv").exists():
+        if find_file(gpu.parent / "_logs" / gpu.name, "bench_mma_tile_128x64.csv"):
             print("### flash_mma forward: 128x32 and 128x64 tiles (fp16 convention)\n\n" + tile_step_table(gpu) + "\n")
-        if (gpu.parent / "_logs" / gpu.name / "fp8_bench.csv").exists():
+        if find_file(gpu.parent / "_logs" / gpu.name, "fp8_bench.csv"):
             print("### FP8 forward (scripts/fp8_bench.py)\n\n" + fp8_table(gpu) + "\n")
         if (gpu / "triton-example").exists():
             print("### the Triton example (B=4, H=16, N=4096, D=128)\n\n" + example_table(gpu) + "\n")
