@@ -17,12 +17,15 @@ from nsightlab.core.ranges import register as register_schema
 from nsightlab.problems import attention
 from nsightlab.problems.impls import Implementation, WorkModel
 from nsightlab.problems.impls import register as register_impl
+from nsightlab.render.documents import Document
+from nsightlab.render.documents import register as register_document
 from nsightlab.run.sweep import register_sweeps
 
 from . import model
 from .registry import VARIANTS, Variant, unavailable_reason
 
 SWEEPS = Path(__file__).resolve().parent / "sweeps"
+ROOT = Path(__file__).resolve().parent.parent
 #: the ``fk:`` range names of this project's captures: fk:<variant>:<pass>:B=..,H=..,N=..,D=..,dtype=..,causal=..[,options]
 SCHEMA = attention.schema("fk", "flash_kernels case: variant, pass, shape [B, H, N, D], dtype, causal, resolved options")
 
@@ -124,12 +127,23 @@ FP8 = Implementation(
     setup=_build_kernels)
 
 
+def _results_page(profiles: Path) -> str:
+    from .results import render
+
+    return render(profiles)
+
+
+#: docs/results.md, rendered by ``nsightlab report`` from the repository's profiles folder (flash_kernels.results)
+RESULTS = Document("results", ROOT / "docs" / "results.md", _results_page, ROOT / "profiles")
+
+
 def register() -> None:
     register_schema(SCHEMA)
     for var in VARIANTS.values():
         register_impl(implementation(var))
     register_impl(FP8)
     register_sweeps(SWEEPS)
+    register_document(RESULTS)
 
 
 register()

@@ -51,6 +51,7 @@ from ..store.captures import Capture, list_captures, load_bench, load_manifest, 
 from ..store.read import REPO, bench_files, capture_schemas, case_names, ncu_files, nsys_files, resolve, tools_of
 from .compare import Declared, DeclaredWhy, comparison_entries, declared_comparisons, publish, publish_why
 from .compare import write_index as write_comparison_index
+from .documents import write_documents
 from .execute import PLOTLY_JS, allow_kernels, ship_assets, stop_kernels, write_if_changed
 from .execute import render_notebook as execute_notebook
 from .page import implementations
@@ -708,6 +709,7 @@ def _run(a: argparse.Namespace) -> int:
             index.summaries[j.label] = list(read_meta(j.out).get("summary") or [])
             index.pages.append((j.label, os.path.relpath(j.out, reports)))
     index.comparisons = read_comparisons(reports)
+    index.failures += [] if only else write_documents(profiles)  # plug-ins' documents (a study's results page)
     changed = write_index(reports, index)
     print(f"{len(todo) - len(failed)} page(s) rendered, {len(chosen) - len(todo)} up to date, "
           f"{len(index.failures)} failure(s) in {time.perf_counter() - t_all:.1f} s; "

@@ -1,0 +1,405 @@
+"""flash_kernels' results page, ``docs/results.md``, rendered from the committed captures (no GPU, no torch).
+
+``nsightlab report`` writes it: ``flash_kernels.study`` registers :func:`render` as a document of the repository's
+profiles folder (:func:`nsightlab.render.documents.register`), so every number the documentation quotes about a
+kernel is generated from a capture and names the file it comes from. ``python -m flash_kernels.results`` prints it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from nsightlab.analysis import counters, l2, perf, timeline
+from nsightlab.analysis.roofline import flop_check
+from nsightlab.parse.ncu import ncu_frame
+from nsightlab.parse.nsys import nsys_tables
+from nsightlab.store.captures import bench_csvs, cases, find_file, load_bench, load_manifest
+from nsightlab.store.read import capture_schemas, tools_of
+
+ROOT = Path(__file__).resolve().parent.parent
+#: the page, and the profiles folder it is rendered from
+PAGE, PROFILES = ROOT / "docs" / "results.md", ROOT / "profiles"
+#: benchmark CSVs kept outside a capture folder (no capture manifest): profiles/_bench/<gpu>/
+LOOSE = "_bench"
+
+#: flash_mma's FlashAttention-2 parity target: its throughput over SDPA's flash backend (N >= 2048)
+TARGETS = {"forward": 0.95, "backward": 0.85}
+#: flash_wgmma against cuDNN in the same run, by (pass, head dim): the targets of the top of the ladder
+TOP_TARGETS = {("forward", 64): 1.0, ("forward", 128): 1.05, ("backward", 64): 0.90, ("backward", 128): 0.90}
+
+
+def _md(df: pd.DataFrame) -> str:
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def _cite(*paths: Path | None) -> str:
+    """``Source: `profiles/<gpu>/<capture>/<file>` ...`` for files under a profiles folder."""
+    names = []
+    for p in paths:
+        if p is not None:
+            p = Path(p)
+            names.append(f"`{p.parent.parent.parent.name}/{p.parent.parent.name}/{p.parent.name}/{p.name}`")
+    return "Source: " + ", ".join(names) + "."
+
+
+def _bench_sources(gpu: Path, suite: str) -> str:
+    return _cite(*(c for c in bench_csvs(gpu / "bench") if c.name.startswith(suite + ".")),
+                 gpu / "bench" / f"{suite}.manifest.json")
+
+
+def capture_table(gpu: Path) -> str:
+    """Every capture of one GPU: where it came from, what profiled it, how long it took."""
+    rows = []
+    for man in sorted(gpu.glob("*/manifest.json")):
+        cap = man.parent
+        m = load_manifest(cap)
+        ncu, t = m.get("ncu") or {}, m.get("timings_seconds") or {}
+        parts = [f"{k} {v:.0f} s" for k, v in t.items() if k not in ("total", "ncu_raw_csv") and v >= 1]
+        passes = f"{ncu.get('max_passes_per_kernel')} passes" if ncu.get("max_passes_per_kernel") else "passes ?"
+        deep = m.get("deep") or {}
+        profiled = (f"{ncu['kernels_profiled']} × {passes} ({ncu.get('replay_mode') or '?'} replay)" if ncu else
+                    f"{deep['kernels_profiled']} × {deep['max_passes_per_kernel']} passes (deep tier, "
+                    f"{deep.get('replay_mode') or '?'} replay)" if deep.get("kernels_profiled") else "—")
+        rows.append({"capture": f"`{cap.name}`", "origin": m.get("origin", "captured"), "tools": " + ".join(tools_of(m)),
+                     "kernels profiled": profiled,
+                     "time": f"{t['total']:.0f} s ({', '.join(parts)})" if t else "—"})
+    return _md(pd.DataFrame(rows)) + f"\n\nSource: each capture's `{gpu.parent.name}/{gpu.name}/<capture>/manifest.json`."
+
+
+def _ratio_cell(r: float, target: float) -> str:
+    """``r`` to two decimals, or as many more (up to four) as it takes for the printed number to meet ``target``
+    exactly when ``r`` does: 0.895 against 0.90 prints 0.895, 1.0498 against 1.05 prints 1.0498."""
+    for digits in (2, 3, 4):
+        cell = f"{r:.{digits}f}"
+        if target != target or (float(cell) >= target) == (r >= target):  # no target (NaN), or they agree
+            return cell
+    return cell
+
+
+def _pivot_targets(t: pd.DataFrame, impl: str, what: str = "", with_target: bool = True) -> str:
+    rows = []
+    for (p, dt, D, causal), g in t.groupby(["pass", "dtype", "D", "causal"], sort=False):
+        row = {"pass": p + (f" {what}" if what else ""), "dtype": dt, "D": D, "causal": "yes" if causal else "no"}
+        row.update({f"N={n}": _ratio_cell(r, tg if with_target else float("nan"))
+                    for n, r, tg in zip(g["N"], g["ratio"], g["target"], strict=True)})
+        row[f"{impl} TFLOP/s"] = f"{g['tflops'].min():.0f}–{g['tflops'].max():.0f}"
+        met = g["ratio"] >= g["target"]
+        row["target"] = f"{g['target'].iloc[0]:.2f}" if with_target else "—"
+        row["met"] = f"{int(met.sum())} of {len(g)}" if with_target else "—"
+        rows.append(row)
+    return _md(pd.DataFrame(rows))
+
+
+def target_table(gpu: Path) -> str:
+    """flash_mma / SDPA flash per convention row, N across: one line per pass, dtype, D and causal."""
+    df, _ = load_bench(gpu / "bench")
+    return _pivot_targets(perf.target_table(df, "flash_mma", "sdpa_flash", TARGETS, suite="convention"), "flash_mma")
+
+
+def top_table(gpu: Path) -> str:
+    """flash_wgmma against cuDNN, convention rows with N >= 4096, with the targets of the top of the ladder."""
+    df, _ = load_bench(gpu / "bench")
+    parts: list[str] = []
+    for (p, D), target in TOP_TARGETS.items():
+        t = perf.target_table(df[df["D"] == D], "flash_wgmma", "sdpa_cudnn", {p: target}, min_n=4096,
+                              suite="convention")
+        t = t[t["pass"] == p]
+        if t.empty:
+            return "(no flash_wgmma rows in this GPU's bench capture)"
+        lines = _pivot_targets(t, "flash_wgmma", "× cuDNN").splitlines()
+        parts += lines if not parts else lines[2:]
+    return "\n".join(parts)
+
+
+def sdpa_flash_table(gpu: Path) -> str:
+    """flash_wgmma against SDPA's FlashAttention-2 backend, convention rows with N >= 4096 (no target)."""
+    df, _ = load_bench(gpu / "bench")
+    parts: list[str] = []
+    for p in ("forward", "backward"):
+        t = perf.target_table(df, "flash_wgmma", "sdpa_flash", {p: float("nan")}, min_n=4096, suite="convention")
+        t = t[t["pass"] == p]
+        if t.empty:
+            return "(no flash_wgmma rows in this GPU's bench capture)"
+        lines = _pivot_targets(t, "flash_wgmma", "× SDPA flash", with_target=False).splitlines()
+        parts += lines if not parts else lines[2:]
+    return "\n".join(parts)
+
+
+def gqa_table(gpu: Path) -> str:
+    """The gqa suite: flash_mma and cuDNN over SDPA flash, per Hkv, N and causal, both passes."""
+    df, _ = load_bench(gpu / "bench")
+    r = perf.ratio_to(df[df["suite"] == "gqa"], "sdpa_flash")
+    rows = []
+    for (hkv, causal, n), g in r.groupby(["Hkv", "causal", "N"], sort=True):
+        row = {"Hkv": hkv, "causal": "yes" if causal else "no", "N": n}
+        for p in ("forward", "backward"):
+            for impl in ("flash_mma", "sdpa_cudnn"):
+                x = g[(g["pass"] == p) & (g["impl"] == impl)]
+                row[f"{p} {impl}"] = f"{x['ratio'].iloc[0]:.2f}" if len(x) else "—"
+        rows.append(row)
+    return _md(pd.DataFrame(rows).sort_values(["Hkv", "causal", "N"], ascending=[False, True, True]))
+
+
+def decode_table(gpu: Path) -> str:
+    """The decode suite's forward pass: microseconds per call (memory-bound: GB/s of compulsory traffic), for the
+    implementations the capture timed there; with flash_decode, its speed over the best SDPA backend's."""
+    df, _ = load_bench(gpu / "bench")
+    d = df[(df["suite"] == "decode") & (df["pass"] == "forward") & (df["status"] == "ok") & (df["dtype"] == "float16")]
+    impls = [i for i in ("flash_decode", "flash_mma", "sdpa_flash", "sdpa_cudnn") if i in set(d["impl"])]
+    rows = []
+    for cfg, g in d.groupby("config", sort=False):
+        row = {"config": cfg}
+        ms = {}
+        for impl in impls:
+            x = g[g["impl"] == impl]
+            row[f"{impl} µs (GB/s)"] = f"{1e3 * x['ms'].iloc[0]:.0f} ({x['gbps'].iloc[0]:.0f})" if len(x) else "—"
+            if len(x):
+                ms[impl] = x["ms"].iloc[0]
+        if "flash_decode" in impls:
+            best = min((v for k, v in ms.items() if k.startswith("sdpa_")), default=float("nan"))
+            row["flash_decode × best SDPA"] = f"{best / ms['flash_decode']:.2f}" if "flash_decode" in ms else "—"
+        rows.append(row)
+    return _md(pd.DataFrame(rows))
+
+
+def one_config_table(gpu: Path, config: str = "B4-H16-N4096-D128") -> str:
+    """Every implementation of the d128 suite at one configuration: time, TFLOP/s and error of both passes."""
+    df, _ = load_bench(gpu / "bench")
+    d = df[(df["suite"] == "d128") & (df["config"] == config)]
+    rows, notes = [], []
+    for impl, g in d.groupby("impl", sort=False):
+        row = {"implementation": impl}
+        for p in ("forward", "backward"):
+            r = g[g["pass"] == p]
+            ok = len(r) and r["status"].iloc[0] == "ok"
+            row[f"{p} ms"] = f"{r['ms'].iloc[0]:.2f}" if ok else ("skipped" if len(r) and "has no" not in r["status"].iloc[0] else "—")
+            row[f"{p} TFLOP/s"] = f"{r['tflops'].iloc[0]:.1f}" if ok else "—"
+            row[f"{p} rel_l2"] = f"{r['rel_l2'].iloc[0]:.1e}" if ok else "—"
+            if len(r) and not ok and "has no" not in r["status"].iloc[0]:
+                notes.append(f"{impl} {p}: {r['status'].iloc[0]}")
+        rows.append(row)
+    return _md(pd.DataFrame(rows)) + ("\n\n" + "\n".join(f"- {n}" for n in notes) if notes else "")
+
+
+def tile_files(gpu: Path, tiles: tuple[str, ...] = ("128x32", "128x64")) -> list[Path] | None:
+    """The benchmark CSVs of flash_mma's forward tile step (profiles/_bench/<gpu>/flash_mma_tile_<tile>.csv),
+    or None where one is missing."""
+    found = [find_file(gpu.parent / LOOSE / gpu.name, f"flash_mma_tile_{tile}.csv") for tile in tiles]
+    return None if any(f is None for f in found) else found  # type: ignore[return-value]
+
+
+def tile_step_table(gpu: Path, tiles: tuple[str, ...] = ("128x32", "128x64")) -> str:
+    """flash_mma's forward tile step: its speed relative to SDPA flash and cuDNN (reference time / its time,
+    same run) per tile (fp16 convention suite, forward; ``python -m flash_kernels.bench --suite convention
+    --variants flash_mma --passes forward --dtypes float16 --option tile=<tile> --refs sdpa_flash,sdpa_cudnn``)."""
+    files = tile_files(gpu, tiles)
+    if files is None:
+        return "(no flash_mma tile CSVs for this GPU)"
+    frames = []
+    for tile, path in zip(tiles, files, strict=True):
+        df = pd.read_csv(path)
+        df = df[(df["status"] == "ok") & (df["pass"] == "forward")]
+        ms = df.pivot_table(index=["D", "causal", "N"], columns="impl", values="ms")
+        ms["tile"] = tile
+        frames.append(ms.reset_index())
+    t = pd.concat(frames)
+    rows = []
+    for (D, causal, tile), g in t.groupby(["D", "causal", "tile"], sort=True):
+        for ref, label in (("sdpa_flash", "× SDPA flash"), ("sdpa_cudnn", "× cuDNN")):
+            row = {"D": D, "causal": "yes" if causal else "no", "tile": tile, "speed": label}
+            row.update({f"N={n}": f"{r:.2f}" for n, r in zip(g["N"], g[ref] / g["flash_mma"], strict=True)})
+            rows.append(row)
+    return _md(pd.DataFrame(rows))
+
+
+def fp8_file(gpu: Path) -> Path | None:
+    """The FP8 forward's benchmark CSV (profiles/_bench/<gpu>/fp8_forward.csv), if this GPU has one."""
+    return find_file(gpu.parent / LOOSE / gpu.name, "fp8_forward.csv")
+
+
+def fp8_table(gpu: Path) -> str:
+    """flash_wgmma's FP8 forward: per head dim and mask, TFLOP/s of the kernel alone at each N (in brackets: the
+    share of the dense FP8 peak), its speed against cuDNN's and our own fp16 forward in the same run, the cost of
+    making Vt, and the error."""
+    path = fp8_file(gpu)
+    if path is None:
+        return "(no FP8 benchmark CSV for this GPU)"
+    df = pd.read_csv(path)
+
+    def span(g: pd.DataFrame, col: str, fmt: str = "{:.2f}") -> str:
+        lo, hi = fmt.format(g[col].min()), fmt.format(g[col].max())
+        return lo if lo == hi else f"{lo}–{hi}"
+
+    rows = []
+    for (D, causal), g in df.groupby(["D", "causal"], sort=True):
+        g = g.sort_values("N")
+        cells = {f"N={r.N}": f"{r.fp8_tflops:.0f} ({100 * r.fp8_peak_frac:.0f} %)" for r in g.itertuples()}
+        # the whole call's extra time (Vt, argument checks) at the shortest N: at the longer ones it is below the
+        # spread of two separately timed medians
+        first = g.iloc[0]
+        vt_us = (first["fp8+vt_ms"] - first["fp8_ms"]) * 1e3
+        rows.append({"D": D, "causal": "yes" if causal else "no", **cells,
+                     "× cuDNN fp16": span(g, "fp8_x_cudnn"), "× flash_wgmma fp16": span(g, "fp8_x_flash_wgmma"),
+                     f"Vt + checks at N={first['N']}, µs": f"{vt_us:.0f}",
+                     "rel. L2 error: dequantized / fp32 inputs": f"{span(g, 'fp8_rel_l2_vs_dequantized', '{:.1e}')} / "
+                                                                 f"{span(g, 'fp8_rel_l2_vs_fp32_inputs', '{:.1e}')}"})
+    return _md(pd.DataFrame(rows))
+
+
+def example_table(gpu: Path, N: int = 4096) -> str:
+    """The Triton example beside flash_mma and SDPA flash (nsys GPU time, median of the launches)."""
+    cap = gpu / "triton-example"
+    m = load_manifest(cap)
+    T = nsys_tables(find_file(cap, "nsys.sqlite"), capture_schemas(m))
+    s = timeline.speedup_vs(timeline.timing_summary(timeline.range_timing(T["kernels"], T["ranges"]), cases(m)), "sdpa_flash")
+    s = s[s["N"] == N].sort_values(["pass", "causal", "variant"], ascending=[False, True, True])
+    t = pd.DataFrame({"pass": s["pass"], "causal": s["causal"].map({True: "yes", False: "no"}), "implementation": s["variant"],
+                      "GPU ms": s["gpu_ms"].map("{:.3f}".format), "TFLOP/s": s["tflops"].map("{:.0f}".format),
+                      "× SDPA flash": s["speedup"].map("{:.2f}".format)})
+    return _md(t)
+
+
+def seqlen_findings(gpu: Path) -> str:
+    """What the seqlen capture says: counted against analytic FLOPs, naive attention's L2 hit rate and where it
+    falls, flash_mma's DRAM traffic against the compulsory bytes, and throughput at N=4096, D=128."""
+    cap = gpu / "seqlen"
+    m = load_manifest(cap)
+    schemas = capture_schemas(m)
+    cs = cases(m)
+    work = counters.kernel_work(ncu_frame(find_file(cap, "ncu.ncu-rep"), schemas=schemas))
+    rng = counters.attach_model(counters.per_range(work), cs)
+    fc = flop_check(rng)
+    out = []
+    tensor = ["flash_mma", "sdpa_flash", "sdpa_cudnn"]
+    for group, sel in (("tensor-core (flash_mma, SDPA)", fc["variant"].isin(tensor)),
+                       ("CUDA-core and materializing", ~fc["variant"].isin(tensor))):
+        r = fc[sel]["counted_over_model"]
+        out.append(f"- counted/analytic FLOPs, {group}: {r.min():.2f}–{r.max():.2f}")
+    l2_bytes = m["gpu"]["l2_bytes"]
+    tr = l2.l2_traffic(rng, l2_bytes)
+    nv = tr[(tr["variant"] == "naive") & (tr["pass"] == "forward") & (tr["D"] == 64)].sort_values("N")
+    out.append("- naive forward D=64 L2 hit rate by N: " + ", ".join(f"{n}: {h:.0f}%" for n, h in zip(nv["N"], nv["l2_hit_rate"], strict=True)))
+    modeled, _ = l2.modeled_onset(nv["N"], nv["working_set"], l2_bytes)
+    measured = l2.measured_onset(nv, "N").value
+    out.append(f"- naive forward D=64: modeled onset N≈{modeled:.0f}, measured onset N={measured:.0f}")
+    fm = tr[(tr["variant"] == "flash_mma") & (tr["pass"] == "forward")]
+    out.append(f"- flash_mma forward DRAM / compulsory bytes: {fm['dram_over_compulsory'].min():.2f}–"
+               f"{fm['dram_over_compulsory'].max():.2f} (N≥1024: {fm[fm['N'] >= 1024]['dram_over_compulsory'].min():.2f}–"
+               f"{fm[fm['N'] >= 1024]['dram_over_compulsory'].max():.2f}); L2 hit rate at N=4096 D=64: "
+               f"{fm[(fm['N'] == 4096) & (fm['D'] == 64)]['l2_hit_rate'].iloc[0]:.0f}%")
+    T = nsys_tables(find_file(cap, "nsys.sqlite"), schemas)
+    s = timeline.speedup_vs(timeline.timing_summary(timeline.range_timing(T["kernels"], T["ranges"]), cs), "sdpa_flash")
+    sel = s[(s["N"] == 4096) & (s["D"] == 128)]
+    for v in ("flash_mma", "sdpa_flash", "sdpa_cudnn"):
+        f = sel[(sel["variant"] == v) & (sel["pass"] == "forward")].iloc[0]
+        b = sel[(sel["variant"] == v) & (sel["pass"] == "backward")].iloc[0]
+        out.append(f"- N=4096 D=128 (nsys, median of {int(f['iters'])} launches): {v} {f['tflops']:.0f} / {b['tflops']:.0f} "
+                   f"TFLOP/s fwd/bwd ({f['speedup']:.2f}× / {b['speedup']:.2f}× SDPA flash)")
+    return "\n".join(out)
+
+
+def _gpu_line(gpu: Path) -> str:
+    cap = next((gpu / c for c in ("bench", "seqlen") if (gpu / c / "manifest.json").exists()), None)
+    m = load_manifest(cap) if cap is not None else {}
+    g, env = m.get("gpu") or {}, m.get("environment") or {}
+    sms, l2_bytes = g.get("sm_count") or g.get("multiprocessor_count"), g.get("l2_bytes")
+    bits = [g.get("name") or gpu.name]
+    if sms:
+        bits.append(f"{sms} SMs")
+    if l2_bytes:
+        bits.append(f"{l2_bytes / 2**20:.0f} MiB L2")
+    driver = (g.get("nvidia_smi") or {}).get("driver_version")
+    if driver:
+        bits.append(f"driver {driver}")
+    if env.get("torch"):
+        bits.append(f"torch {env['torch']}")
+    return ", ".join(bits)
+
+
+def _section(title: str, body: str, source: str, note: str = "") -> list[str]:
+    return [f"### {title}", "", *([note, ""] if note else []), body, "", source, ""]
+
+
+def gpu_sections(gpu: Path) -> list[str]:
+    """One GPU's part of the page."""
+    name = gpu.name
+    out = [f"## {name}", "", _gpu_line(gpu) + ".", ""]
+    out += _section("Captures", capture_table(gpu), "",
+                    "Every capture folder of this GPU: its origin, the tools that profiled it, how many kernels and "
+                    "replay passes, and the time each step took.")[:-2]
+    bench = gpu / "bench"
+    if bench.is_dir():
+        df, _ = load_bench(bench)
+        suites = set(df["suite"])
+        conv = _bench_sources(gpu, "convention")
+        out += _section("flash_wgmma against cuDNN in the same run (convention suite, N ≥ 4096)", top_table(gpu), conv,
+                        "Throughput over cuDNN's (SDPA's cuDNN backend, same process, same inputs); the targets of "
+                        "the top of the ladder: forward ≥ 1.0 × at D=64 and ≥ 1.05 × at D=128, backward ≥ 0.90 ×.")
+        out += _section("flash_wgmma against SDPA's FlashAttention-2 backend (convention suite, N ≥ 4096)",
+                        sdpa_flash_table(gpu), conv)
+        out += _section("flash_mma against SDPA's FlashAttention-2 backend (convention suite, N ≥ 2048)",
+                        target_table(gpu), conv,
+                        "The FlashAttention-2 parity targets of the tensor-core rung: forward ≥ 0.95 ×, backward ≥ 0.85 ×.")
+        if "gqa" in suites:
+            out += _section("Grouped-query attention (gqa suite: H=32, D=128, B·N = 16384): throughput over SDPA flash's",
+                            gqa_table(gpu), _bench_sources(gpu, "gqa"))
+        if "decode" in suites:
+            out += _section("KV-cache decode (decode suite: B=8, H=32, D=128, fp16, forward): µs per call and GB/s of "
+                            "compulsory traffic", decode_table(gpu), _bench_sources(gpu, "decode"))
+        if "d128" in suites:
+            out += _section("Every variant, one configuration (d128 suite: B=4, H=16, N=4096, D=128, not causal)",
+                            one_config_table(gpu), _bench_sources(gpu, "d128"))
+    tiles = tile_files(gpu)
+    if tiles is not None:
+        out += _section("flash_mma's forward tile step: 128×32 and 128×64 (fp16, convention shapes)",
+                        tile_step_table(gpu), _cite(*tiles),
+                        "Reference time over flash_mma's time in the same run, per tile; the 128×64 tile is "
+                        "the default at D=128.")
+    fp8 = fp8_file(gpu)
+    if fp8 is not None:
+        out += _section("FP8 forward (`fk.attention_fp8`): e4m3 inputs, per-tensor scales", fp8_table(gpu), _cite(fp8),
+                        "TFLOP/s of the FP8 kernel alone (in brackets: the share of the dense FP8 peak), B·N = 16k, "
+                        "H·D = 2048, L2 flushed, medians, in one run with the fp16 forward and SDPA's backends on the "
+                        "same fp16-rounded inputs. The error is against fp64 attention of the dequantized e4m3 inputs, "
+                        "and of the fp32 draws before quantization.")
+    if (gpu / "triton-example").is_dir():
+        cap = gpu / "triton-example"
+        out += _section("The Triton example (B=4, H=16, N=4096, D=128; Nsight Systems, median of the launches)",
+                        example_table(gpu), _cite(find_file(cap, "nsys.sqlite"), cap / "manifest.json"))
+    if (gpu / "seqlen").is_dir():
+        cap = gpu / "seqlen"
+        out += _section("What the seqlen capture says", seqlen_findings(gpu),
+                        _cite(find_file(cap, "ncu.ncu-rep"), find_file(cap, "nsys.sqlite"), cap / "manifest.json"))
+    return out
+
+
+def gpus(profiles: Path) -> list[Path]:
+    return sorted(p for p in Path(profiles).iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+
+
+def render(profiles: Path = PROFILES) -> str:
+    """The whole page, from every GPU folder of ``profiles``."""
+    lines = ["# Results", "",
+             "Generated by `make report` (`nsightlab report`, through `flash_kernels/results.py`) from the committed "
+             "captures; do not edit by hand. Each table names the files it is computed from. Benchmarks time CUDA "
+             "events around each call with the L2 flushed before it and report medians; every row was first checked "
+             "against an fp64 reference. Ratios are the reference's time over ours (above 1: ours is faster).", ""]
+    for gpu in gpus(profiles):
+        lines += gpu_sections(gpu)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    sys.stdout.write(render(Path(argv[0]) if argv else PROFILES))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
