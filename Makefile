@@ -1,14 +1,16 @@
-# The two set-up commands of the README, and the GPU-node ones.
-#   make report    render reports/ from the committed profiles (no GPU, no torch)
+# The two set-up commands of the README, and the GPU ones.
+#   make report    render reports/ and docs/results.md from the committed profiles (no GPU, no torch)
 #   make test      the CI test suite (no GPU)
 #   make gpu-test  the GPU test suite (on a machine with a CUDA GPU)
+#   make gpu-node STEPS="build test"   scripts/gpu_node.sh: build, GPU tests, sanitizer, bench, captures (docs/testing.md)
+#   make ab-base REF=HEAD FILES="flash_kernels/csrc/x.cu"   the base side of gpu_node.sh's same-machine A/B step
 PYTHON ?= python3
 REPORT_VENV := .venv-report
 TEST_VENV := .venv-test
 # On machines where pip has a local CPU wheel of torch 2.13 this installs it; elsewhere PyPI's.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: report test gpu-test bench lint clean chromium capture
+.PHONY: report test gpu-test gpu-node ab-base bench lint clean chromium capture
 
 $(REPORT_VENV)/.ok: pyproject.toml
 	$(PYTHON) -m venv $(REPORT_VENV)
@@ -16,8 +18,8 @@ $(REPORT_VENV)/.ok: pyproject.toml
 	$(REPORT_VENV)/bin/pip install -q -e .
 	touch $@
 
-# every notebook on every capture, and the comparison pages profiles/comparisons.toml declares; pages whose
-# inputs did not change are kept (--force renders them all again)
+# every notebook on every capture, the comparison pages profiles/comparisons.toml declares, and the documents
+# plug-ins register (docs/results.md); pages whose inputs did not change are kept (--force renders them all again)
 report: $(REPORT_VENV)/.ok
 	$(REPORT_VENV)/bin/nsightlab report --profiles profiles --reports reports
 
@@ -40,11 +42,27 @@ test: $(TEST_VENV)/.ok chromium
 gpu-test:
 	$(PYTHON) -m pytest tests/gpu examples -q
 
+# re-captures the committed sweeps: --replace (each old capture is removed once its new one is in place)
+# everything on a GPU machine in one call (STEPS, OUT and the other settings: the header of scripts/gpu_node.sh)
+STEPS ?= build test sanitize bench
+gpu-node:
+	STEPS="$(STEPS)" bash scripts/gpu_node.sh
+
+# .ab/base: FILES as they are at REF, against which `STEPS="build ab" AB_CMD=...` times the working tree
+ab-base:
+	@test -n "$(REF)" -a -n "$(FILES)" || { echo 'usage: make ab-base REF=<commit> FILES="path ..."'; exit 2; }
+	rm -rf .ab/base .ab/base.ref && mkdir -p .ab/base
+	for f in $(FILES); do mkdir -p .ab/base/$$(dirname $$f) && git show "$(REF):$$f" > .ab/base/$$f || exit 2; done
+	echo "$$(git rev-parse --short '$(REF)^{commit}') $(FILES)" > .ab/base.ref
+
 capture:
-	$(PYTHON) -m nsightlab.capture --suite seqlen,blocksize,bench --profiles profiles
+	$(PYTHON) -m nsightlab.capture --suite seqlen,blocksize,bench --profiles profiles --replace
 
 bench:
 	$(PYTHON) -m flash_kernels.bench --suite convention,d128,mixed --out bench_results
 
+# the cache of uncompressed exports and parsed deep reports ($$NSIGHTLAB_CACHE, else ~/.cache/nsightlab) too:
+# `nsightlab cache clear` removes only the files the cache wrote (it needs no installed package)
 clean:
+	PYTHONPATH=. $(PYTHON) -m nsightlab.cache clear
 	rm -rf $(REPORT_VENV) $(TEST_VENV) reports/_tmp

@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
-# Everything the GPU node needs, in one call (the node is lent bare: nothing survives a call).
-#   NSIGHTLAB_GIT_COMMIT=<sha from the dev machine, pasted literally: the node's copy of .git may be stale> STEPS="build test sanitize bench" bash scripts/gpu_node.sh
-#   (SMOKE_ARGS="--passes forward --pipelines tma,tma-ws-pingpong" STEPS="build smoke": scripts/wgmma_smoke.py)
-#   (TEST_PATHS=tests/gpu/test_x.py: some GPU tests only; STEPS="build fp8": scripts/fp8_bench.py, FP8_ARGS)
-#   (STEPS="build hang" HANG_ARGS="--sweep S --only RANGE": the Nsight Compute sections a case stalls under)
-#   (STEPS="build ab" AB_CMD="python3 scripts/...": the tree against files of another commit, scripts/ab_base.sh)
-#   (BUILD_PTXAS=0: the build step skips ptxas.json, every .cu compiled again for its report)
-#   The device call is killed after 600 s: test, bench, smoke, capture and ab stop (SIGINT) DEADLINE_MARGIN_S (60)
-#   seconds before the deadline, so that what they have is shipped. The deadline is DEADLINE_EPOCH (seconds since
-#   the epoch; a command that chains several runs of this script exports it once:
-#   export DEADLINE_EPOCH=$(( $(date +%s) + 590 ))), else this run's start + DEADLINE_S (590).
-# Installs the wheels carried in .whl/ (if any), builds the kernels, runs the GPU tests, the
-# compute-sanitizer checks and the benchmark suites, and writes logs and results under $OUT.
+# The GPU work of this project in one call, on any Linux machine with a CUDA GPU (a lent node that keeps
+# nothing between calls included): build the kernels, run the GPU tests and compute-sanitizer, benchmark,
+# capture, and write logs and results under $OUT. Run it from the repository root; `make gpu-node` is the same.
+#   STEPS="build test" bash scripts/gpu_node.sh                 # the GPU test suite (tests/gpu, examples)
+#   STEPS="build test sanitize bench capture" bash scripts/gpu_node.sh
+#   (each step also alone: info build test sanitize bench capture example gemm foreign hang ab probe passes full live)
+# Settings (environment):
+#   OUT (/tmp/fk_out)              where logs, CSVs and captures (one tarball each, split in 15 MiB parts) go
+#   CUDA_HOME (/usr/local/cuda)    its bin/ is put first on PATH (nvcc, compute-sanitizer)
+#   NSIGHTLAB_GIT_COMMIT           the commit the manifests record, where the machine's .git is absent or stale
+#   TEST_PATHS, PYTEST_ARGS (-x)   which GPU tests, and pytest's arguments (shell-quoted)
+#   FK_SANITIZE_VARIANTS           the variants compute-sanitizer checks (tests/gpu/test_sanitizer.py)
+#   BENCH_SUITES, BENCH_ARGS       python -m flash_kernels.bench --suite ... (convention,d128,mixed)
+#   CAPTURE_SUITES, CAPTURE_ARGS   python -m nsightlab.capture --suite ... (seqlen,blocksize,bench)
+#   HANG_ARGS                      STEPS=hang: the Nsight Compute sections a case stalls under (nsightlab.run.hang)
+#   AB_CMD, AB_ROUNDS, AB_MODULES  STEPS=ab: the working tree against .ab/base (made by `make ab-base`)
+#   BUILD_PTXAS=0                  the build step skips ptxas.json (every .cu compiled again for its report)
+#   DEADLINE_S (590), DEADLINE_EPOCH, DEADLINE_MARGIN_S (60): test, bench, capture and ab stop (SIGINT) the margin
+#     before the deadline, so that what they have is kept, for machines that kill a call after a fixed time;
+#     DEADLINE_S=0: no deadline. A command that chains several runs exports DEADLINE_EPOCH once.
+# Wheels in .whl/ and Debian packages in .deb/ (libdw1, libelf1 for Nsight Systems' importer), where present, are
+# installed under /tmp first, for machines without network access.
 set -uo pipefail
 OUT=${OUT:-/tmp/fk_out}
 STEPS=${STEPS:-"build test sanitize bench"}
@@ -23,7 +32,7 @@ mkdir -p "$OUT"
 export OUT
 export PYTHONUNBUFFERED=1
 export FLASH_KERNELS_BUILD_DIR=${FLASH_KERNELS_BUILD_DIR:-$PWD/build/fk}  # git-ignored: kept between calls on a warm node
-export PATH=/usr/local/cuda/bin:$PATH
+export PATH=${CUDA_HOME:-/usr/local/cuda}/bin:$PATH
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export NSIGHTLAB_PLUGINS=${NSIGHTLAB_PLUGINS:-flash_kernels.study}  # no pip install here, so no entry points
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -38,7 +47,9 @@ CAPTURE_SUITES=${CAPTURE_SUITES:-"seqlen,blocksize,bench"}
 export NSIGHTLAB_GIT_COMMIT=${NSIGHTLAB_GIT_COMMIT:-${FK_GIT_COMMIT:-}}
 [ -n "$NSIGHTLAB_GIT_COMMIT" ] || unset NSIGHTLAB_GIT_COMMIT
 CAPTURE_ARGS=${CAPTURE_ARGS:-}
-DEADLINE_EPOCH=${DEADLINE_EPOCH:-$(( $(date +%s) + ${DEADLINE_S:-590} ))}
+DEADLINE_S=${DEADLINE_S:-590}
+[ "$DEADLINE_S" = 0 ] && DEADLINE_S=$(( 10 * 365 * 86400 ))  # no deadline
+DEADLINE_EPOCH=${DEADLINE_EPOCH:-$(( $(date +%s) + DEADLINE_S ))}
 DEADLINE_MARGIN_S=${DEADLINE_MARGIN_S:-60}
 export DEADLINE_EPOCH
 status=0
@@ -111,10 +122,10 @@ PY
       python3 -m nsightlab.hang --out "$OUT/hang" "${hang_args[@]}" 2>&1 | tee "$OUT/hang.log" | tail -40
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     ab)
-      # the working tree against .ab/base (scripts/ab_base.sh: some files as at another commit) on this node:
+      # the working tree against .ab/base (`make ab-base REF=... FILES="..."`: some files as at another commit):
       # AB_CMD run in each tree in turn, AB_ROUNDS (2) times, each tree with its own kernel build folder
       step ab
-      [ -f .ab/base.ref ] && [ -n "${AB_CMD:-}" ] || { echo "ab: needs .ab/base (bash scripts/ab_base.sh REF FILE...; carry .ab) and AB_CMD"; status=1; continue; }
+      [ -f .ab/base.ref ] && [ -n "${AB_CMD:-}" ] || { echo "ab: needs .ab/base (make ab-base REF=... FILES=\"...\"; carry .ab) and AB_CMD"; status=1; continue; }
       rm -rf /tmp/ab_base && mkdir -p /tmp/ab_base \
         && tar --exclude=./build --exclude=./.ab --exclude=./.git --exclude=./profiles -cf - . | tar -xf - -C /tmp/ab_base \
         && cp -r .ab/base/. /tmp/ab_base/ || { echo "ab: could not copy the tree to /tmp/ab_base"; status=1; continue; }
@@ -143,16 +154,6 @@ PY
           until_deadline --limit "$share" bash -c "$AB_CMD") 2>&1 | tee -a "$OUT/ab.log"
         [ "${PIPESTATUS[0]}" = 0 ] || status=1
       done ;;
-    smoke)
-      # flash_wgmma's options against the fp64 reference, then timed beside flash_mma, SDPA flash and cuDNN
-      step smoke
-      until_deadline python3 scripts/wgmma_smoke.py ${SMOKE_ARGS:-} 2>&1 | tee "$OUT/wgmma_smoke.log" | grep -vE "^  PASS" | tail -80
-      [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
-    fp8)
-      # flash_wgmma's FP8 forward beside the fp16 kernels and SDPA: time, TFLOP/s of the FP8 peak, errors
-      step fp8
-      python3 scripts/fp8_bench.py --out "$OUT/fp8_bench.csv" ${FP8_ARGS:-} 2>&1 | tee "$OUT/fp8_bench.log" | tail -40
-      [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     bench)
       step bench
       until_deadline python3 -m flash_kernels.bench --suite "$BENCH_SUITES" --out "$OUT/bench" $BENCH_ARGS 2>&1 | tee "$OUT/bench.log" | grep -E "flash_mma|sdpa_flash|wrote|Error|error" | tail -80
