@@ -272,8 +272,8 @@ __device__ __forceinline__ void decode_finish(uint8_t* smem, const float (&o)[D 
 // them, kCombineLoads O rows at a time, each load independent of the weights (the first ones go out beside the
 // LSE loads), and with WPR > 1 the row's warps add their parts through shared memory. A split whose LSE is -inf (no key of it visible to the row)
 // weighs 0; split 0 holds key 0, which every row sees. Launched dependent on the split kernel
-// (grid_dependency_wait). Before (65f586f): one warp a row, which left one warp per scheduler at one KV head
-// (256 rows of 16 splits: 64 blocks on 132 SMs) where cuDNN's reduction keeps 3.9.
+// (grid_dependency_wait). Several warps a row keep the SMs busy where rows are few (one KV head: 256 rows of 16
+// splits), which one warp a row left at one warp per scheduler.
 constexpr int kCombineLoads = 8;
 
 template <typename T, int D, int WPR>

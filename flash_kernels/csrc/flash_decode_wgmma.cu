@@ -1,109 +1,22 @@
 // flash_decode on Hopper's warpgroup tensor cores (sm_90a): the mma option "wgmma" of flash_decode ("auto" takes it
-// on a compute capability 9.0 GPU where a k/v head has more than 64 rows: H / Hkv x Nq > 64).
+// on a compute capability 9.0 GPU where a k/v head has more than 32 rows: H / Hkv x Nq > 32).
 // Relative to flash_decode.cu's 64-row block (4 warps of 16 rows, each running mma.sync over every key of a tile),
 // whose plan, softmax, end of block and merge it keeps (decode.cuh):
-//  - each product of a tile is one warpgroup instruction per k16 step for the block's 64 rows: S = Q K^T is
-//    wgmma m64n64k16 with Q and K from shared memory (K-major), O += P V is wgmma m64nDk16 with P from registers
-//    and V read MN-major (the transpose bit), as flash_wgmma's forward;
-//  - so the tensor cores read each K and V tile from shared memory once for the 64 rows, where the four mma.sync
-//    warps each read the whole tile through ldmatrix (4x the shared-memory reads, and 2 ldmatrix per 2 mma.sync
-//    of issue slots): what held the mma.sync kernel where a k/v head has many rows (one KV head at Nq = 4: the
-//    tensor pipe 34 % busy, 0.39 eligible warps a scheduler under Nsight Compute);
-//  - K/V travel in a cp.async ring of 3 stages (D = 128; 113 KB with Q: two blocks an SM) or 4 (D = 64; 73 KB:
-//    three), stored in the 128-byte swizzle the wgmma descriptors read (wgmma.cuh: load_tile_sw128) and fenced into
-//    the async proxy before the tile's barrier; each product is waited for at once (the overlap comes from the
-//    other blocks of the SM).
-// Q has a tile of its own in shared memory (the A operand of S = Q K^T), not registers: with Q as register
-// fragments loaded once before the loop (an RS wgmma, Q in the ring's last stage as flash_decode does, which kept
-// three blocks an SM at D = 128: 64 KB of ring + 1 KB of slack each), ptxas 13.0 (V13.0.88) gave the D = 64 kernel's
-// P fragments the registers
-// of Q inside the loop (SASS: HGMMA.64x64x16 R56, R100, gdesc.tnspB after F2FP.F16.F32.PACK_AB R100, then the next
-// tile's HGMMA R24, R100 reads P as Q), so every tile after a block's first was scored against the wrong Q
-// (rel. L2 error 0.14-0.26; the LSE wrong; D = 128 compiled correctly; the debug runs and the SASS are in
-// profiles/_logs/nvidia-h100-80gb-hbm3/decode_wgmma_register_q_miscompile.log). The Q tile in shared memory is what
-// FlashAttention-3 and flash_wgmma do, and needs no such luck. That first version, at D = 128 only, is in the A/B
-// log too (another node): it was as fast at Nq = 4 and faster at one KV head, Nq = 16, 64k keys (398.1 against
-// mma.sync's 422.5 us), where the version here loses 0.9 %.
-// Bought (H100 80GB HBM3, torch 2.11.0+cu130, fp16, B=8 H=32 D=128, L2 flushed (read), two interleaved rounds,
-// same node; `python3 scripts/flush_check.py --modes read --rounds 2 --impls
-// flash_decode:mma=mma.sync,flash_decode:mma=wgmma --configs ...`; log profiles/_logs/nvidia-h100-80gb-hbm3/
-// decode_wgmma_ab.log.xz), mma.sync -> wgmma, one KV head: Nq = 4: Nk = 4096 22.9 -> 21.0 us, 16384 42.8 -> 39.2
-// (1.71 TB/s), 65536 126.3 -> 120.4 (2.23 TB/s); Nq = 16: Nk = 1024 21.7 -> 19.2, 16384 120.1 -> 115.7, 65536
-// 423.6 -> 427.4 (the one loss, 0.9 %); forced where auto keeps mma.sync: 8 KV heads, Nq = 16 (64 rows), Nk = 16384
-// 190.9 -> 186.6; one KV head, Nq = 1 (32 rows), 32.0 -> 31.3. The one-KV-head rows stay far from HBM's 3.35 TB/s:
-// a k/v head's 128 (Nq = 4) or 512 (Nq = 16) rows are 2 or 8 blocks that each stream the head's K/V through L2.
-// Under Nsight Compute (the decode capture at 43d1638 against f295b00's, one KV head, Nq = 4, Nk = 16384): at D = 128
-// the split kernel's shared-memory wavefronts 4.81 M -> 2.15 M, its time 36.9 -> 34.1 us (16 splits, not 24: two
-// 113 KB blocks an SM), the merge 7.9 -> 6.8 us; at D = 64, which no timed A/B covered, 22.4 -> 22.0 us (fp16) and
-// 22.9 -> 21.9 (bf16).
-// Two warpgroups a block (option rows 128, "auto" where a k/v head has more than 64 rows; 43d1638 -> this step):
-//  - a block holds 128 rows, warpgroup wg rows 64 wg.. of a [128][D] Q tile, and both read each K/V tile of the
-//    ring, so that a k/v head of 128 rows (one KV head at Nq = 4) streams its K/V once, not in two 64-row blocks;
-//  - 4 stages: 161 KB at D = 128 (one block an SM, 8 warps), 81 KB at D = 64 (two; one since the producer warp);
-//  - FlashAttention-3's intra-warpgroup overlap: S_t = Q K_t^T and O += P_{t-1} V_{t-1} are
-//    issued back to back, then the softmax of S_t; the ring keeps S - 2 tiles ahead, since tile t - 1's V is read
-//    beside tile t. ptxas 13.0 moves the wait for P V up to the fourth MUFU.EX2 of the softmax (SASS: WARPGROUP.
-//    DEPBAR.LE gsb0, 0x0 after 4 of 32), so what it buys is two products in flight, not the softmax hidden
-//    behind them (flash_wgmma_fwd.cu's overlap kernels: 0 to 49 of their MUFU.EX2 between the waits, by instantiation;
-//    scripts/sass_overlap.py, log profiles/_logs/nvidia-h100-80gb-hbm3/sass_overlap_92bb987.log.xz).
-//    Tried in compiles only (no GPU run): without the fences after the softmax, the same 4 MUFU; with P packed
-//    before the wait into fresh registers (copied into pf after it), ptxas serializes every wgmma of the loop
-//    (WARPGROUP.DEPBAR.LE gsb0, 0x0 after each HGMMA), which is worse.
-// Bought (H100 80GB HBM3, torch 2.11.0+cu130, fp16, B=8 H=32 D=128, L2 flushed (read), two interleaved rounds, same
-// node; log profiles/_logs/nvidia-h100-80gb-hbm3/decode_wgmma_two_warpgroups_ab.log.xz), 64-row blocks -> 128 rows
-// with the overlap (-> 128 rows without it), one KV head: Nq = 4: Nk = 4096 22.2-22.4 -> 22.1 (22.1), 16384
-// 40.8-41.0 -> 39.5-39.7 (40.9-41.0), 65536 122.8-123.5 -> 111.3-111.7 us (118.1-118.4; 2.41 TB/s, 72 % of
-// HBM); Nq = 16: Nk = 16384 117.7-118.8 -> 108.5-108.9 (114.1-114.3), 65536 426.3-429.3 -> 373.6-376.0 (404.9-405.6;
-// 367 TFLOP/s). Where a k/v head has 64 rows (8 KV heads, Nq = 16), 128-row blocks are half padding: 183 -> 194-211
-// us, so auto keeps 64 there. Without the overlap the two warpgroups alone bought little at Nq = 4, Nk = 16384
-// (the first run, another node: 40.4 -> 41.3 us): there the time is not the L2 traffic of two blocks a head.
-// A producer warp for the two-warpgroup blocks (513a072 -> this step; flash_decode_ws_kernel):
-//  - Why: under Nsight Compute (one KV head, Nq = 4, 16k keys; log profiles/_logs/nvidia-h100-80gb-hbm3/
-//    ncu_decode_hkv1_nq4_before_producer.log.xz) the split kernel took 34.6 us with DRAM 60 % busy and 0.34 warps
-//    issuing a scheduler; a tile cost each warp 254 instructions of its own work, 231 more to issue the next tile's
-//    cp.async (addresses, swizzle, bounds), and both warpgroups met at a block-wide barrier every tile, so their
-//    softmax and products ran in step. More stages (5, 6) were no faster: the bytes in flight were not the limit.
-//  - What: warp 8 loads Q and each K/V tile by TMA (one thread, the tensor maps of flash_wgmma's forward) into the
-//    4-stage ring; a stage's full mbarrier completes on the copy engine's bytes, its empty one on the 8 consumer
-//    warps' arrivals. The warpgroups no longer meet until the end of the block. 288 threads, 156 registers at
-//    D = 128 (174 before), 118 at D = 64: one block an SM at either (two at D = 64 before).
-//  - Bought (H100 80GB HBM3, same-node A/B against 513a072, two rounds, fp16, B=8 H=32 D=128, L2 flushed by reading;
-//    log profiles/_logs/nvidia-h100-80gb-hbm3/decode_wgmma_ws_ab.log.xz), one KV head: Nq = 4, Nk = 16384 39.6-39.7 ->
-//    37.5-37.7 us, 65536 110.9-111.4 -> 101.0-101.5 (2.65 TB/s, 79 % of HBM); Nq = 16, Nk = 16384 108.0-108.6 ->
-//    71.0-71.1, 65536 374.9-375.0 -> 238.2-238.8 (578 TFLOP/s); Nq = 4, Nk = 4096 unchanged (22.2-22.4). The rows
-//    on flash_decode.cu's kernel moved by at most 1.6 % either way (8 KV heads, Nq = 1: 177.9-180.6 against
-//    180.9-181.1 us), though its end of block is now unrolled as well (decode.cuh: decode_store_rows).
-//  - In the SASS 1 of the kernel's 106 MUFU.EX2 sits between its two waits at D = 128 (0 at D = 64;
-//    scripts/sass_overlap.py): what it gained came from the instructions and the barrier it dropped, not from the
-//    softmax hidden behind O += P V.
-// Two warpgroups over the keys of a 64-row block (option warpgroups = 2 at rows 64; flash_decode_ws_kernel KS = 2;
-// b338ecb -> this step):
-//  - Why: where a k/v head has 33-64 rows (8 KV heads at Nq = 16) auto ran flash_decode.cu's 64-row mma.sync
-//    blocks, whose four warps each read the whole K/V tile through ldmatrix: 3.2-3.5 TB/s on the H200 (67-74 % of
-//    HBM; the bench at c840561), where 8 KV heads at Nq <= 4 move 4.3-4.6. The one-warpgroup wgmma block was no
-//    faster there (168.4 against 166.6 us at 16k keys). Where it has 128 (one KV head, Nq = 4) a 128-row block
-//    of two warpgroups does twice the scores of one 64-row block per K/V tile, for 8 blocks of 132 SMs.
-//  - What: the producer warp and TMA ring of the 128-row block; both consumer warpgroups take the block's 64 rows
-//    (one 64-row Q tile), warpgroup wg the tiles t0 + wg, t0 + wg + 2, ..., each with the intra-warpgroup overlap,
-//    and the end of the block adds their (m, l, O) as the mma.sync warps that share rows do (decode_finish's warp
-//    slots). A stage is released by the 4 warps that read it; each warpgroup holds two stages (S_t and V_prev),
-//    so the ring has 6 (209 KB at D = 128, one block an SM; 141 registers a thread, 110 at D = 64).
-//  - Bought (H200, torch 2.11.0+cu130, fp16, B=8 H=32 D=128, L2 flushed by reading, 4 interleaved rounds of 5;
-//    `python3 scripts/flush_check.py --modes read --rounds 4 --configs ... --impls flash_decode,
-//    flash_decode:mma=wgmma+rows=64+warpgroups=2,...`; logs profiles/_logs/nvidia-h200/
-//    decode_two_warpgroups_over_keys_ab.log.xz; D = 64: _d64.log), us, the plan before -> this block: 8 KV heads,
-//    Nq = 16: Nk = 1024 21.5 -> 18.7, 4096 50.0 -> 43.0, 16384 166.6-167.0 -> 141.1-141.2 (3.80 TB/s, 79 % of HBM), 65536 606.6-609.6
-//    -> 524.2-526.1 (4.08 TB/s, 85 %); one KV head, Nq = 4: Nk = 1024 14.3 -> 11.0, 4096 18.9 -> 15.5, 16384
-//    29.6 -> 27.6-28.7, 65536 80.5 -> 79.6. Lost: one KV head, Nq = 16 (512 rows, compute-bound: eight 64-row
-//    blocks a head, each streaming its K/V) 70.0 -> 75.1 at 16k, 239.2 -> 267.4 at 64k, where auto keeps 128 rows;
-//    at 32 rows or fewer mma.sync's 16-row blocks stay ahead (one KV head, Nq = 1, 16k: 24.1 against 26.0; 8 KV
-//    heads, Nq = 4: 123.1 against 139.3). At 8 KV heads, Nq = 16 and 4096 keys or more, the 128-row block (half of
-//    it padding) measured level or ahead (16384: 138.6 us, 3.88 TB/s; 65536: 522.1; 4096: 42.7), so auto takes it
-//    there (flash_kernels/_ops.py: _decode_block). The two warpgroups without the overlap (each tile's products
-//    waited for at once, one stage held each: 4 tiles in flight) were no faster: 140.1 us at 16k, 523.9 at 64k,
-//    and slower at one KV head (29.3 at Nq = 4, 16k; 80.0 at Nq = 16, 16k). In the same run PyTorch's torch.sum
-//    over a copy of K and V took 132.0 us at 8 KV heads, 16k keys (4.07 TB/s), 495.6 at 64k, 23.5 at one KV head,
-//    16k (2.86 TB/s, 60 % of HBM: the 80 % target there, 17.5 us, is below that read).
+//  - each product of a tile is one warpgroup instruction per k16 step for 64 rows: S = Q K^T is wgmma m64n64k16
+//    with Q and K from shared memory (K-major), O += P V is wgmma m64nDk16 with P from registers and V read
+//    MN-major, as flash_wgmma's forward; the tensor cores read each K and V tile from shared memory once for the
+//    64 rows, where four mma.sync warps each read it through ldmatrix;
+//  - flash_decode_wgmma_kernel (one warpgroup, 64 rows): K/V in a cp.async ring of 3 stages (D = 128, two blocks an
+//    SM) or 4 (D = 64), in the 128-byte swizzle the descriptors read; Q has a tile of its own in shared memory (the
+//    A operand of S = Q K^T, as FlashAttention-3 and flash_wgmma keep it);
+//  - flash_decode_ws_kernel (option rows 128, or warpgroups 2 at rows 64): a producer warp loads Q and each K/V
+//    tile by TMA on full/empty mbarriers into a shared ring; two consumer warpgroups either split the rows (128
+//    rows: each owns 64 rows of a [128][D] Q tile) or split the keys of one 64-row block (their partial (m, l, O)
+//    merged in shared memory at the end). Each consumer issues S_t = Q K_t^T beside O += P_{t-1} V_{t-1}
+//    (FlashAttention-3's intra-warpgroup overlap), so the ring keeps two tiles ahead.
+// rows=auto takes 128 rows from 4096 keys on where a head has more than 64 rows (below that, twice the 64-row
+// blocks fill the GPU better), and two warpgroups over the keys where a head has 33-64 rows (_ops._decode_plan).
+// Limits: sm_90a only; forward only; D = 64 or 128; fp16 and bf16. Design notes: docs/kernels.md.
 #include "decode.cuh"
 #include "wgmma.cuh"
 #include "wgmma_softmax.cuh"
@@ -112,9 +25,7 @@ namespace fk {
 
 // Stages of the ring for blocks of WG warpgroups (64 WG rows): one warpgroup, 3 at D = 128 (two blocks an SM), 4 at
 // D = 64 (three); two warpgroups, 4 at D = 128 (161 KB) and D = 64 (81 KB), one block an SM (registers). Six stages for
-// two warpgroups at D = 128 (225 KB) were no faster (one KV head, Nq = 4, 4k keys 23.7 against 22.4 us; 5 stages
-// 22.6; log profiles/_logs/nvidia-h100-80gb-hbm3/decode_wgmma_ws_ab.log.xz): the bytes in flight were not what the
-// block waited on.
+// two warpgroups at D = 128 (225 KB) were no faster: the bytes in flight were not what the block waited on.
 template <int D, int WG>
 __host__ __device__ constexpr int decode_wg_stages() { return D == 128 && WG == 1 ? 3 : 4; }
 

@@ -21,16 +21,8 @@
 // O_i are the only differences. Per Q block and K/V tile this costs 2 * BS * D * 4 bytes of O_i traffic
 // plus Q_i's BS * D elements, against one K/V tile load shared by FA1_Q_BLOCKS Q blocks; the next step
 // (flash_simt.cu) removes that traffic.
-// Before this change flash_fa1 had its own mapping (16-row Q blocks, 32-key tiles, 4 Q blocks per thread
-// block) and ran faster than flash_simt at its default block_size=16, the reverse of the lesson:
-// profiles/nvidia-h200/bench-mma-bwd-4warp/convention.csv.xz, rows D64-N512-full float16 forward: flash_fa1
-// 7.723 ms, flash_simt (block_size=16) 11.262 ms. Its 32-key tiles kept all 32 lanes of a warp scoring,
-// where block_size=16 leaves half of them idle: a difference of mapping, not of loop order. With one
-// mapping the two are compared like for like.
-// Measured (H200, bench capture at 1ebba72, profiles/nvidia-h200/bench/convention.csv, fp16 forward, both at
-// block_size=16): flash_fa1 is 1.05-1.07x flash_simt's time at D=64 (D64-N4096-full: 90.9 against 86.6 ms)
-// and 1.06-1.10x at D=128 (D128-N4096-full: 83.0 against 78.3 ms): the O_i/m_i/l_i round trips cost 5-10 %
-// at this (CUDA-core, compute-bound) speed; the loop order now reads as the lesson says.
+// Limits: forward only (no backward of its own); block_size 4, 8, 16 or 32; the O_i round trips cost it 5-10 %
+// against flash_simt at the same block size (docs/results.md, the d128 and convention tables).
 #include "simt.cuh"
 
 namespace fk {

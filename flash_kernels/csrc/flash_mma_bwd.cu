@@ -15,28 +15,12 @@
 // few blocks for the GPU (multi-query, causal), the group is split over gridDim.z blocks whose
 // partial dK, dV are added into fp32 workspaces (option group_split; _ops.py picks it by default).
 //
-// What this version changes (relative to the previous one, one warp per 16 keys and every warp
-// sweeping all BR queries of every product, 4 warps per block at BC = 64):
-//   - 8 warps per block and 32-key x 32/64-query warp tiles in phase 1: each Q / dO fragment read
-//     from shared memory feeds 4 MMAs instead of 2;
-//   - P^T and dS^T both staged in shared memory (stmatrix), so phases 2 and 3 split the head dim
-//     across warps: dK, dV accumulators of 32 keys x D/2 per warp, which makes BC = 128 fit at
-//     D = 128 (was 64: twice the Q/dO reloads and dQ atomics per key);
-//   - LSE_i, Dd_i arrive by cp.async with the tiles (they were synchronous loads each step), dQ
-//     atomics are 2-wide, and the head-dim loops of phases 1 and 3 stay rolled (unrolled, their
-//     swizzled addresses took the registers that made D = 128 spill).
-// What it bought (H200, fp16, convention sweep, flash_mma / SDPA flash in the same run; commit
-// 1131290, `python -m flash_kernels.bench --suite convention --variants flash_mma --refs sdpa_flash
-// --passes backward --dtypes float16`, profiles/_logs/nvidia-h200/bwd_1131290/): N >= 2048,
-//   D = 128: 0.85-0.91 non-causal, 0.86-0.94 causal (was 0.49-0.63 over both);
-//   D = 64 (128x128 tile): 0.83-0.88 non-causal, 0.87-0.94 causal (was 0.66-0.77); the 64x128 tile
-//   reaches only 0.73-0.78 / 0.77-0.85 there.
-// Next bottleneck: one 8-warp block per SM (252 registers a thread), two block barriers per query
-// block with nothing to overlap them; the D = 64 long-sequence cells (0.83) are where it shows. Measured
-// (ncu deep capture profiles/nvidia-h200/bottleneck-deep, H200 at 7a78894, B=4 H=16 N=4096 D=128 fp16;
-// `nsightlab why nvidia-h200/bottleneck-deep --a flash_mma --b sdpa_flash --case "causal=0,pass=backward"`):
-// 1.21x FlashAttention-2's time at the same occupancy (2 warps per scheduler each): it issues 1.40x the
-// instructions, more than the whole gap; tensor pipe busy 41% vs 49%.
+// Design: 8 warps per block and 32-key x 32/64-query warp tiles in phase 1 (each Q / dO fragment read from
+// shared memory feeds 4 MMAs); P^T and dS^T both staged in shared memory, so phases 2 and 3 split the head dim
+// across warps and BC = 128 fits at D = 128; LSE_i, Dd_i arrive by cp.async with the tiles; dQ atomics are
+// 2-wide; the head-dim loops of phases 1 and 3 stay rolled (unrolled, their addresses took the registers).
+// Limits: one 8-warp block per SM (about 250 registers a thread) with two block barriers per query block and
+// nothing to overlap them; D = 64 or 128 (option bwd_tile: 64x128, or 128x128 at D = 64).
 #include "mma.cuh"
 
 namespace fk {

@@ -1,43 +1,17 @@
 // flash_mma forward: FlashAttention-2 on tensor cores.
-// Relative to flash_simt: both matrix products run on mma.sync m16n8k16 (fp16/bf16 in, fp32
-// accumulate); tiles travel global->shared with cp.async (Q once, K and V double-buffered so the
-// next tile loads while this one is used); shared tiles are XOR-swizzled so ldmatrix is
-// conflict-free; P = exp(S - m) stays in registers as the A operand of P V.
-// Block: BR query rows in 4 warps, each warp MT m16 tiles (16 MT = 32 rows for BR = 128, 16 for
-// BR = 64); BC keys per K/V tile. Causal launches visit the heaviest query blocks first.
+// Relative to flash_simt: both matrix products run on mma.sync m16n8k16 (fp16/bf16 in, fp32 accumulate); tiles
+// travel global->shared with cp.async (Q once, K and V double-buffered so the next tile loads while this one is
+// used); shared tiles are XOR-swizzled so ldmatrix is conflict-free; P = exp(S - m) stays in registers as the A
+// operand of P V.
+// Block: BR query rows in 4 warps, each warp MT m16 tiles (16 MT = 32 rows for BR = 128, 16 for BR = 64); BC keys
+// per K/V tile (option `tile`: 128x64 the default, FlashAttention-2's, with Q re-read from shared memory at each
+// k-step; 128x32 and 64x64 for comparison). Causal launches visit the heaviest query blocks first.
 // Grouped-query attention: query head h reads key/value head h / (H / Hkv) (Dims::kv_head).
-//
-// This version (af477a1) changes the softmax, and what it bought on the H200 (captures
-// bench-mma-fwd-always-rescale -> bench-mma-bwd-4warp, the first with this forward; convention sweep,
-// fp16/bf16, flash_mma / SDPA flash): the running max is kept in raw score units,
-// so a score costs one FFMA and one MUFU.EX2 (it was FMUL, FADD, EX2), and O is rescaled only when a
-// row max of the warp grew in this tile (a warp vote; at D = 128 the rescale is 128 FMULs per thread
-// against 32 exponentials). D = 64: 0.80-0.83 -> 0.93-0.98; D = 128: 0.74-0.79 -> 0.80-0.85.
-// Next bottleneck (deep capture profiles/nvidia-h200/bottleneck-deep at 7a78894, D = 128, B=4 H=16
-// N=4096 fp16, tile 128x32): 1.24x the time of FlashAttention-2 (1.912 vs 1.545 ms), from 1.29x the
-// instructions (6.2 warp instructions per mma.sync against its 4.8); both at 255 registers and 12.5 % occupancy. Each
-// 32-key tile paid the tile-load loop (a runtime trip count: division, modulo and 64-bit pointer
-// math per 16-byte copy, ~9 % of the stall samples), two barriers and the row max and rescale.
-//
-// This step (662754f; H200, torch 2.11+cu130, fp16 convention sweep B*H*N = 2^19
-// tokens, medians of 30 with L2 flushed, flash_mma / SDPA flash time in the same run; files
-// profiles/_logs/nvidia-h200/bench_mma_tile_*.csv): D = 128 gets the 128x64 tile (FlashAttention-2's)
-// as its default, with Q re-read from shared memory at each k-step; load_tile_async (mma.cuh) has a
-// compile-time trip count, so a 16-byte copy is one LDGSTS with an immediate offset; K and V share
-// one offset register. Speed relative to SDPA flash: D = 128: 0.88-0.99 (128x32, same run) ->
-// 1.00-1.06 (128x64); D = 64 (128x64 before and after): 0.93-0.98 -> 1.04-1.10 (1.22 at N = 512
-// causal). Against cuDNN: 0.53-0.61 at D = 128, 0.65-0.71 at D = 64.
-// The price: ptxas gives <T,128,128,64,2> 255 registers and 52 bytes of spill stores / 36 of loads
-// (the row sums l, 4 stores and 5 loads per 64-key tile; FlashAttention-2's kernel spills too),
-// the one measured exception to the no-spill tests (tests/test_sources.py, tests/gpu).
-// Deep capture profiles/nvidia-h200/mma-fwd-d128-deep (B=4 H=16 N=4096 D=128 fp16, full):
-// 1.912 ms (128x32, bottleneck-deep) -> 1.528 ms, 0.98x FlashAttention-2's 1.555 ms; instructions
-// issued 1.46x fewer, now 0.88x FA2's; tensor pipe 46% -> 58% (FA2 57%).
-// Next bottleneck (`nsightlab why nvidia-h200/mma-fwd-d128-deep --a flash_mma --b sdpa_flash
-// --case causal=0,pass=forward`): with fewer instructions it stalls more per instruction (4.78
-// cycles vs FA2's 4.32): math-pipe throttle, wait and barrier stalls (0.22 vs 0.10 cycles per
-// instruction: two __syncthreads per tile) and 23x FA2's shared-load bank conflicts (1.93 M vs
-// 0.08 M; the Q re-reads). 128x32 stays an option for the before/after.
+// The softmax keeps the running max in raw score units, so a score costs one FFMA and one MUFU.EX2, and rescales
+// O only when a row max of the warp grew in this tile (a warp vote). The tile loads have a compile-time trip count
+// (mma.cuh: load_tile_async), so a 16-byte copy is one LDGSTS with an immediate offset.
+// Limits: D = 64 or 128; at D = 128 the 128x64 tile takes 255 registers and spills a little (the row sums; the one
+// accepted spill, sources.ACCEPTED_SPILLS), which measured faster than the 128x32 tile that does not.
 #include "mma.cuh"
 
 namespace fk {

@@ -9,10 +9,8 @@
 // fp32, Q_i re-read), and so do its two block-wide barriers per Q block and K/V tile; in exchange K/V tiles
 // are read once per Q block instead of once per FA1_Q_BLOCKS Q blocks (re-reads that L2 can absorb: a head's K
 // and V are Nk * D * 2 elements). The grid has FA1_Q_BLOCKS times more thread blocks, which helps at small B * H.
-// Measured (H200, bench capture at 1ebba72, profiles/nvidia-h200/bench/convention.csv, fp16 forward): 5-7 %
-// faster than flash_fa1 at D=64 and 6-10 % at D=128 at the same block_size=16 (D128-N4096-full: 78.3 against
-// 83.0 ms). Both stay near 7 TFLOP/s: one warp per query row computes each score as a 32-lane dot product
-// with a shuffle reduction, the CUDA-core ceiling this step leaves for the tensor-core step to remove.
+// Limits: both this step and flash_fa1 stay near 7 TFLOP/s: one warp per query row computes each score as a
+// 32-lane dot product with a shuffle reduction, the CUDA-core ceiling the tensor-core step removes.
 // Backward: one block per K/V block (one warp per key), looping over the Q blocks of every query head that
 // shares the K/V head, P recomputed from LSE, Dd_i = rowsum(dO_i * O_i), dQ accumulated with fp32 atomics
 // (fa2_backward in common.cuh wraps the kernel).

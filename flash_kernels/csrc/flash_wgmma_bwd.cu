@@ -1,105 +1,28 @@
-// flash_wgmma backward: FlashAttention-2's backward loop on Hopper's warpgroup tensor-core instructions
-// (sm_90a), arranged as FlashAttention-3's: every product of a query block is a wgmma of a whole warpgroup.
+// flash_wgmma backward: FlashAttention-2's backward loop on Hopper's warpgroup tensor-core instructions (sm_90a),
+// arranged as FlashAttention-3's: every product of a query block is a wgmma of a whole warpgroup.
 //
-// A block (2 consumer warpgroups, 256 threads) owns BN = 128 keys; warpgroup w owns keys 64 w .. 64 w + 63
-// and keeps their dK_j, dV_j ([64 x D] each, fp32) in registers while the block sweeps the query blocks
-// (BM = 64 or 128 rows; Q_i, dO_i, LSE_i, Dd_i double-buffered with cp.async into 128-byte-swizzled
-// shared memory). Per query block, each warpgroup runs:
-//   S^T  = K_w Q_i^T    wgmma SS m64nBMk16, K (A) and Q (B) both K-major: no transpose anywhere
-//   dP^T = V_w dO_i^T   wgmma SS, likewise; issued right behind S^T, so exp2 of P^T overlaps it
-//   P^T  = exp2(S^T scale log2e - LSE_i log2e) on the accumulators (masked: keys past Nk, queries past Nq,
-//          causal keys after the query), dS^T = P^T (dP^T - Dd_i); both repacked to 16-bit A fragments
-//   dV_w += P^T dO_i    wgmma RS m64nDk16: P^T from registers, dO read MN-major (the transpose bit, as the
-//   dK_w += dS^T Q_i    forward reads V); likewise dS^T from registers, Q MN-major
-//   dQ_i += scale dS K  wgmma SS with both operands MN-major: dS^T is stored to shared memory (4-byte
-//          stores into the swizzled layout, conflict-free), read back as the A operand dS [queries][keys]
-//          with the transpose bit; K (B) likewise. The two warpgroups split this product: by query rows
-//          (BM = 128), by head-dim columns (BM = 64, D = 128), or by keys (BM = 64, D = 64: each adds its
-//          own 64 keys' share, twice the atomics); fp32 red.global.add.v2 into dq_acc, then a cast.
-// Dd_i = rowsum(dO_i * O_i) comes from common.cuh's preprocessing kernel. Grouped-query attention and
-// the group split over gridDim.z (option code >> 8; partial dK, dV added into fp32 workspaces) exactly as
-// flash_mma's backward; causal alignment top-left (query i sees keys j <= i).
+// Relative to flash_mma's backward (mma.sync, 8 warps, 128 keys a block): the same loop and block shape, but each
+// product is one asynchronous wgmma chain per warpgroup with operands read from shared memory; P^T and dS^T stay
+// in registers as A fragments for dV and dK, only dS^T goes to shared memory (for dQ); dK and dV accumulate over a
+// warpgroup's 64 keys x the full head dim. A block owns BN = 128 keys (warpgroup w: keys 64 w ..) and sweeps the
+// query blocks (BM = 64 or 128 rows). Per query block, each consumer warpgroup runs:
+//   S^T  = K_w Q_i^T    wgmma SS, both K-major          dP^T = V_w dO_i^T   wgmma SS, issued right behind S^T
+//   P^T  = exp2(S^T scale log2e - LSE_i log2e), masked; dS^T = P^T (dP^T - Dd_i); both repacked to 16 bits
+//   dV_w += P^T dO_i    wgmma RS, dO read MN-major     dK_w += dS^T Q_i    wgmma RS, Q read MN-major
+//   dQ_i += scale dS K  wgmma SS from dS^T stored to shared memory (read back with the transpose bit)
+// Dd_i = rowsum(dO_i * O_i) comes from common.cuh's preprocessing kernel; grouped-query attention and the group
+// split over gridDim.z (partial dK, dV added in fp32 workspaces) as flash_mma's backward; causal top-left.
 //
-// What it changes relative to flash_mma's backward (mma.sync, 8 warps, 128 keys a block): the same loop
-// and the same block shape, but each product is one asynchronous wgmma chain per warpgroup with the
-// operands read by the tensor cores from shared memory (no ldmatrix, no fragment address arithmetic in
-// the inner loops); P^T and dS^T stay in registers as wgmma A fragments for dV and dK (flash_mma stages
-// both through shared memory), only dS^T goes to shared memory, for dQ; dK and dV accumulate over a
-// warpgroup's 64 keys x the full head dim (flash_mma splits D over warps).
-//
-// pipeline "cp.async" (step 1, option bits 4..7 = 0): no producer warp: every thread copies the next
-// query block with cp.async while the current one is computed; two block barriers per query block
-// (stage landed; dS^T of both warpgroups stored), each warpgroup waits for its wgmma chains at once.
-//   Measured (H200, torch 2.11.0+cu130, scripts/wgmma_bwd_smoke.py at d5d16a0, now scripts/wgmma_smoke.py
-//   --passes backward, log in profiles/_logs/nvidia-h200/wgmma_bwd_d5d16a0/; fp16, B*N = 16k, H = 16, median of
-//   20 CUDA-event timings, no L2 flush; backward TFLOP/s = 2.5 x 4 B H N^2 D, halved causal), against SDPA flash
-//   (FlashAttention-2) and flash_mma in the same run: D = 128 (64x128): 344-356 full, 302-331 causal at
-//   N = 4096-8192, 1.21-1.28x SDPA flash (flash_mma 0.85-0.93x); D = 64 (128x128): 300-312 full, 245-288
-//   causal, 1.19-1.25x (the 64x128 tile 0.88-0.97x). Every correctness check passes (the one that failed in
-//   that log was the check's own: rows that see a single key have dQ = dK = 0, now judged by absolute error).
-// Next bottleneck (ncu deep capture profiles/nvidia-h200/bottleneck-deep, H200 at 7a78894, B=4 H=16 N=4096
-// D=128 fp16; `nsightlab why nvidia-h200/bottleneck-deep --a flash_wgmma --b sdpa_cudnn --case
-// "causal=0,pass=backward"`): 1.61x cuDNN's time (1.56x causal). Half of the gap is instructions (1.29x
-// cuDNN's; the consumers also issue the cp.async copies and their index math), half is latency hiding: one
-// 256-thread block at 255 registers per SM = 2.0 warps per scheduler vs cuDNN's 2.5 (384 threads: a producer
-// warpgroup + 2 consumers, 168 registers on average). Then LG throttle on the dQ red.global.add (0.37 cycles
-// per instruction, cuDNN 0) and MIO throttle (0.41 vs 0.07). Tensor pipe busy 38% vs 66%. FlashAttention-3's
-// arrangement (TMA producer with setmaxnreg, dQ accumulated apart) targets all three.
-//
-// pipeline "tma-ws" (step 2, option bits 4..7 = 1; the default): FlashAttention-3's arrangement. A producer
-// warpgroup (setmaxnreg 24; one warp works) loads K, V once and every step's Q_i, dO_i by TMA and LSE_i, Dd_i by
-// cp.async completing on the stage's mbarrier (.noinc), into a 2-stage ring; two consumer warpgroups (240
-// registers) run the products above with dS^T double-buffered (one named barrier a step: both halves stored) and
-// never touch global memory for dQ: each warp writes its share of dQ_i to shared memory in accumulator order
-// (conflict-free 16-byte stores) and adds it to a padded fp32 accumulator with one cp.reduce.async.bulk of the
-// copy engine (4 KB), instead of 32 red.global.add.v2 per thread; a small kernel un-permutes and scales it.
-// dS^T is stored by stmatrix, and LSE/Dd sit per thread contiguous in shared memory (16-byte loads).
-//   Measured (H100 80GB HBM3, torch 2.11.0+cu130, scripts/wgmma_smoke.py --passes backward at baf56bc, log
-//   profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_bwd_tma_ws_baf56bc.log.xz; fp16, B*N = 16k, H = 16, L2 flushed,
-//   median of up to 20): D = 128 (64x128) 505-514 TFLOP/s full, 443-493 causal at N = 4096-8192, 0.90-0.96x
-//   cuDNN in the same run (cp.async 358-371 / 315-336, 0.65-0.68x); D = 64 (128x128) 317-328 full, 0.69-0.70x
-//   (cp.async 310-324). The first version (2c5c874: 16 st.shared.b32 per step for dS^T, one bulk reduce per
-//   warpgroup between two warpgroup barriers) reached 468-476 / 420-445 at D = 128.
-//   Why, under Nsight Compute (profiles/nvidia-h100-80gb-hbm3/backward at baf56bc, N = 4096, D = 128, full;
-//   `nsightlab why profiles/nvidia-h100-80gb-hbm3/backward --a flash_wgmma --b sdpa_cudnn --case
-//   bwd_pipeline=tma-ws`): 1.07x cuDNN's kernel time (cp.async 1.54x); instructions 1.09x cuDNN's (cp.async
-//   1.23x), tensor pipe 59% of active cycles (cp.async 40%, cuDNN 66%); left: MIO throttle 0.37 cycles per issue
-//   (cuDNN 0.07) and short scoreboard 0.69 (0.45). The first version's capture (2c5c874) had MIO throttle 0.59
-//   and 1.13x. At D = 64 (128x128): 0.67-0.74x cuDNN until the mask became a branch (bwd_p_ds), then 0.96-1.04x
-//   (H100 bench at caf73dc; the capture `backward` at caf73dc: 1.02x cuDNN's kernel time at D = 64, 1.06x at 128).
-//   With steps 2c and 2d (the mask out of the per-element loops, below at need_mask), the H200 bench at c840561
-//   (README, round-robin timing, L2 flushed by reading, N = 4096-16384, fp16 and bf16): D = 128 0.92-0.96x cuDNN
-//   (458-560 TFLOP/s), D = 64 0.96-1.03x. Under Nsight Compute (profiles/nvidia-h200/backward at 4554f28, N = 4096,
-//   D = 128, full): 1.07x cuDNN's kernel time (2.475 vs 2.308 ms) with 0.83x its instructions, tensor pipe 59% vs
-//   66%; left: fewer resident warps (2.24 vs 2.50 per scheduler), MIO throttle 0.72 vs 0.07 and short scoreboard
-//   1.08 vs 0.44 cycles per instruction (shared memory). Against step 1's kernel at 7a78894 (bottleneck-deep):
-//   0.65x its time, 0.64x its instructions (reports/compare/why-flash-wgmma-backward-h200.html).
-//
-// Causal block order, tried and not kept. Blocks go to the SMs in grid order, a head's key blocks together
-// (longest first within the head); the last heads' longest blocks start late, a tail that list scheduling by
-// longest work first should remove. Two orders of the same grid were measured as an extra pipeline against
-// tma-ws in the same run (H100 80GB HBM3, torch 2.11.0+cu130, scripts/wgmma_smoke.py --passes backward
-// --bwd-pipelines tma-ws,<order> --time-n 4096,8192,16384; fp16, causal; the chunked order's code: wgmma_bwd_longest_first_chunked_not_kept.diff.xz beside the logs):
-// key-block-major over the whole grid (every head's key block 0, then every head's 1, ...): D = 128 0.71 /
-// 0.91 / 0.92x cuDNN at N = 4096 / 8192 / 16384 against tma-ws's 0.90 / 0.99 / 0.95x (D = 64 128x128: 0.98 /
-// 1.05 / 0.99 against 1.01 / 1.03 / 1.03; the blocks in flight read up to 64 heads' Q, dO instead of a few
-// heads' from L2); key-block-major within chunks of heads holding two waves of blocks each: 0.90 / 0.92 /
-// 0.96x against 0.90 / 0.96 / 0.97x (D = 64: 0.95 / 1.00 / 0.97 against 1.03 / 1.01 / 1.00); without causal
-// both equal tma-ws within 1-2%, as they should. Logs: profiles/_logs/nvidia-h100-80gb-hbm3/
-// wgmma_smoke_bwd_longest_first_{kb_major,chunked}_not_kept.log.
-//
-// Staggered query sweep, tried and not kept. Without causal, every key block of a head sweeps the query blocks
-// from the first, so the blocks in flight (up to 132 of one head at N = 16384) add their dQ pieces into the same
-// query block's accumulator at once. A pipeline "tma-ws-staggered" started each key block at the query block
-// on its diagonal and wrapped round (the code: wgmma_bwd_staggered_not_kept.diff.xz beside the log). Measured in
-// one run against tma-ws (H100 80GB HBM3, torch 2.11.0+cu130, scripts/wgmma_smoke.py --passes backward
-// --bwd-pipelines tma-ws,tma-ws-staggered --no-check --time-dtypes float16,bfloat16; log profiles/_logs/
-// nvidia-h100-80gb-hbm3/wgmma_smoke_bwd_staggered_not_kept.log.xz), TFLOP/s at N = 4096 / 8192 / 16384, full:
-// D = 128 fp16 507 / 513 / 516 against staggered 476 / 498 / 506, bf16 516 / 508 / 526 against 484 / 509 / 522;
-// D = 64 (128x128) level or lower (fp16 422 / 438 / 447 against 411 / 434 / 436); causal (unchanged but for
-// the code) within 1-3 %. The same-address adds cost less than the spread-out sweep loses (Q, dO of a query
-// block no longer read by many blocks at once): not kept. In that run fp16 and bf16 ran N = 16384 alike (516 /
-// 526 TFLOP/s, 0.87 / 0.86x cuDNN), where the cb973de bench had fp16 at 0.82x and bf16 at 0.94x.
+// bwd_pipeline "cp.async": every thread copies Q_i, dO_i, LSE_i, Dd_i (double-buffered, two block barriers per
+//   query block); dQ by fp32 red.global.add.
+// bwd_pipeline "tma-ws" (the default): a producer warpgroup (setmaxnreg 24) loads Q_i, dO_i by TMA and LSE_i, Dd_i
+//   by cp.async completing on the stage's mbarrier; two consumer warpgroups (240 registers); dS^T double-buffered
+//   and written by stmatrix; each warp's share of dQ is written to shared memory in accumulator order and added to
+//   a padded fp32 accumulator by one cp.reduce.async.bulk, which wg_dq_postprocess_kernel un-permutes and casts.
+// The mask is a warp-uniform branch around an unmasked copy of the softmax loop: blocks away from the edges and
+// the diagonal pay no per-element test (D = 64: two copies of the loop; D = 128: a masking pass of its own).
+// Limits: sm_90a only; D = 64 or 128; the D = 64 128x128 tile spills a little (sources.ACCEPTED_SPILLS). Design
+// notes and measurements: docs/kernels.md, docs/results.md.
 #include <climits>
 
 #include "wgmma.cuh"
@@ -210,16 +133,9 @@ __device__ __forceinline__ void bwd_p_ds(uint32_t (&pf)[BM / 16][4], uint32_t (&
     }
   } else {
     // D = 128: one copy of the loop, unmasked, then the cheap test in a pass of its own behind the warp-uniform
-    // branch. With the test per element inside the loop (until 203cfb1), ptxas predicated it: 114 of the
-    // loop's ~810 SASS instructions a step, issued masked or not (Nsight Compute, the `backward` capture at
-    // caf73dc, N = 4096, not causal: 8% of the kernel's warp samples on that line). Now ptxas branches around
-    // the pass (141 instructions, masked steps only). Measured (H100 80GB HBM3, torch 2.11.0+cu130, same-node
-    // A/B against 203cfb1, two rounds each of `python -m flash_kernels.bench --suite convention --passes
-    // backward --variants flash_wgmma --refs sdpa_cudnn`, L2 flushed; log profiles/_logs/nvidia-h100-80gb-hbm3/
-    // wgmma_bwd_mask_pass_ab.log.xz; the tree also had wg_dq_postprocess_kernel's whole-chunk reads): the mean
-    // of the two rounds' times fell 0.0-1.5% at N = 4096 and 16384 full, 1.2% (bf16) and 4.7% (fp16) at 8192
-    // full, 1.2-1.3% causal at 8192; 0.905-0.975x cuDNN in those runs against 0.891-0.953x. Less than the
-    // instruction count suggests: the kernel waits on the tensor pipe, barriers and MUFU more than on issue.
+    // branch. With the test per element inside the loop, ptxas predicated it into every step (about 14 % of the
+    // loop's SASS instructions, issued masked or not); as a pass of its own, ptxas branches around it and only
+    // the masked steps pay (docs/kernels.md).
     exp_scores([](float&, int, int, int) {});
     if (need_mask) {
       const int qrel = qb + 2 * t4, hi = Nq - qrel;  // query = qrel + 8 j + e

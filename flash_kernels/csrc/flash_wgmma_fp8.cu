@@ -1,79 +1,26 @@
-// flash_wgmma FP8 forward (sm_90a): attention over e4m3 Q, K, V with per-tensor scales, on wgmma's 8-bit
-// path (m64nNk32 e4m3 x e4m3 -> fp32: twice the fp16 path's dense rate on Hopper), output fp16 or bf16.
+// flash_wgmma FP8 forward (sm_90a): attention over e4m3 Q, K, V with per-tensor scales, on wgmma's 8-bit path
+// (m64nNk32 e4m3 x e4m3 -> fp32: twice the 16-bit dense rate on Hopper), output fp16 or bf16.
 //
-// The arrangement is flash_wgmma's tma-ws-overlap (flash_wgmma_fwd.cu, step 3): a producer warpgroup
-// (one thread issues every TMA copy: Q once, then K and V tiles into a STAGES-deep ring of full / empty
-// mbarriers), two consumer warpgroups of 64 query rows each (BM = 128, BN = 128 keys a tile, setmaxnreg
-// 24 / 240), each issuing S_t = Q K_t^T and O += P_{t-1} V_{t-1} back to back and running the softmax of
-// S_t under O += P V. What differs from the 16-bit kernels:
-// - 8-bit wgmma operands must be K-major (no transpose bit). Q and K are (the head dim is contiguous),
-//   but V [keys][D] is MN-major for O += P V, so V arrives transposed: Vt [B * Hkv][D][Nk rounded up to
-//   32], made by the Python side (flash_kernels/fp8.py) before the launch and timed with it.
-// - P goes to registers as the A operand of O += P V (P in [0, 1] after the running max is taken off, so
-//   e4m3's range suffices; no scale). The A fragment of an 8-bit k32 step (wgmma.cuh) holds columns
-//   4t .. 4t + 3 and 4t + 16 .. of a thread's rows, the S accumulator columns 2t, 2t + 1 of each 8-column
-//   block. Rather than exchange values between threads, the keys inside every 32-key group are permuted:
-//   A slot 16 hh + 4 t + i of k-step kk holds key 32 kk + 16 hh + 8 (i >> 1) + 2 t + (i & 1) (which this
-//   thread has, in S's accumulator), and Vt's columns are stored in the same permuted order (fp8.py:
-//   vt_fp8), so the product sums the same key pairs. Masking uses the true key index (S's layout).
-// - Scales: real values are q8 * descale_q etc. (descale: 3 fp32 on the device, read by the kernel, so a
-//   caller never syncs to pass them). descale_q * descale_k is folded into the softmax's exp2 scale (the
-//   LSE is that of the real scores); descale_v multiplies O before the normalisation.
-// - O is summed in fp32 registers: each tile's O_t = P_t V_t comes from the tensor cores into a fresh
-//   accumulator and is added to O by the CUDA cores. Hopper's FP8 wgmma keeps fewer than fp32's bits in its
-//   sums (DeepSeek-V3 report, section 3.3.2: about 14), and with O accumulated by the tensor cores over all
-//   keys the error grew with N: relative L2 error 6e-3 at N = 1024 to 1.1e-1 at N = 16384 (H100, first
-//   version, scripts/fp8_bench.py; log profiles/_logs/nvidia-h100-80gb-hbm3/fp8_bench_o_in_tensor_cores.log.xz).
-//   S = Q K^T sums at most 4 k-steps and stays in the tensor cores.
-// - Q and K rows are D bytes: D = 128 uses the 128-byte swizzle, D = 64 the 64-byte one; Vt rows are
-//   BN = 128 bytes. O (16-bit) is staged in a buffer of its own (the Q tile's rows are half as wide).
-//
-// Measured (H100 80GB HBM3, torch 2.11.0+cu130, `STEPS="build fp8" bash scripts/gpu_node.sh` = scripts/fp8_bench.py
-// at b5eed84, log profiles/_logs/nvidia-h100-80gb-hbm3/fp8_bench.log; B*N = 16k, H*D = 2048, L2 flushed, GPU-side
-// wait, medians): at D = 128 the kernel alone runs 554 / 660 / 712 TFLOP/s at N = 1024 / 4096 / 16384 (full; causal
-// 415 / 586 / 710), 28-36 % of the dense FP8 peak (1,979 TFLOP/s), 0.96-1.16x cuDNN's fp16 time and 1.00-1.13x our
-// fp16 forward's; at D = 64 338-449 TFLOP/s, 0.80-0.94x cuDNN fp16 (slower than our fp16 forward). Error (relative
-// L2) against fp64 attention of the dequantized inputs 2.2e-3 to 5.7e-3, of the fp32 inputs before quantization
-// 3.0e-3 to 1.4e-2 (fp16 kernels there: 2.3e-4). Making Vt (plus the call's checks) costs 31-43 us at N = 1024
-// (a torch permute took 220 us at N = 16384 in the first version).
-// So the 8-bit products buy little: the tile's softmax, not the tensor cores, sets the pace. Nsight Compute (deep
-// tier, profiles/nvidia-h100-80gb-hbm3/fp8 at d420569, N = 4096, D = 128, not causal; its why page): 0.97x the time of
-// our fp16 forward with the tensor pipe busy 36 % of active cycles against 79 %; it issues 1.28x the instructions
-// with 2.2 warps per scheduler against the fp16 192x128 tile's 3.2, and its warp samples sit on the softmax: the
-// mask 20 % (every tile is masked, branch-free, for the overlap), the exponentials 19 %, the row max 7 %, P's
-// conversion 4 %, O += O_t 4 %. The mask became one compare per score (wgmma_softmax.cuh, b5eed84): +3-9 % at
-// D = 64, no change at D = 128 (fp8_bench_4e2e577.log.xz before it). The SFU was the other suspect (per 128 x 128 tile
-// the exponentials take 16,384 / 16 per clock = 1,024 SM cycles, the e4m3 products 2 x 128 x 128 x 128 x 2 /
-// 8,192 = 1,024), so exp_on_fma (option >> 4) computes a quarter or half of them by a polynomial on the FMA units
-// (wgmma_softmax.cuh: exp2_poly, FlashAttention-4's trick): slower, 0.87-0.93x (a quarter) and 0.91-0.93x (half)
-// of the SFU-only kernel at D = 128. Not the default. What would pay, by the capture: more warps per scheduler (a
-// third consumer warpgroup, which the 168-register budget of 384-thread blocks leaves no room for with O and O_t
-// both in registers) or fewer softmax instructions per score.
-// Ping-pong (option bit 8; the default at D = 128, flash_kernels/fp8.py: PINGPONG_HEAD_DIMS): the two consumers
-// take turns to issue their products (named barriers 4, 5), so one's softmax runs under the other's GEMMs, which
-// the fp16 kernels did not need (their products take twice the softmax's time) and FP8 does. Measured in one run
-// (NVIDIA H200, torch 2.11.0+cu130, scripts/fp8_bench.py --head-dims 128, log
-// profiles/_logs/nvidia-h200/fp8_bench_pingpong.log): 578 / 721 / 787 TFLOP/s at N = 1024 / 4096 / 16384 (full;
-// causal 429 / 637 / 792) against the free-running consumers' 539 / 660 / 707 (405 / 586 / 717): +6-11 %, up to
-// 40 % of the FP8 peak, 1.00-1.28x cuDNN fp16 in that run. Same output bits (a GPU test). At D = 64 it loses 1-4 %
-// from N = 2048 on (the 1b29c8e log below: 453 / 494 / 550 against 459 / 506 / 572), so D = 64 runs free.
-// K/V last to first (8065551, as flash_wgmma_fwd.cu's step 5): the one tile that can reach past Nk or the diagonal
-// is the first a consumer computes, masked if it needs it before the overlapped loop, and the loop runs without a
-// mask (it had masked every tile, branch-free). Measured (H100 80GB HBM3, scripts/fp8_bench.py at 1b29c8e, log
-// profiles/_logs/nvidia-h100-80gb-hbm3/fp8_bench.log): D = 128 633 / 784 / 857 TFLOP/s at N = 1024 / 4096 / 16384
-// (full; causal 427 / 681 / 856) against b5eed84's 554 / 660 / 712 (fp8_bench_b5eed84.log.xz; that table had no
-// ping-pong, which is worth 6-11 % of it): 32-43 % of the FP8 peak, 1.08-1.25x cuDNN fp16 (causal 1.03-1.36x);
-// D = 64 381-564 (was 338-449), 0.87-1.16x cuDNN. Same errors (the same keys, summed in another order). Nsight
-// Compute (profiles/nvidia-h100-80gb-hbm3/fp8 at 1b29c8e, N = 4096, D = 128, not causal; `nsightlab why
-// profiles/nvidia-h100-80gb-hbm3/fp8 --a flash_wgmma_fp8 --b flash_wgmma --case causal=0`): 0.82x the time of our
-// fp16 forward (0.676 vs 0.826 ms; was 0.97x), the tensor pipe busy 43 % of active cycles (was 36 %), 1.07x its
-// instructions per scheduler (was 1.28x), still 2.2 warps per scheduler against 3.3. compute-sanitizer (memcheck,
-// racecheck) clean on it with ping-pong at 8065551 (H200, profiles/_logs/nvidia-h200/sanitizer_8065551_flash_wgmma.log).
-// Since cb973de a consumer warpgroup whose rows all lie past Nq returns after releasing the ring (flash_wgmma_fwd.cu,
-// step 6; only a ragged Nq has such a block here) and the release loop is wgmma.cuh's release_kv_unread: GPU suite
-// and sanitizer clean on the H100 there (profiles/_logs/nvidia-h100-80gb-hbm3/{gpu_tests,sanitizer}_cb973de*.log);
-// fp8_bench at D = 128 in that call 611 / 720 / 779 / 830 / 853 TFLOP/s at N = 1k .. 16k full, within 3.5 % of the
-// table above (fp8_bench_cb973de.log).
+// The arrangement is flash_wgmma's warp-specialised forward (flash_wgmma_fwd.cu): a producer warpgroup issues
+// every TMA copy into a ring of full/empty mbarriers; two consumer warpgroups of 64 rows (BM = 128, BN = 128)
+// issue S_t = Q K_t^T and O += P_{t-1} V_{t-1} together and run the softmax of S_t under O += P V; at D = 128 they
+// also take turns (ping-pong). K/V tiles are visited last to first, as in the 16-bit kernels. What differs:
+// - 8-bit wgmma operands must be K-major, so V arrives transposed: Vt [B * Hkv][D][Nk rounded up to 32], made by
+//   flash_kernels/fp8.py before the launch.
+// - P goes to registers as the A operand of O += P V (P is in [0, 1], e4m3 suffices, no scale). Rather than move
+//   values between threads, the keys inside every 32-key group are permuted so that S's accumulators are P's A
+//   fragments (A slot 16 hh + 4 t + i of k-step kk holds key 32 kk + 16 hh + 8 (i >> 1) + 2 t + (i & 1)), and Vt's
+//   columns are stored in the same order (fp8.py: vt_fp8). Masking uses the true key index.
+// - Scales: real values are x8 * descale (3 fp32 on the device, so a caller never syncs). descale_q * descale_k is
+//   folded into the softmax's exp2 scale (the LSE is that of the real scores); descale_v multiplies O.
+// - O is summed in fp32 registers: each tile's O_t = P_t V_t comes from the tensor cores into a fresh accumulator
+//   and is added by the CUDA cores, because the FP8 tensor cores' sums keep fewer bits than fp32 and O summed by
+//   them over all keys lost accuracy as N grew. S = Q K^T sums at most 4 k-steps and stays in the tensor cores.
+// - Q and K rows are D bytes: the 128-byte swizzle at D = 128, the 64-byte one at D = 64; Vt rows are 128 bytes.
+//   O (16-bit) is staged in a buffer of its own.
+// - Option exp_on_fma (option >> 4): a quarter or half of the exponentials by a polynomial on the FMA units
+//   (wgmma_softmax.cuh: exp2_poly); not the default (slower where measured).
+// Limits: forward only; sm_90a; D = 64 or 128; the softmax, not the tensor cores, sets the pace (docs/kernels.md).
 #include "wgmma_softmax.cuh"
 
 namespace fk {

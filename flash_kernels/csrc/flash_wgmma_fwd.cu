@@ -1,240 +1,32 @@
-// flash_wgmma forward: FlashAttention-2's loop on Hopper's warpgroup tensor-core instructions (sm_90a),
-// rungs of the Hopper ladder selected by the `pipeline` option (how K/V reach shared memory and
-// how the warpgroups share the work); the arithmetic of a tile is the same code in all three.
+// flash_wgmma forward: FlashAttention-2's loop on Hopper's warpgroup tensor-core instructions (sm_90a). The
+// `pipeline` option picks the rung of the Hopper ladder: how K/V reach shared memory and how warpgroups share work.
 //
-// Common to every pipeline. Relative to flash_mma: each matrix product is one asynchronous wgmma per
-// k16 step for a whole warpgroup (64 query rows) instead of many warp-level mma.sync, with its
-// operands read by the tensor cores straight from shared memory (no ldmatrix): S = Q K^T is wgmma
-// m64nBNk16 with Q and K both from shared memory (K-major, 128-byte swizzle), O += P V is wgmma
-// m64nDk16 with P from registers (the S accumulators repacked to 16 bits, as in FA3) and V from
-// shared memory read MN-major (the transpose bit: V stays [keys][D] as it is in memory, no
-// transposing copy). One consumer warpgroup per 64 query rows (BM = 64 * NWG, NWG = 2 or 3). Each
-// warpgroup runs per K/V tile: S = Q_i K_j^T (D / 16 k-steps), mask, online softmax on the
-// accumulator fragment (running max in raw score units, exp2 with the scale folded in, the row's 4
-// lanes reduce with two shuffles), O rescaled when a row max grew, O += P V_j (BN / 16 k-steps).
-// Causal launches visit the heaviest query blocks first and a warpgroup skips key tiles wholly after
-// its rows. Grouped-query attention: query head h reads key/value head h / (H / Hkv)
-// (Dims::kv_head); causal alignment top-left (query i sees keys j <= i). Outputs as flash_mma's: O
-// normalised (staged through the warpgroup's own rows of the Q tile, written 16 bytes per thread),
-// LSE = natural log of sum_j exp(scale q_i . k_j), fp32.
+// Relative to flash_mma: each product is one asynchronous wgmma per k16 step for a warpgroup's 64 query rows, its
+// operands read by the tensor cores from shared memory (no ldmatrix). S = Q K^T is wgmma SS (Q and K K-major,
+// 128-byte swizzle); O += P V is wgmma RS with P repacked from the S accumulators into 16-bit registers and V read
+// MN-major (the transpose bit: V stays [keys][D]). Per K/V tile a consumer warpgroup runs S = Q_i K_j^T, the mask,
+// the online softmax on the accumulator fragment (running max in raw units, exp2 with the scale folded in), O
+// rescaled when a row max grew, O += P V_j. O is normalised and staged through the warpgroup's rows of the Q tile;
+// LSE is fp32 (natural log). GQA: query head h reads K/V head h / (H / Hkv); causal alignment top-left.
 //
-// pipeline "cp.async" (step 1): no producer: every thread copies tiles with cp.async (Q once; K and V
-// double-buffered, the next tile in flight while this one is used), fences them into the async
-// proxy and meets at __syncthreads (twice per K/V tile); each wgmma batch is waited for at once (no
-// overlap of softmax and wgmma inside a warpgroup).
-//   Measured (H200, torch 2.11.0+cu130, scripts/wgmma_smoke.py at c4f0115; fp16, B*N = 16k, H = 16,
-//   N = 8192, median of 20, no L2 flush; TFLOP/s, 4 B H N^2 D, halved when causal), by tile
-//   128x128 / 128x64 / 192x128 / 192x64, beside flash_mma and SDPA flash (FA2):
-//     D=128 full   361 / 308 / 401 / 344   flash_mma 293   SDPA 345
-//     D=128 causal 340 / 289 / 360 / 309   flash_mma 255   SDPA 301
-//     D=64  full   257 / 293 / 288 / 239   flash_mma 290   SDPA 291
-//     D=64  causal 245 / 267 / 268 / 225                   SDPA 269
-//   so step 1's defaults were 192x128 for D=128 (1.16x SDPA flash) and 128x64 for D=64 (SDPA's level);
-//   cuDNN reaches ~600 at D=128 on this GPU: the per-tile waits leave the tensor cores idle during
-//   loads and softmax.
-//
-// pipeline "tma" (step 2): K, V and Q arrive by the copy engine: one thread issues
-// cp.async.bulk.tensor (3-D tensor maps [B*heads][N][D], boxes of {64 columns, rows, 1}, the
-// 128-byte swizzle the wgmma descriptors read; rows past N of the head are zero-filled by the
-// engine, never the next head's) completing on one mbarrier per K and per V stage (arrive.expect_tx,
-// try_wait.parity), a STAGES-deep ring (2). A warpgroup waits for K_j alone before S = Q K_j^T and for
-// V_j before O += P V_j; one __syncthreads per tile (every warpgroup done with the stage) lets the
-// issuing thread refill the stage with tile j + STAGES. No address arithmetic, predicates or
-// proxy fences in the threads for loads; the waits per wgmma batch stay.
-//   Measured (H200, torch 2.11.0+cu130, scripts/wgmma_smoke.py at b353fa5, log
-//   profiles/_logs/nvidia-h200/wgmma_b353fa5/wgmma_smoke.log; same conditions as step 1), N = 8192,
-//   by tile 128x128 / 128x64 / 192x128 / 192x64, beside the best cp.async tile:
-//     D=128 full   520 / 563 / 483 / 451   cp.async 402 (192x128)   flash_mma 289   SDPA 349
-//     D=128 causal 499 / 524 / 466 / 396   cp.async 367 (192x128)                   SDPA 309
-//     D=64  full   354 / 414 / 362 / 319   cp.async 305 (128x64)                    SDPA 297
-//     D=64  causal 329 / 370 / 333 / 292   cp.async 273 (128x64)                    SDPA 266
-//   so 1.40x step 1 at D=128 (0.94 of cuDNN's ~600), 1.36x at D=64 (cuDNN ~448); the defaults become
-//   tma, 128x64 for both head dims. 128x64 is probably best because two blocks fit on an SM (ptxas:
-//   127 registers x 256 threads, 97 KB of shared memory), so one block's softmax and waits overlap
-//   the other's wgmma; this is an inference from the resources, not profiled.
-//
-// pipeline "tma-ws" (step 3): warp specialization as in FlashAttention-3. One more warpgroup, the
-// producer (warpgroup 0; one thread issues every copy, Q once, then K_t and V_t into a ring of 3
-// stages where 227 KB hold them, else 2), and the consumers (warpgroups 1 .. BM / 64) that only
-// compute. No block barrier after setup: per stage, full_k / full_v mbarriers (the copy engine's
-// bytes) and empty_k / empty_v mbarriers, on which each consumer warpgroup arrives once (one thread,
-// a predicated arrive) when its wgmma reading the stage has completed; the producer refills a stage as
-// soon as K (or V) of it is released, without waiting for the slowest warpgroup's whole tile.
-// setmaxnreg moves registers to the consumers: producer 24 / consumers 240 with 2 consumer
-// warpgroups (128-row tiles, 384 threads), 32 / 160 with 3 (192-row tiles, 512 threads); so one block
-// per SM, where step 2's 128x64 fitted two. Causal tiles wholly after a warpgroup's rows are waited
-// for and released without compute (the ring's phases stay in step).
-// pipeline "tma-ws-overlap": tma-ws plus FlashAttention-3's intra-warpgroup overlap: a consumer
-// issues S_t = Q K_t^T and O += P_{t-1} V_{t-1} back to back, waits for S_t alone
-// (wgmma.wait_group 1), runs the softmax of S_t while O += P V runs, then waits for it, rescales O
-// and packs P_t. Costs: no branch may sit between the two waits, so the loop's tiles were all masked by
-// selects until step 5 (below) left the loop without a mask; and S, P and O of two tiles live at once, so 192x128 at D = 128 (160 registers) runs without the
-// overlap. SASS (ptxas 13.0): the wait for O += P V lands part-way through the softmax, not after
-// it as written: of a thread's exponentials per tile, 42 of 64 come before it with 128x128 at
-// D = 128 (52 of 64 at D = 64), 6 to 25 of 32 with the BN = 64 tiles, 17 of 64 with 192x128 at D = 64.
-//   Measured (H200, torch 2.11.0+cu130, scripts/wgmma_smoke.py --pipelines tma,tma-ws,tma-ws-overlap at
-//   3d44002, profiles/_logs/nvidia-h200/wgmma_3d44002/; fp16, B*N = 16k, H = 16, TFLOP/s at N = 4096 / 8192):
-//   D = 128 full: tma best 508 / 531 (128x128); tma-ws 600 / 583 (192x128); tma-ws-overlap 596 / 609
-//   (192x128); causal at N = 8192: 472 (tma) -> 545 (tma-ws) -> 568 (tma-ws-overlap). D = 64: tma 128x128
-//   stays best (460 / 477 full, 379 / 419 causal); tma-ws 192x128 446 / 470, tma-ws-overlap <= 359: with
-//   one 384-thread block per SM the D = 64 tile has too little work per barrier round trip. In the same
-//   run the tma 128x64 tile measured 413 / 414 at D = 128 (562 at b353fa5, before step 3's edits to the
-//   shared code): not explained yet; the defaults follow this run.
-// Next bottleneck (ncu deep capture profiles/nvidia-h200/bottleneck-deep, H200 at 7a78894, B=4 H=16 N=4096
-// D=128 fp16, tma-ws-overlap 192x128; `nsightlab why nvidia-h200/bottleneck-deep --a flash_wgmma --b sdpa_cudnn
-// --case "causal=0,pass=forward"`): 1.04x cuDNN's time with the tensor pipe as busy (75% vs 76% of active
-// cycles): the gap is latency inside a warpgroup, Stall Wait 1.60 vs 0.89 cycles per issued instruction and
-// MIO throttle 0.47 vs 0.02 (the softmax's exp2 and shuffles queue behind the wgmma chain). Ping-pong of two
-// consumer warpgroups (one's softmax under the other's GEMMs) is the step that hides it.
-//
-// pipeline "tma-ws-pingpong" (step 4a): tma-ws-overlap plus FlashAttention-3's inter-warpgroup
-// ping-pong: the consumer warpgroups take turns to issue their products (named barriers 4.., one per
-// consumer; a warpgroup waits for its turn, issues S_t = Q K_t^T and O += P_{t-1} V_{t-1}, and
-// passes the turn on), so one's softmax runs under the other's GEMMs by construction rather than by
-// chance. Every consumer takes one turn per K/V tile of the block, the causal tiles after its rows
-// included, so the rotation never waits for a warpgroup that has finished.
-//   Measured (H100 80GB HBM3, torch 2.11.0+cu130, `SMOKE_ARGS="--passes forward --pipelines
-//   tma,tma-ws-overlap,tma-ws-pingpong" STEPS="build smoke" bash scripts/gpu_node.sh` at dab5fb4 + this
-//   step, log profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_pingpong_dab5fb4-dirty.log.xz; fp16, TFLOP/s,
-//   B*N = 16k, H = 16, at N = 1024 / 4096 / 8192, in one run with cuDNN): D = 128 full, 128x128 overlap
-//   459 / 556 / 544 -> ping-pong 478 / 540 / 526; 192x128 (3 consumers, no overlap) 486 / 623 / 646 ->
-//   486 / 598 / 574; cuDNN 592 / 655 / 664. D = 64 128x128: 275 / 320 / 325 -> 297 / 349 / 357 (tma 410 /
-//   479 / 486, cuDNN 423 / 474 / 482). So the ping-pong pays only for short blocks (N = 1024, +4 %) and
-//   at D = 64; where blocks are long it costs 3-11 %: the forced turns add a wait the free-running
-//   warpgroups did not have. Not a default. Under Nsight Compute (H100, N = 4096, D = 128, 192x128) it
-//   measured 0.812 ms against tma-ws's 0.841 in one capture (7cebd20; in git at 55e62cf) and 0.893
-//   against 0.881 in the next (8b4f242, profiles/nvidia-h100-80gb-hbm3/pipeline): no consistent gain.
-//   What the 128x128 tiles lose against 192x128 might be, by the arithmetic of this launch, the block's
-//   start and end (one 384-thread block per SM, 15 waves of 16 us blocks at N = 4096, each starting with
-//   Q and the first K/V from memory and ending with O's store, none of it overlapped with another block's
-//   work); the persistent step below did not bear that out at 128x128 (547-561 against 566-584 TFLOP/s).
-//
-// pipeline "tma-ws-persistent" (step 4b; "tma-ws-persistent-pingpong" adds 4a): one block per SM that
-// loops over work tiles, two Q buffers (the next tile's Q loads while this one computes; consumers hand a
-// buffer back after their epilogue, full_q / empty_q mbarriers) and the K/V ring running on from one tile
-// to the next, so a tile starts with its data already in flight. The tiles are handed out dynamically:
-// block b takes tile b first, then the producer takes the next untaken one from a global counter (zeroed
-// by the caller: a 2 us fill kernel before each launch) and passes it to the consumers in shared memory
-// with the Q buffer's full barrier; -1 ends the loop. Tiles keep the 2-D grid's head-major order.
-//   First version, a fixed deal (block b: tiles b, b + #SMs, ...; 7cebd20): lost 8-13 % at D = 128,
-//   N >= 4096 (H100 smoke log profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_persistent_dab5fb4-dirty.log.xz).
-//   Nsight Compute (deep tier, B = 4, H = 16, N = 4096, D = 128, 192x128; the captures of 7cebd20, committed
-//   at 55e62cf: `git show 55e62cf:profiles/nvidia-h100-80gb-hbm3/pipeline-deep/...`) showed why: the SMs were
-//   active 86 % of the elapsed cycles (1.38 M of 1.60 M) against 95 % for tma-ws and 96 % for cuDNN (itself persistent:
-//   132 blocks of 384 threads), with the tensor pipe as busy per active cycle (76 % vs 77 %): SMs that ran
-//   slower finished their fixed share last. Dealing causal tiles heaviest-first over all heads balanced
-//   them but read 1.13 GB from DRAM instead of 0.20 GB (L2 hit rate 42 % vs 82 %).
-//   With the dynamic scheduler (8b4f242; H100 80GB HBM3, torch 2.11.0+cu130, fp16, 192x128, TFLOP/s at
-//   N = 1024 / 4096 / 8192, B*N = 16k, H = 16; two event-timed runs of `SMOKE_ARGS="--passes forward
-//   --tiles 192x128 --pipelines tma-ws,tma-ws-persistent" STEPS="build smoke" bash scripts/gpu_node.sh`,
-//   logs profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_dynamic_scheduler_run{1,2}.log):
-//     full    tma-ws 474-480 / 561-622 / 598-648  persistent 542-544 / 647-664 / 642-663
-//             cuDNN  598-606 / 676-677 / 671-686
-//     causal  tma-ws 290-324 / 516-520 / 550-589  persistent 334-368 / 556-562 / 624-630
-//             cuDNN  427-432 / 573 / 610
-//   i.e. 0.89-0.91 / 0.96-0.98 / 0.94-0.99x cuDNN (full) and 0.78-0.85 / 0.97-0.98 / 1.02-1.03x (causal). Under
-//   Nsight Compute (profiles/nvidia-h100-80gb-hbm3/pipeline and pipeline-deep at 8b4f242, N = 4096): 0.812
-//   ms against cuDNN's 0.813 (full) and 0.480 against 0.478 (causal), tma-ws 0.881 / 0.516; SMs active 96 %
-//   of the elapsed cycles, tensor pipe 79 % of active cycles. At D = 64 the plain tma kernel stays faster
-//   (0.576 ms, cuDNN 0.569; persistent 0.793). Not yet the default at D = 128: compute-sanitizer has not run
-//   on the scheduler (the shared-memory hand-off), nor the GPU suite with it as the default. The target
-//   (1.05x cuDNN at D = 128) is not met: 1.00x under Nsight Compute, 0.94-1.03x in the timed runs.
-//   The ping-pong on top (tma-ws-persistent-pingpong) measured 0.836 / 0.488 ms under Nsight Compute:
-//   slower, as at the non-persistent tiles (4a above).
-//
-// Step 5 (every warp-specialised pipeline, and flash_wgmma_fp8.cu): a block's K/V tiles are visited last to
-// first (the producer loads them in that order). The one tile that can reach past Nk or the diagonal is then
-// the first a warpgroup computes (outside the overlapped loop, masked if it needs it, kMaskIfNeeded), and the
-// overlapped loop runs with no mask at all (kMaskNever) where it had compared and selected every score. With
-// one Q buffer the persistent 128x128 tile at D = 128 gets a third K/V stage (two Q buffers left it two),
-// its next Q issued after the next tile's first K/V tiles. Measured (H200, torch 2.11.0+cu130, fp16, B*N = 16k,
-// H = 16, TFLOP/s, L2 flushed; scripts/wgmma_smoke.py --passes forward --tiles 128x128,192x128 --pipelines
-// tma-ws-overlap,tma-ws-persistent,tma-ws-persistent-pingpong; logs profiles/_logs/nvidia-h200/
-// wgmma_smoke_reverse_order.log.xz (before the Q-buffer change) and wgmma_smoke_reverse_order_qbuf1_8065551.log.xz):
-//   the 128x128 overlap, which lost 11 % to 192x128 without overlap in the dab5fb4 run (556 against 623 at
-//   N = 4096, H100), is now level with it: 618 / 665 against 611 / 632 at N = 4096 / 16384 (first run), 627 /
-//   659 / 623 against 633 / 639 / 651 at N = 4096 / 8192 / 16384 (second). The third stage did not make the
-//   persistent 128x128 faster than the non-persistent one (621 / 613 / 614 against 627 / 659 / 623).
-//   The ping-pong on the persistent 192x128 tile was at least as fast as without it in 10 of 10 cells of the
-//   two runs (+0-5 %; e.g. 666 / 667 against 639 / 651 full, 617 / 640 against 600 / 639 causal at N = 8192 /
-//   16384), where before step 5 it had been slower (0.836 against 0.812 ms above): tma-ws-persistent-pingpong
-//   is the default at D = 128 since 8065551. Bench capture at 8065551 (profiles/nvidia-h200/bench, convention
-//   suite, N >= 4096, in the same run as cuDNN): 0.98-1.06x cuDNN at D = 128 (3 of 12 cells >= 1.05), the
-//   same band as the 1687b8b bench on the H100 (0.98-1.06x, 2 of 12) before it. Under Nsight Compute (H100,
-//   profiles/nvidia-h100-80gb-hbm3/fp8 at 1b29c8e, N = 4096, not causal; `nsightlab why ... --a flash_wgmma
-//   --b sdpa_cudnn --case causal=0`): 1.01x cuDNN's time (0.826 vs 0.821 ms), tensor pipe 78 % vs 76 % of
-//   active cycles, 0.91x its instructions, but 2.39 cycles per instruction stalled on barriers (the turns of
-//   three consumers) against 1.37 and Stall Wait 1.57 against 0.89. The 1.05x target at D = 128 is not met.
-//
-// Step 6 (warp-specialised pipelines and flash_wgmma_fp8.cu): a consumer warpgroup whose 64 rows all lie past Nq
-// computes nothing; it only releases the ring's stages and takes its ping-pong turns (n_wg = 0, release_kv_unread
-// in wgmma.cuh). With 192-row tiles every convention length is ragged (1024, 4096 and 16384 leave a last block of
-// 64 rows, 8192 one of 128), and that block's idle warpgroups had run a whole block's products for rows that are
-// never written: 2 of 66 warpgroup tiles per head at N = 4096. Measured (H100 80GB HBM3, torch 2.11.0+cu130, fp16,
-// D = 128, 192x128 tma-ws-persistent-pingpong, B*N = 16k, H = 16, L2 flushed, TFLOP/s; one device call, the
-// package before (c6c4ed1) and after (cb973de) run alternately twice, each with its own build; logs
-// profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_skip_past_nq_{old,new}.log), N = 1024 / 4096 / 16384:
-//   full    before 520 / 652 / 683 and 518 / 655 / 662   after 561 / 689 / 667 and 559 / 687 / 712   cuDNN 586-590 / 660-662 / 653-679
-//   causal  before 366 / 560 / 657 and 328 / 556 / 659   after 409 / 589 / 689 and 371 / 588 / 688   cuDNN 410-414 / 559-564 / 619-624
-// so +8 % (full) and +12 % (causal) at N = 1024, +5 % at N = 4096, +5 % causal at N = 16384 (full: within the two
-// runs' spread). The bench capture at cb973de (profiles/nvidia-h100-80gb-hbm3/bench, convention suite, N >= 4096,
-// same run as cuDNN): 1.04-1.11x cuDNN at D = 128 (9 of 12 cells >= 1.05; N = 4096 full 1.04) where the 76739b0
-// capture of the same morning, on the same GPU model, had 0.98-1.05x (none >= 1.05).
-// Tried and not kept (76739b0, reverted in c6c4ed1): FlashAttention-3's 128x176 tile for non-causal D = 128 (two
-// consumers, one Q buffer, two stages; causal calls on 128x128): below the 192x128 default in one H100 run at every
-// pipeline (fp16, N = 4096 / 8192 / 16384: overlap 607 / 619 / 631, ping-pong 625 / 644 / 646, persistent
-// ping-pong 639 / 654 / 556 against 644 / 669 / 678; log wgmma_smoke_128x176_76739b0.log.xz).
-//
-// Step 7 (option tail, "auto" the default at D = 128; persistent pipelines, not causal): tail tiles. The persistent
-// blocks take tiles from the counter as they free, and at the convention sizes (B*N = 16k, H = 16) 1365 blocks of
-// 192 rows make 10.3 rounds on 132 SMs, run as 11: the last round leaves SMs idle (Nsight Compute had them active
-// 96 % of the elapsed cycles, 8b4f242). With tail "auto" the host (_ops._wg_tail_plan) list-schedules the tiles
-// over the SMs with a cost model (a tile with k of the 3 warpgroups busy costs (k + 1) / 4 of a whole one) and
-// picks how many of each head's query blocks stay whole; the rows after them become 128-row tiles (one warpgroup
-// idle: n_wg = 0, and store_rows writes no row past the tile's), every head's handed out after all whole blocks,
-// the heads last to first (the last heads' K/V are the likeliest still in L2). At N = 4096 / 8192 / 16384 it keeps
-// 20 / 41 / 82 of 22 / 43 / 86 blocks; at N = 1024 none (cost (k + 1/2) / 3.5 had moved the 64-row last blocks to
-// the end there, 4 % slower in two runs). Measured (H100 80GB HBM3, torch 2.11.0+cu130, fp16 and bf16, D = 128,
-// 192x128 tma-ws-persistent-pingpong, B*N = 16k, H = 16, L2 flushed, TFLOP/s, tail none against auto in the same
-// run; `SMOKE_ARGS="--passes forward --tiles 192x128 --pipelines tma-ws-persistent-pingpong --tails none,auto
-// --no-check --time-dtypes float16,bfloat16 --head-dims 128 --time-n 1024,4096,8192,16384" STEPS=smoke bash
-// scripts/gpu_node.sh`; logs profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_tail_run{1,2}.log with the first plan,
-// wgmma_smoke_tail_6674bdd.log.xz with this one), not causal:
-//   N = 4096   fp16 690 / 684 / 687 -> 697 / 693 / 696, bf16 705 / 702 / 702 -> 712 / 708 / 713: +0.9-1.6 %, 6 of 6
-//   N = 8192   fp16 708 / 707 / 708 -> 718 / 712 / 714, bf16 726 / 726 / 724 -> 718 / 703 / 725: -3.2 to +1.4 %
-//   N = 16384  fp16 670 / 644 / 702 -> 731 / 731 / 727, bf16 701 / 686 / 735 -> 713 / 704 / 686: -6.7 to +14 %
-//   N = 1024   (first plan) fp16 559 / 561 -> 537 / 538, bf16 568 / 562 -> 543 / 544; (this plan: unchanged)
-// N = 16384 is the noisiest cell of these runs in either setting (a sustained load there runs at the 700 W power
-// cap, scripts/clock_watch.py). The causal rows, which the option leaves alone, agree within 1 % at N >= 4096. An
-// H100 bench at 6674bdd that ran out of time after its convention suite (profiles/_logs/nvidia-h100-80gb-hbm3/
-// bench_convention_6674bdd_partial.csv.xz) has D = 128 full at 1.048 / 1.050x cuDNN (fp16 / bf16) at N = 4096,
-// 1.07 / 1.07 at 8192, 1.21 / 1.08 at 16384; the cb973de bench had 1.04 / 1.04, 1.06 / 1.06, 1.07 / 1.07. The
-// complete H100 bench at 2a30619 (profiles/nvidia-h100-80gb-hbm3/bench): 1.0495 / 1.048 at N = 4096, 1.059 / 1.062
-// at 8192, 1.057 / 1.068 at 16384. Under Nsight Compute (profiles/nvidia-h100-80gb-hbm3/pipeline, 2a30619, N = 4096,
-// B = 4, H = 16, fp16, kernel replay, caches flushed; tail none -> auto): tma-ws-persistent-pingpong 0.797 -> 0.789
-// ms, tma-ws-persistent 0.825 -> 0.812 ms (cuDNN 0.829), DRAM bytes 261 -> 392 MB: the tail tiles read their heads'
-// K/V again (0.5 TB/s, far under the memory roof). The deep tier's full section set does not always finish on the
-// persistent kernels (README, "A kernel that does not finish under Nsight Compute"); without MemoryWorkloadAnalysis
-// it does (profiles/nvidia-h100-80gb-hbm3/pipeline-deep): the persistent ping-pong is active 95 % of its elapsed
-// cycles, not causal, at 5fcc881.
-//
-// Step 8 (option tail, "auto", causal calls of the tma-ws pipelines): head groups. A causal head's query blocks
-// cost 1 to n_qb K/V tiles; dealt one head after another (heaviest block first), the heaviest blocks of the last
-// heads are taken in the last round, and Nsight Compute had the persistent ping-pong's SMs active 89 % of the
-// elapsed cycles (708.5 k of 792.9 k; cuDNN 91 %) at ba46f69 (N = 4096, B = 4, H = 16, fp16). With tail "auto" the
-// heads are dealt in groups of causal_head_group (as many heads as have their K and V within 16 MiB of L2: 8 at
-// N = 4096, D = 128), each group's tiles heaviest first across its heads, so that the last tiles handed out are
-// the lightest of the last group. Under Nsight Compute at 5fcc881 (profiles/nvidia-h100-80gb-hbm3/pipeline-deep):
-// 0.462 -> 0.432 ms, active 89 -> 95 % of the elapsed cycles (698.9 k of 735.0 k), cuDNN 0.482 ms. Measured
-// (H100 80GB HBM3, torch 2.11.0+cu130, D = 128, 192x128 tma-ws-persistent-pingpong, B*N = 16k, H = 16, L2 flushed,
-// TFLOP/s, tail none -> auto in the same run; the smoke command of step 7 at 5fcc881, log
-// profiles/_logs/nvidia-h100-80gb-hbm3/wgmma_smoke_causal_groups_5fcc881.log.xz), causal:
-//   fp16  N = 1024 / 4096 / 8192 / 16384: 401 / 592 / 652 / 689 -> 419 / 629 / 678 / 704 (+2.2 to +6.2 %)
-//   bf16  N = 1024 / 4096 / 8192 / 16384: 386 / 604 / 669 / 702 -> 401 / 640 / 703 / 709 (+1.0 to +5.8 %)
-// The complete H100 bench at 5fcc881 (profiles/nvidia-h100-80gb-hbm3/bench): causal D = 128 1.10-1.14x cuDNN at
-// N >= 4096 (1.03-1.05 at 2a30619), full 1.054-1.074. The H200 bench at c840561 (README; every implementation of a
-// configuration timed round-robin, L2 flushed by reading, fp16 and bf16, N = 4096-16384): D = 128 1.06-1.09x full,
-// 1.12-1.16x causal (633-760 TFLOP/s); D = 64 (the same path since d9c72ec) 1.07-1.14x.
+// The pipelines (wgmma.cuh holds the TMA, mbarrier and descriptor helpers, wgmma_softmax.cuh the softmax step):
+//  cp.async                    every thread copies K/V (double-buffered), two block barriers per tile.
+//  tma                         one thread issues TMA copies into a 2-stage ring of mbarriers; one barrier per tile.
+//  tma-ws                      a producer warpgroup (setmaxnreg 24 or 32) fills a 2-3 stage ring with full/empty
+//                              mbarriers; consumer warpgroups (240 or 160 registers) release a stage when done.
+//  tma-ws-overlap              + each consumer issues S_t and O += P_{t-1} V_{t-1} together and runs the softmax of
+//                              S_t while the P V product runs (FlashAttention-3's intra-warpgroup overlap).
+//  tma-ws-pingpong             + consumers take turns to issue their products (named barriers), so one's softmax
+//                              runs under the other's GEMMs.
+//  tma-ws-persistent[-pingpong]  one block per SM loops over tiles taken from a global counter (zeroed by the
+//                              caller), two Q buffers, the K/V ring running on across tiles.
+// In every warp-specialised pipeline a block visits its K/V tiles last to first: the one tile that can cross Nk or
+// the diagonal is computed first (masked if needed) and the overlapped loop runs unmasked; a consumer whose rows
+// all lie past Nq only releases stages and passes its turns. Option `tail` ("auto", persistent pipelines): not
+// causal, the last round's query blocks are split into 128-row tiles by a list-scheduling plan
+// (_ops._wg_tail_plan); causal, heads are dealt in groups whose K/V fit in 16 MiB of L2, heaviest tiles first.
+// Limits: sm_90a only; D = 64 or 128; one block per SM for the warp-specialised tiles; 192x128 runs without the
+// overlap at D = 128 (registers). Defaults, measurements and design notes: docs/kernels.md, docs/results.md.
 #include "wgmma.cuh"
 #include "wgmma_softmax.cuh"
 

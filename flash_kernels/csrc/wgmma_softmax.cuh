@@ -43,8 +43,8 @@ __device__ __forceinline__ bool softmax_scores(float (&s)[BN / 2], float (&m)[2]
   if (MASK == kMaskAlways || (MASK == kMaskIfNeeded && (j0 + BN > Nk || (causal && j0 + BN - 1 > wg_row0)))) {
     // s[i] holds key j0 + 2 t + c_i (c_i = 8 (i >> 2) + (i & 1), a constant once unrolled) of row h = (i >> 1) & 1,
     // which sees keys below min(Nk, row + 1) (causal) or Nk: one compare against that bound, moved by j0 + 2 t,
-    // and a select per score (the FP8 kernel, which masks every tile, spent 20 % of its warp samples on a
-    // per-score key, two compares and an or: profiles/nvidia-h100-80gb-hbm3/fp8, d420569)
+    // and a select per score (a per-score key, two compares and an or had cost a kernel that masked every tile
+    // a fifth of its warp samples)
     const int base = j0 + (lane & 3) * 2;
     int lim[2];
 #pragma unroll
