@@ -386,16 +386,8 @@ def _decode_block(rows: Any, warpgroups: Any, mma: str, R: int, tiles: int) -> t
     "auto" takes 128 where a row sees 64 or more tiles (4096 keys) and a k/v head has more than 128 rows or 33-64
     (there the 128-row block, half of it padding, measured level with or faster than 64 rows over two
     warpgroups), else 64; at 64 rows warpgroups "auto" is 2 (the two split the keys) where a k/v head has 33-128
-    rows, else 1.
-
-    Measured on an H200 (torch 2.11.0+cu130, fp16, B=8 H=32 D=128, L2 flushed by reading, 4 interleaved rounds;
-    profiles/_logs/nvidia-h200/decode_two_warpgroups_over_keys_ab.log.xz), us for the plan before (64- or
-    128-row blocks), 64 rows over two warpgroups, 128 rows: one KV head, Nq = 4 (128 rows): Nk = 1024 14.3 /
-    11.0 / 13.9, 4096 18.9 / 15.5 / 18.0, 16384 29.6 / 27.6 / 28.9; Nq = 16 (512 rows): 16384 70.0 / 75.1 / 69.0,
-    65536 239.2 / 267.4 / 237.7; 8 KV heads, Nq = 16 (64 rows; the plan before ran mma.sync): Nk = 1024 21.5 /
-    18.7 / 19.7, 4096 50.0 / 43.0 / 42.7, 16384 167.0 / 141.2 / 138.6, 65536 609.6 / 524.2 / 522.1. At 32 rows
-    or fewer (one KV head, Nq = 1; 8 KV heads, Nq <= 4) mma.sync's 16-row blocks stay ahead (24.1 against 26.0 us
-    at one KV head, Nq = 1, 16k keys; 123.1 against 139.3 at 8, Nq = 4)."""
+    rows, else 1. At 32 rows or fewer mma.sync's 16-row blocks are faster than either wgmma block (the design
+    notes of docs/kernels.md)."""
     if mma != "wgmma":
         return ((64 if R > 32 else 16) if rows == "auto" else rows), 0
     if rows == "auto":
@@ -437,25 +429,17 @@ def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: 
                  sms: int, smem_per_sm: int, mma: str = "mma.sync", warpgroups: Any = "auto") -> tuple[int, int]:
     """flash_decode's (rows per block, key splits) on a GPU of ``sms`` SMs of ``smem_per_sm`` bytes of shared
     memory. rows and warpgroups "auto": _decode_block (on wgmma, 128-row blocks of two warpgroups from 4096 keys
-    where a k/v head has more than 64 rows had measured: at 1024 keys 64-row blocks give twice the blocks:
-    12.8 against 16.9 us at one KV head, Nq = 4; 19.6 against 21.3 at Nq = 16; at 4096 the two tie, at 16384 and
-    more 128 rows win: profiles/_logs/nvidia-h100-80gb-hbm3/decode_wgmma_two_warpgroups_ab.log.xz). splits "auto": as many as give every SM one block, in one
+    where a k/v head has more than 64 rows: below 4096 keys 64-row blocks give twice the blocks and are faster).
+    splits "auto": as many as give every SM one block, in one
     wave (with more than 64 rows a k/v head, the tensor work's, as many blocks as its shared memory holds), but
     no more than leave 4 key tiles (256 keys) a split (the last split may hold fewer). Where a k/v head's rows
     take several blocks (17-64 rows: two 16-row blocks), those blocks read the same K/V, so half the SMs' loads go
     to DRAM: then as many splits as give every SM one block of distinct K/V, while a split keeps 16 tiles (1024
     keys). Either way at most one
     split per 64-key tile of the keys a row can see (min(Nk, Nq) when causal), dealt out so that no split is
-    empty.
-
-    Tuned on an H100 with scripts/decode_plan_sweep.py (every rows x splits, interleaved on the same inputs):
-    the partial results and their merge cost more than a second block per SM buys while a block streams K/V
-    for few rows (Hkv = 1, Nq = 1, Nk = 4096: 19.1 us against 25.5 us for 32 rows x 32 splits, the plan
-    before; Hkv = 8: 2 splits 1-8 % faster than 4); 256 keys a split at Nk = 1024 (12.8 us against 15.3). The
-    distinct-K/V rule from an H200 run (profiles/_logs/nvidia-h200/decode_plan_sweep_hkv1.log; Hkv = 1, Nq = 1, 32
-    rows): 16 splits of two 16-row blocks 81.9 us at Nk = 65536 against 94.2 for 8 (SDPA flash 90.9, cuDNN 97.7),
-    34.7 against 36.5 at Nk = 16384 (cuDNN 36.2); in the H100 run 110.8 against 112.8 and 42.5 against 42.7, and
-    8 splits stay at Nk = 4096 (19.1 us against 20.7 for 16) and 4 at Nk = 1024. ``mma`` "wgmma" counts its own shared memory
+    empty. (Tuned by timing every rows x splits setting interleaved on the same inputs: while a block streams K/V
+    for few rows, partial results and their merge cost more than a second block per SM buys.) ``mma`` "wgmma"
+    counts its own shared memory
     (_decode_wg_smem: its ring, a Q tile and 1 KB of alignment slack a block); its blocks of two warpgroups (128
     rows, or 64 with ``warpgroups`` 2) are one an SM at any D (their registers and the 6-stage ring of the 64-row
     ones), whatever their shared memory would allow."""

@@ -107,7 +107,7 @@ def sdpa_kwargs(cfg: Config) -> dict[str, Any]:
 #: How L2Flusher empties the L2: "write" overwrites a buffer of twice its size (it is then full of that
 #: buffer's dirty lines, which the timed call's first reads must write back to DRAM), "read" reads such a
 #: buffer (the L2 is left holding clean lines: nothing to write back), "none" leaves it as the last call left it.
-#: Measured (scripts/flush_check.py, H100): "write" adds 8-10 us to every implementation's decode call that reads
+#: Measured (H100, the modes interleaved on the same inputs): "write" adds 8-10 us to every implementation's decode call that reads
 #: more than the L2 holds (one k/v head, 16k keys: 43.1 against 35.3 us), 0.5-4.5 us to smaller ones; the bench reads.
 FLUSH_MODES = ("read", "write", "none")
 

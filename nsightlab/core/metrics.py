@@ -6,9 +6,8 @@ Tensor}RooflineChart`` sections (peaks as ``.peak_sustained`` per cycle, clocks 
 by the kernel's own duration; plus the L2 and DRAM traffic of the L2-thrashing analysis and the
 launch statistics. Kept short on purpose: each extra counter group can cost a replay pass (a first
 list of 38 metrics took 14 passes per kernel on the H200; the manifest records the count). This list
-takes 5; measured on an H100 by dropping one metric or group at a time (``STEPS=passes bash
-scripts/gpu_node.sh``, log in profiles/_logs/nvidia-h100-80gb-hbm3/ncu_passes_per_metric.log): the four SASS
-instruction counters share one (instrumented) pass, and ``lts__lts2xbar_cycles_active`` and
+takes 5; measured by dropping one metric or group at a time (``STEPS=passes bash scripts/gpu_node.sh``
+on a GPU machine prints the passes each costs): the four SASS instruction counters share one (instrumented) pass, and ``lts__lts2xbar_cycles_active`` and
 ``lts__t_sector_hit_rate`` each force one more; every other metric rides along.
 """
 
