@@ -7,13 +7,18 @@
     nsightlab why ...       why one kernel is slower than another, from its counters (nsightlab.analysis.bottleneck)
     nsightlab store ...     list, validate and compact captures                     (nsightlab.store.captures)
     nsightlab hang ...      which Nsight Compute sections a kernel stalls under      (nsightlab.run.hang)
+    nsightlab cache ...     where the cache of uncompressed exports is, its size; clear it (nsightlab.core.cache)
 
-``nsightlab SUBCOMMAND --help`` documents each; ``python -m nsightlab.SUBCOMMAND`` is the same command.
+``nsightlab SUBCOMMAND --help`` documents each; ``python -m nsightlab.SUBCOMMAND`` is the same command,
+the installed ``nsightlab`` script included: both find a user's own modules (``--impl module:callable``,
+a sweep file's implementations, ``--plugin``) in the current folder.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import signal
 import sys
 
 # subcommand -> (module with main(argv) -> int, one line for --help)
@@ -25,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "why": ("nsightlab.analysis.why", "explain why one kernel is slower than another (ranked table from Nsight's sections)"),
     "store": ("nsightlab.store.captures", "list, validate and compact (xz) capture folders"),
     "hang": ("nsightlab.run.hang", "which Nsight Compute sections keep a kernel from finishing (bisects the deep tier's)"),
+    "cache": ("nsightlab.core.cache", "where the cache of uncompressed exports and parsed deep reports is and its "
+                                      "size (info), or empty it (clear)"),
 }
 
 
@@ -36,7 +43,24 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+def as_command() -> None:
+    """What a command run from a shell needs, whether it started as the installed ``nsightlab`` script or as
+    ``python -m nsightlab...``: the current folder first on ``sys.path``, as ``python -m`` puts it (a console
+    script puts its own bin folder there instead, and ``--impl mypkg.attn:fn`` would not import; not under
+    ``python -P`` / ``$PYTHONSAFEPATH``, which ``python -m`` honours too), and output into a closed pipe
+    (``nsightlab store list | head``) ending quietly rather than with a BrokenPipeError."""
+    cwd = os.getcwd()
+    if not sys.flags.safe_path and not any(os.path.abspath(p or os.curdir) == cwd for p in sys.path):
+        sys.path.insert(0, cwd)
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The ``nsightlab`` command: ``argv`` (default ``sys.argv[1:]``, as the installed script calls it)
+    is a subcommand and its arguments; returns the exit status."""
+    if argv is None:
+        as_command()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
@@ -51,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_as(name: str) -> None:
     """``python -m nsightlab.NAME ...`` is ``nsightlab NAME ...``."""
+    as_command()
     raise SystemExit(main([name, *sys.argv[1:]]))
 
 

@@ -226,22 +226,26 @@ def test_capture_is_atomic_idempotent_and_keeps_the_previous_on_failure(tmp_path
     assert _ncu_argv(man)[_ncu_argv(man).index("--nvtx-include") + 1] == "regex:^fk:.*/"
     statuses = [c["status"] for c in man["cases"]]
     assert statuses.count("ok") == 82 and sum(s.startswith("skipped:") for s in statuses) == 2
+    first = (dest / "manifest.json").read_text()
+    with pytest.raises(ProfileError, match=r"blocksize already exists; nothing was captured or replaced .*--replace"):
+        C.capture("blocksize", profiles, ncu=str(ncu), python=str(py), echo=lambda s: None)  # not asked to replace
+    assert (dest / "manifest.json").read_text() == first
     second = None
     for _ in range(2):  # re-run: replaced whole
-        C.capture("blocksize", profiles, ncu=str(ncu), python=str(py), echo=lambda s: None)
+        C.capture("blocksize", profiles, ncu=str(ncu), python=str(py), echo=lambda s: None, replace=True)
         second = (dest / "manifest.json").read_text()
     assert [c.label for c in list_captures(profiles)] == ["fake-gpu-x/blocksize"]
-    assert not [p.name for p in profiles.iterdir() if p.name.startswith((".tmp", ".old", ".failed"))]
+    assert not [p.name for p in profiles.rglob(".*") if p.name.startswith((".tmp", ".old", ".failed", ".replaced"))]
     monkeypatch.setenv("FAKE_NCU_FAIL", "1")
     with pytest.raises(C.CaptureError, match="failed.*previous capture.*untouched"):
-        C.capture("blocksize", profiles, ncu=str(ncu), python=str(py), echo=lambda s: None)
+        C.capture("blocksize", profiles, ncu=str(ncu), python=str(py), echo=lambda s: None, replace=True)
     assert (dest / "manifest.json").read_text() == second != ""  # the good capture survives
     failed = list(profiles.glob(".failed-blocksize-*"))
     assert len(failed) == 1 and "ERR_NVGPUCTRPERM" in (failed[0] / "FAILED.txt").read_text()
     assert "cases finished (0 of 82)" in (failed[0] / "FAILED.txt").read_text()
     monkeypatch.delenv("FAKE_NCU_FAIL")
     dest = C.capture("blocksize", profiles, ncu=str(ncu), python=str(py), replay_mode="application",
-                     echo=lambda s: None)
+                     echo=lambda s: None, replace=True)
     man = validate(dest, open_reports=False)
     argv = _ncu_argv(man)
     assert man["ncu"]["replay_mode"] == "application" and argv[argv.index("--replay-mode") + 1] == "application"
@@ -369,7 +373,7 @@ def test_a_user_implementation_end_to_end_with_simulated_tools(tmp_path, monkeyp
     before = (dest / "manifest.json").read_text()
     monkeypatch.setenv("FAKE_NSYS_FAIL", "1")
     with pytest.raises(C.CaptureError, match=r"step nsys failed \(exit 3\).*16 of 16 case\(s\) had finished"):
-        C.capture(sweep, profiles, ncu=str(ncu), nsys=str(nsys), python=str(py), echo=lambda s: None)
+        C.capture(sweep, profiles, ncu=str(ncu), nsys=str(nsys), python=str(py), echo=lambda s: None, replace=True)
     assert (dest / "manifest.json").read_text() == before
     validate(dest, open_reports=False)
     (failed,) = profiles.glob(".failed-mine-*")

@@ -40,7 +40,7 @@ def test_a_bad_argument_of_every_module_command_is_one_line(prog, main, capsys):
 
 def test_a_missing_value_and_a_bad_choice_are_one_line_too(capsys):
     for argv, words in ((["capture", "--impl"], "argument --impl: expected one argument"),
-                        (["store", "tidy"], "argument command: invalid choice: 'tidy'"),
+                        (["store", "tidy"], "argument VERB: invalid choice: 'tidy'"),
                         (["compare", "a"], "the following arguments are required: new")):
         with pytest.raises(SystemExit):
             cli.main(argv)

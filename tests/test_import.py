@@ -70,7 +70,7 @@ def _no_leftovers(profiles: Path) -> None:
 def _fails(argv: list[str], capsys, *needles: str) -> str:
     assert importer.main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert err.startswith("nsightlab import: error: ") and err.count("\n") == 1, err
     for n in needles:
         assert n in err, err
     return err
@@ -142,17 +142,20 @@ def test_import_says_what_it_imported_in_proper_plurals(tmp_path, sqlite, capsys
     assert "(s)" not in out and "1 files" not in out
 
 
-def test_import_replaces_an_earlier_capture_only_when_complete(tmp_path, sqlite):
+def test_import_replaces_an_earlier_capture_only_when_asked_and_complete(tmp_path, sqlite):
     profiles = tmp_path / "p"
     first = importer.import_reports([sqlite], profiles, name="run")
     created = store.load_manifest(first)["imported_from"]
     bad = tmp_path / "bad.sqlite"
     bad.write_text("not a database")
     with pytest.raises(ProfileError, match="not a readable SQLite file"):
-        importer.import_reports([bad], profiles, name="run")
+        importer.import_reports([bad], profiles, name="run", replace=True)
     assert store.load_manifest(first)["imported_from"] == created  # untouched
     two = make_foreign_sqlite(tmp_path / "second.sqlite")
-    again = importer.import_reports([sqlite, two], profiles, name="run")
+    with pytest.raises(ProfileError, match=r"run already exists; nothing was replaced .*--replace"):
+        importer.import_reports([sqlite, two], profiles, name="run")
+    assert store.load_manifest(first)["imported_from"] == created  # not asked: untouched
+    again = importer.import_reports([sqlite, two], profiles, name="run", replace=True)
     assert again == first
     man = store.validate(again)
     assert man["nsys"]["files"] == ["nsys.sqlite", "nsys-2.sqlite"] and man["nsys"]["kernels"] == 18

@@ -7,8 +7,11 @@ import gzip
 import hashlib
 import lzma
 import os
+import re
 import shutil
+import stat
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -40,8 +43,114 @@ def file_table(folder: Path) -> dict[str, dict[str, Any]]:
             for p in sorted(Path(folder).iterdir()) if p.is_file() and p.name != MANIFEST}
 
 
+#: the environment variables that say where the cache is and how large it may grow
+CACHE_ENV, CACHE_LIMIT_ENV = "NSIGHTLAB_CACHE", "NSIGHTLAB_CACHE_LIMIT"
+#: the cache's size cap when $NSIGHTLAB_CACHE_LIMIT does not set one: a few uncompressed deep reports
+DEFAULT_CACHE_LIMIT = 2 << 30
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
 def cache_dir() -> Path:
-    return Path(os.environ.get("NSIGHTLAB_CACHE", Path.home() / ".cache" / "nsightlab"))
+    """Where uncompressed copies of compressed exports and the deep reports' parsed frames are kept:
+    ``$NSIGHTLAB_CACHE``, else ``~/.cache/nsightlab``."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "nsightlab")
+
+
+def parse_size(text: str) -> int:
+    """``'2G'`` -> 2147483648: bytes, or a number with K, M, G or T (powers of 1024; a trailing B or iB
+    is allowed); ValueError says what is accepted."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1:] if t[-1:] in _UNITS and t[-1:] else ""
+    try:
+        value = float(t[: len(t) - len(unit)])
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"{text!r} is not a size; accepted: bytes, or a number with K, M, G or T (e.g. 2G, 500M)")
+    return int(value * _UNITS[unit])
+
+
+def cache_limit() -> int:
+    """The cache's size cap in bytes: ``$NSIGHTLAB_CACHE_LIMIT`` (e.g. ``2G``, ``500M``; 0 keeps nothing
+    but the file in use), else :data:`DEFAULT_CACHE_LIMIT`. ValueError when the variable is not a size."""
+    text = os.environ.get(CACHE_LIMIT_ENV, "").strip()
+    if not text:
+        return DEFAULT_CACHE_LIMIT
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise ValueError(f"${CACHE_LIMIT_ENV}: {exc}") from None
+
+
+#: the cache's own folders: ``<first 24 hex digits of a compressed file's SHA-256>/`` (its uncompressed copy,
+#: :func:`local_copy`) and ``deep-frames/`` (nsightlab.parse.deep); nothing else under the cache folder is
+#: touched, so that a $NSIGHTLAB_CACHE pointed at a folder holding other files loses none of them
+_CACHE_FOLDER = re.compile(r"^(?:[0-9a-f]{24}|deep-frames)$")
+
+
+def cache_files(folder: Path | None = None) -> list[tuple[float, int, Path]]:
+    """Every file in the cache's own folders as (last use, bytes, path), least recently used first. The last
+    use is the later of its access and modification times (a cache hit touches its file, see :func:`local_copy`)."""
+    folder = cache_dir() if folder is None else Path(folder)
+    out = []
+    try:
+        subs = [p for p in folder.iterdir() if _CACHE_FOLDER.match(p.name) and p.is_dir() and not p.is_symlink()]
+    except OSError:  # no cache yet, or not a folder
+        return []
+    for sub in subs:
+        try:
+            entries = list(sub.iterdir())
+        except OSError:
+            continue
+        for path in entries:
+            try:
+                st = path.lstat()
+            except OSError:  # removed meanwhile by another process trimming the same cache
+                continue
+            if stat.S_ISREG(st.st_mode):
+                out.append((max(st.st_atime, st.st_mtime), st.st_size, path))
+    return sorted(out, key=lambda t: (t[0], str(t[2])))
+
+
+def trim_cache(limit: int | None = None, keep: Path | None = None) -> list[Path]:
+    """Remove the least recently used files of the cache until it holds at most ``limit`` bytes
+    (default :func:`cache_limit`), never ``keep`` (the file just written, about to be read); folders left
+    empty go too. Returns the files removed. A file another process is reading stays readable to it."""
+    limit = cache_limit() if limit is None else limit
+    found = cache_files()
+    total = sum(size for _, size, _ in found)
+    removed = []
+    for _, size, path in found:
+        if total <= limit:
+            break
+        if keep is not None and path == keep:
+            continue
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        total -= size
+        removed.append(path)
+        if path.parent.name != "deep-frames":
+            try:
+                path.parent.rmdir()  # only when empty
+            except OSError:
+                pass
+    return removed
+
+
+def clear_cache() -> tuple[int, int]:
+    """Empty the cache's own folders (:func:`cache_files`) and remove them; returns the files and bytes
+    removed. Nothing else under the cache folder is touched."""
+    found = cache_files()
+    for _, _, path in found:
+        path.unlink(missing_ok=True)
+    for folder in {path.parent for _, _, path in found}:
+        try:
+            folder.rmdir()  # only when empty
+        except OSError:
+            pass
+    return len(found), sum(size for _, size, _ in found)
 
 
 def uncompressed_name(name: str) -> str:
@@ -67,12 +176,17 @@ def copy_content(path: Path, out: IO[bytes]) -> tuple[str, int]:
 
 
 def local_copy(path: Path) -> Path:
-    """``path`` itself, or for ``X.xz`` / ``X.gz`` an uncompressed copy in the cache (keyed by content hash)."""
+    """``path`` itself, or for ``X.xz`` / ``X.gz`` an uncompressed copy in the cache (keyed by content hash);
+    writing a new copy trims the cache to its size cap (:func:`trim_cache`), the new copy kept."""
     path = Path(path)
     if path.suffix not in COMPRESSIONS:
         return path
     dest = cache_dir() / sha256(path)[:24] / uncompressed_name(path.name)
     if dest.exists():
+        try:
+            os.utime(dest)  # its last use, which decides what trim_cache removes first
+        except OSError:
+            pass
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=dest.parent, delete=False) as tmp:
@@ -82,6 +196,10 @@ def local_copy(path: Path) -> Path:
             os.unlink(tmp.name)
             raise
     os.replace(tmp.name, dest)
+    try:
+        trim_cache(keep=dest)
+    except ValueError:  # $NSIGHTLAB_CACHE_LIMIT is not a size (nsightlab cache info says so): the default cap
+        trim_cache(DEFAULT_CACHE_LIMIT, keep=dest)
     return dest
 
 
@@ -99,19 +217,39 @@ def write_xz(src: Path, dest: Path) -> tuple[str, int]:
     return content
 
 
-def place(tmp: Path, dest: Path) -> None:
-    """Move a complete folder (a capture written into ``tmp``) into place at ``dest``; an earlier
-    ``dest`` is removed only after the move succeeded, and restored if it fails."""
+def backup_name(dest: Path) -> Path:
+    """Where :func:`place` keeps the capture it replaces while the new one moves in: a dated hidden folder
+    beside it, ``.replaced-<name>-<YYYYmmdd-HHMMSS>`` (the store's listings skip names starting with a dot)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    backup = dest.parent / f".replaced-{dest.name}-{stamp}"
+    return backup if not backup.exists() else dest.parent / f".replaced-{dest.name}-{stamp}-{os.getpid()}"
+
+
+def place(tmp: Path, dest: Path, *, replace: bool = False) -> None:
+    """Move a complete folder (a capture written into ``tmp``) into place at ``dest``.
+
+    An existing ``dest`` is never replaced unless ``replace``: ProfileError says it exists and ``tmp``
+    stays as it is. With ``replace``, the old ``dest`` is moved to a dated backup beside it
+    (:func:`backup_name`), the new folder moved in, and only then the backup removed; if the move
+    fails the old folder is moved back. An interrupted replace leaves the backup, never nothing."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     old = None
-    if dest.exists():
-        old = dest.parent / f".old-{dest.name}-{os.getpid()}"
+    if dest.exists() or dest.is_symlink():
+        if not replace:
+            raise ProfileError(f"{dest} already exists; nothing was replaced (give another name, or --replace to "
+                               "replace it)")
+        old = backup_name(dest)
         os.replace(dest, old)
     try:
-        os.replace(tmp, dest)
-    except OSError:
+        # os.rename of a folder onto a folder that holds files fails (ENOTEMPTY): a capture placed meanwhile by
+        # another process is not replaced either
+        os.rename(tmp, dest)
+    except OSError as exc:
         if old is not None:
             os.replace(old, dest)
+        if dest.exists():
+            raise ProfileError(f"{dest} already exists (written meanwhile by another process); nothing was "
+                               "replaced") from exc
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)

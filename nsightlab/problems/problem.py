@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.args import MAX_INT
 from ..core.ranges import LABEL, PASS, RangeSchema
 from ..core.text import csv_list
 
@@ -81,15 +82,17 @@ class Parameter:
             vals = [int(x) if self.type == "int" else float(x) for x in items]
         except ValueError:
             vals = []
-        if not vals or (self.type == "int" and any(v < 1 for v in vals)):
-            what = "positive integers" if self.type == "int" else "numbers"
-            raise ValueError(f"{flag} takes {what}, comma-separated (e.g. 1024,4096), not {text!r}")
+        if not vals or (self.type == "int" and any(not 1 <= v <= MAX_INT for v in vals)) or (
+                self.type == "float" and any(v != v or abs(v) == float("inf") for v in vals)):
+            what = "positive integers" if self.type == "int" else "finite numbers"
+            most = f" (at most {MAX_INT} each)" if self.type == "int" else ""
+            raise ValueError(f"{flag} takes {what}, comma-separated (e.g. 1024,4096), not {text!r}{most}")
         return vals
 
     def why_not(self, value: Any) -> str | None:
         """None if ``value`` is one this parameter accepts, else what is wrong and what is accepted."""
-        if self.type == "int" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            return f"{self.name} must be a positive integer, not {value!r}"
+        if self.type == "int" and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT):
+            return f"{self.name} must be a positive integer, not {value!r} (at most {MAX_INT})"
         if self.type == "float" and (isinstance(value, bool) or not isinstance(value, (int, float))):
             return f"{self.name} must be a number, not {value!r}"
         if self.type == "bool" and not isinstance(value, bool):

@@ -49,9 +49,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ..core import metrics as M
-from ..core.args import ArgumentParser
+from ..core.args import BAD_INPUT, ArgumentParser, positive_int, print_error
 from ..core.environment import git_commit
-from ..core.errors import CaptureError, ToolError
+from ..core.errors import CaptureError, ProfileError, ToolError
 from ..core.ranges import RangeSchema
 from ..core.text import csv_list
 from ..core.tools import check_ncu_output, check_nsys_importer, find_ncu, find_nsys, tool_version
@@ -527,17 +527,57 @@ def _keep_failed(exc: BaseException, plan: Plan, tmp: Path, profiles: Path, stam
             f"{failed}/FAILED.txt).{where} The previous capture (if any) is untouched; partial output and logs are in {failed}")
 
 
+def gpus_here() -> set[str] | None:
+    """The folder names (:func:`~nsightlab.store.captures.gpu_slug`) of this machine's GPUs, as nvidia-smi
+    names them; None where nvidia-smi is not found or says nothing (the GPU is known only once the capture ran)."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    names = {gpu_slug(line.strip()) for line in out.stdout.splitlines() if line.strip()} if out.returncode == 0 else set()
+    return names or None
+
+
+def existing_captures(profiles: str | os.PathLike, name: str, gpus: set[str] | None) -> list[Path]:
+    """The capture folders ``<profiles>/<gpu>/<name>`` a capture named ``name`` would land on: those of the
+    GPUs ``gpus`` (folder names), or of every GPU folder where ``gpus`` is None (this machine's GPU unknown)."""
+    root = Path(profiles)
+    if gpus is None:
+        gpus = {p.name for p in root.iterdir() if p.is_dir()} if root.is_dir() else set()
+    return sorted(p for p in (root / g / name for g in gpus) if p.exists() or p.is_symlink())
+
+
+def check_destination(profiles: str | os.PathLike, name: str, *, replace: bool = False,
+                      gpus: set[str] | None = None) -> list[Path]:
+    """Where a capture named ``name`` would replace an existing one (:func:`existing_captures`; ``gpus``
+    default: :func:`gpus_here`): ProfileError in one line unless ``replace``, before any GPU work. Returns
+    the folders it would replace (with ``replace``). Placing the capture checks again (nsightlab.core.files.place)."""
+    found = existing_captures(profiles, name, gpus if gpus is not None else gpus_here())
+    if found and not replace:
+        raise ProfileError(f"{', '.join(map(str, found))} already exist{'s' if len(found) == 1 else ''}; nothing was "
+                           f"captured or replaced (give another --name, or --replace to replace "
+                           f"{'it' if len(found) == 1 else 'the one of this GPU'}; replace=True from Python)")
+    return found
+
+
 def capture(sweep: Sweep | str, profiles: str | os.PathLike = "profiles", *, ncu: str | None = None,
             nsys: str | None = None, python: str = sys.executable, clock_control: str = "none", only: str | None = None,
             nsys_iters: int | None = None, replay_mode: str | None = None, ceilings_from: Path | None = None,
-            deep_only: bool = False, echo: Callable[[str], None] = print) -> Path:
+            deep_only: bool = False, replace: bool = False, echo: Callable[[str], None] = print) -> Path:
     """Capture one sweep (a :class:`~nsightlab.run.sweep.Sweep`, a registered sweep's name or a TOML
     path) and return its folder. ``only``: a regex over range names. ``ceilings_from``: an earlier
     capture of the same command on the same GPU whose measured ceilings this one reuses.
-    ``deep_only``: only the deep tier (the sweep's ``deep`` cases), into ``<name>-deep``."""
+    ``deep_only``: only the deep tier (the sweep's ``deep`` cases), into ``<name>-deep``.
+    ``replace``: replace an existing capture of the same name (else ProfileError before any GPU work,
+    :func:`check_destination`; the old one waits in a dated backup until the new one is in place)."""
     if isinstance(sweep, str):
         sweep = find(sweep)
     todo = plan(sweep, only, deep_only)
+    check_destination(profiles, todo.name, replace=replace)
     tools = _find_tools(todo.steps, ncu, nsys)
     profiles = Path(profiles).resolve()
     profiles.mkdir(parents=True, exist_ok=True)
@@ -552,7 +592,7 @@ def capture(sweep: Sweep | str, profiles: str | os.PathLike = "profiles", *, ncu
     try:
         man = _run_steps(steps, stamp, ceilings_from)
         dest = profiles / gpu_slug(man["gpu"].get("name", "unknown")) / todo.name
-        manifest.publish(tmp, dest, man)
+        manifest.publish(tmp, dest, man, replace=replace)
     except BaseException as exc:
         msg = _keep_failed(exc, todo, tmp, profiles, stamp)
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
@@ -565,10 +605,11 @@ def capture(sweep: Sweep | str, profiles: str | os.PathLike = "profiles", *, ncu
 
 def profile(impls: Sequence[str | Callable[..., Any]], *, name: str = "notebook", profiles: str | os.PathLike = "profiles_live",
             tools: Sequence[str] = ("ncu", "nsys"), passes: Sequence[str] = ("forward",), options: dict[str, Any] | None = None,
-            **params: Any) -> dict[str, Any]:
+            replace: bool = False, **params: Any) -> dict[str, Any]:
     """From a notebook: capture ``impls`` (registered names, ``module:callable`` strings, or functions
     defined in an importable module) on the shapes ``params`` (their problem's parameters; lists sweep), in a subprocess,
-    and hand back the tidy frames: ``{"path", "manifest", "ncu" (per launch), "nsys" (tables)}``."""
+    and hand back the tidy frames: ``{"path", "manifest", "ncu" (per launch), "nsys" (tables)}``. An earlier
+    capture of the same ``name`` is replaced only with ``replace`` (else ProfileError before any GPU work)."""
     from ..core.ranges import schemas_of
     from ..parse.ncu import ncu_frame
     from ..parse.nsys import nsys_tables
@@ -585,7 +626,7 @@ def profile(impls: Sequence[str | Callable[..., Any]], *, name: str = "notebook"
         else:
             specs.append(str(impl))
     sweep = from_args(name, specs, params, passes, options or {}, tools)
-    path = capture(sweep, profiles)
+    path = capture(sweep, profiles, replace=replace)
     man = load_manifest(path)
     schemas = schemas_of(man)
     out: dict[str, Any] = {"path": path, "manifest": man}
@@ -647,8 +688,10 @@ def _problem_of_flags(argv: Sequence[str]) -> tuple[Problem, str | None]:
 
 def parser(prog: str, problem: Problem) -> argparse.ArgumentParser:
     """The capture command's parser, its shape flags from ``problem``'s parameters."""
-    p = ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                       allow_abbrev=False)
+    p = ArgumentParser(prog=prog, description=__doc__, allow_abbrev=False,
+                       epilog="exit status: 0 every sweep captured (or listed), 1 a capture step failed (its partial "
+                              "output is kept in <profiles>/.failed-*), 2 bad input (arguments, sweep, an existing "
+                              "capture without --replace), 130 interrupted")
     src = p.add_argument_group("what to capture (one of)")
     src.add_argument("--suite", help="registered sweep names, comma-separated (see --list-suites)")
     src.add_argument("--sweep", help="a sweep TOML file")
@@ -672,6 +715,10 @@ def parser(prog: str, problem: Problem) -> argparse.ArgumentParser:
 
 def _run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profiles", default="profiles", help="profile store root (default: profiles)")
+    p.add_argument("--replace", action="store_true",
+                   help="replace an existing capture of the same name on this GPU (without it the command refuses, "
+                        "before any GPU work); the old one is moved to <profiles>/<gpu>/.replaced-<name>-<time>/ and "
+                        "removed once the new one is complete and in place (a failed capture leaves it as it was)")
     p.add_argument("--only", help="only cases whose NVTX range name matches this regex")
     p.add_argument("--deep", help="profile the cases whose NVTX range name matches this regex a second time with "
                                   f"Nsight Compute's deep sections ({', '.join(DEEP_SECTIONS)}); "
@@ -687,7 +734,7 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nsys", help="path to nsys (else $NSYS, PATH, standard folders, Nsight Compute's copy)")
     p.add_argument("--clock-control", default="none", choices=("none", "base"),
                    help="ncu --clock-control (default none: the GPU's clocks are left as they are)")
-    p.add_argument("--nsys-iters", type=int, default=None, help="measured launches per range under nsys (default: the sweep's)")
+    p.add_argument("--nsys-iters", type=positive_int, default=None, help="measured launches per range under nsys (default: the sweep's)")
     p.add_argument("--replay-mode", default=None, choices=("kernel", "application"),
                    help="light ncu tier's replay: rerun the whole (deterministic) workload per counter pass, or replay "
                         "each kernel; default: the sweep's")
@@ -721,8 +768,6 @@ def _checked(sweeps: list[Sweep], a: argparse.Namespace) -> list[Sweep]:
     and the deep tier asked for matching some case; ValueError says what is wrong."""
     if a.only:
         regex(a.only, "--only")
-    if a.nsys_iters is not None and a.nsys_iters < 1:
-        raise ValueError("--nsys-iters must be >= 1")
     if a.deep is not None:
         regex(a.deep, "--deep")
         sweeps = [dataclasses.replace(s, deep=a.deep) if s.grids else s for s in sweeps]
@@ -760,7 +805,7 @@ def _print_cases(sweeps: Sequence[Sweep], only: str | None) -> None:
             print(c.range + ("    [deep]" if c.range in deep else "") + ("" if c.runnable else f"    [{c.status}]"))
 
 
-def _capture_all(sweeps: Sequence[Sweep], a: argparse.Namespace) -> int:
+def _capture_all(sweeps: Sequence[Sweep], a: argparse.Namespace, prog: str) -> int:
     t0 = time.perf_counter()
     status = 0
     first: Path | None = None  # the GEMM and copy ceilings are measured once per command
@@ -768,10 +813,11 @@ def _capture_all(sweeps: Sequence[Sweep], a: argparse.Namespace) -> int:
         t = time.perf_counter()
         try:
             dest = capture(s, a.profiles, ncu=a.ncu, nsys=a.nsys, clock_control=a.clock_control, only=a.only,
-                           nsys_iters=a.nsys_iters, replay_mode=a.replay_mode, ceilings_from=first, deep_only=a.deep_only)
+                           nsys_iters=a.nsys_iters, replay_mode=a.replay_mode, ceilings_from=first, deep_only=a.deep_only,
+                           replace=a.replace)
             first = first or dest
         except (ToolError, CaptureError, ValueError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print_error(prog, str(exc))
             status = 1
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
@@ -819,4 +865,12 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab capture") -> int:
     idle = _idle(sweeps, a.only)
     if idle:  # after the listing, which shows each case's reason
         p.error(idle)
-    return 0 if a.list else _capture_all(sweeps, a)
+    if a.list:
+        return 0
+    try:  # every sweep's folder, before the first runs: a refusal costs no GPU time
+        for s in sweeps:
+            check_destination(a.profiles, plan(s, a.only, a.deep_only).name, replace=a.replace)
+    except ProfileError as exc:
+        print_error(prog, str(exc))
+        return BAD_INPUT
+    return _capture_all(sweeps, a, prog)

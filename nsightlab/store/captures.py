@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..core.args import ArgumentParser
+from ..core.args import BAD_INPUT, FAILED, OK, ArgumentParser, print_error
 from ..core.errors import ProfileError
 from ..core.files import COMPRESSIONS, MANIFEST, file_table, sha256, uncompressed_name, write_xz
 from ..core.ranges import format_options
@@ -37,15 +37,38 @@ def gpu_slug(name: str) -> str:
     return slug or "unknown-gpu"
 
 
-def list_captures(root: Path) -> list[Capture]:
-    """Every <gpu>/<suite> folder under ``root`` that holds benchmark results or a manifest."""
+def shown_path(path: Path | str) -> str:
+    """``path`` as text that can be printed and written anywhere: bytes of a name that are not UTF-8 as
+    ``\\xNN`` escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # a name whose bytes are not UTF-8 (os.fsdecode's surrogate escapes)
+        return False
+    return True
+
+
+def list_captures(root: Path, skipped: list[str] | None = None) -> list[Capture]:
+    """Every <gpu>/<suite> folder under ``root`` (names starting with . or _ left out: backups, temporary
+    and failed captures). A folder whose name is not UTF-8 cannot be named on a page: it is left out, and,
+    where ``skipped`` is given, one line saying so is appended to it. ProfileError when ``root`` is missing
+    or is a file."""
     root = Path(root)
     if not root.is_dir():
-        raise ProfileError(f"profile folder {root} does not exist")
+        what = "is a file, not a folder" if root.exists() else "does not exist"
+        raise ProfileError(f"profile folder {shown_path(root)} {what}; accepted: a folder of <gpu>/<capture>/ "
+                           "folders, as nsightlab capture and import write them")
     out = []
     for gpu in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
         for suite in sorted(p for p in gpu.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
-            out.append(Capture(gpu.name, suite.name, suite))
+            if _utf8(gpu.name) and _utf8(suite.name):
+                out.append(Capture(gpu.name, suite.name, suite))
+            elif skipped is not None:
+                skipped.append(f"{shown_path(suite)}: skipped: its folder name is not UTF-8 (rename it with "
+                               "letters, digits and . _ + -)")
     return out
 
 
@@ -324,30 +347,49 @@ def _compact_line(c: Capture, open_reports: bool) -> str:
 
 #: store command -> what it prints for one capture (ProfileError: the capture is invalid)
 _COMMANDS = {"list": _list_line, "validate": _validate_line, "compact": _compact_line}
+#: store command -> what it does, for --help
+VERBS = {
+    "list": "one line per capture: <gpu>/<name>, when it was created, its commit, its files, its capture time",
+    "validate": "check each capture: its manifest, every file's size and SHA-256 against it, and (unless --no-open) "
+                "that every report opens",
+    "compact": "store each capture's large exports (over 1 MiB) and any .gz ones xz-compressed, the manifest rewritten "
+               "to match (the uncompressed size and SHA-256 are kept); a capture already compact is left as it is",
+}
 
 
 def main(argv: list[str] | None = None, prog: str = "nsightlab store") -> int:
-    import sys
-
-    p = ArgumentParser(prog=prog, description="List, validate and compact captures (compact: store the "
-                       "large exports xz-compressed, the manifest rewritten to match).")
-    p.add_argument("command", choices=tuple(_COMMANDS))
-    p.add_argument("root", nargs="?", default="profiles")
-    p.add_argument("--no-open", action="store_true", help="check checksums only, do not open the reports")
+    verbs = "\n".join(f"  {name:9s} {text}" for name, text in VERBS.items())
+    p = ArgumentParser(prog=prog, description=f"List, validate and compact the captures under a profile folder.\n\n"
+                       f"verbs:\n{verbs}",
+                       epilog="A capture is a folder <ROOT>/<gpu>/<name>/ with its manifest.json; folders whose name "
+                              "starts with . or _ (backups, temporary and failed captures) are left out.\n\n"
+                              "exit status: 0 every capture listed / valid / compacted, 1 some capture is invalid "
+                              "(each says why), 2 bad input (ROOT missing, a file, or holding no capture)")
+    p.add_argument("command", choices=tuple(_COMMANDS), metavar="VERB", help=f"one of {', '.join(_COMMANDS)} (above)")
+    p.add_argument("root", nargs="?", default="profiles", metavar="ROOT", help="the profile folder")
+    p.add_argument("--no-open", action="store_true", help="validate, compact: check sizes and checksums only, do "
+                                                          "not open the reports")
     a = p.parse_args(argv)
+    skipped: list[str] = []
     try:
-        caps = list_captures(Path(a.root))
+        caps = list_captures(Path(a.root), skipped)
     except ProfileError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    bad = 0
+        print_error(prog, str(exc))
+        return BAD_INPUT
+    for line in skipped:
+        print_error(prog, line)
+    if not caps:
+        print_error(prog, f"no capture under {shown_path(a.root)}{' readable' if skipped else ''}; a capture is a "
+                          "folder <gpu>/<name>/ with its manifest.json, as nsightlab capture and import write it")
+        return BAD_INPUT
+    bad = len(skipped)
     for c in caps:
         try:
             print(_COMMANDS[a.command](c, not a.no_open))
         except ProfileError as exc:
             bad += 1
             print(f"{c.label:32s} INVALID: {exc}" if a.command == "list" else f"INVALID  {exc}")
-    return 1 if bad else 0
+    return FAILED if bad else OK
 
 
 # --------------------------------------------------------------------------- what a capture says about its cases

@@ -10,12 +10,13 @@ every range included; a ``.nsys-rep`` is exported to SQLite with ``nsys export -
 like the suite's own captures, so that ``store validate``, the parsers and the reports read it.
 
 Everything is written into a temporary folder under ``<profiles>`` and moved into place only when
-complete; a failure removes it and leaves any earlier folder of the same name as it was.
+complete; a failure removes it and leaves any earlier folder of the same name as it was. A capture that
+already exists under that name is never replaced unless ``--replace`` is given: then it is moved to
+``<profiles>/<gpu>/.replaced-<name>-<time>/`` while the new one moves in, and removed once it is in place.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -31,7 +32,7 @@ from typing import Any
 import pandas as pd
 
 from ..core import ranges, tools
-from ..core.args import ArgumentParser
+from ..core.args import BAD_INPUT, ArgumentParser, print_error
 from ..core.errors import ProfileError
 from ..core.errors import ToolError as _ToolError
 from ..core.files import local_copy, place, sha256
@@ -363,15 +364,20 @@ def _fill(tmp: Path, reports: list[Report], nsys_exe: Path | None, commands: lis
 
 def import_reports(paths: Sequence[str | os.PathLike], profiles: str | os.PathLike = "profiles", name: str | None = None,
                    nsys: str | os.PathLike | None = None, *, description: str | None = None,
-                   argv: Sequence[str] | None = None) -> Path:
-    """Import ``paths`` into ``<profiles>/<gpu-slug>/<name>/`` and return that folder.
+                   argv: Sequence[str] | None = None, replace: bool = False) -> Path:
+    """Import ``paths`` into ``<profiles>/<gpu-slug>/<name>/`` and return that folder. An existing folder
+    there is replaced only with ``replace`` (kept in a dated backup until the new one is in place).
 
     Raises ProfileError (missing file, unknown suffix, bad name, a report that does not open or
-    holds no kernel, reports of different GPUs) or tools.ToolError (a .nsys-rep and no nsys)."""
+    holds no kernel, reports of different GPUs, a capture of that name that exists and no ``replace``)
+    or tools.ToolError (a .nsys-rep and no nsys)."""
     reports = _classify(paths)
     name = check_name(name) if name is not None else default_name(reports[0].path)
     nsys_exe = _nsys_for(reports, nsys)
     profiles = Path(profiles).resolve()
+    if profiles.exists() and not profiles.is_dir():
+        raise ProfileError(f"--profiles {profiles}: is a file, not a folder; accepted: a profile store folder "
+                           "(created if missing)")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     tmp = profiles / f".tmp-import-{name}-{stamp}-{os.getpid()}"
     commands: list[dict[str, Any]] = [{"step": "import", "argv": ["python", "-m", "nsightlab.import", *(
@@ -380,7 +386,7 @@ def import_reports(paths: Sequence[str | os.PathLike], profiles: str | os.PathLi
     try:
         gpu_name = _fill(tmp, reports, nsys_exe, commands, name, description, stamp)
         dest = profiles / store.gpu_slug(gpu_name) / name
-        place(tmp, dest)
+        place(tmp, dest, replace=replace)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -453,10 +459,15 @@ def _ncu_report_version() -> str | None:
 def main(argv: list[str] | None = None, prog: str = "nsightlab import") -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = ArgumentParser(prog=prog, description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       epilog="exit status: 0 imported, 2 bad input (a report that does not open, a bad name, a "
+                              "capture of that name that exists without --replace, a folder that cannot be written)")
     p.add_argument("reports", nargs="+", metavar="REPORT", help=f"reports to import ({', '.join(ACCEPTED)})")
     p.add_argument("--profiles", default="profiles", help="profile store root (default: profiles)")
     p.add_argument("--name", help="capture name (default: the first report's file name without its suffix)")
+    p.add_argument("--replace", action="store_true",
+                   help="replace a capture of that name on that GPU (without it the import refuses and changes "
+                        "nothing); the old one is moved to <profiles>/<gpu>/.replaced-<name>-<time>/ and removed "
+                        "once the new one is complete and in place")
     p.add_argument("--description", help="one line saying what was captured (default: the imported file names)")
     p.add_argument("--nsys", help="path to nsys, to export a .nsys-rep (else $NSYS, PATH, standard folders)")
     p.add_argument("--plugin", action="append", default=[],
@@ -469,10 +480,11 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab import") -> int:
     except ValueError as exc:
         p.error(str(exc))
     try:
-        dest = import_reports(a.reports, a.profiles, a.name, a.nsys, description=a.description, argv=argv)
+        dest = import_reports(a.reports, a.profiles, a.name, a.nsys, description=a.description, argv=argv,
+                              replace=a.replace)
     except (ProfileError, tools.ToolError, _ToolError, OSError) as exc:
-        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
+        print_error(prog, str(exc))
+        return BAD_INPUT
     man = store.load_manifest(dest)
     print(f"imported {plural(len(man['imported_from']), 'report')} from {man['gpu']['name']} into {dest} "
           f"({', '.join(man['tools'])}; {plural(len(man['files']), 'file')})")

@@ -45,9 +45,10 @@ def write(folder: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     return json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
 
 
-def publish(folder: Path, dest: Path, manifest: dict[str, Any]) -> dict[str, Any]:
-    """:func:`write` the manifest into the finished ``folder``, then move it into place at ``dest``
-    (an earlier ``dest`` is replaced only once the move succeeded)."""
+def publish(folder: Path, dest: Path, manifest: dict[str, Any], *, replace: bool = False) -> dict[str, Any]:
+    """:func:`write` the manifest into the finished ``folder``, then move it into place at ``dest``. An
+    earlier ``dest`` is replaced only with ``replace``, and only once the move succeeded (it waits in a
+    dated backup beside it meanwhile, see nsightlab.core.files.place); without it, ProfileError."""
     written = write(folder, manifest)
-    place(Path(folder), Path(dest))
+    place(Path(folder), Path(dest), replace=replace)
     return written
