@@ -39,3 +39,37 @@ def test_notebooks_are_committed_without_outputs_and_have_one_parameters_cell():
         assert all(not c.get("outputs") and not c.get("execution_count") for c in code), nb_path.name
         tagged = [c for c in code if "parameters" in c.get("metadata", {}).get("tags", [])]
         assert len(tagged) == 1, f"{nb_path.name}: exactly one cell tagged 'parameters'"
+
+
+#: words of 7-12 hex digits that are allowed though they name a commit of this repository, by file
+_HASH_EXCEPTIONS = {"nsightlab/store/captures.py": {"f6b1411cb963"}}  # short_commit's docstring example
+
+
+def test_no_commit_ids_or_log_paths_in_the_documentation_and_sources():
+    """README.md, docs/, the CUDA sources and the Python outside tests/ say what the code is, not how the work
+    went: no commit of this repository named, no profiles/_logs path (git keeps the history; results/ is generated)."""
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+
+    commits = git("rev-list", "--all").split()
+    by_prefix = {}
+    for c in commits:
+        by_prefix.setdefault(c[:7], []).append(c)
+    files = [f for f in git("ls-files", "--cached", "--others", "--exclude-standard").splitlines()
+             if (f == "README.md" or f.startswith("docs/") or f.endswith((".cu", ".cuh"))
+                 or (f.endswith(".py") and not f.startswith("tests/"))) and (ROOT / f).is_file()]
+    assert "README.md" in files and any(f.endswith(".cu") for f in files)
+    found = []
+    for f in files:
+        text = (ROOT / f).read_text(errors="replace")
+        for n, line in enumerate(text.splitlines(), 1):
+            if "_logs/" in line or "_logs`" in line:
+                found.append(f"{f}:{n}: a _logs path")
+            for word in re.findall(r"\b[0-9a-f]{7,12}\b", line):
+                if word in _HASH_EXCEPTIONS.get(f, ()):
+                    continue
+                if any(c.startswith(word) for c in by_prefix.get(word[:7], ())):
+                    found.append(f"{f}:{n}: commit {word}")
+    assert not found, "history belongs in git, not in files:\n" + "\n".join(found[:30])
