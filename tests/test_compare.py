@@ -243,7 +243,7 @@ def test_foreign_captures_match_by_raw_name():
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
     assert page.main(["no-such-gpu/seqlen", f"{H200}/seqlen"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: no-such-gpu/seqlen: neither a capture folder nor a label") and f"{H200}/seqlen" in err
+    assert err.startswith("nsightlab compare: error: no-such-gpu/seqlen: neither a capture folder nor a label") and f"{H200}/seqlen" in err
     assert page.main([f"{H200}/bench", f"{H200}/bench", "--threshold", "lots"]) == 2
     assert "threshold" in capsys.readouterr().err
     assert page.main([f"{H200}/bench", f"{H200}/bench", "--only", "("]) == 2
@@ -257,7 +257,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
         f.truncate(1000)
     assert page.main([str(bad), f"{H200}/blocksize"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: refusing to compare") and "ncu_raw.csv" in err and "\n" not in err
+    assert err.startswith("nsightlab compare: error: refusing to compare") and "ncu_raw.csv" in err and "\n" not in err
 
 
 # --------------------------------------------------------------------------- benchmark rows and declared pages

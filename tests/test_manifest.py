@@ -82,7 +82,7 @@ def test_store_list_and_validate_report_the_broken_captures_and_go_on(profiles, 
 def test_compare_with_a_broken_manifest_exits_2_with_one_line(profiles, capsys):
     assert compare_cmd.main([str(profiles / "g" / "array"), str(profiles / "g" / "gemm-example")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("error: refusing to compare ") and "Traceback" not in err, err
+    assert err.count("\n") == 1 and err.startswith("nsightlab compare: error: refusing to compare ") and "Traceback" not in err, err
     assert "manifest.json: the manifest is an array, not an object; accepted:" in err
     assert compare_cmd.main([str(profiles / "g" / "gemm-example"), str(profiles / "g" / "files")]) == 2
     assert "files['ncu.log'] is a string" in capsys.readouterr().err
