@@ -101,7 +101,15 @@ PROFILE_METRICS: dict[str, str] = {
     "l1_pct": "l1tex__throughput.avg.pct_of_peak_sustained_active",
     "l2_pct": "lts__throughput.avg.pct_of_peak_sustained_elapsed",
     "dram_pct": "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+    "dram_bytes_per_s": "dram__bytes.sum.per_second",
+    "l2_sectors_per_s": "lts__t_sectors.sum.per_second",
 }
+#: bytes in one L2 sector: :func:`profile`'s ``l2_tbps`` is Nsight's L2 sectors per second times it
+L2_SECTOR_BYTES = 32
+#: :func:`profile`'s throughputs in TB/s (10^12 bytes per second) -> the per-second metric each is read from
+TBPS_OF = {"dram_tbps": "dram_bytes_per_s", "l2_tbps": "l2_sectors_per_s"}
+TBPS_METRIC = {"dram_tbps": "dram__bytes.sum.per_second / 1e12",
+               "l2_tbps": f"lts__t_sectors.sum.per_second x {L2_SECTOR_BYTES} bytes / 1e12"}
 #: what each :data:`PROFILE_METRICS` column (and :func:`profile`'s derived ones) is, with its unit, for tables
 LABELS: dict[str, str] = {
     "time_ns": "duration [ns]", "compute_sol_pct": "compute (SM) throughput [% of peak]",
@@ -126,7 +134,9 @@ LABELS: dict[str, str] = {
     "shared_wavefronts": "shared accesses: wavefronts",
     "shared_wavefronts_excessive": "shared accesses: wavefronts beyond the ideal",
     "l1_pct": "L1/TEX throughput [% of peak]", "l2_pct": "L2 throughput [% of peak]",
-    "dram_pct": "DRAM throughput [% of peak]", "tensor_pipe_pct": "tensor pipe busy [% of active cycles]",
+    "dram_pct": "DRAM throughput [% of peak]", "dram_bytes_per_s": "DRAM throughput [bytes/s]",
+    "l2_sectors_per_s": "L2 throughput [sectors/s]", "dram_tbps": "DRAM throughput [TB/s]",
+    "l2_tbps": "L2 throughput [TB/s]", "tensor_pipe_pct": "tensor pipe busy [% of active cycles]",
     "top_pipe_pct": "busiest pipe, instructions [% of peak]", "occupancy_limiter": "occupancy limited by",
     "top_stall": "largest stall reason",
 }
@@ -150,6 +160,8 @@ class Deep:
     sass: pd.DataFrame
     access: pd.DataFrame
     issue: pd.DataFrame
+    rules: pd.DataFrame
+    mix: pd.DataFrame
 
     def value(self, launch: int, metric: str) -> float | None:
         v = self._wide.get((launch, metric))
@@ -165,7 +177,7 @@ def load(path: str | Path, schemas: Iterable[RangeSchema] = ()) -> Deep:
     frames = deep_parse.read(path, schemas)  # one pass over the report, every frame
     deep_parse.require_sections(frames["launches"])
     return Deep(path, frames["launches"], frames["sections"], frames["values"], frames["sass"], frames["access"],
-                frames["issue"])
+                frames["issue"], frames["rules"], frames["mix"])
 
 
 # --------------------------------------------------------------------------- one launch at a time
@@ -200,6 +212,8 @@ def profile(deep: Deep) -> pd.DataFrame:
     for col, metric in PROFILE_METRICS.items():
         out[col] = [deep.value(launch, metric) for launch in out["launch"]]
     out["range_share"] = _range_shares(out)
+    out["dram_tbps"] = out["dram_bytes_per_s"] / 1e12
+    out["l2_tbps"] = out["l2_sectors_per_s"] * L2_SECTOR_BYTES / 1e12
     limits = occupancy_limits(deep)
     out["occupancy_limiter"] = [_limiter(limits, launch) for launch in out["launch"]]
     p, s = pipes(deep), stalls(deep)
@@ -345,10 +359,13 @@ def metric_gaps(a: Deep, la: int, b: Deep, lb: int) -> pd.DataFrame:
     pa = profile(a).set_index("launch").loc[la]
     pb = profile(b).set_index("launch").loc[lb]
     rows = []
-    for col in [*PROFILE_METRICS, *ACCESS_SUMS, "tensor_pipe_pct", "top_pipe_pct", "occupancy_limiter", "top_stall"]:
+    shown = [c for c in PROFILE_METRICS if c not in TBPS_OF.values()]
+    at = shown.index("dram_pct") + 1  # each throughput in TB/s beside its % of peak
+    for col in [*shown[:at], *TBPS_OF, *shown[at:], *ACCESS_SUMS, "tensor_pipe_pct", "top_pipe_pct", "occupancy_limiter",
+                "top_stall"]:
         va, vb = pa.get(col), pb.get(col)
         ratio = va / vb if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and vb else None
-        metric = PROFILE_METRICS.get(col) or ACCESS_SOURCE.get(col, "")
+        metric = PROFILE_METRICS.get(col) or ACCESS_SOURCE.get(col) or TBPS_METRIC.get(col, "")
         rows.append({"quantity": col, "metric": metric, "a": va, "b": vb, "ratio": ratio})
     return pd.DataFrame(rows)
 
@@ -731,16 +748,26 @@ def _shown(v: Any) -> str:
     return str(int(v)) if pd.api.types.is_bool(v) else str(v)  # causal=0, as range names write it
 
 
-def complete_case(deep: Deep, variant: str, case: dict[str, str]) -> dict[str, str]:
+def complete_case(deep: Deep, variant: str, case: dict[str, str], strict: bool = False) -> dict[str, str]:
     """``case`` completed with the fields every range has, from the first range of ``variant`` (in the
     report's order) that matches it: the page compares implementations at one case, so a partial or
     empty ``case`` picks the first such one. Where several ranges of ``variant`` still match (one
     implementation captured with several settings of its options), its own option fields are those of the
     fastest of them (the setting worth explaining against another implementation); they do not constrain
-    the other implementation (:func:`_matching`). Errors as :func:`select_range`'s."""
+    the other implementation (:func:`_matching`). ``strict``: where the ranges ``case`` matches differ in a field
+    every range has (``causal=0`` matching a forward and a backward range), ValueError names the field and its
+    values instead of taking the first. Errors as :func:`select_range`'s."""
     sel = _matching(deep, variant, case)
     if sel.empty:
         select_range(deep, variant, case)  # raises, naming the ranges of the implementation
+    if strict:
+        open_fields = {k: sorted(map(_shown, sel[k].dropna().unique()), key=str) for k in case_fields(deep) if k not in case}
+        differ = {k: v for k, v in open_fields.items() if len(v) > 1}
+        if differ:
+            given = ",".join(f"{k}={v}" for k, v in case.items()) or "(none)"
+            raise ValueError(f"--case {given} matches {sel['range'].nunique()} ranges of {variant} that differ in "
+                             + "; ".join(f"{k} ({', '.join(v)})" for k, v in differ.items())
+                             + f": add {' and '.join(f'{k}=...' for k in differ)} to --case")
     first = sel.iloc[0]
     out = {**{k: _shown(first[k]) for k in case_fields(deep)}, **case}
     sel = _matching(deep, variant, out)

@@ -25,6 +25,8 @@ from ..core.errors import ProfileError
 from ..problems import problem as problems
 from ..store.captures import capture_tags, find_file, load_manifest
 from ..store.read import REPO, capture_schemas, resolve
+from ..core.args import positive_int, print_error
+from . import advice as A
 from . import bottleneck as B
 
 DEEP_NAMES = ("deep.ncu-rep", "ncu.ncu-rep")
@@ -59,7 +61,8 @@ class Side:
 
 
 def pick_sides(deep_a: B.Deep, deep_b: B.Deep | None, a: str, b: str, wanted: dict[str, str],
-               tags: tuple[str, str] = ("a", "b"), kernel: str = "") -> tuple[dict[str, str], Side, Side | None]:
+               tags: tuple[str, str] = ("a", "b"), kernel: str = "", strict: bool = False,
+               ) -> tuple[dict[str, str], Side, Side | None]:
     """The case and the two sides of a why page. ``deep_b`` None: both sides from ``deep_a`` (two
     implementations; ``b`` empty: the report's next one after ``a``). Else side b is from ``deep_b``, by
     default the same implementation as ``a`` (one kernel before and after a change: each side then named
@@ -67,7 +70,9 @@ def pick_sides(deep_a: B.Deep, deep_b: B.Deep | None, a: str, b: str, wanted: di
     no range of that report has (the implementation captured with other options), by the case as given. ``a``
     empty: the report's first implementation. Returns (the case completed from ``a``'s ranges, side a, side b
     or None where there is nothing to compare with). ``kernel``: a regular expression that picks each side's
-    launch (:func:`bottleneck.pick_launch`). ValueError says what is wrong and what is held."""
+    launch (:func:`bottleneck.pick_launch`). ``strict``: a case that leaves a field open where side a's ranges
+    differ in it is refused, naming the field and its values (:func:`bottleneck.complete_case`), instead of
+    taking the first. ValueError says what is wrong and what is held."""
     held_a = list(dict.fromkeys(deep_a.launches["variant"].dropna()))
     held_b = held_a if deep_b is None else list(dict.fromkeys(deep_b.launches["variant"].dropna()))
     if not held_a or not held_b:
@@ -93,7 +98,7 @@ def pick_sides(deep_a: B.Deep, deep_b: B.Deep | None, a: str, b: str, wanted: di
     # two reports: a field of the case that only side b's range names have (an option added between the two
     # captures) picks side b's range alone; one neither has is refused (by side a's selection, naming its fields)
     only_b = {k: v for k, v in wanted.items() if cross and k not in cols_a and k in cols_b}
-    at = B.complete_case(deep_a, a, {k: v for k, v in wanted.items() if k not in only_b})
+    at = B.complete_case(deep_a, a, {k: v for k, v in wanted.items() if k not in only_b}, strict=strict)
     la = B.select_range(deep_a, a, at)
     # side b of another report: the same implementation at side a's completed case (the fields that report
     # knows) and the fields only it has; another implementation by the case as given, as in its own report
@@ -180,7 +185,11 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                    "(with --b-capture, a field only that capture's range names have narrows side b alone)")
     p.add_argument("--kernel", default="", help="a regular expression: compare the longest launch of each side whose "
                    "kernel name or signature matches it (default: the longest launch of each)")
-    p.add_argument("--top", type=int, default=10, help="rows of the ranked table (default 10)")
+    p.add_argument("--top", type=positive_int, default=5,
+                   help="parts of the gap, rules and opcodes listed (without --full)")
+    p.add_argument("--full", action="store_true", help="everything: every term, rule (with its message) and opcode, "
+                   "each side's launches, the profile side by side, the line of each stall term, memory accesses "
+                   "and predicated instructions beyond the ideal")
     return p
 
 
@@ -192,32 +201,100 @@ def _fmt(v: object) -> str:
     return str(v)
 
 
-def render(a_name: str, b_name: str, a: B.Deep, la: pd.DataFrame, b: B.Deep, lb: pd.DataFrame, top: int,
-           compared: tuple[int, int] | None = None) -> str:
-    """The terminal text: launches of each side, the verdict, the ranked table, the profile beside.
-    ``compared``: the launch of each side to compare (default: the longest of each)."""
+def _table(header: list[str], rows: list[list[str]], right: set[int], indent: str = "  ") -> list[str]:
+    """Rows as aligned text columns, each as wide as its widest cell (no name is cut); ``right``: the columns
+    aligned right (numbers)."""
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
+    def line(cells: list[str]) -> str:
+        return indent + "  ".join(f"{c:>{w}}" if i in right else f"{c:<{w}}"
+                                  for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+    return [line(header), *(line([str(c) for c in r]) for r in rows)]
+
+
+def _speedup(v: object, kind: object) -> str:
+    return "-" if v is None or pd.isna(v) else f"{v:.1f}% {kind}".rstrip()
+
+
+def render(a_name: str, b_name: str, a: B.Deep, la: pd.DataFrame, b: B.Deep, lb: pd.DataFrame, top: int = 5,
+           compared: tuple[int, int] | None = None, full: bool = False,
+           commits: tuple[str | None, str | None] = (None, None)) -> str:
+    """The terminal text: the verdict, what to try, the gap from a's time to b's with the terms that cancel
+    gathered, Nsight Compute's rules side by side, the instruction mix and the throughputs; with ``full``
+    every term, rule and opcode, each side's launches, the profile side by side, and the memory accesses and
+    predicated instructions beyond the ideal. ``top``: the parts of the gap, rules and opcodes listed (without
+    ``full``). ``compared``: the launch of each side to compare (default: the longest of each); ``commits``:
+    each side's capture commit, to read its source lines at."""
     ka, kb = compared if compared is not None else (B.pick_launch(la), B.pick_launch(lb))
     ranked, gaps = B.explain(a, ka, b, kb), B.metric_gaps(a, ka, b, kb)
     call = B.call_line(a_name, la, b_name, lb, (ka, kb))
     longest = B.compares_longest((la, lb), (ka, kb))
-    out = [*([call] if call else []), B.verdict(a_name, b_name, ranked, gaps), ""]
-    for name, d, sel, k in ((a_name, a, la, ka), (b_name, b, lb, kb)):
-        t = B.launch_table(d, sel)
-        out.append(f"{name}: {sel['range'].iloc[0]}")
-        out += [f"  launch {r.launch:>3}  {r.time_ns / 1e3:>10,.1f} us  {r.share:>5.0%}  {r.kernel}"
-                + ("  <- compared" if r.launch == k and not longest else "") for r in t.itertuples()]
-    out += ["", f"What explains the gap ({'longest launch' if longest else 'compared launch'} of each; shares add "
-                f"up to the whole gap of "
-                f"{ranked.attrs['time_a_ms'] - ranked.attrs['time_b_ms']:+.3f} ms):",
-            f"  {'term':<38} {a_name[:12]:>12} {b_name[:12]:>12} {'share':>7} {'ms':>9}"]
-    out += [f"  {r.term[:38]:<38} {_fmt(r.a):>12} {_fmt(r.b):>12} {r.share:>7.0%} {r.ms:>+9.3f}" for r in ranked.head(top).itertuples()]
-    out += ["", f"  {'quantity':<30} {a_name[:12]:>12} {b_name[:12]:>12}"]
-    out += [f"  {r.quantity:<30} {_fmt(r.a):>12} {_fmt(r.b):>12}" for r in gaps.itertuples()]
-    sides = ((a_name, a, ka), (b_name, b, kb))
-    rows = [B.profile(d).set_index("launch").loc[k] for _, d, k in sides]  # each side's profile row, once
+    side_a, side_b = A.Launch(a_name, a, ka, commits[0]), A.Launch(b_name, b, kb, commits[1])
+    out = [*([call] if call else []), B.verdict(a_name, b_name, ranked, gaps), "", "What to try (from the counters and rules below):"]
+    out += [f"  - {x}" for x in A.what_to_try(side_a, side_b, ranked, REPO)]
+    if full or not longest:
+        for name, d, sel, k in ((a_name, a, la, ka), (b_name, b, lb, kb)):
+            t = B.launch_table(d, sel)
+            out += ["", f"{name}: {sel['range'].iloc[0]}"]
+            out += [f"  launch {r.launch:>3}  {r.time_ns / 1e3:>10,.1f} us  {r.share:>5.0%}  {r.kernel}"
+                    + ("  <- compared" if r.launch == k and not longest else "") for r in t.itertuples()]
+    g = A.grouped(ranked)
+    which = "longest launch" if longest else "compared launch"
+    gap = ranked.attrs["time_a_ms"] - ranked.attrs["time_b_ms"]
+    out += ["", f"What explains the gap ({which} of each; from {a_name}'s {ranked.attrs['time_a_ms']:.3f} ms to "
+                f"{b_name}'s {ranked.attrs['time_b_ms']:.3f} ms, the terms add up to the whole gap of {gap:+.3f} ms):"]
+    shown = g if full else g[(g["level"] == 0) | (g["level"] == 1) & g.index.isin(
+        g[g["level"] == 1].head(top).index)]
+    shares = shown["share"].notna().any()  # shares only where they read plainly (advice.grouped)
+    rows = [["  " * int(r.level) + r.term, _fmt(r.a), _fmt(r.b), f"{r.ms:+.3f}",
+             *([] if not shares else ["" if pd.isna(r.share) else f"{r.share:.0%}"])] for r in shown.itertuples()]
+    out += _table(["term", a_name, b_name, "ms", *(["of the gap"] if shares else [])], rows, {1, 2, 3, 4})
+    hidden = len(g) - len(shown)
+    if hidden:
+        out.append(f"  ... {hidden} smaller parts (--full lists them; they add up as shown)")
+    rules = A.rules_side_by_side(a, ka, b, kb)
+    if len(rules):
+        r = rules if full else rules[rules[["speedup_a", "speedup_b"]].notna().any(axis=1)].head(top)
+        out += ["", "Nsight Compute's rules, by estimated speedup (the guidance of its details page):"]
+        out += _table(["rule", a_name, b_name],
+                      [[x.name + (f": {x.title}" if x.title else ""), _speedup(x.speedup_a, x.speedup_type_a),
+                        _speedup(x.speedup_b, x.speedup_type_b)] for x in r.itertuples()], {1, 2})
+        if full:
+            for x in r.itertuples():
+                for name, msg in ((a_name, x.message_a), (b_name, x.message_b)):
+                    if isinstance(msg, str) and msg:
+                        out.append(f"    {x.name} ({name}): {msg}")
+    mix = A.instruction_mix(a, ka, b, kb)
+    sentence = A.mix_sentence(a_name, b_name, mix)
+    if sentence:
+        m = mix if full else mix.head(top)
+        out += ["", sentence]
+        out += _table(["opcode", a_name, b_name, "difference", "what it does"],
+                      [[x.name, f"{x.a:,.0f}", f"{x.b:,.0f}", f"{x.diff:+,.0f}", x.kind] for x in m.itertuples()], {1, 2, 3})
+    q = gaps.set_index("quantity")
+    out += ["", "Throughput: " + "; ".join(
+        f"{what} {q.at[tb, 'a']:.2f} TB/s ({q.at[pct, 'a']:.0f}% of peak) vs {q.at[tb, 'b']:.2f} TB/s ({q.at[pct, 'b']:.0f}%)"
+        for what, tb, pct in (("DRAM", "dram_tbps", "dram_pct"), ("L2", "l2_tbps", "l2_pct"))
+        if tb in q.index and not pd.isna(q.at[tb, "a"]) and not pd.isna(q.at[tb, "b"]))
+        + " (dram__bytes.sum.per_second; lts__t_sectors.sum.per_second x 32 bytes)."]
+    if out[-1].startswith("Throughput:  ("):
+        out.pop()
+    if not full:
+        return "\n".join(out)
+    out += ["", *_table(["quantity", a_name, b_name], [[r.quantity, _fmt(r.a), _fmt(r.b)] for r in gaps.itertuples()], {1, 2})]
+    sides = ((a_name, a, ka, commits[0]), (b_name, b, kb, commits[1]))
+    rows = [B.profile(d).set_index("launch").loc[k] for _, d, k, _ in sides]  # each side's profile row, once
+    stall_terms = g[g["reason"].notna() & (g["ms"].abs() > 0)]
+    if len(stall_terms) and any(len(d.sass) for _, d, _, _ in sides):
+        out += ["", "Where each stall term's samples are (the source line with the most samples of that reason, per side):"]
+        for t in stall_terms.itertuples():
+            cells = []
+            for name, d, k, commit in sides:
+                h = A.stall_lines(d, k, t.reason, 1, "line", REPO, commit)
+                cells.append(f"{name}: {A.where(h)} ({h.iloc[0]['share']:.0%})" if len(h) else f"{name}: -")
+            out.append(f"  {t.term.strip()}: " + "; ".join(cells))
     access = []
-    for (name, d, k), row in zip(sides, rows, strict=True):
-        hot = B.access_hotspots(d, k, n=3, repo=REPO)
+    for (name, d, k, commit), row in zip(sides, rows, strict=True):
+        hot = B.access_hotspots(d, k, n=3, repo=REPO, commit=commit)
         line = B.access_line(name, row, hot)
         if line:
             access += [f"  {line}", *(f"    {h.file}:{h.line}  {h.sass}: {h.global_sectors_excessive:,.0f} L2 sectors, "
@@ -226,8 +303,8 @@ def render(a_name: str, b_name: str, a: B.Deep, la: pd.DataFrame, b: B.Deep, lb:
     if access:
         out += ["", "Memory accesses beyond the ideal (Nsight's per-instruction Excessive counters):", *access]
     predicated, shares = [], []
-    for (name, d, k), row in zip(sides, rows, strict=True):
-        hot = B.predicated_hotspots(d, k, n=3, repo=REPO)
+    for (name, d, k, commit), row in zip(sides, rows, strict=True):
+        hot = B.predicated_hotspots(d, k, n=3, repo=REPO, commit=commit)
         line, share = B.predicated_line(name, row, hot), B.predicated_share(row)
         if share is not None and line is None:
             shares.append(f"  {name} ({row['kernel']}): {share:.1%} of its executed warp instructions predicated off "
@@ -264,15 +341,28 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab why") -> int:
         path_b, schemas_b = deep_report(args.b_capture) if args.b_capture else (path_a, schemas_a)
         a = B.load(path_a, schemas_a)
         b = None if path_b == path_a else B.load(path_b, schemas_b)
-        _, side_a, side_b = pick_sides(a, b, args.a, args.b or "", case, _tags(path_a, path_b), args.kernel)
+        _, side_a, side_b = pick_sides(a, b, args.a, args.b or "", case, _tags(path_a, path_b), args.kernel,
+                                       strict=True)
         if side_b is None:
             raise ValueError(f"{args.a} is the only implementation in {path_a}; give --b-capture to compare it")
         text = render(side_a.name, side_b.name, a, side_a.sel, side_b.deep, side_b.sel, args.top,
-                      (side_a.launch, side_b.launch))
+                      (side_a.launch, side_b.launch), full=args.full, commits=(_commit(path_a), _commit(path_b)))
     except (ProfileError, ValueError) as exc:
         p.error(str(exc))
+    except (OSError, RuntimeError) as exc:  # a folder that can't be read: permissions, a loop of symbolic links
+        print_error(prog, f"{args.capture}: cannot be read ({exc})")
+        return 2
     print(text)
     return 0
+
+
+def _commit(report: Path) -> str | None:
+    """The commit a report's capture was taken at (its manifest's), to read source lines at; None for a bare report."""
+    folder = Path(report).parent
+    try:
+        return load_manifest(folder).get("git_commit") if (folder / "manifest.json").exists() else None
+    except ProfileError:
+        return None
 
 
 if __name__ == "__main__":

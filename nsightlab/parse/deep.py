@@ -21,6 +21,10 @@ the deep capture tier writes one (``deep.ncu-rep``), and so does anyone's ``ncu 
 - :func:`issue_counts`: one row per executed SASS instruction: how many times warps executed it, and its
   thread instructions, all and predicated on (the rest ran with their predicate false: issued for nothing),
   as the same page shows them.
+- :func:`rule_results`: one row per result of Nsight Compute's rules (the guidance its details page leads with):
+  section, rule, type, title, message (as the CLI prints it) and estimated speedup (local or global).
+- :func:`instruction_mix`: executed warp instructions per SASS opcode and per opcode category, as the
+  InstructionStats section's instanced metrics hold them.
 
 :func:`read` gives any of them in one pass over the report.
 
@@ -70,6 +74,13 @@ ISSUE_METRICS = {
     "thread_inst_executed": "thread_inst_executed",
     "thread_inst_executed_true": "thread_inst_executed_true",
 }
+#: the InstructionStats section's executed warp instructions by opcode: ``level`` of :func:`instruction_mix` -> metric
+MIX_METRICS = {"opcode": "sass__inst_executed_per_opcode", "category": "sass__inst_executed_per_opcode_category"}
+#: a rule message's type as Nsight Compute's CLI prints it in the details page's "Rule Type" column
+#: (ncu_report's MsgType values: NONE, OK, OPTIMIZATION, WARNING, ERR)
+RULE_TYPES = {0: "", 1: "INF", 2: "OPT", 3: "WRN", 4: "ERR"}
+#: an estimated speedup's type as the CLI prints it ("Estimated Speedup Type"; ncu_report's SpeedupType values)
+SPEEDUP_TYPES = {0: "", 1: "local", 2: "global"}
 
 
 def _actions(path: Path) -> Iterator[tuple[int, Any, Any]]:
@@ -127,6 +138,36 @@ def access_counts(path: str | Path) -> pd.DataFrame:
     return read(path, parts=("access",))["access"]
 
 
+def rule_results(path: str | Path) -> pd.DataFrame:
+    """One row per rule result with a message of every launch, in the report's order: ``launch``, ``section`` (identifier),
+    ``rule`` (identifier), ``name``, ``type`` (``OPT``, ``INF``, ``WRN``, ``ERR``: :data:`RULE_TYPES`), ``title``,
+    ``message`` (:func:`rule_text`: as Nsight Compute's CLI prints it), ``speedup_type`` (``local``, ``global`` or
+    empty) and ``speedup`` (the estimated speedup in percent; NaN where the rule gives none), ``focus_metrics``
+    (the metrics the rule read, comma-separated)."""
+    return read(path, parts=("rules",))["rules"]
+
+
+def instruction_mix(path: str | Path) -> pd.DataFrame:
+    """Executed warp instructions of every launch by SASS opcode (``level`` ``opcode``) and by opcode category
+    (``category``): ``launch``, ``level``, ``name``, ``inst_executed``, from :data:`MIX_METRICS`."""
+    return read(path, parts=("mix",))["mix"]
+
+
+_LINK = re.compile(r"@(url|section|sass|source):([^@]*)@")
+
+
+def rule_text(message: str) -> str:
+    """A rule message with its links written as the CLI writes them: ``@url:TEXT:ADDRESS@`` as ``TEXT (ADDRESS)``,
+    ``@section:ID:TEXT@`` and ``@sass:ADDRESS:TEXT@`` as ``TEXT``, ``@source:FILE:LINE:TEXT@`` as ``TEXT``."""
+    def link(m: re.Match[str]) -> str:
+        kind, body = m[1], m[2]
+        if kind == "url":
+            text, _, address = body.partition(":")
+            return f"{text} ({address})"
+        return body.split(":", 3 if kind == "source" else 1)[-1]
+    return _LINK.sub(link, message)
+
+
 def issue_counts(path: str | Path) -> pd.DataFrame:
     """One row per SASS instruction that warps executed, of every launch that carries source counters: ``launch``,
     ``address``, ``sass``, ``file``, ``line`` and the :data:`ISSUE_METRICS` columns: warp-level executions, and the
@@ -135,17 +176,21 @@ def issue_counts(path: str | Path) -> pd.DataFrame:
     return read(path, parts=("issue",))["issue"]
 
 
-PARTS = ("launches", "sections", "values", "sass", "access", "issue")
+PARTS = ("launches", "sections", "values", "sass", "access", "issue", "rules", "mix")
 _COLUMNS = {"sections": ["launch", "section", "section_name", "part", "metric", "label", "unit", "value"],
             "values": ["launch", "metric", "unit", "value"],
             "access": ["launch", "address", "sass", "file", "line", *ACCESS_METRICS],
-            "issue": ["launch", "address", "sass", "file", "line", *ISSUE_METRICS]}
+            "issue": ["launch", "address", "sass", "file", "line", *ISSUE_METRICS],
+            "rules": ["launch", "section", "rule", "name", "type", "title", "message", "speedup_type", "speedup",
+                      "focus_metrics"],
+            "mix": ["launch", "level", "name", "inst_executed"]}
 
 
 def read(path: str | Path, schemas: Iterable[RangeSchema] = (), parts: Iterable[str] = PARTS,
          pattern: str | None = None) -> dict[str, pd.DataFrame]:
     """The frames ``parts`` names (of :data:`PARTS`: :func:`launches`, :func:`section_metrics`,
-    :func:`metric_values`, :func:`sass_samples`, :func:`access_counts`, :func:`issue_counts`) read in one pass
+    :func:`metric_values`, :func:`sass_samples`, :func:`access_counts`, :func:`issue_counts`,
+    :func:`rule_results`, :func:`instruction_mix`) read in one pass
     over the report, in a process of its own (:mod:`nsightlab.parse.isolated`: ncu-report keeps what it read
     until its process ends), or from the cache of an earlier read of the same report with the same arguments
     (below: :func:`_cache_file`)."""
@@ -252,6 +297,10 @@ def _rows(path: Path, parts: tuple[str, ...], schemas: tuple[RangeSchema, ...],
             out["access"] += _access_rows(launch, action)
         if "issue" in out:
             out["issue"] += _issue_rows(launch, action)
+        if "rules" in out:
+            out["rules"] += _rule_rows(launch, action)
+        if "mix" in out:
+            out["mix"] += _mix_rows(launch, action)
     if "launches" in out and not out["launches"]:
         raise ProfileError(f"{path}: holds no profiled kernel")
     return out
@@ -351,6 +400,34 @@ def _issue_rows(launch: int, action: Any) -> list[dict[str, Any]]:
     if action.metric_by_name(PCSAMP_TOTAL) is None:
         return []
     return _counted_rows(launch, action, ISSUE_METRICS, ("inst_executed",))
+
+
+def _rule_rows(launch: int, action: Any) -> list[dict[str, Any]]:
+    rows = []
+    for rule in action.rule_results():
+        msg = rule.rule_message() if rule.has_rule_message() else None
+        if not msg or int(msg["type"]) == 0:
+            continue  # a rule that ran and had nothing to say: the CLI prints no row for it
+        speedup = rule.speedup_estimation() if rule.has_speedup_estimation() else None
+        rows.append({"launch": launch, "section": rule.section_identifier(), "rule": rule.rule_identifier(),
+                     "name": rule.name(), "type": RULE_TYPES.get(int(msg["type"]), str(msg["type"])),
+                     "title": msg["title"], "message": rule_text(msg["message"]),
+                     "speedup_type": SPEEDUP_TYPES.get(int(speedup["type"]), "") if speedup else "",
+                     "speedup": float(speedup["speedup"]) if speedup else float("nan"),
+                     "focus_metrics": ", ".join(f["name"] for f in rule.focus_metrics())})
+    return rows
+
+
+def _mix_rows(launch: int, action: Any) -> list[dict[str, Any]]:
+    rows = []
+    for level, name in MIX_METRICS.items():
+        m = action.metric_by_name(name)
+        if m is None or not m.has_correlation_ids():
+            continue
+        ids = m.correlation_ids()
+        rows += [{"launch": launch, "level": level, "name": ids.as_string(i), "inst_executed": m.as_double(i)}
+                 for i in range(m.num_instances())]
+    return rows
 
 
 def missing_sections(held: Iterable[str], needed: Iterable[str] = BOTTLENECK_SECTIONS) -> list[str]:
