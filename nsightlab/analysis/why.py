@@ -20,12 +20,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..core.args import ArgumentParser
+from ..core.args import ArgumentParser, positive_int, print_error
 from ..core.errors import ProfileError
 from ..problems import problem as problems
 from ..store.captures import capture_tags, find_file, load_manifest
 from ..store.read import REPO, capture_schemas, resolve
-from ..core.args import positive_int, print_error
 from . import advice as A
 from . import bottleneck as B
 
