@@ -43,7 +43,7 @@ import pandas as pd
 
 from ..analysis.bottleneck import lacks_warp_state, source_key
 from ..analysis.counters import FLOP_TERMS, MEANING, available, needed_metrics
-from ..core.args import ArgumentParser
+from ..core.args import BAD_INPUT, ArgumentParser, positive_int, print_error
 from ..core.errors import ProfileError
 from ..core.ranges import decode
 from ..core.text import csv_list, plural
@@ -490,11 +490,15 @@ def _clock(seconds: float) -> str:
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
-    p = ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--profiles", default=str(REPO / "profiles"))
-    p.add_argument("--reports", default=str(REPO / "reports"))
+    p = ArgumentParser(prog=prog, description=__doc__,
+                       epilog="exit status: 0 every page rendered or up to date, 1 some page or capture failed (each "
+                              "said in one line; the others rendered), 2 bad input (arguments, a --profiles or "
+                              "--reports folder that cannot be read or written, nothing to render), 130 interrupted")
+    p.add_argument("--profiles", default=str(REPO / "profiles"), help="the profile folder whose captures are rendered")
+    p.add_argument("--reports", default=str(REPO / "reports"),
+                   help="where the pages go (created if missing; pages whose inputs did not change are kept)")
     p.add_argument("--kernel", default="python3", help="Jupyter kernel name for papermill")
-    p.add_argument("--jobs", type=int, default=2, help="notebooks rendered in parallel (default 2)")
+    p.add_argument("--jobs", type=positive_int, default=2, help="notebooks rendered in parallel")
     p.add_argument("--only", default="", help="comma-separated notebook names to render (default: all that apply; "
                    f"'{COMPARE}': the comparison pages; 'why' also renders the declared [[why]] before/after pages, "
                    "whose notebook it is); the index still lists every page already rendered")
@@ -648,6 +652,7 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab report") -> int:
 
 def _main(argv: list[str] | None, prog: str) -> int:
     a = _parser(prog).parse_args(argv)
+    a.prog = prog
     # The notebooks run in the repository (execute's cwd): relative folders are the caller's, so they are
     # re-expressed from the repository (as given, when the caller is there: pages name them the same everywhere),
     # or made absolute where they lie outside it
@@ -669,30 +674,55 @@ def _from_repo(path: Path) -> Path:
         return path
 
 
+def writable_folder(folder: Path) -> str | None:
+    """Why pages cannot be written into ``folder`` (a file, not creatable, not writable), or None: it is
+    created where missing."""
+    if folder.exists() and not folder.is_dir():
+        return f"--reports {folder}: is a file, not a folder; accepted: a folder for the pages (created if missing)"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"--reports {folder}: cannot be created ({exc.strerror or exc})"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"--reports {folder}: is not writable; accepted: a folder this user can write"
+    return None
+
+
 def _run(a: argparse.Namespace) -> int:
     only = csv_list(a.only)
     unknown = [n for n in only if n not in (*NOTEBOOK_ORDER, COMPARE)]
     if unknown:
-        print(f"error: --only {','.join(unknown)}: no such notebook; the notebooks are "
-              f"{', '.join((*NOTEBOOK_ORDER, COMPARE))}", file=sys.stderr)
-        return 2
+        print_error(a.prog, f"--only {','.join(unknown)}: no such notebook; the notebooks are "
+                            f"{', '.join((*NOTEBOOK_ORDER, COMPARE))}", see_help=True)
+        return BAD_INPUT
     profiles, reports = Path(a.profiles), Path(a.reports)
+    skipped: list[str] = []
     try:
-        captures, declared = list_captures(profiles), declared_comparisons(profiles)
+        captures, declared = list_captures(profiles, skipped), declared_comparisons(profiles)
     except ProfileError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    reports.mkdir(parents=True, exist_ok=True)
-    if not a.standalone:
-        ship_assets(reports)
+        print_error(a.prog, str(exc))
+        return BAD_INPUT
+    unwritable = writable_folder(reports)
+    if unwritable:
+        print_error(a.prog, unwritable)
+        return BAD_INPUT
+    try:
+        if not a.standalone:
+            ship_assets(reports)
+    except OSError as exc:
+        print_error(a.prog, f"--reports {reports}: the shared assets could not be written ({exc})")
+        return BAD_INPUT
     t_all = time.perf_counter()
     index = Index(title=a.title)
+    for line in skipped:  # a folder no page can name: said once, the others still render
+        index.failures.append((line.split(": ", 1)[0], line.split(": ", 1)[1]))
+        print(f"FAILED {line}", file=sys.stderr, flush=True)
     code = code_hash()
     pages = _page_jobs(_open_captures(captures, index), reports, a.standalone, code, index)
     jobs = pages + _comparison_jobs(declared, profiles, reports, a.standalone, code, index)
     if not jobs and not index.failures:
-        print(f"error: no capture under {profiles} holds anything a notebook can render", file=sys.stderr)
-        return 2
+        print_error(a.prog, f"no capture under {profiles} holds anything a notebook can render")
+        return BAD_INPUT
     chosen = [j for j in jobs if not only or j.notebook in only or (COMPARE in only and j.comparison is not None)]
     todo = [j for j in chosen if a.force or not j.out.exists() or read_meta(j.out).get("inputs") != j.inputs]
     if len(chosen) > len(todo):
