@@ -160,7 +160,7 @@ def test_bad_arguments_say_what_is_accepted(capsys, tmp_path, monkeypatch):
     assert e.value.code == 2 and "matches no case" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         hang.main(["--sweep", "blocksize", "--only", "flash_simt", "--timeout", "0"])
-    assert "--timeout must be > 0" in capsys.readouterr().err
+    assert "argument --timeout: takes a number greater than 0" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         hang.main(["--sweep", "no-such-sweep", "--only", "x"])
     assert "unknown sweep" in capsys.readouterr().err

@@ -46,8 +46,8 @@ def test_only_filters_by_range_name(capsys):
     (["--sweep", "seqlen", "--only", "zzz", "--list"], "--only 'zzz' matches no case of sweep seqlen"),
     (["--sweep", "nope", "--list"], "unknown sweep 'nope'; known:"),
     (["--sweep", "missing.toml", "--list"], "sweep file missing.toml does not exist"),
-    (["--sweep", "seqlen", "--iters", "0"], "--iters must be >= 1"),
-    (["--sweep", "seqlen", "--warmup", "-1"], "--warmup >= 0"),
+    (["--sweep", "seqlen", "--iters", "0"], "argument --iters: takes a whole number of at least 1"),
+    (["--sweep", "seqlen", "--warmup", "-1"], "argument --warmup: takes a whole number of at least 0"),
     (["--list"], "the following arguments are required: --sweep"),
 ])
 def test_bad_arguments_exit_2_saying_what_is_wrong(argv, message, capsys):

@@ -19,16 +19,14 @@ and the other ceilings are still measured.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..core.args import ArgumentParser
+from ..core.args import BAD_INPUT, ArgumentParser, print_error
 from ..problems.attention import FLOP_PER_EXP_PER_D, softmax_bound
 
 CSRC = Path(__file__).resolve().parents[1] / "csrc" / "ceilings.cu"
@@ -386,14 +384,14 @@ def _config_text(entry: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="python -m nsightlab.run.ceilings", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       epilog="exit status: 0 measured, 2 bad input (arguments, no CUDA device)")
     p.add_argument("--out", required=True, help="the JSON file to write ({'ceilings': ..., 'environment': ...})")
     a = p.parse_args(argv)
     import torch
 
     if not torch.cuda.is_available():
-        print("error: no CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
-        return 2
+        print_error(p.prog, "no CUDA device (torch.cuda.is_available() is False)")
+        return BAD_INPUT
     from ..core.environment import environment
 
     env = environment()  # before the microbenchmarks: a failed kernel may leave the CUDA context unusable

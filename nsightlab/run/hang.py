@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..core.args import ArgumentParser
+from ..core.args import ArgumentParser, positive_float
 from ..core.metrics import DEEP_SECTIONS
 from ..core.text import csv_list
 from .capture import CACHE_CONTROL, SLOW_LAUNCH, ncu_command, workload_command
@@ -157,13 +157,15 @@ def _stop(proc: subprocess.Popen) -> None:
 
 def main(argv: list[str] | None = None, prog: str = "nsightlab hang") -> int:
     p = ArgumentParser(prog=prog, description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       epilog="exit status: 0 narrowed down (or the sections finish: nothing to narrow; or --dry-run), "
+                              "1 the first run failed rather than stalled, 2 bad input (arguments, sweep, no ncu)")
     p.add_argument("--sweep", required=True, help="a registered sweep's name or a sweep TOML file")
     p.add_argument("--only", action="append", default=[], required=True,
                    help="the case(s) to profile: a regex over range names (repeated: must match every one)")
     p.add_argument("--sections", default=",".join(DEEP_SECTIONS),
                    help="comma-separated Nsight Compute sections to narrow down (default: the deep tier's)")
-    p.add_argument("--timeout", type=float, default=45.0, help="seconds after which a run counts as stalled (default 45)")
+    p.add_argument("--timeout", type=positive_float, default=45.0,
+                   help="seconds after which a run counts as stalled (default 45)")
     p.add_argument("--ncu", default=None, help="path to ncu (else $NCU, PATH, standard folders)")
     p.add_argument("--out", default=None, help="folder for the runs' logs (default ncu-hang-<time>/)")
     p.add_argument("--section-folder", default=None,
@@ -174,8 +176,6 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab hang") -> int:
     sections = csv_list(a.sections)
     if not sections:
         p.error("--sections names no section")
-    if a.timeout <= 0:
-        p.error(f"--timeout must be > 0 seconds, not {a.timeout}")
     try:
         sweep = find(a.sweep)
         cases = selected(sweep.cases(), a.only, sweep.name)

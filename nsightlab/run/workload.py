@@ -16,7 +16,6 @@ around ``autograd.grad`` on the main thread would enclose none of the backward k
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -25,10 +24,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..core.args import ArgumentParser
+from ..core.args import BAD_INPUT, ArgumentParser, non_negative_int, positive_int, print_error
 from ..problems import problem as problems
 from ..problems.impls import Implementation, resolve
 from .sweep import Case, Sweep, find, nothing_to_run, regex
+
+#: how this command is called (the capture runs it as a subprocess)
+PROG = "python -m nsightlab.run.workload"
 
 
 def _first(out: Any) -> Any:
@@ -117,8 +119,8 @@ def run_setups(cases: list[Case], echo: Callable[[str], None] | None = None) -> 
         try:
             impl.setup()
         except Exception as exc:  # noqa: BLE001 - any failure of a user's setup is reported, with its type
-            print(f"error: the setup of {impl.name} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-            return 2
+            print_error(PROG, f"the setup of {impl.name} failed: {type(exc).__name__}: {exc}")
+            return BAD_INPUT
         echo(f"setup: {impl.name} in {time.perf_counter() - t:.1f} s")
     return 0
 
@@ -205,15 +207,16 @@ def selected(cases: list[Case], only: list[str], sweep: str) -> list[Case]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = ArgumentParser(prog="python -m nsightlab.run.workload", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog=PROG, description=__doc__,
+                       epilog="exit status: 0 every case ran (or was listed), 2 bad input (arguments, sweep, no CUDA "
+                              "device, a setup or a case that failed), 130 interrupted")
     p.add_argument("--sweep", required=True, help="a sweep TOML file, or the name of a registered sweep")
     p.add_argument("--only", action="append", default=[],
                    help="only cases whose NVTX range name matches this regex (repeated: matches every one)")
-    p.add_argument("--warmup", type=int, default=None, help="launches per case before its range (default: the sweep's)")
+    p.add_argument("--warmup", type=non_negative_int, default=None, help="launches per case before its range (default: the sweep's)")
     p.add_argument("--warmup-only", choices=("all", "needed"), default="all",
                    help="'needed': warm up only implementations that need it (under ncu's application replay)")
-    p.add_argument("--iters", type=int, default=1, help="measured launches per case, inside its range")
+    p.add_argument("--iters", type=positive_int, default=1, help="measured launches per case, inside its range")
     p.add_argument("--log", help="append one JSON line per finished case to this file")
     p.add_argument("--list", action="store_true", help="print the range names (and skips) and exit; no GPU needed")
     p.add_argument("--setup-only", action="store_true",
@@ -225,8 +228,6 @@ def main(argv: list[str] | None = None) -> int:
         cases = selected(sweep.cases(), a.only, sweep.name)
     except ValueError as exc:
         p.error(str(exc))
-    if a.iters < 1 or (a.warmup is not None and a.warmup < 0):
-        p.error("--iters must be >= 1 and --warmup >= 0")
     if a.list:
         for c in cases:
             print(c.range + ("" if c.runnable else f"    [{c.status}]"))
@@ -240,9 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("error: no CUDA device: the workload needs a GPU (torch.cuda.is_available() is False); "
-              "use --list to see the range names without one", file=sys.stderr)
-        return 2
+        print_error(PROG, "no CUDA device: the workload needs a GPU (torch.cuda.is_available() is False); "
+                          "use --list to see the range names without one")
+        return BAD_INPUT
     log = open(a.log, "a") if a.log else None  # noqa: SIM115
     done: list[dict[str, Any]] = []
     try:
@@ -253,8 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"interrupted: {n} case(s) finished (see {a.log or 'the log'})", file=sys.stderr)
         return 130
     except RuntimeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        print_error(PROG, str(exc))
+        return BAD_INPUT
     finally:
         if log:
             log.close()
