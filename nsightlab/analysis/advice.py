@@ -56,7 +56,7 @@ def rules_side_by_side(a: B.Deep, la: int, b: B.Deep, lb: int) -> pd.DataFrame:
     (results without one last, optimisation advice before information)."""
     ka, kb = _keyed(rules(a, la)), _keyed(rules(b, lb))
     cols = ["type", "speedup", "speedup_type", "message"]
-    both = ka[["name", *cols]].join(kb[["name", *cols]], how="outer", lsuffix="_a", rsuffix="_b")
+    both = ka[["name", *cols]].add_suffix("_a").join(kb[["name", *cols]].add_suffix("_b"), how="outer")
     both["name"] = both["name_a"].fillna(both["name_b"])
     both = both.drop(columns=["name_a", "name_b"]).reset_index()
     top = both[["speedup_a", "speedup_b"]].max(axis=1)
