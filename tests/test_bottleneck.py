@@ -791,7 +791,9 @@ def test_the_instruction_mix_accounts_for_the_instruction_difference():
     text = A.mix_sentence("flash_mma", "sdpa_flash", mix)
     top = mix.sort_values("of_b", ascending=False).iloc[0]
     assert text.startswith(f"flash_mma executes {ta / tb:.2f}x the warp instructions of sdpa_flash")
-    assert f"{top['of_b']:.2f}x {top['name']}" in text
+    assert f"{top['name']} {top['of_b']:.2f}x" in text and f"({top['name']} " in text  # under what it does
+    kinds = mix[mix["kind"] == top["kind"]]
+    assert f"{kinds.loc[kinds['of_b'] > 0, 'of_b'].sum() + kinds.loc[kinds['of_b'] < 0, 'of_b'].sum():.2f}x {top['kind']} (" in text
     # the other way round, the side that executes more still leads
     assert A.mix_sentence("sdpa_flash", "flash_mma", A.instruction_mix(deep, lb, deep, la)).startswith(
         f"flash_mma executes {ta / tb:.2f}x")

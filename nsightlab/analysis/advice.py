@@ -6,7 +6,8 @@ This module turns that account into what a kernel engineer acts on:
 - :func:`rules` / :func:`rules_side_by_side`: every rule result Nsight Compute recorded for each launch (the
   guidance its details page leads with), with its estimated speedup, the two launches side by side and ranked.
 - :func:`instruction_mix`: executed warp instructions per opcode (or opcode category) of the two launches and
-  the difference that accounts for the instructions term; :func:`mix_sentence` says it in one sentence.
+  the difference that accounts for the instructions term; :func:`mix_sentence` says it in one sentence, by what
+  the extra instructions do (:data:`OPCODE_KIND`).
 - :func:`stall_lines`: the source lines (or SASS instructions) that carry the most warp-state samples of one
   stall reason: where a stall term of the ranking happens in the code.
 - :func:`grouped`: the ranking with the terms that cancel gathered: the scheduler's issue interval (warps per
@@ -129,20 +130,26 @@ def instruction_mix(a: B.Deep, la: int, b: B.Deep, lb: int, level: str = "opcode
 
 
 def mix_sentence(name_a: str, name_b: str, mix: pd.DataFrame, n: int = 3) -> str | None:
-    """``A executes 1.29x the warp instructions of B: of the 0.29x more, 0.12x are IMAD (integer ...), ...``
-    (the ``n`` opcodes that add the most), from :func:`instruction_mix`; None where it is empty."""
+    """``A executes 1.25x the warp instructions of B: of the 0.25x more, 0.21x are integer arithmetic (IMAD 0.14x,
+    LOP3 0.06x), ...``: the side that executes more, and its extra instructions (in units of the other side's total)
+    by what they do (:data:`OPCODE_KIND`, the ``n`` kinds that add the most, net of their opcodes that the other
+    side executes more of) with their opcodes that add the most; from :func:`instruction_mix`. None where it is
+    empty."""
     if not len(mix):
         return None
     more = mix.attrs["ratio"] >= 1
-    # the side that executes more, its extra instructions per opcode in units of the other side's total
     hi, lo = (name_a, name_b) if more else (name_b, name_a)
     extra = (mix["diff"] / mix.attrs["total_b"]) if more else (-mix["diff"] / mix.attrs["total_a"])
-    top = mix.assign(extra=extra).sort_values("extra", ascending=False).head(n)
-    top = top[top["extra"] > 0]
+    m = mix.assign(extra=extra, kind=mix["kind"].where(mix["kind"] != "", "other"))
+    kinds = m.groupby("kind")["extra"].sum().sort_values(ascending=False)
+    kinds = kinds[kinds > 0].head(n)
     r = mix.attrs["ratio"] if more else 1 / mix.attrs["ratio"]
-    parts = [f"{t.extra:.2f}x {t.name}" + (f" ({t.kind})" if t.kind else "") for t in top.itertuples()]
+    parts = []
+    for kind, total in kinds.items():
+        ops = m[(m["kind"] == kind) & (m["extra"] >= 0.005)].sort_values("extra", ascending=False).head(3)  # shown as 0.01x or more
+        parts.append(f"{total:.2f}x {kind}" + (" (" + ", ".join(f"{o.name} {o.extra:.2f}x" for o in ops.itertuples()) + ")" if len(ops) else ""))
     return (f"{hi} executes {r:.2f}x the warp instructions of {lo} (sass__inst_executed_per_opcode)"
-            + (f": of the {r - 1:.2f}x more, " + ", ".join(parts) if parts and r > 1 else "") + ".")
+            + (f"; of the {r - 1:.2f}x more: " + "; ".join(parts) if parts and r > 1 else "") + ".")
 
 
 def opcode_lines(deep: B.Deep, launch: int, opcode: str, n: int = 3, repo: str | Path = ".",
@@ -337,8 +344,8 @@ def what_to_try(a: Launch, b: Launch, ranked: pd.DataFrame, repo: str | Path = "
                 op = mix.assign(extra=mix["diff"] * (1 if slow is a else -1)).sort_values("extra", ascending=False).iloc[0]
                 lines = opcode_lines(slow.deep, slow.launch, op["name"], 1, repo, slow.commit)
                 if len(lines):
-                    text += (f" Most of {slow.name}'s {op['name']} executions are at {where(lines)} "
-                             f"({lines.iloc[0]['share']:.0%} of them): fewer of them there is the change to try.")
+                    text += (f" The most {op['name']} executions of {slow.name} are at {where(lines)} "
+                             f"({lines.iloc[0]['share']:.0%} of them): the line where fewer instructions count most.")
             out.append(text)
         elif t.term == WARPS_NET:
             out.append(f"{slow.name} keeps {ps['warps_per_scheduler']:.2f} warps per scheduler vs {pf['warps_per_scheduler']:.2f} "
