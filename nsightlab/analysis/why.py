@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..core.args import ArgumentParser, positive_int, print_error
+from ..core.args import EXIT_STATUS, ArgumentParser, positive_int, print_error
 from ..core.errors import ProfileError
 from ..problems import problem as problems
 from ..store.captures import capture_tags, find_file, load_manifest
@@ -175,7 +175,7 @@ def per_side(frame_of, sides: list[Side]) -> pd.DataFrame:
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
-    p = ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog=prog, description=__doc__, epilog=EXIT_STATUS)
     p.add_argument("capture", help="capture folder (profiles/<gpu>/<name>) or .ncu-rep file with the deep sections")
     p.add_argument("--a", required=True, help="the implementation to explain (a range's variant)")
     p.add_argument("--b", help="the implementation to compare with (default: --a, in --b-capture)")

@@ -258,6 +258,7 @@ def _cached_frames(cached: Path | None) -> dict[str, Any] | None:
     try:
         with open(cached, "rb") as fh:
             found = pickle.load(fh)
+        os.utime(cached)  # used now: the cache's cap removes the least recently used files first
     except Exception:  # a cut-short or foreign file: read the report instead
         return None
     return found if isinstance(found, dict) else None
@@ -277,6 +278,8 @@ def _keep_frames(cached: Path | None, found: dict[str, Any]) -> None:
     except OSError:  # a read-only or full cache folder: the next read reads the report again
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
+        return
+    files.trim_cache(keep=cached)  # the cache's cap holds for these frames too
 
 
 def _rows(path: Path, parts: tuple[str, ...], schemas: tuple[RangeSchema, ...],
