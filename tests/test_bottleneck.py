@@ -855,3 +855,21 @@ def test_why_on_a_loop_of_links_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert err.startswith("nsightlab why: error: ")
+
+
+def test_the_readmes_why_output_is_what_the_command_prints_today():
+    """The README shows nsightlab why's output on a committed capture: it is the command's output now, line by line
+    (where the capture's commit is not at hand, a shallow clone, the quoted source text is read from the working
+    tree instead and only it may differ)."""
+    from nsightlab.store.read import REPO
+    text = (ROOT / "README.md").read_text()
+    start = text.index("$ nsightlab why ")
+    command, _, rest = text[start:].partition("\n")
+    shown = rest[:rest.index("\n```")].splitlines()
+    done = _why(*command.removeprefix("$ nsightlab why ").split())
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    commit = load_manifest(H200 / "backward-n8192-deep").get("git_commit")
+    if not B.source_key(REPO, commit).startswith("commit"):
+        shown, printed = ([re.sub(r"`[^`]*`", "`...`", x) for x in lines] for lines in (shown, printed))
+    assert shown == printed
