@@ -23,6 +23,10 @@
 // the diagonal pay no per-element test (D = 64: two copies of the loop; D = 128: a masking pass of its own).
 // Limits: sm_90a only; D = 64 or 128; the D = 64 128x128 tile spills a little (sources.ACCEPTED_SPILLS). Design
 // notes and measurements: docs/kernels.md, docs/results.md.
+// Next step, as `nsightlab why nvidia-h200/backward-n8192-deep --a flash_wgmma --b sdpa_cudnn` reads it (1.07x cuDNN's
+// kernel time at N = 8192, D = 128): the exponentials of the P^T recompute (fast_exp2 in the softmax loop) carry 39%
+// of the MIO Throttle and 85% of the Short Scoreboard samples: move part of them off MUFU (a polynomial exp2 on the
+// FMA pipe); and 2.25 warps per scheduler against cuDNN's 2.50 (registers and shared memory both limit).
 #include <climits>
 
 #include "wgmma.cuh"
