@@ -18,7 +18,8 @@
 #
 # Before and after a change to a kernel, or one GPU against another. Ranges are matched by their decoded
 # fields (implementation, pass, shape, dtype, options), ranges of foreign captures by their raw names; each
-# matched range gets a verdict on its time: **slower**, **faster** or **within noise**. The references (SDPA's
+# matched range gets a verdict on its time: **slower**, **faster**, **below the threshold** (it moved beyond the
+# noise, by less than the threshold) or **within noise**. The references (SDPA's
 # backends) are yardsticks, not code under test: where they ran the same library on the same GPU and driver in both
 # captures, a move of theirs is **reference drift**, reported apart and never a regression. The same comparison
 # gates a CI job: `nsightlab compare BASE NEW --threshold 5%` exits 1 when a range is slower.
@@ -125,8 +126,8 @@ for name, g in C.groups(cmp.ranges):
 # %%
 with nb.section():
     for name, g in C.groups(comparison.kernels(cmp)):
-        moved = int((g["verdict"] != comparison.SAME).sum())
-        head = f"<b>{name}</b>: {len(g)} kernels in {g['label'].nunique()} ranges, {moved} moved beyond noise"
+        moved = int((~g["verdict"].isin(comparison.UNMOVED)).sum())
+        head = f"<b>{name}</b>: {len(g)} kernels in {g['label'].nunique()} ranges, {moved} faster or slower"
         t = C.delta_table(g, cmp.marks, "timing", what="kernel")
         t.insert(0, "range", g["case"].to_numpy())
         body = C.table(t, f"kernels-{name}")
@@ -167,7 +168,8 @@ else:
 # repeated launches; the noise is the two spreads in quadrature, at least 1 % (drift between captures that
 # back-to-back launches do not show), and at least 3 % where a side has one launch only (Nsight Compute
 # timing). A range is **slower** when ratio > 1 + max(threshold, noise), **faster** when ratio < 1 / (1 +
-# max(threshold, noise)), else **within noise**. A reference implementation's range (sdpa_flash, sdpa_cudnn,
+# max(threshold, noise)), else **below the threshold** where it moved beyond the noise (a change measured, too small
+# to count) and **within noise** where it did not. A reference implementation's range (sdpa_flash, sdpa_cudnn,
 # sdpa_efficient, sdpa_math: library code this project does not change) that would be slower or faster is
 # **reference drift** when the two captures share GPU, driver, torch and CUDA runtime: the same code on the same
 # machine moved, which measures the machine (clocks, thermals, a neighbour), not the change. Drift neither gates nor

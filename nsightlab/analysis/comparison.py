@@ -57,9 +57,13 @@ UNKNOWN_NOISE = 0.03
 
 _KSEP = " ::kernel:: "
 SLOWER, FASTER, SAME = "slower", "faster", "within noise"
+#: the verdict of a move beyond the noise but within the threshold: measured, yet too small to gate
+BELOW = "below the threshold"
 #: the verdict of a reference implementation's range that moved beyond noise while nothing it runs on changed
 DRIFT = "reference drift"
-VERDICTS = (SLOWER, FASTER, SAME, DRIFT)
+VERDICTS = (SLOWER, FASTER, BELOW, SAME, DRIFT)
+#: the verdicts of a range that did not move enough to count as faster or slower
+UNMOVED = (BELOW, SAME)
 #: implementations that are yardsticks, not code under test: the problems' references (attention: the SDPA
 #: backends, :attr:`nsightlab.problems.problem.Problem.references`), any ``sdpa_*`` and the benchmark's CPU one
 REFERENCE_PREFIXES = ("sdpa_",)
@@ -604,11 +608,14 @@ def noise(spread_base: Any, spread_new: Any, floor: float = NOISE_FLOOR, unknown
 
 
 def verdict(ratio: Any, noise_: Any, threshold: float) -> Any:
-    """'slower' when new/base > 1 + max(threshold, noise), 'faster' when < 1 / (1 + that), else
-    'within noise'; NaN ratios are 'within noise' (nothing to judge)."""
+    """'slower' when new/base > 1 + max(threshold, noise), 'faster' when < 1 / (1 + that); else 'below the
+    threshold' where it moved beyond the noise (a change measured, too small to count), else 'within noise';
+    NaN ratios are 'within noise' (nothing to judge)."""
     r = np.asarray(ratio, dtype=float)
-    bar = 1 + np.maximum(threshold, np.asarray(noise_, dtype=float))
-    out = np.where(r > bar, SLOWER, np.where(r < 1 / bar, FASTER, SAME))
+    nz = 1 + np.asarray(noise_, dtype=float)
+    bar = np.maximum(1 + threshold, nz)
+    beyond_noise = (r > nz) | (r < 1 / nz)
+    out = np.where(r > bar, SLOWER, np.where(r < 1 / bar, FASTER, np.where(beyond_noise, BELOW, SAME)))
     return out if out.ndim else str(out)
 
 
@@ -687,10 +694,12 @@ class Comparison:
         return r.sort_values(["_m", "label"], ascending=[False, True]).head(n).drop(columns=["_m"])
 
     def summary(self) -> str:
-        """One line: what was compared, how many faster / slower / within noise, the biggest moves."""
+        """One line: what was compared, how many faster / slower / below the threshold / within noise, the biggest
+        moves."""
         c = self.counts()
         parts = [f"{self.base.label} -> {self.new.label}: {len(self.ranges)} ranges matched ({self.source})",
-                 f"{c[FASTER]} faster, {c[SLOWER]} slower, {c[SAME]} within noise (threshold {self.threshold:.0%})"
+                 f"{c[FASTER]} faster, {c[SLOWER]} slower, " + (f"{c[BELOW]} below the threshold, " if c[BELOW] else "")
+                 + f"{c[SAME]} within noise (threshold {self.threshold:.0%})"
                  + (f", {c[DRIFT]} reference drift" if c[DRIFT] else "")]
         if self.min_ms > 0:
             parts.append(f"{len(self.regressions)} slower at {self.min_ms:g} ms or more (what gates)")

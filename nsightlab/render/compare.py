@@ -32,6 +32,7 @@ import plotly.graph_objects as go
 
 from ..analysis import roofline as rf
 from ..analysis.comparison import (
+    BELOW,
     COUNTERS,
     DRIFT,
     FASTER,
@@ -39,6 +40,7 @@ from ..analysis.comparison import (
     SLOWER,
     SOURCE_TEXT,
     TIMING,
+    UNMOVED,
     VERDICTS,
     Comparison,
     Side,
@@ -154,7 +156,8 @@ def headline(cmp: Comparison) -> str:
     c = cmp.counts()
     n = len(cmp.ranges)
     lines = [f"**{n} ranges matched** ({SOURCE_TEXT[cmp.source]}): **{c[SLOWER]} slower**, **{c[FASTER]} faster**, "
-             f"{c[SAME]} within noise" + (f", {c[DRIFT]} reference drift" if c[DRIFT] else "")
+             + (f"{c[BELOW]} below the threshold (moved beyond the noise, less than the threshold), " if c[BELOW] else "")
+             + f"{c[SAME]} within noise" + (f", {c[DRIFT]} reference drift" if c[DRIFT] else "")
              + f", at a threshold of {cmp.threshold:.0%} on the time."]
     ut = cmp.under_test
     if len(ut):
@@ -263,11 +266,11 @@ def change_figure(cmp: Comparison, title: str = "") -> Any:
         s = st.get(name, {"color": "#444", "symbol": "circle"})
         # colour: the implementation (figures.impl_style, as on every page); marker: the verdict (a reference's
         # drift hollow, pointing the way it moved)
-        sym = [s["symbol"] if v == SAME else ("triangle-up" if v == SLOWER else "triangle-down") if v != DRIFT else
+        sym = [s["symbol"] if v in UNMOVED else ("triangle-up" if v == SLOWER else "triangle-down") if v != DRIFT else
                ("triangle-up-open" if q > 1 else "triangle-down-open") for v, q in zip(g["verdict"], g["ratio"], strict=True)]
         fig.add_trace(go.Scatter(
             x=g["base_ms"], y=g["ratio"], mode="markers", name=name,
-            marker={"color": s["color"], "symbol": sym, "size": [6 if v == SAME else 10 for v in g["verdict"]],
+            marker={"color": s["color"], "symbol": sym, "size": [6 if v in UNMOVED else 10 for v in g["verdict"]],
                     "line": {"width": [1.6 if v == DRIFT else 0 for v in g["verdict"]], "color": s["color"]}},
             error_y={"type": "data", "symmetric": False, "array": g["ratio"] * g["noise"],
                      "arrayminus": g["ratio"] * (1 - 1 / (1 + g["noise"])), "thickness": 0.8, "width": 0,
@@ -625,7 +628,7 @@ def _report(cmp: Comparison, kernels: bool) -> None:
             shown = ", ".join(u["range"].astype(str).head(5))
             print(f"only in {side} ({len(u)}): {shown}{', ...' if len(u) > 5 else ''}")
     if kernels and len(cmp.kernels):
-        for r in cmp.kernels[cmp.kernels["verdict"] != SAME].itertuples():
+        for r in cmp.kernels[~cmp.kernels["verdict"].isin(UNMOVED)].itertuples():
             print(f"kernel {r.verdict} {r.change:+.1%} (noise ±{r.noise:.1%}) {r.label} / {r.kernel}")
     print(cmp.summary())
     for line in cmp.regression_lines():
