@@ -16,9 +16,10 @@
 # %% [markdown]
 # # The device, and where each case outgrows its L2
 #
-# What the capture recorded about the GPU, the ceilings it measured beside the profilers (a large GEMM and a
-# device-to-device copy, where it ran them), and the work model's working set of every case against the L2
-# size: past that size, a kernel that re-reads its working set must go to DRAM.
+# What the capture recorded about the GPU, the clocks its launches ran at under Nsight Compute (the clocks are
+# not locked: each range runs at whatever clock the GPU chose), the ceilings it measured beside the profilers (a
+# large GEMM and a device-to-device copy, where it ran them), and the work model's working set of every case
+# against the L2 size: past that size, a kernel that re-reads its working set must go to DRAM.
 
 # %% tags=["parameters"]
 capture: str = "profiles/nvidia-h200/seqlen"  # capture folder (python -m nsightlab.store list); relative paths: cwd, then the repo
@@ -37,7 +38,8 @@ cases = captures.cases(manifest)
 l2_bytes = float((manifest.get("gpu") or {}).get("l2_bytes") or 0)
 x = nb.sweep_field(cases) or "N"
 ws = nb.attempt(device.working_set_table, cases, l2_bytes, x)
-nb.summary(device.findings(manifest, ws, x))
+clocks = device.run_clocks(nb.attempt(read.load_ncu, path, manifest) if read.ncu_files(path) else None)
+nb.summary(device.findings(manifest, ws, x, clocks))
 nb.note(nb.header(manifest, path))
 model = (counters.sources_text(cases["model_source"]) if "model_source" in cases else "") or \
     "none: the capture declares no work model"
@@ -49,7 +51,7 @@ with nb.section():
     if read.nsys_files(path):
         g = read.load_nsys(path, manifest)["gpu"]
         gpu_row = g.iloc[0].to_dict() if len(g) else None
-    nb.table(device.device_table(manifest, gpu_row), name="device", title="The GPU as the capture recorded it",
+    nb.table(device.device_table(manifest, gpu_row, clocks), name="device", title="The GPU as the capture recorded it",
              collapse=False)
 
 # %% [markdown]

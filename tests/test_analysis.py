@@ -480,3 +480,20 @@ def test_order_note_says_how_the_implementations_took_turns():
         "alike; a call of 50 ms or more in one go)")
     line = perf.timing_note({"decode": rr})
     assert line.startswith("the L2 flushed before each repeat by reading") and "round-robin, 3 rounds" in line
+
+
+def test_the_device_page_gives_the_clocks_the_launches_ran_at():
+    """Not the idle clock nvidia-smi saw when the GPU was recorded: Nsight Compute's own elapsed-cycle rates of every
+    profiled launch, min / median / max."""
+    ncu = pd.DataFrame({"sm__cycles_elapsed.avg.per_second": [1.755e9, 1.98e9, 1.98e9],
+                        "dram__cycles_elapsed.avg.per_second": [3.2e9] * 3})
+    clocks = device.run_clocks(ncu)
+    assert clocks == {"SM": (1755.0, 1980.0, 1980.0, 3), "memory": (3200.0, 3200.0, 3200.0, 3)}
+    t = device.device_table({"gpu": {"name": "X", "nvidia_smi": {"clocks.sm": "345 MHz", "clocks.max.sm": "1980 MHz"}}},
+                            None, clocks).set_index("property")["value"]
+    assert t["SM clock while profiled (Nsight Compute)"] == "1,755-1,980 MHz (median 1,980), over 3 profiled launches"
+    assert t["memory clock while profiled (Nsight Compute)"] == "3,200 MHz, over 3 profiled launches"
+    assert t["SM clock when the GPU was recorded / max (nvidia-smi)"] == "345 MHz / 1980 MHz"
+    said = device.findings({"gpu": {"name": "X"}}, clocks=clocks)
+    assert any(s.startswith("While profiled, its clocks ran at: SM 1,755-1,980 MHz") for s in said)
+    assert device.run_clocks(None) == {} and device.run_clocks(pd.DataFrame({"x": [1]})) == {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..core import metrics
 from ..core.errors import NotApplicable
 from .counters import has_model
 from .l2 import modeled_onset
@@ -15,10 +16,34 @@ def _fmt(v: object, scale: float, unit: str, digits: int = 0) -> str | None:
     return f"{v / scale:.{digits}f} {unit}"
 
 
-def device_table(manifest: dict, gpu_row: dict | None = None) -> pd.DataFrame:
-    """Property / value rows from the manifest's ``gpu`` (and nvidia-smi record), the measured
-    ceilings, and Nsight Systems' TARGET_INFO_GPU row when given; properties the capture did not
-    record are left out."""
+def run_clocks(ncu: pd.DataFrame | None) -> dict[str, tuple[float, float, float, int]]:
+    """The clocks the profiled launches ran at, from Nsight Compute's own counters (``sm__cycles_elapsed.avg.per_second``
+    and ``dram__cycles_elapsed.avg.per_second`` of every launch of a capture's light tier, :data:`metrics.CLOCKS`):
+    ``{"SM": (min, median, max, launches), "memory": ...}`` in MHz; a clock the frame lacks is left out."""
+    out = {}
+    if ncu is None:
+        return out
+    for name, key in (("SM", "sm"), ("memory", "dram")):
+        col = metrics.CLOCKS[key]
+        if col in ncu:
+            v = pd.to_numeric(ncu[col], errors="coerce").dropna() / 1e6
+            if len(v):
+                out[name] = (float(v.min()), float(v.median()), float(v.max()), len(v))
+    return out
+
+
+def clock_text(c: tuple[float, float, float, int]) -> str:
+    """``1,755-1,980 MHz (median 1,980; 48 launches)``: one of :func:`run_clocks`' values."""
+    lo, mid, hi, n = c
+    span = f"{lo:,.0f} MHz" if round(lo) == round(hi) else f"{lo:,.0f}-{hi:,.0f} MHz (median {mid:,.0f})"
+    return f"{span}, over {n} profiled launch{'es' if n != 1 else ''}"
+
+
+def device_table(manifest: dict, gpu_row: dict | None = None,
+                 clocks: dict[str, tuple[float, float, float, int]] | None = None) -> pd.DataFrame:
+    """Property / value rows from the manifest's ``gpu`` (and nvidia-smi record), the clocks the profiled launches
+    ran at (``clocks``: :func:`run_clocks`), the measured ceilings, and Nsight Systems' TARGET_INFO_GPU row when
+    given; properties the capture did not record are left out."""
     g = manifest.get("gpu") or {}
     smi = g.get("nvidia_smi") or {}
     rows = [("name", g.get("name")), ("compute capability", g.get("compute_capability")), ("SMs", g.get("sm_count")),
@@ -27,8 +52,11 @@ def device_table(manifest: dict, gpu_row: dict | None = None) -> pd.DataFrame:
             ("shared memory per SM", _fmt(g.get("shared_memory_per_sm"), 1024, "KiB")),
             ("registers per SM", g.get("registers_per_sm")),
             ("memory", _fmt(g.get("total_memory_bytes"), 2**30, "GiB")),
-            ("SM clock now / max", f"{smi['clocks.sm']} / {smi.get('clocks.max.sm')}" if "clocks.sm" in smi else None),
-            ("memory clock now / max", f"{smi['clocks.mem']} / {smi.get('clocks.max.mem')}" if "clocks.mem" in smi else None),
+            *((f"{name} clock while profiled (Nsight Compute)", clock_text(c)) for name, c in (clocks or {}).items()),
+            ("SM clock when the GPU was recorded / max (nvidia-smi)",
+             f"{smi['clocks.sm']} / {smi.get('clocks.max.sm')}" if "clocks.sm" in smi else None),
+            ("memory clock when the GPU was recorded / max (nvidia-smi)",
+             f"{smi['clocks.mem']} / {smi.get('clocks.max.mem')}" if "clocks.mem" in smi else None),
             ("driver", smi.get("driver_version") or g.get("driver")), ("recorded by", g.get("source"))]
     if gpu_row:
         rows.append(("memory bandwidth (nsys)", _fmt(gpu_row.get("memoryBandwidth"), 1e12, "TB/s", 2)))
@@ -101,9 +129,11 @@ def working_set_table(cases: pd.DataFrame, l2_bytes: float, x: str = "N") -> pd.
     return out[[*cols[: len(keys)], *xs, *cols[len(keys):]]].rename(columns={"impl": "variant"})
 
 
-def findings(manifest: dict, ws: pd.DataFrame | None = None, x: str = "N") -> list[str]:
-    """The device page's findings: the GPU and its measured ceilings; where the modeled working
-    sets outgrow the L2, implementations with similar onsets grouped."""
+def findings(manifest: dict, ws: pd.DataFrame | None = None, x: str = "N",
+             clocks: dict[str, tuple[float, float, float, int]] | None = None) -> list[str]:
+    """The device page's findings: the GPU and its measured ceilings, the clocks its launches ran at
+    (``clocks``: :func:`run_clocks`); where the modeled working sets outgrow the L2, implementations with similar
+    onsets grouped."""
     g = manifest.get("gpu") or {}
     meas = manifest.get("ceilings") or {}
     parts = [f"**{g.get('name', 'unknown GPU')}**"]
@@ -121,6 +151,10 @@ def findings(manifest: dict, ws: pd.DataFrame | None = None, x: str = "N") -> li
     if isinstance(meas.get("gemm_fp16"), dict) and meas["gemm_fp16"].get("flop_per_s"):
         m.append(f"{meas['gemm_fp16']['flop_per_s'] / 1e12:,.0f} TFLOP/s FP16 GEMM")
     out = [line + (f"; measured in this capture: {', '.join(m)}." if m else ".")]
+    if clocks:
+        out.append("While profiled, its clocks ran at: " + "; ".join(f"{name} {clock_text(c)}" for name, c in clocks.items())
+                   + " (Nsight Compute's sm__cycles_elapsed.avg.per_second and dram__cycles_elapsed.avg.per_second; "
+                   "captured without locking the clocks).")
     col = f"outgrows L2 at {x}"
     if ws is not None and len(ws) and col in ws:
         first = ws.groupby(ws["variant"].astype(str), sort=False)[col].min()
