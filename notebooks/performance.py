@@ -106,8 +106,6 @@ if impl:
         nb.table(t, {"tflops": "{:.1f}", "ref_tflops": "{:.1f}", "ratio": "{:.0%}", "target": "{:.0%}"}, "targets",
                  headers={"tflops": f"{impl} [TFLOP/s]", "ref_tflops": f"{ref} [TFLOP/s]", "ratio": "ratio",
                           "target": "target", "met": "met"}, title=f"{impl} against its targets (N ≥ 2048)")
-else:
-    nb.say("_No implementation is tracked against the reference (parameter `impl`)._")
 
 # %% [markdown]
 # ## Memory-bound suites: bandwidth against the memory roof
