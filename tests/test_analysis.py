@@ -497,3 +497,18 @@ def test_the_device_page_gives_the_clocks_the_launches_ran_at():
     said = device.findings({"gpu": {"name": "X"}}, clocks=clocks)
     assert any(s.startswith("While profiled, its clocks ran at: SM 1,755-1,980 MHz") for s in said)
     assert device.run_clocks(None) == {} and device.run_clocks(pd.DataFrame({"x": [1]})) == {}
+
+
+def test_the_l2_findings_say_which_onset_to_believe():
+    """Where the measured and modeled onsets are far apart, the page says which one to believe, and between which
+    swept points the measured one lies."""
+    from nsightlab.analysis import l2
+    traffic = pd.DataFrame({"range": [f"r{n}" for n in (512, 1024, 2048, 4096)], "variant": "naive", "sweep": "s",
+                            "N": [512, 1024, 2048, 4096], "l2_hit_rate": [81.0, 80.0, 67.0, 60.0]})
+    onsets = pd.DataFrame({"sweep": ["s"], "variant": ["naive"], "modeled_onset": [928.0], "measured_onset": [2048.0]})
+    said = l2.findings(traffic, onsets, "N")
+    (line,) = [s for s in said if s.startswith("Where the two onsets differ")]
+    assert "measured N=2,048, between the sweep's N=1,024 and 2,048; 2.2x the modeled N≈928" in line
+    assert "believe the measured one" in line
+    close = onsets.assign(modeled_onset=[1800.0])
+    assert not any(s.startswith("Where the two onsets differ") for s in l2.findings(traffic, close, "N"))

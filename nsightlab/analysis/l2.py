@@ -198,6 +198,21 @@ def findings(traffic: pd.DataFrame, onsets: pd.DataFrame | None, x: str = "N") -
     if broke:
         out.append("The L2 hit rate breaks down (measured onset) for " + "; ".join(broke[:4])
                    + (f"; and {len(broke) - 4} more" if len(broke) > 4 else "") + ".")
+    both = found.dropna(subset=["modeled_onset"])
+    if len(both):
+        ratio = both["measured_onset"] / both["modeled_onset"]
+        far = both[(ratio >= 1.5) | (ratio <= 1 / 1.5)]
+        if len(far):
+            r = far.loc[(np.log(far["measured_onset"] / far["modeled_onset"])).abs().idxmax()]
+            k = r["measured_onset"] / r["modeled_onset"]
+            swept = traffic.loc[traffic["sweep"] == r["sweep"], x]
+            prev = swept[swept < r["measured_onset"]].max()
+            within = f", between the sweep's {x}={prev:,.0f} and {r['measured_onset']:,.0f}" if pd.notna(prev) else ""
+            out.append(f"Where the two onsets differ ({r['variant']}, {r['sweep']}: measured {x}={r['measured_onset']:,.0f}"
+                       f"{within}; {k:.1f}x the modeled {x}≈{r['modeled_onset']:,.0f}), believe the measured one: it is what the "
+                       "L2 did. The modeled onset is where the work model's whole working set would stop fitting at "
+                       "once; a kernel whose blocks touch only part of it at a time breaks down later than that, one "
+                       "that moves more than the model counts, earlier.")
     steady = [v for v in dict.fromkeys(onsets["variant"].astype(str)) if v not in set(found["variant"].astype(str))]
     if steady:
         t = traffic[traffic["variant"].astype(str).isin(steady)]
