@@ -309,8 +309,10 @@ class Launch:
     commit: str | None = None
 
 
-def _fmt_ms(ms: float) -> str:
-    return f"{ms:+.3f} ms" if abs(ms) >= 0.01 else f"{ms * 1e3:+.1f} us"
+def time_text(ms: float, sign: bool = True) -> str:
+    """A time in milliseconds as ``+0.474 ms``, or in microseconds (``+3.6 us``) under 0.01 ms."""
+    return (f"{ms:+.3f} ms" if sign else f"{ms:.3f} ms") if abs(ms) >= 0.01 else \
+        (f"{ms * 1e3:+.1f} us" if sign else f"{ms * 1e3:.1f} us")
 
 
 def what_to_try(a: Launch, b: Launch, ranked: pd.DataFrame, repo: str | Path = ".", n: int = 3,
@@ -333,7 +335,7 @@ def what_to_try(a: Launch, b: Launch, ranked: pd.DataFrame, repo: str | Path = "
     ps, pf = (B.profile(x.deep).set_index("launch").loc[x.launch] for x in (slow, fast))
     out = []
     for t in widening.itertuples():
-        cost = f"{_fmt_ms(t.add)} of the {gap:.3f} ms gap"
+        cost = f"{time_text(t.add)} of the {time_text(gap, sign=False)} gap"
         if t.term == "instructions issued":
             mix = instruction_mix(slow.deep, slow.launch, fast.deep, fast.launch)
             text = mix_sentence(slow.name, fast.name, mix) or (

@@ -239,14 +239,17 @@ def render(a_name: str, b_name: str, a: B.Deep, la: pd.DataFrame, b: B.Deep, lb:
     g = A.grouped(ranked)
     which = "longest launch" if longest else "compared launch"
     gap = ranked.attrs["time_a_ms"] - ranked.attrs["time_b_ms"]
-    out += ["", f"What explains the gap ({which} of each; from {a_name}'s {ranked.attrs['time_a_ms']:.3f} ms to "
-                f"{b_name}'s {ranked.attrs['time_b_ms']:.3f} ms, the terms add up to the whole gap of {gap:+.3f} ms):"]
+    us = max(ranked.attrs["time_a_ms"], ranked.attrs["time_b_ms"]) < 0.1  # a short kernel: its table in microseconds
+    unit, scale = ("us", 1e3) if us else ("ms", 1.0)
+    out += ["", f"What explains the gap ({which} of each; from {a_name}'s {A.time_text(ranked.attrs['time_a_ms'], False)} "
+                f"to {b_name}'s {A.time_text(ranked.attrs['time_b_ms'], False)}, the terms add up to the whole gap of "
+                f"{A.time_text(gap)}):"]
     shown = g if full else g[(g["level"] == 0) | (g["level"] == 1) & g.index.isin(
         g[g["level"] == 1].head(top).index)]
     shares = shown["share"].notna().any()  # shares only where they read plainly (advice.grouped)
-    rows = [["  " * int(r.level) + r.term, _fmt(r.a), _fmt(r.b), f"{r.ms:+.3f}",
+    rows = [["  " * int(r.level) + r.term, _fmt(r.a), _fmt(r.b), f"{r.ms * scale:+.{1 if us else 3}f}",
              *([] if not shares else ["" if pd.isna(r.share) else f"{r.share:.0%}"])] for r in shown.itertuples()]
-    out += _table(["term", a_name, b_name, "ms", *(["of the gap"] if shares else [])], rows, {1, 2, 3, 4})
+    out += _table(["term", a_name, b_name, unit, *(["of the gap"] if shares else [])], rows, {1, 2, 3, 4})
     hidden = len(g) - len(shown)
     if hidden:
         out.append(f"  ... {hidden} smaller parts (--full lists them; they add up as shown)")
