@@ -41,10 +41,6 @@ def test_notebooks_are_committed_without_outputs_and_have_one_parameters_cell():
         assert len(tagged) == 1, f"{nb_path.name}: exactly one cell tagged 'parameters'"
 
 
-#: words of 7-12 hex digits that are allowed though they name a commit of this repository, by file
-_HASH_EXCEPTIONS = {"nsightlab/store/captures.py": {"f6b1411cb963"}}  # short_commit's docstring example
-
-
 def test_no_commit_ids_or_log_paths_in_the_documentation_and_sources():
     """README.md, docs/, the CUDA sources and the Python outside tests/ say what the code is, not how the work
     went: no commit of this repository named, no profiles/_logs path (git keeps the history; results/ is generated)."""
@@ -68,8 +64,6 @@ def test_no_commit_ids_or_log_paths_in_the_documentation_and_sources():
             if "_logs/" in line or "_logs`" in line:
                 found.append(f"{f}:{n}: a _logs path")
             for word in re.findall(r"\b[0-9a-f]{7,12}\b", line):
-                if word in _HASH_EXCEPTIONS.get(f, ()):
-                    continue
                 if any(c.startswith(word) for c in by_prefix.get(word[:7], ())):
                     found.append(f"{f}:{n}: commit {word}")
     assert not found, "history belongs in git, not in files:\n" + "\n".join(found[:30])

@@ -264,7 +264,7 @@ def _open_problem(capture: Path, name: str) -> str | None:
 
 
 def short_commit(commit: object, n: int = 12) -> str:
-    """'f6b1411cb963dbf7...-dirty' -> 'f6b1411cb963-dirty': short, keeping the dirty mark."""
+    """'0123abcd4567ef89...-dirty' -> '0123abcd4567-dirty': short, keeping the dirty mark."""
     text = str(commit)
     dirty = text.endswith("-dirty")
     return text.removesuffix("-dirty")[:n] + ("-dirty" if dirty else "")
