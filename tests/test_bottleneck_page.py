@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from nsightlab.analysis import advice as A
 from nsightlab.analysis import bottleneck as B
 from nsightlab.analysis import why
 from nsightlab.render import figures
@@ -186,3 +187,134 @@ def test_one_implementation_with_other_options_in_the_later_capture():
     assert why.case_line(at, [a]) == ", ".join(f"{k}={v}" for k, v in at.items())
     with pytest.raises(ValueError, match="b_capture: flash_decode: no range matches .*mma=mma.sync"):
         why.pick_sides(before, after, "flash_decode", "", {"D": "128"})  # two shapes in each: ambiguous
+
+
+# --------------------------------------------------------------------------- from accounting to action: the page
+
+BACKWARD = PROFILES / "backward-n8192-deep"
+
+
+@pytest.fixture(scope="module")
+def backward() -> tuple[B.Deep, why.Side, why.Side]:
+    d = B.load(*why.deep_report(BACKWARD))
+    _, a, b = why.pick_sides(d, None, "flash_wgmma", "sdpa_cudnn", {})
+    return d, a, b
+
+
+def test_the_waterfall_walks_from_a_time_to_b_time_in_steps_labelled_with_their_ms(backward):
+    _, a, b = backward
+    ranked = B.explain(a.deep, a.launch, b.deep, b.launch)
+    steps = A.waterfall(A.grouped(ranked))
+    style = figures.style_for([a.name, b.name])
+    fig = figures.gap_waterfall(steps, "t", (a.name, b.name), style)
+    w = next(t for t in fig.data if t.type == "waterfall")
+    x, measure = list(w.x), list(w.measure)
+    assert measure[0] == "absolute" and measure[-1] == "total" and set(measure[1:-1]) == {"relative"}
+    assert x[0] == pytest.approx(ranked.attrs["time_a_ms"]) and x[-1] == pytest.approx(ranked.attrs["time_b_ms"])
+    assert x[0] + sum(x[1:-1]) == pytest.approx(x[-1], abs=1e-9)  # the steps add up from a's time to b's
+    assert a.name in w.y[0] and b.name in w.y[-1]  # the sides named in the first and last bars
+    assert all(f"{v:+.3f} ms" == t for v, t in zip(x[1:-1], w.text[1:-1], strict=True))
+    assert w.text[0] == f"{x[0]:.3f} ms" and w.text[-1] == f"{x[-1]:.3f} ms"
+    # the two times in their implementations' colours; the steps in greys no implementation has
+    ends = {t.y[0]: t.marker.color for t in fig.data if t.type == "bar" and t.y[0] is not None}
+    assert ends == {w.y[0]: style[a.name]["color"], w.y[-1]: style[b.name]["color"]}
+    impl_colors = {c.lower() for c, _ in figures.IMPL_STYLE.values()} | {c.lower() for c in figures.SPARE_COLORS}
+    assert {w.increasing.marker.color.lower(), w.decreasing.marker.color.lower()}.isdisjoint(impl_colors)
+    assert fig.to_json() == figures.gap_waterfall(steps, "t", (a.name, b.name), style).to_json()  # deterministic
+    # the axis starts below the lowest point the steps reach and leaves room for the labels
+    path = [x[0] + sum(x[1:i + 1]) for i in range(1, len(x) - 1)]
+    lo, hi = fig.layout.xaxis.range
+    assert lo <= min(path + [x[-1]]) and hi > max(path + [x[0]])
+
+
+def test_the_mix_figure_diverges_in_the_colours_of_the_side_that_executes_more(backward):
+    _, a, b = backward
+    mix = A.instruction_mix(a.deep, a.launch, b.deep, b.launch)
+    style = figures.style_for([a.name, b.name])
+    fig = figures.mix_bars(mix, "t", (a.name, b.name), style)
+    bar = fig.data[0]
+    assert list(bar.y) == list(mix["name"].head(15))
+    assert [c == style[a.name]["color"] for c in bar.marker.color] == [d > 0 for d in mix["diff"].head(15)]
+
+
+def _text(html_page: str) -> str:
+    import html as _html
+    import re
+
+    body = re.sub(r"<(script|style)\b.*?</\1>", " ", html_page, flags=re.S)
+    return re.sub(r"\s+", " ", _html.unescape(re.sub(r"<[^>]+>", " ", body)))
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory, backward) -> tuple[str, dict]:
+    from nsightlab.render.execute import render_notebook
+
+    out = tmp_path_factory.mktemp("why") / "why.html"
+    info = render_notebook(Path(__file__).resolve().parent.parent / "notebooks" / "why.ipynb",
+                           {"capture": str(BACKWARD), "a": "flash_wgmma", "b": "sdpa_cudnn"}, out, standalone=True)
+    return out.read_text(encoding="utf-8"), info
+
+
+def test_the_page_says_what_to_try_and_shows_the_rules_the_mix_and_the_lines(backward, page):
+    from nsightlab.render.page import plain
+
+    d, a, b = backward
+    html_page, info = page
+    text = " ".join(_text(html_page).replace(" ,", ",").split())
+    ranked = B.explain(a.deep, a.launch, b.deep, b.launch)
+    commit = json.loads((BACKWARD / "manifest.json").read_text()).get("git_commit")
+    tries = A.what_to_try(A.Launch(a.name, a.deep, a.launch, commit), A.Launch(b.name, b.deep, b.launch, commit), ranked,
+                          PROFILES.parents[1])
+    assert len(tries) >= 3
+    squash = lambda s: "".join(s.split())  # noqa: E731 - tags split a sentence's words differently
+    for sentence in tries:
+        assert squash(plain(sentence)) in squash(text), sentence
+    # the what-to-try sentences lead the summary, after the verdict (the index quotes the first line)
+    summary = info["summary"]
+    assert "takes 1.07x the time of sdpa_cudnn" in summary[0] and summary[1].startswith("What to try")
+    assert [plain(s) for s in tries] == summary[2:2 + len(tries)]
+    # Nsight Compute's rules side by side, each side's estimate and message
+    assert 'id="T_rules-' in html_page
+    rules = A.rules_side_by_side(a.deep, a.launch, b.deep, b.launch)
+    top = rules.iloc[0]
+    assert f"{top['speedup_b']:.1f}% {top['speedup_type_b']}" in text and squash(top["message_b"]) in squash(text)
+    # the instruction mix: its sentence, the opcode and category tables, the figure
+    mix = A.instruction_mix(a.deep, a.launch, b.deep, b.launch)
+    assert squash(A.mix_sentence(a.name, b.name, mix)) in squash(text)
+    assert 'id="T_mix-opcode-' in html_page and 'id="T_mix-category-' in html_page
+    # the gap: a waterfall, the grouped terms, the flat ranking folded; each stall term's line
+    assert '"type":"waterfall"' in html_page and 'id="T_grouped-' in html_page and 'id="T_term-lines-' in html_page
+    assert "Every term, ungathered and ranked (for reference)" in text
+    assert "flash_kernels/csrc/flash_wgmma_bwd.cu:181" in text
+    # DRAM and L2 in TB/s, two decimals
+    q = B.metric_gaps(a.deep, a.launch, b.deep, b.launch).set_index("quantity")
+    assert f"DRAM throughput [TB/s] {q.at['dram_tbps', 'a']:.2f} {q.at['dram_tbps', 'b']:.2f}" in text
+
+
+def test_no_table_of_the_page_is_wider_than_the_page(page, tmp_path):
+    """Every table carries the rules that let it wrap (headers between words, names anywhere, numbers never); in
+    headless Chromium at 1400 px, with every folded table opened, none scrolls sideways."""
+    import re
+    import shutil
+    import subprocess
+
+    html_page, _ = page
+    ids = re.findall(r'<table class="nsl-table" id="T_([^"]+)"', html_page)
+    assert len(ids) >= 10
+    for uid in ids:
+        assert f"#T_{uid} td{{overflow-wrap:anywhere}}" in html_page, uid
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if browser is None:
+        pytest.skip("no headless Chromium to measure the tables with")
+    probe = ("<script>addEventListener('load',()=>setTimeout(()=>{document.querySelectorAll('details').forEach(d=>d.open=true);"
+             "const w=[...document.querySelectorAll('table.nsl-table')].filter(t=>t.parentElement.scrollWidth>"
+             "t.parentElement.clientWidth+1).map(t=>t.id);const p=document.createElement('pre');p.id='WIDE';"
+             "p.textContent=JSON.stringify(w);document.body.appendChild(p)},300))</script>")
+    f = tmp_path / "page.html"
+    f.write_text(html_page.replace("</body>", probe + "</body>"), encoding="utf-8")
+    dom = subprocess.run([browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,3000",
+                          "--virtual-time-budget=15000", "--dump-dom", f.as_uri()], capture_output=True, text=True,
+                         timeout=120).stdout
+    wide = re.search(r'<pre id="WIDE">(.*?)</pre>', dom)
+    assert wide is not None, "the page did not load in Chromium"
+    assert json.loads(wide.group(1)) == []

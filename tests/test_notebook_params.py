@@ -118,3 +118,28 @@ def test_notebooks_run_from_the_notebooks_folder_as_jupyterlab_runs_them(tmp_pat
     exc = _run(("device", {"capture": "profiles/nope"}, []), tmp_path, tmp_path / "c.ipynb")
     assert exc is not None and str(tmp_path / "profiles" / "nope") in exc.evalue
     assert str(ROOT / "profiles" / "nope") in exc.evalue
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb")))
+def test_every_parameter_is_listed_by_help_notebook(name, caplog):
+    """papermill reads a parameters cell line by line (a comment holding ``=`` or a quote it cannot pair makes it
+    skip the line: "Unable to parse line 5", then "Passed unknown parameter"): every name the cell assigns is
+    listed by ``papermill --help-notebook``, with its comment, and papermill warns of nothing."""
+    import ast
+    import logging
+
+    import jupytext
+    from click.testing import CliRunner
+    from papermill.cli import papermill
+
+    cell = next(c for c in jupytext.read(NOTEBOOKS / f"{name}.py").cells if "parameters" in c.metadata.get("tags", []))
+    declared = [n.target.id for n in ast.parse(cell.source).body if isinstance(n, ast.AnnAssign)]
+    assert declared, f"{name}: no typed parameter"
+    with caplog.at_level(logging.WARNING, logger="papermill"):
+        inspected = pm.inspect_notebook(str(NOTEBOOKS / f"{name}.ipynb"))
+    assert list(inspected) == declared, f"{name}: papermill reads {list(inspected)}, the cell declares {declared}"
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    out = CliRunner().invoke(papermill, ["--help-notebook", str(NOTEBOOKS / f"{name}.ipynb")])
+    assert out.exit_code == 0, out.output
+    for p in declared:
+        assert f"  {p}: " in out.output, f"{name}: --help-notebook does not list {p}"

@@ -1433,3 +1433,86 @@ def option_ladder(study: pd.DataFrame, others: pd.DataFrame, variant: str, pass_
     fig.for_each_annotation(lambda a: a.update(font={"size": 12}))
     fit_legend(fig, len(shown))
     return fig
+
+
+#: the steps of a waterfall (:func:`gap_waterfall`): greys, no implementation's colour
+STEP_MORE, STEP_LESS = "#4a4a4a", "#bdbdbd"
+
+
+def gap_waterfall(steps: pd.DataFrame, title: str, names: tuple[str, str] = ("a", "b"), style: Style | None = None,
+                  zoom: bool = True) -> go.Figure:
+    """From one launch's time to the other's (:func:`nsightlab.analysis.advice.waterfall`'s ``label``,
+    ``measure``, ``ms``), as a horizontal waterfall read top to bottom: the first bar is a's time, each step
+    removes one term's part of the gap (dark: a spends more time on that term than b, light: less), the last
+    bar is b's time; each bar is labelled with its milliseconds, the two times in their implementations'
+    colours and named. ``zoom``: the time axis starts near the lowest point the steps reach (the two bars of
+    the times are then cut short; the axis says where it starts)."""
+    if steps.empty:
+        return message("no gap to split", title)
+    st = _style(style, [n for n in names])
+    ends = {"absolute": names[0], "total": names[1]}
+    labels = [f"<b>{ends[m]}</b>: {ms:.3f} ms" if m in ends else str(lab)
+              for lab, m, ms in steps[["label", "measure", "ms"]].itertuples(index=False)]
+    ms = steps["ms"].astype(float).tolist()
+    measure = steps["measure"].tolist()
+    text = [f"{v:.3f} ms" if m in ends else f"{v:+.3f} ms" for v, m in zip(ms, measure, strict=True)]
+    hover = []
+    for lab, m, v in zip(steps["label"], measure, ms, strict=True):
+        if m in ends:
+            hover.append(f"<b>{ends[m]}</b>: {v:.3f} ms")
+        else:
+            who = "more" if v < 0 else "less"
+            hover.append(f"{lab}: {names[0]} spends {abs(v):.3f} ms {who} than {names[1]} on it")
+    # where the path goes: a's time, then a running sum of the steps, ending at b's time
+    path = np.cumsum([ms[0], *ms[1:-1]])
+    lo, hi = float(min(path.min(), ms[-1])), float(max(path.max(), ms[0]))
+    span = max(hi - lo, 1e-9)
+    start = max(0.0, lo - 0.25 * span) if zoom and lo - 0.25 * span > 0.2 * hi else 0.0
+    fig = go.Figure(go.Waterfall(
+        orientation="h", y=labels, x=ms, measure=measure, text=text, textposition="outside",
+        textfont={"size": 12}, hovertext=hover, hoverinfo="text", cliponaxis=False,
+        increasing={"marker": {"color": STEP_LESS}}, decreasing={"marker": {"color": STEP_MORE}},
+        totals={"marker": {"color": "rgba(0,0,0,0)"}}, connector={"line": {"color": "#999", "width": 1, "dash": "dot"}},
+        showlegend=False))
+    # the two times in their implementations' colours (a waterfall colours all its totals alike)
+    for i in (0, len(ms) - 1):
+        name = ends[measure[i]]
+        fig.add_trace(go.Bar(orientation="h", y=[labels[i]], x=[ms[i]], marker={"color": st[name]["color"]}, name=name,
+                             hoverinfo="skip", showlegend=False, width=0.6))
+    # a legend for the two kinds of step (empty traces: the waterfall itself has no legend entry per colour)
+    for color, what in ((STEP_MORE, f"{names[0]} spends more time on it"), (STEP_LESS, f"{names[0]} spends less")):
+        fig.add_trace(go.Bar(orientation="h", y=[None], x=[None], marker={"color": color}, name=what, showlegend=True))
+    right = hi + 0.22 * span
+    fig.update_xaxes(range=[start, right], title_text="time [ms]" + (f" (the axis starts at {start:.3f} ms)" if start else ""))
+    fig.update_yaxes(autorange="reversed", automargin=True, categoryorder="array", categoryarray=labels)
+    fig.update_layout(title=title, template=TEMPLATE, barmode="overlay", height=150 + 34 * len(ms),
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
+                      margin={"l": 20, "r": 20}, bargap=0.4)
+    return fig
+
+
+def mix_bars(mix: pd.DataFrame, title: str, names: tuple[str, str] = ("a", "b"), style: Style | None = None,
+             n: int = 15) -> go.Figure:
+    """The difference in executed warp instructions per opcode (:func:`nsightlab.analysis.advice.instruction_mix`),
+    the ``n`` largest, as diverging horizontal bars: to the right (a's colour) where a executes more, to the left
+    (b's colour) where b does; largest on top."""
+    if mix.empty:
+        return message("no instruction mix (the report lacks InstructionStats' per-opcode counts)", title)
+    st = _style(style, list(names))
+    top = mix.head(n)
+    colors = [st[names[0]]["color"] if d > 0 else st[names[1]]["color"] for d in top["diff"]]
+    hover = [f"<b>{r.name}</b> {('(' + r.kind + ')') if r.kind else ''}<br>{names[0]}: {r.a:,.0f}<br>{names[1]}: {r.b:,.0f}"
+             f"<br>difference: {r.diff:+,.0f} ({r.of_b:+.1%} of {names[1]}'s total)" for r in top.itertuples()]
+    fig = go.Figure(go.Bar(orientation="h", y=list(top["name"]), x=top["diff"] / 1e6, marker={"color": colors},
+                           hovertext=hover, hoverinfo="text", showlegend=False,
+                           text=[f"{d / 1e6:+,.1f}M" for d in top["diff"]], textposition="outside", cliponaxis=False))
+    for name in names:  # which side each colour is
+        fig.add_trace(go.Bar(orientation="h", y=[None], x=[None], marker={"color": st[name]["color"]},
+                             name=f"{name} executes more", showlegend=True))
+    m = float(top["diff"].abs().max()) / 1e6 * 1.25 or 1.0
+    fig.update_xaxes(range=[-m, m], title_text=f"warp instructions executed, {names[0]} − {names[1]} [millions]",
+                     zeroline=True, zerolinecolor="#555")
+    fig.update_yaxes(autorange="reversed", automargin=True)
+    fig.update_layout(title=title, template=TEMPLATE, height=150 + 24 * len(top), bargap=0.3,
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0})
+    return fig

@@ -292,11 +292,18 @@ def say(text: str) -> None:
 
 
 def _inline_md(text: str) -> str:
-    """The little Markdown the summaries use (**bold**, *italic*, `code`) as HTML."""
-    t = _html.escape(str(text), quote=False)
-    t = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", t)
-    t = re.sub(r"(?<![*\w])\*(?!\s)(.+?)(?<!\s)\*(?![*\w])", r"<i>\1</i>", t)
-    return re.sub(r"`(.+?)`", r"<code>\1</code>", t)
+    """The little Markdown the summaries use (**bold**, *italic*, `code`) as HTML; a code span is taken as it
+    is (a source line's ``*`` or ``**`` is no emphasis)."""
+    parts = re.split(r"(`[^`]+`)", str(text))
+    out = []
+    for part in parts:
+        if len(part) > 1 and part.startswith("`") and part.endswith("`"):
+            out.append(f"<code>{_html.escape(part[1:-1], quote=False)}</code>")
+            continue
+        t = _html.escape(part, quote=False)
+        t = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", t)
+        out.append(re.sub(r"(?<![*\w])\*(?!\s)(.+?)(?<!\s)\*(?![*\w])", r"<i>\1</i>", t))
+    return "".join(out)
 
 
 def plain(text: str) -> str:
@@ -305,17 +312,29 @@ def plain(text: str) -> str:
                   lambda m: next(g for g in m.groups() if g is not None), str(text))
 
 
-def summary(lines: Iterable[str], title: str = "At a glance") -> None:
-    """The page's opening box: its two or three findings, computed from the data. The lines travel
-    with the output (metadata ``nsightlab.summary``), so the report index can quote them."""
+def summary(lines: Iterable[str | tuple[str, Iterable[str]]], title: str = "At a glance") -> None:
+    """The page's opening box: its two or three findings, computed from the data. A line may be a pair
+    ``(head, items)``: the head with its items as a list under it (what to try, say). The lines travel
+    with the output (metadata ``nsightlab.summary``: a pair's head, then its items), so the report index
+    can quote them."""
     from IPython.display import HTML, display
 
-    lines = [no_empty_brackets(str(x)) for x in lines if x]
-    if not lines:
-        lines = ["nothing in this capture for this page to summarize (see the sections below)"]
-    items = "".join(f"<li>{_inline_md(x)}</li>" for x in lines)
+    shown: list[tuple[str, list[str]]] = []
+    for x in lines:
+        if isinstance(x, tuple):
+            head, items = x
+            items = [no_empty_brackets(str(i)) for i in items if i]
+            if items:
+                shown.append((no_empty_brackets(str(head)), items))
+        elif x:
+            shown.append((no_empty_brackets(str(x)), []))
+    if not shown:
+        shown = [("nothing in this capture for this page to summarize (see the sections below)", [])]
+    items_html = "".join(f"<li>{_inline_md(h)}" + ("<ul>" + "".join(f"<li>{_inline_md(i)}</li>" for i in sub) + "</ul>"
+                                                  if sub else "") + "</li>" for h, sub in shown)
+    flat = [plain(y) for h, sub in shown for y in (h, *sub)]
     display(HTML(f'<div class="nsl-summary"><div class="nsl-summary-title">{_html.escape(title)}</div>'
-                 f"<ul>{items}</ul></div>"), metadata={"nsightlab": {"summary": [plain(x) for x in lines]}})
+                 f"<ul>{items_html}</ul></div>"), metadata={"nsightlab": {"summary": flat}})
 
 
 def note(text: str) -> None:
@@ -413,12 +432,32 @@ def used_derivations(work: pd.DataFrame) -> pd.DataFrame:
 
 def table(df: pd.DataFrame, formats: Mapping[str, Any] | str | None = None, name: str = "t", *,
           headers: Mapping[str, str] | None = None, title: str = "", collapse: bool | None = None,
-          open_rows: int = 12) -> None:
+          open_rows: int = 12, right: Iterable[str] | None = None, widths: Mapping[str, str] | None = None,
+          cell_css: Mapping[str, Callable[[Any], str]] | None = None) -> None:
     """Show ``df`` on the page, formatted by :func:`table_html`."""
     from IPython.display import HTML, display
 
     display(HTML(table_html(df, formats, name, headers=headers, title=title, collapse=collapse,
-                            open_rows=open_rows)))
+                            open_rows=open_rows, right=right, widths=widths, cell_css=cell_css)))
+
+
+def format_rows(df: pd.DataFrame, key: str, columns: Iterable[str], formats: Mapping[str, str]) -> pd.DataFrame:
+    """``df`` with ``columns`` written as text, one format per row: the row's ``key`` value picks its format
+    in ``formats`` (a key, or a pattern such as ``*_pct`` or ``*_tbps``), else :func:`fmt_value`. For a table
+    of quantities one under another (TB/s, %, counts), where one format per column cannot do."""
+    def pick(k: object) -> str | None:
+        k = str(k)
+        if k in formats:
+            return formats[k]
+        return next((f for pat, f in formats.items() if "*" in pat and re.fullmatch(re.escape(pat).replace("\\*", ".*"), k)), None)
+
+    out = df.copy()
+    fmt = [pick(k) for k in df[key]]
+    for c in columns:
+        out[c] = [MISSING if is_missing(v) else (f.format(v) if f and isinstance(v, (int, float, np.number))
+                                                 and not isinstance(v, (bool, np.bool_)) else fmt_value(v))
+                  for v, f in zip(df[c], fmt, strict=True)]
+    return out
 
 
 def _cell_formats(d: pd.DataFrame, formats: Mapping[str, Any] | str | None) -> dict[str, Callable[[Any], str]]:
@@ -439,12 +478,15 @@ def _cell_formats(d: pd.DataFrame, formats: Mapping[str, Any] | str | None) -> d
 def table_html(df: pd.DataFrame, formats: Mapping[str, Any] | str | None = None, name: str = "t", *,
                headers: Mapping[str, str] | None = None, title: str = "", collapse: bool | None = None,
                open_rows: int = 12, right: Iterable[str] | None = None,
-               cell_css: Mapping[str, Callable[[Any], str]] | None = None) -> str:
+               cell_css: Mapping[str, Callable[[Any], str]] | None = None,
+               widths: Mapping[str, str] | None = None) -> str:
     """``df`` as an HTML table for people: no index column, numbers formatted (``formats``: a
     format string or callable per column, or one for all; otherwise :func:`fmt_value`), ``—`` for
     missing values, headers renamed by ``headers`` (give units there: ``{"ms": "GPU time [ms]"}``).
     Numeric columns (or those named in ``right``) are right-aligned and never wrap; ``cell_css``
-    styles a column's cells by their value (a comparison colours its verdicts). Tables longer than
+    styles a column's cells by their value (a comparison colours its verdicts); ``widths`` gives a column a
+    CSS min-width (a path that should not be squeezed). Cells are HTML-escaped (a source line's
+    ``<``), and the table fits the page (:func:`_fit_css`). Tables longer than
     ``open_rows`` (or ``collapse=True``) fold behind a ``title`` line, so the figure they support
     comes first. The element id is fixed by the content (the same capture gives the same bytes)."""
     d = df.reset_index(drop=True)
@@ -456,20 +498,38 @@ def table_html(df: pd.DataFrame, formats: Mapping[str, Any] | str | None = None,
         right = [c for c in d.columns if pd.api.types.is_numeric_dtype(d[c]) and not pd.api.types.is_bool_dtype(d[c])]
     aligned = [i for i, c in enumerate(d.columns) if c in set(right)]
     headers = dict(headers or {})
-    st = shown.rename(columns=headers).style.set_uuid(uid).hide(axis="index")
+    st = shown.rename(columns=headers).style.set_uuid(uid).hide(axis="index").format(escape="html")
     for col, css in (cell_css or {}).items():
         if col in shown:
             st = st.map(css, subset=[headers.get(col, col)])
     body = st.to_html(table_attributes='class="nsl-table"')
-    if aligned:
-        rules = "".join(f"#T_{uid} td.col{i} {{text-align: right; white-space: nowrap}} " for i in aligned)
-        body = f"<style>{rules}</style>{body}"
+    # a text column is never squeezed below about half its longest cell (up to 7em): a long name wraps, not each letter
+    sized = [(i, (widths or {}).get(c) or f"{min(max((len(v) for v in shown[c]), default=0), 16) * 0.45:.2g}em")
+             for i, c in enumerate(d.columns) if i not in aligned or c in (widths or {})]
+    body = f"<style>{_fit_css(uid, aligned, sized, len(d.columns))}</style>{body}"
     fold = collapse if collapse is not None else len(d) > open_rows
     if fold:
         rows = f"{len(d)} row" + ("s" if len(d) != 1 else "")
         return details(f"{_html.escape(title or 'Table')} ({rows})", f'<div class="nsl-scroll">{body}</div>')
     head = f'<div class="nsl-table-title">{_html.escape(title)}</div>' if title else ""
     return f'{head}<div class="nsl-scroll">{body}</div>'
+
+
+def _fit_css(uid: str, aligned: list[int], widths: list[tuple[int, str]], columns: int = 0) -> str:
+    """The rules that keep table ``uid`` within the page (about 1180 px): headers wrap between words, text
+    cells wrap anywhere a long name, path or message must break (numbers, right-aligned, never wrap), and
+    the first column stays in view should the table still scroll sideways. ``widths``: (column, CSS min-width);
+    a table of many ``columns`` has narrower cell padding."""
+    t = f"#T_{uid}"
+    rules = [f"{t} thead th{{white-space:normal;overflow-wrap:normal;min-width:3em}}",
+             f"{t} td{{overflow-wrap:anywhere}}",
+             f"{t} td.col0,{t} th.col0{{position:sticky;left:0;z-index:1;background:#fff}}",
+             f"{t} thead th.col0{{background:#f5f6f9}}"]
+    rules += [f"{t} td.col{i}{{text-align:right;white-space:nowrap;overflow-wrap:normal}}" for i in aligned]
+    rules += [f"{t} td.col{i}{{min-width:{w}}}" for i, w in widths if w not in ("0em", "0")]
+    if columns > 8:
+        rules.append(f"{t} th,{t} td{{padding-left:.4em;padding-right:.4em}}")
+    return " ".join(rules)
 
 
 def details(summary: str, body: str, open_: bool = False) -> str:
