@@ -167,7 +167,7 @@ def test_label_spots_keep_labels_apart():
 
 def test_instruction_ceilings_are_recorded_as_not_measured_without_a_gpu():
     out = CE.instruction_ceilings()  # CI: CPU torch, no device
-    assert list(out) == list(CE.INSTRUCTION_KEYS)
+    assert list(out) == list(CE.MICROBENCHMARK_KEYS)
     for entry in out.values():
         assert entry["status"] == "not measured" and "could not be built" in entry["reason"]
 
@@ -185,7 +185,7 @@ def test_measure_survives_a_build_failure(monkeypatch):
     monkeypatch.setattr(CE, "build", no_compiler)
     out = CE.measure()
     assert out["gemm_bf16"]["flop_per_s"] == 7e14
-    assert all("Ninja is required" in out[k]["reason"] for k in CE.INSTRUCTION_KEYS)
+    assert all("Ninja is required" in out[k]["reason"] for k in CE.MICROBENCHMARK_KEYS)
     lines = [CE.describe(k, v) for k, v in out.items() if k != "method"]
     assert lines[0].startswith("gemm_bf16") and "700.0 TFLOP/s" in lines[0]
     assert lines[1].startswith("mma_sync_fp16  not measured: the microbenchmarks could not be built")
@@ -259,3 +259,18 @@ def test_the_microbenchmarks_compile_for_sm90a_without_spills(tmp_path):
         assert {(n, arch) for n in ("mma_sync_kernel", "wgmma_kernel", "mufu_ex2_kernel")} <= names, names
     props = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
     assert props and all(p == ("0", "0", "0") for p in props), props
+
+
+def test_a_measured_read_stream_is_a_memory_roof_of_its_own():
+    """A capture whose ceilings hold the DRAM read stream draws it beside the copy (whose rate counts reads and
+    writes, so that a kernel that only reads can sit above it)."""
+    from nsightlab.analysis import roofline
+    work = pd.DataFrame({"peak_DRAM": [4.8e12], "hz_sm": [1.98e9]})
+    man = {"ceilings": {"copy_d2d": {"bytes": 1 << 30, "ms": 0.5, "bytes_per_s": 4.2e12},
+                        "read_stream": {"bytes": 2 << 30, "ms": 0.5, "bytes_per_s": 4.5e12}}}
+    mem = roofline.ceilings(work, man).query("kind == 'memory'").set_index("name")
+    assert mem.loc["measured DRAM read", "value"] == 4.5e12 and "read once" in mem.loc["measured DRAM read", "source"]
+    assert mem.loc["measured D2D copy", "value"] == 4.2e12
+    assert CE.describe("read_stream", {**man["ceilings"]["read_stream"], "config": {"blocks": 264, "blocks_per_sm": 2,
+                                                                                  "threads_per_block": 1024}, "iters": 1}
+                       ).startswith("read_stream        4.50 TB/s     2 GiB read once")

@@ -136,6 +136,10 @@ def ceilings(work: pd.DataFrame, manifest: dict | None = None, points: pd.DataFr
                          "source": f"{mufu['exp2_per_s'] / 1e12:.2f} T ex2.approx/s (this capture) × "
                                    f"{FLOP_PER_EXP_PER_D[p]:g}·D FLOP per exp (attention work model)",
                          "where": {"pass": str(p), "D": int(d)}})
+    if isinstance(meas.get("read_stream"), dict) and "bytes_per_s" in meas["read_stream"]:
+        rows.append({"kind": "memory", "name": "measured DRAM read", "value": float(meas["read_stream"]["bytes_per_s"]),
+                     "per_cycle": np.nan, "source": f"{meas['read_stream'].get('bytes', 0) / 2**30:.0f} GiB read once "
+                     "(16-byte non-allocating loads), this capture: the roof of a kernel that only reads", "where": None})
     if isinstance(meas.get("copy_d2d"), dict) and "bytes_per_s" in meas["copy_d2d"]:
         rows.append({"kind": "memory", "name": "measured D2D copy", "value": float(meas["copy_d2d"]["bytes_per_s"]),
                      "per_cycle": np.nan, "source": "device-to-device copy, read + write, this capture", "where": None})

@@ -234,6 +234,26 @@ __global__ void __launch_bounds__(256) mufu_ex2_kernel(float* __restrict__ out, 
   out[size_t(blockIdx.x) * blockDim.x + threadIdx.x] = s;
 }
 
+
+// ------------------------------------------------------------------------------------------- DRAM read stream
+
+// Reads n16 16-byte words once each, grid-strided, with non-allocating loads (ld.global.nc.L1::no_allocate, as
+// a kernel that streams its inputs through), and XORs them: out[thread] is the thread's XOR, so that no load
+// can be dropped and the host can check that every word was read exactly once (the XOR of every thread's
+// result is the XOR of the buffer).
+__global__ void __launch_bounds__(1024) read_stream_kernel(const uint4* __restrict__ in, size_t n16, uint32_t* __restrict__ out) {
+  uint32_t x = 0;
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+#pragma unroll 4
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n16; i += stride) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(in + i));
+    x ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  out[size_t(blockIdx.x) * blockDim.x + threadIdx.x] = x;
+}
+
 }  // namespace nsl
 
 // ------------------------------------------------------------------------------------------- host
@@ -273,6 +293,14 @@ int64_t nsl_mufu_ex2(int64_t out, double a, double b, int64_t iters, int64_t blo
   if (threads % 32 || threads > 256) return int64_t(cudaErrorInvalidValue);
   nsl::mufu_ex2_kernel<<<int(blocks), int(threads), 0, s>>>(reinterpret_cast<float*>(out), float(a), float(b),
                                                             int(iters));
+  return int64_t(cudaGetLastError());
+}
+
+int64_t nsl_read_stream(int64_t in, int64_t n16, int64_t out, int64_t blocks, int64_t threads, int64_t stream) {
+  auto s = reinterpret_cast<cudaStream_t>(stream);
+  if (threads % 32 || threads > 1024 || (in & 15)) return int64_t(cudaErrorInvalidValue);
+  nsl::read_stream_kernel<<<int(blocks), int(threads), 0, s>>>(reinterpret_cast<const uint4*>(in), size_t(n16),
+                                                               reinterpret_cast<uint32_t*>(out));
   return int64_t(cudaGetLastError());
 }
 

@@ -5,8 +5,10 @@
 - instruction-class ceilings from ``nsightlab/csrc/ceilings.cu`` (inline PTX), built here with
   ``torch.utils.cpp_extension.load_inline``: ``mma_sync_fp16`` / ``mma_sync_bf16`` (mma.sync
   m16n8k16, fp32 accumulators, operands in registers), ``wgmma_fp16`` / ``wgmma_bf16`` (wgmma
-  m64n256k16 from 128-byte-swizzled shared memory; sm_90a, so compute capability 9.0 only) and
-  ``mufu_ex2`` (ex2.approx throughput, with the softmax bound it implies).
+  m64n256k16 from 128-byte-swizzled shared memory; sm_90a, so compute capability 9.0 only),
+  ``mufu_ex2`` (ex2.approx throughput, with the softmax bound it implies) and ``read_stream`` (DRAM read
+  bandwidth: a 2 GiB buffer read once with 16-byte non-allocating loads, the roof of a kernel that only reads
+  its inputs, where the copy's read + write is not).
 
 Each microbenchmark is checked before it is timed: a few iterations on small integer data must
 equal a torch reference (a kernel that computes garbage is not a ceiling). Rates are medians of
@@ -26,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..core.args import BAD_INPUT, ArgumentParser, print_error
 from ..problems.attention import FLOP_PER_EXP_PER_D, softmax_bound
 
@@ -33,6 +37,8 @@ CSRC = Path(__file__).resolve().parents[1] / "csrc" / "ceilings.cu"
 #: the instruction-class ceilings, in the order they are measured and printed
 #: (wgmma last: a kernel that faults leaves the CUDA context unusable for whatever runs after it)
 INSTRUCTION_KEYS = ("mma_sync_fp16", "mma_sync_bf16", "mufu_ex2", "wgmma_fp16", "wgmma_bf16")
+#: every microbenchmark of ceilings.cu in the order measured: the instruction-class ones and the DRAM read stream
+MICROBENCHMARK_KEYS = ("mma_sync_fp16", "mma_sync_bf16", "mufu_ex2", "read_stream", "wgmma_fp16", "wgmma_bf16")
 GEMM_KEYS = ("gemm_bf16", "gemm_fp16", "gemm_fp32")
 REPS, WARMUP = 10, 3
 #: each timed launch of a microbenchmark runs about this long (its iteration count is scaled to it)
@@ -48,11 +54,15 @@ int64_t nsl_mma_sync(int64_t A, int64_t B, int64_t out, int64_t iters, int64_t b
 int64_t nsl_wgmma(int64_t A, int64_t B, int64_t out, int64_t iters, int64_t blocks, int64_t warpgroups, int64_t bf16,
                   int64_t stream);
 int64_t nsl_mufu_ex2(int64_t out, double a, double b, int64_t iters, int64_t blocks, int64_t threads, int64_t stream);
+int64_t nsl_read_stream(int64_t in, int64_t n16, int64_t out, int64_t blocks, int64_t threads, int64_t stream);
 const char* nsl_error_string(int64_t code);
 int64_t nsl_mma_chains();
 int64_t nsl_exp_chains();
 """
-_FUNCTIONS = ["nsl_mma_sync", "nsl_wgmma", "nsl_mufu_ex2", "nsl_error_string", "nsl_mma_chains", "nsl_exp_chains"]
+_FUNCTIONS = ["nsl_mma_sync", "nsl_wgmma", "nsl_mufu_ex2", "nsl_read_stream", "nsl_error_string", "nsl_mma_chains",
+              "nsl_exp_chains"]
+#: the read stream's buffer: far past any L2, so that every read goes to DRAM
+READ_STREAM_BYTES = 2 << 30
 
 
 def not_measured(reason: str) -> dict[str, str]:
@@ -316,10 +326,45 @@ def mufu_ceiling(mod: Any, sm_count: int) -> dict[str, Any]:
     }
 
 
+def read_stream_ceiling(mod: Any, sm_count: int, n_bytes: int = READ_STREAM_BYTES) -> dict[str, Any]:
+    """Bytes read per second by :data:`READ_STREAM_BYTES` read once with 16-byte non-allocating loads (the best
+    of a few grid shapes), after checking that each shape reads every word exactly once (the XOR of the threads'
+    results is the buffer's)."""
+    import torch
+
+    stream = torch.cuda.current_stream().cuda_stream
+    words = torch.randint(-(2**31), 2**31, (n_bytes // 4,), dtype=torch.int32, device="cuda")
+    want = int(np.bitwise_xor.reduce(words[: 1 << 22].cpu().numpy().view(np.uint32)))  # the check's 16 MiB
+    configs = []
+    for per_sm, threads in ((1, 1024), (2, 1024), (4, 512), (8, 256)):
+        blocks = sm_count * per_sm
+        out = torch.empty(blocks * threads, dtype=torch.int32, device="cuda")
+
+        def run(n16: int, out: Any = out, blocks: int = blocks, threads: int = threads) -> None:
+            _launched(mod, mod.nsl_read_stream(words.data_ptr(), n16, out.data_ptr(), blocks, threads, stream),
+                      "read_stream_kernel")
+        run(1 << 20)  # the first 16 MiB: every word read once, XORed
+        got = int(np.bitwise_xor.reduce(out.cpu().numpy().view(np.uint32)))
+        if got != want:
+            raise ValueError(f"check failed: {blocks} blocks x {threads} threads read 16 MiB to XOR {got:#x}, "
+                             f"not the buffer's {want:#x}")
+        ms = _time(lambda run=run: run(n_bytes // 16))
+        configs.append({"blocks": blocks, "blocks_per_sm": per_sm, "threads_per_block": threads, "ms": ms,
+                        "bytes_per_s": n_bytes / (ms * 1e-3)})
+        del out
+    best = max(configs, key=lambda c: c["bytes_per_s"])
+    return {"what": "bytes read per second: a buffer read once with 16-byte ld.global.nc.L1::no_allocate loads",
+            "bytes": n_bytes, "bytes_per_s": best["bytes_per_s"], "ms": best["ms"], "iters": 1,
+            "config": {k: best[k] for k in ("blocks", "blocks_per_sm", "threads_per_block")}, "configs": configs,
+            "note": "bytes read per second (no writes): the roof of a kernel that only reads its inputs",
+            "check": "each grid shape's XOR of its threads' results equals the XOR of the 16 MiB it read",
+            "source": "nsightlab/csrc/ceilings.cu (read_stream_kernel)"}
+
+
 def instruction_ceilings(builder: Callable[[tuple[int, int]], Any] | None = None) -> dict[str, Any]:
-    """The instruction-class ceilings (:data:`INSTRUCTION_KEYS`); any of them that cannot be built,
-    run or checked is recorded as not measured, with the reason. ``builder``: capability -> module
-    (default :func:`build`)."""
+    """The microbenchmarks' ceilings (:data:`MICROBENCHMARK_KEYS`: the instruction-class ones and the DRAM read
+    stream); any of them that cannot be built, run or checked is recorded as not measured, with the reason.
+    ``builder``: capability -> module (default :func:`build`)."""
     builder = builder or build
     try:
         import torch
@@ -329,9 +374,9 @@ def instruction_ceilings(builder: Callable[[tuple[int, int]], Any] | None = None
         mod = builder(capability)
     except Exception as exc:  # no GPU, no compiler, a build error: every entry says so
         reason = f"the microbenchmarks could not be built ({type(exc).__name__}: {str(exc).strip()[-400:]})"
-        return {k: not_measured(reason) for k in INSTRUCTION_KEYS}
+        return {k: not_measured(reason) for k in MICROBENCHMARK_KEYS}
     out: dict[str, Any] = {}
-    for key in INSTRUCTION_KEYS:
+    for key in MICROBENCHMARK_KEYS:
         if key.startswith("wgmma") and capability != (9, 0):
             out[key] = not_measured(f"needs sm_90a (compute capability 9.0); this GPU is {capability[0]}.{capability[1]}")
             continue
@@ -340,6 +385,8 @@ def instruction_ceilings(builder: Callable[[tuple[int, int]], Any] | None = None
                 out[key] = mma_sync_ceiling(mod, key.endswith("bf16"), sm_count)
             elif key.startswith("wgmma"):
                 out[key] = wgmma_ceiling(mod, key.endswith("bf16"), sm_count)
+            elif key == "read_stream":
+                out[key] = read_stream_ceiling(mod, sm_count)
             else:
                 out[key] = mufu_ceiling(mod, sm_count)
         except Exception as exc:
@@ -362,6 +409,8 @@ def describe(key: str, entry: Any) -> str:
         return f"{key:14s} {entry}"
     if "flop_per_s" not in entry and "bytes_per_s" not in entry and "exp2_per_s" not in entry:
         return f"{key:14s} {entry.get('status', 'not measured')}: {entry.get('reason', '?')}"
+    if "bytes_per_s" in entry and key == "read_stream":
+        return f"{key:14s} {entry['bytes_per_s'] / 1e12:8.2f} TB/s     {entry['bytes'] / 2**30:.0f} GiB read once; {_config_text(entry)}"
     if "bytes_per_s" in entry:
         return f"{key:14s} {entry['bytes_per_s'] / 1e12:8.2f} TB/s     device-to-device copy of {entry['bytes'] / 2**30:.0f} GiB, read + write"
     if "exp2_per_s" in entry:
