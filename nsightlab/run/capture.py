@@ -43,13 +43,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
 from ..core import metrics as M
-from ..core.args import BAD_INPUT, ArgumentParser, positive_int, print_error
+from ..core.args import BAD_INPUT, ArgumentParser, non_negative_int, positive_int, print_error
 from ..core.environment import git_commit
 from ..core.errors import CaptureError, ProfileError, ToolError
 from ..core.ranges import RangeSchema
@@ -60,6 +60,8 @@ from ..problems.impls import load_plugins, resolve
 from ..problems.problem import DEFAULT_PROBLEM, PASSES, Problem
 from ..store import manifest
 from ..store.captures import gpu_slug
+from . import cluster
+from .cluster import ClusterError, Item, Shard, Where, die_with_parent
 from .sweep import TOOLS, Case, Sweep, find, from_args, named_sweeps, nothing_to_run, regex
 
 #: the deep tier's Nsight Compute sections: what explains a kernel's time (speed of light, pipes, memory
@@ -198,21 +200,28 @@ def _ncu_cost(ncu_log: str) -> dict[str, Any]:
 class _Runner:
     """Runs one step's command, its output to a log in the capture folder (and, summarized, to ``echo``)."""
 
-    def __init__(self, folder: Path, echo: Callable[[str], None]) -> None:
+    def __init__(self, folder: Path, echo: Callable[[str], None], *, on_worker: bool = False) -> None:
         self.folder, self.echo = folder, echo
         self.commands: list[dict[str, Any]] = []
+        #: on a Dask worker: each tool dies with the worker thread that started it (nsightlab.run.cluster.die_with_parent)
+        self.on_worker = on_worker
+        #: the tool running now (a worker's stop watcher terminates it)
+        self.proc: subprocess.Popen | None = None
 
     def __call__(self, step: str, cmd: list[str], *, log: str, env: dict[str, str] | None = None,
                  stdout_to: str | None = None, check: Callable[[str, int], None] | None = None) -> str:
         self.echo(f"[{step}] {' '.join(cmd[:6])}{' ...' if len(cmd) > 6 else ''}")
         t0 = time.perf_counter()
         log_path = self.folder / log
+        extra: dict[str, Any] = {"preexec_fn": die_with_parent} if self.on_worker else {}
         with open(log_path, "w") as lf:
             if stdout_to:
                 with open(self.folder / stdout_to, "w") as out:
-                    proc = subprocess.run(cmd, stdout=out, stderr=lf, env=env)
+                    proc = subprocess.run(cmd, stdout=out, stderr=lf, env=env, **extra)
             else:
-                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                        **extra)
+                self.proc = proc
                 assert proc.stdout is not None
                 try:
                     for line in proc.stdout:
@@ -226,6 +235,8 @@ class _Runner:
                     proc.terminate()
                     proc.wait(timeout=30)
                     raise
+                finally:
+                    self.proc = None
         secs = time.perf_counter() - t0
         self.commands.append({"step": step, "argv": cmd, "seconds": round(secs, 2), "returncode": proc.returncode,
                               "log": log, **({"stdout": stdout_to} if stdout_to else {})})
@@ -507,11 +518,14 @@ def _reruns(folder: Path, cases: int) -> dict[str, tuple[int, int]]:
     return out
 
 
-def _keep_failed(exc: BaseException, plan: Plan, tmp: Path, profiles: Path, stamp: str) -> str:
+def _keep_failed(exc: BaseException, plan: Plan, tmp: Path, profiles: Path, stamp: str,
+                 done: dict[str, str] | None = None) -> str:
     """Move a failed capture's folder aside with a FAILED.txt (what failed, which cases had finished, the
-    case in flight); the message that says so."""
+    case in flight); the message that says so. ``done``: the finished cases where the cases logs do not say
+    (a sharded capture: its finished shards')."""
     failed = profiles / f".failed-{plan.name}-{stamp}"
-    done, flight, reruns = _finished(tmp), _in_flight(tmp), _reruns(tmp, len(plan.runnable))
+    done = _finished(tmp) if done is None else done
+    flight, reruns = _in_flight(tmp), _reruns(tmp, len(plan.runnable))
     with open(tmp / "FAILED.txt", "w") as fh:
         fh.write(f"{type(exc).__name__}: {exc}\n")
         fh.write(f"cases finished ({len(done)} of {len(plan.runnable)}):\n" + "".join(f"  {s:10s} {r}\n" for r, s in done.items()))
@@ -564,6 +578,14 @@ def check_destination(profiles: str | os.PathLike, name: str, *, replace: bool =
     return found
 
 
+def _new_tmp(profiles: Path, name: str, stamp: str) -> Path:
+    """A temporary folder of its own for a capture under ``profiles``: two captures at once (two processes, or two
+    threads of one in the same second) never share one."""
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix=f".tmp-{name}-{stamp}-{os.getpid()}-", dir=profiles))
+
+
 def capture(sweep: Sweep | str, profiles: str | os.PathLike = "profiles", *, ncu: str | None = None,
             nsys: str | None = None, python: str = sys.executable, clock_control: str = "none", only: str | None = None,
             nsys_iters: int | None = None, replay_mode: str | None = None, ceilings_from: Path | None = None,
@@ -582,8 +604,7 @@ def capture(sweep: Sweep | str, profiles: str | os.PathLike = "profiles", *, ncu
     profiles = Path(profiles).resolve()
     profiles.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    tmp = profiles / f".tmp-{todo.name}-{stamp}-{os.getpid()}"
-    tmp.mkdir()
+    tmp = _new_tmp(profiles, todo.name, stamp)
     (tmp / "sweep.toml").write_text(sweep.to_toml(), encoding="utf-8")
     steps = _Steps(todo, tmp, _Runner(tmp, echo), _environment(sweep), python, tools, clock_control,
                    replay_mode or sweep.replay_mode, nsys_iters or sweep.nsys_iters)
@@ -601,6 +622,522 @@ def capture(sweep: Sweep | str, profiles: str | os.PathLike = "profiles", *, ncu
         raise CaptureError(msg) from exc
     echo(f"captured {todo.name} into {dest} in {steps.timings['total']:.0f} s")
     return dest
+
+
+# --------------------------------------------------------------------------- many GPUs: one sweep in shards, one capture
+
+#: where a sharded capture's tasks write, inside its temporary folder: one folder per shard task (and attempt),
+#: one per GPU for its ceilings; the client moves their files into the capture once every shard is done
+SHARDS_DIR, GPUS_DIR = ".shards", ".gpus"
+#: what a resumed capture needs to plan the rest: the command's settings (the sweep itself is sweep.toml)
+PLAN_FILE = "plan.json"
+#: a finished shard task's record in its folder: what a resumed capture keeps
+SHARD_FILE = "shard.json"
+#: the steps a shard can run, in the order it runs them
+SHARD_STEPS = ("ncu", "nsys", "bench", "deep")
+
+
+@dataclass
+class ShardJob:
+    """What one shard task needs on its worker (pickled to it): the capture's temporary folder, the shard, the
+    tools (None: found on the worker), the settings, the environment to add to the worker's own."""
+
+    root: str
+    shard: Shard
+    python: str | None
+    ncu: str | None
+    nsys: str | None
+    clock_control: str
+    replay_mode: str
+    nsys_iters: int
+    env: dict[str, str]
+    identify: Callable[[], dict[str, Any]] | None = None
+    stop: str | None = None
+
+
+def _added_environment(sweep: Sweep) -> dict[str, str]:
+    """What a worker's tools get beside the worker's own environment (which pins its GPU)."""
+    env = {"PYTHONUNBUFFERED": "1", "NSIGHTLAB_GIT_COMMIT": os.environ.get("NSIGHTLAB_GIT_COMMIT") or git_commit()}
+    plugins = [*sweep.plugins, *filter(None, os.environ.get("NSIGHTLAB_PLUGINS", "").split(","))]
+    if plugins:
+        env["NSIGHTLAB_PLUGINS"] = ",".join(plugins)
+    return env
+
+
+def _gpu_said(gpu: dict[str, Any]) -> str:
+    return f"GPU {gpu.get('index')} of {gpu.get('host')}" if gpu.get("index") is not None else f"the GPU of {gpu.get('host')}"
+
+
+@contextmanager
+def _stop_watch(runner_of: Callable[[], _Runner | None], name: str | None) -> Iterator[None]:
+    """While a shard runs on a worker: a thread that terminates its running tool once the client sets the Dask
+    event ``name`` (an interrupted capture on a cluster this process did not start)."""
+    if not name:
+        yield
+        return
+    import threading
+
+    from distributed import Event
+
+    done = threading.Event()
+
+    def watch() -> None:
+        event = Event(name)
+        while not done.is_set():
+            try:
+                if event.wait(timeout=2):
+                    r = runner_of()
+                    if r is not None and r.proc is not None:
+                        r.proc.terminate()
+            except Exception:  # noqa: BLE001 - the scheduler gone: the worker goes with it
+                return
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        done.set()
+
+
+def _task_folder(root: Path, *parts: str) -> Path:
+    """A task's folder inside the capture's temporary folder ``root``, which must still be there: a task that
+    outlived its capture (interrupted, its folder moved aside as .failed-*) must not create it again."""
+    if not root.is_dir():
+        raise CaptureError(f"{root} is gone (the capture was interrupted or failed): this task's output has nowhere to go")
+    folder = root
+    for part in parts:  # one level at a time: never the capture's folder itself again
+        folder = folder / part
+        folder.mkdir(exist_ok=True)
+    return folder
+
+
+def run_shard(job: ShardJob, *after: Any) -> dict[str, Any]:
+    """A Dask task: run the shard's steps on this worker's GPU into a folder of its own under the capture's
+    ``.shards/``, and return (and write as ``shard.json``) what the client merges. A case that crashes the
+    workload (the step fails with that case in flight) is marked failed and the step runs again without it; any
+    other failure raises (Dask retries the shard). ``after``: tasks it waits for (the implementations' setup)."""
+    import uuid
+
+    root = Path(job.root)
+    gpu = (job.identify or cluster.worker_gpu)()
+    sweep = Sweep.load(root / "sweep.toml")
+    by_range = {c.range: c for c in sweep.cases()}
+    folder = _task_folder(root, SHARDS_DIR, f"s{job.shard.index:02d}-{uuid.uuid4().hex[:8]}")
+    kinds = [k for k in SHARD_STEPS if job.shard.has(k)]
+    tools = _find_tools(["deep" if k == "deep" else k for k in kinds], job.ncu, job.nsys)
+    python = job.python or sys.executable
+    env = {**os.environ, **job.env}
+    tag = f"[shard {job.shard.index} {_gpu_said(gpu)}]"
+
+    def echo(line: str) -> None:
+        print(f"{tag} {line}", flush=True)
+
+    out: dict[str, Any] = {"index": job.shard.index, "gpu": gpu, "folder": folder.name, "statuses": {}, "failed": {},
+                           "steps": {}, "commands": [], "timings": {}, "cost": job.shard.cost}
+    current: list[_Runner] = []
+    t0 = time.perf_counter()
+    with _stop_watch(lambda: current[-1] if current else None, job.stop):
+        for kind in kinds:
+            remaining = job.shard.ranges(kind)
+            attempts: list[str] = []
+            while remaining or kind == "bench":
+                sub = folder / f"{kind}-a{len(attempts)}"
+                sub.mkdir()
+                attempts.append(sub.name)
+                shutil.copyfile(root / "sweep.toml", sub / "sweep.toml")
+                cases = [by_range[r] for r in remaining]
+                todo = Plan(sweep, cases, cases if kind == "deep" else [], sweep.schema(),
+                            only=cluster.anchored(remaining) if remaining else None)
+                runner = _Runner(sub, echo, on_worker=True)
+                current.append(runner)
+                steps = _Steps(todo, sub, runner, env, python, tools, job.clock_control, job.replay_mode, job.nsys_iters)
+                try:
+                    facts = {"ncu": steps.ncu, "nsys": steps.nsys, "bench": steps.bench, "deep": steps.deep}[kind]()
+                except (CaptureError, ToolError) as exc:
+                    out["commands"] += runner.commands
+                    flight = _in_flight(sub).get(kind)
+                    if kind == "bench" or flight not in remaining:
+                        raise CaptureError(f"shard {job.shard.index} on {_gpu_said(gpu)}: {exc}") from exc
+                    echo(f"the {kind} step's workload crashed in {flight}: marked failed, the step runs again without it")
+                    out["failed"][flight] = (f"failed: the workload crashed in this case under {kind} on "
+                                             f"{_gpu_said(gpu)} ({str(exc)[:300]})")
+                    remaining = [r for r in remaining if r != flight]
+                    continue
+                out["commands"] += runner.commands
+                out["steps"][kind] = {"folder": sub.name, "attempts": attempts, "facts": facts or {},
+                                      "seconds": round(steps.timings.get(kind, 0.0), 2),
+                                      "timings": {k: round(v, 2) for k, v in steps.timings.items()}}
+                if kind == "ncu":
+                    out["statuses"].update(_finished(sub))
+                for stale in sub.glob("cases_*.jsonl.running"):
+                    stale.unlink()
+                break
+    out["seconds"] = round(time.perf_counter() - t0, 2)
+    for c in out["commands"]:
+        c.update(shard=job.shard.index, gpu=gpu.get("index"), host=gpu.get("host"))
+    out["shard"] = dataclasses.asdict(job.shard)
+    out = json.loads(json.dumps(out, default=str))  # what the client gets is what a resumed capture reads back
+    (folder / SHARD_FILE).write_text(json.dumps(out, indent=1))
+    return out
+
+
+def measure_ceilings(root: str, tag: str, python: str | None, env: dict[str, str]) -> dict[str, Any]:
+    """A Dask task pinned to one GPU's worker: the ceilings of that GPU into ``.gpus/<tag>/``."""
+    folder = _task_folder(Path(root), GPUS_DIR, tag)
+    runner = _Runner(folder, lambda line: print(f"[{tag}] {line}", flush=True), on_worker=True)
+    t0 = time.perf_counter()
+    runner("ceilings", [python or sys.executable, "-m", "nsightlab.run.ceilings", "--out", str(folder / "ceilings.json")],
+           log="ceilings.log", env={**os.environ, **env})
+    (folder / "done.json").write_text(json.dumps({"commands": runner.commands, "seconds": time.perf_counter() - t0}))
+    return {"tag": tag, "commands": runner.commands, "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def run_setup(root: str, python: str | None, env: dict[str, str], only: str | None) -> float:
+    """A Dask task: the implementations' setup (building their kernels) once, before any shard profiles."""
+    folder = _task_folder(Path(root), GPUS_DIR)
+    runner = _Runner(folder, lambda line: print(f"[setup] {line}", flush=True), on_worker=True)
+    t0 = time.perf_counter()
+    runner("setup", workload_command(Path(root) / "sweep.toml", python=python or sys.executable, only=only,
+                                     extra=["--setup-only"]), log="setup.log", env={**os.environ, **env})
+    return time.perf_counter() - t0
+
+
+def _items(todo: Plan, *, replay_mode: str) -> list[Item]:
+    """The capture's work as shard items: each light-tier case alone, the timeline, the benchmark and the deep tier
+    each whole (one process, one report: what the readers of nsys.sqlite and deep.ncu-rep expect)."""
+    light_passes = cluster.PASSES["ncu"]
+    items = []
+    runnable = todo.runnable
+    if "ncu" in todo.steps:
+        # application replay reruns the whole workload per pass; kernel replay replays the kernel: either way the
+        # cost is the case's work times its passes
+        items += [Item("ncu", [c.range], cluster.case_cost(c.model, light_passes)) for c in runnable]
+    if "nsys" in todo.steps:
+        items.append(Item("nsys", [c.range for c in runnable],
+                          sum(cluster.case_cost(c.model, todo.sweep.nsys_iters + 1) for c in runnable)))
+    if "bench" in todo.steps:
+        items.append(Item("bench", [], sum(cluster.case_cost(c.model, 10) for c in runnable) or 1.0))
+    if "deep" in todo.steps:
+        items.append(Item("deep", [c.range for c in todo.deep if c.runnable],
+                          sum(cluster.case_cost(c.model, cluster.PASSES["deep"]) for c in todo.deep if c.runnable)))
+    del replay_mode
+    return items
+
+
+def _gpu_tag(gpu: dict[str, Any], hosts: int, worker: int) -> str:
+    if gpu.get("index") is None:
+        return f"worker{worker}"
+    return f"gpu{gpu['index']}" if hosts <= 1 else f"{gpu.get('host')}-gpu{gpu['index']}"
+
+
+def _done_shards(tmp: Path) -> list[dict[str, Any]]:
+    """The finished shards' records in a (partial) sharded capture folder."""
+    out = []
+    for f in sorted((tmp / SHARDS_DIR).glob(f"*/{SHARD_FILE}")):
+        try:
+            out.append(json.loads(f.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return out
+
+
+def _left_to_do(items: list[Item], done: list[dict[str, Any]]) -> list[Item]:
+    """``items`` less what the finished shards ran (a resumed capture): their light-tier cases (failed ones too),
+    and the whole steps (timeline, benchmark, deep tier) one of them ran."""
+    ran: set[str] = set()
+    whole: set[str] = set()
+    for d in done:
+        for it in d["shard"]["items"]:
+            if it["kind"] == "ncu":
+                ran.update(it["ranges"])
+            else:
+                whole.add(it["kind"])
+    return [it for it in items if (it.ranges[0] not in ran if it.kind == "ncu" else it.kind not in whole)]
+
+
+def _move(src: Path, dest: Path) -> None:
+    if src.is_file():
+        os.replace(src, dest)
+
+
+def _shard_name(name: str, tag: str) -> str:
+    """``ncu.ncu-rep`` -> ``ncu-s01.ncu-rep``, ``cases_ncu.jsonl`` -> ``cases_ncu-s01.jsonl``: a shard's file beside
+    the other shards' (the readers take every ``*.ncu-rep`` but ``deep.*``, and every ``cases_*.jsonl``)."""
+    head, dot, rest = name.partition(".")
+    return f"{head}-{tag}{dot}{rest}"
+
+
+def _merge(tmp: Path, done: list[dict[str, Any]], gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    """Move the shards' and GPUs' files into the capture folder ``tmp`` (one shard of a step: the names a
+    one-GPU capture has; several: each with its shard's tag) and return what the manifest says of them."""
+    light = [d for d in done if "ncu" in d["steps"]]
+    files: dict[str, list[str]] = {}
+    for d in sorted(done, key=lambda d: d["index"]):
+        folder = tmp / SHARDS_DIR / d["folder"]
+        for kind, step in d["steps"].items():
+            sub = folder / step["folder"]
+            tag = f"s{d['index']:02d}" if kind == "ncu" and len(light) > 1 else ""
+            for f in sorted(sub.iterdir()):
+                if f.name == "sweep.toml" or f.name.endswith(".running") or not f.is_file():
+                    continue
+                name = _shard_name(f.name, tag) if tag else f.name
+                _move(f, tmp / name)
+                files.setdefault(str(d["index"]), []).append(name)
+            for crashed in step["attempts"][:-1]:  # the crashed attempts' tool logs (their partial reports are dropped)
+                for f in sorted((folder / crashed).glob("*.log")):
+                    name = _shard_name(f.name, f"s{d['index']:02d}-crashed-{crashed.rsplit('-', 1)[1]}")
+                    _move(f, tmp / name)
+    per_gpu = []
+    for g in gpus:
+        src = tmp / GPUS_DIR / g["tag"]
+        per_gpu.append({**{k: g[k] for k in ("index", "uuid", "name", "host", "tag")},
+                        "ceilings": json.loads((src / "ceilings.json").read_text())["ceilings"],
+                        "ceilings_file": "ceilings.json" if len(gpus) == 1 else f"ceilings-{g['tag']}.json"})
+    first = tmp / GPUS_DIR / gpus[0]["tag"]
+    for name in ("ceilings.json", "ceilings.log"):
+        shutil.copyfile(first / name, tmp / name)
+    if len(gpus) > 1:
+        for g in gpus:
+            for name in ("ceilings.json", "ceilings.log"):
+                shutil.copyfile(tmp / GPUS_DIR / g["tag"] / name, tmp / _shard_name(name, g["tag"]))
+    if (tmp / GPUS_DIR / "setup.log").exists():
+        _move(tmp / GPUS_DIR / "setup.log", tmp / "setup.log")
+    return {"files": files, "gpus": per_gpu}
+
+
+def _merged_ncu(results: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    """One step's facts over its shards: the first's settings, kernels summed, passes the largest per kernel."""
+    facts = [d["steps"][kind]["facts"] for d in results if kind in d["steps"]]
+    if not facts:
+        return {}
+    out = dict(facts[0])
+    if len(facts) > 1:
+        passes: dict[str, int] = {}
+        for f in facts:
+            for k, v in (f.get("passes_per_kernel") or {}).items():
+                passes[k] = max(passes.get(k, 0), v)
+        out.update(kernels_profiled=sum(f.get("kernels_profiled", 0) for f in facts), passes_per_kernel=passes,
+                   max_passes_per_kernel=max(passes.values(), default=0))
+    return out
+
+
+def _sharded_manifest(todo: Plan, tmp: Path, stamp: str, results: list[dict[str, Any]], merged: dict[str, Any],
+                      ceilings: list[dict[str, Any]], where: dict[str, Any], timings: dict[str, float],
+                      shards_planned: int) -> dict[str, Any]:
+    measured = json.loads((tmp / "ceilings.json").read_text())
+    environment = measured["environment"]
+    statuses: dict[str, str] = {}
+    ran_on: dict[str, dict[str, Any]] = {}
+    for d in sorted(results, key=lambda d: d["index"]):
+        statuses.update(d["statuses"])
+        statuses.update(d["failed"])
+        for kind in d["steps"]:
+            for r in [r for it in d["shard"]["items"] if it["kind"] == kind for r in it["ranges"]]:
+                if kind == "ncu" or r not in ran_on:
+                    ran_on[r] = {"gpu": {"index": d["gpu"].get("index"), "uuid": d["gpu"].get("uuid"),
+                                         "host": d["gpu"].get("host")}, "shard": d["index"]}
+        for r in d["failed"]:
+            ran_on[r] = {"gpu": {"index": d["gpu"].get("index"), "uuid": d["gpu"].get("uuid"),
+                                 "host": d["gpu"].get("host")}, "shard": d["index"]}
+    deep = {c.range for c in todo.deep}
+    commands = [c for g in ceilings for c in g["commands"]] + [c for d in sorted(results, key=lambda d: d["index"])
+                                                              for c in d["commands"]]
+    facts = {"ncu": _merged_ncu(results, "ncu"), "nsys": _merged_ncu(results, "nsys"), "deep": _merged_ncu(results, "deep")}
+    models = sorted({g["name"] for g in merged["gpus"]})
+    return manifest.build(
+        name=todo.name, description=todo.sweep.description, origin="captured", created=stamp,
+        gpu=environment.get("gpu", {}), environment=environment, tools=todo.tools, range_schemas=[todo.schema],
+        commands=commands, **facts, ceilings=measured["ceilings"],
+        ceilings_measured_by=("this capture" if len(merged["gpus"]) == 1 else
+                              f"this capture, once per GPU (gpus[].ceilings; the top-level ones: {_gpu_said(merged['gpus'][0])})"),
+        only=todo.only, deep_only=todo.deep_only, sweep=todo.sweep.to_dict(),
+        cases=[{**c.to_json(), "status": statuses.get(c.range, c.status if not c.runnable else "not run"),
+                **({"deep": True} if c.range in deep else {}), **ran_on.get(c.range, {})} for c in todo.cases],
+        gpus=merged["gpus"], mixed_models=len(models) > 1,
+        cluster={**where, "workers": len({(d["gpu"].get("host"), d["gpu"].get("uuid")) for d in results}),
+                 "shards_planned": shards_planned,
+                 "shards": [{"index": d["index"], "gpu": d["gpu"], "cost_estimate": round(d["cost"], 3),
+                             "seconds": d["seconds"], "files": merged["files"].get(str(d["index"]), []),
+                             "steps": {k: {"seconds": v["seconds"], "attempts": len(v["attempts"])}
+                                       for k, v in d["steps"].items()},
+                             "failed": sorted(d["failed"])} for d in sorted(results, key=lambda d: d["index"])]},
+        timings_seconds={k: round(v, 2) for k, v in timings.items()})
+
+
+def find_resumable(profiles: str | os.PathLike, name: str) -> Path:
+    """The newest interrupted or failed sharded capture of ``name`` under ``profiles`` (``.failed-<name>-*/`` with its
+    plan); ProfileError in one line where there is none."""
+    root = Path(profiles)
+    found = sorted((p for p in root.glob(f".failed-{name}-*") if (p / PLAN_FILE).is_file()), key=lambda p: p.name)
+    if not found:
+        others = sorted(p.name for p in root.glob(".failed-*") if (p / PLAN_FILE).is_file())
+        raise ProfileError(f"--resume {name}: no interrupted sharded capture of {name!r} under {root} (looked for "
+                           f".failed-{name}-*/{PLAN_FILE}; resumable: {', '.join(others) or 'none'}). Only captures "
+                           "made with --gpus or --scheduler resume")
+    return found[-1]
+
+
+def capture_sharded(sweep: Sweep | str | None, profiles: str | os.PathLike = "profiles", *, where: Where | None = None,
+                    client: Any = None, ncu: str | None = None, nsys: str | None = None, python: str | None = None,
+                    clock_control: str = "none", only: str | None = None, nsys_iters: int | None = None,
+                    replay_mode: str | None = None, deep_only: bool = False, replace: bool = False,
+                    allow_mixed: bool = False, shards_per_gpu: int = 1, retries: int = cluster.RETRIES,
+                    identify: Callable[[], dict[str, Any]] | None = None, resume: str | None = None,
+                    echo: Callable[[str], None] = print) -> Path:
+    """Capture one sweep over the GPUs of a Dask cluster into ONE capture folder (as :func:`capture` does on one GPU).
+
+    ``where`` (:class:`~nsightlab.run.cluster.Where`): GPUs of this machine, started as one worker each, or a running
+    scheduler; or ``client``: a ``distributed.Client`` already connected (tests). The cases are planned into
+    ``shards_per_gpu`` x workers shards, balanced by their estimated cost (work model x replay passes), longest
+    first; each shard is one Dask task that profiles its cases on its worker's GPU (``retries``: runs again on any
+    worker after a failure; a worker that dies under it: Dask runs it elsewhere). The ceilings are measured once
+    per GPU, the implementations' setup once. A case that crashes its workload is marked failed. The manifest
+    records each case's GPU (index, UUID) and shard, each GPU's ceilings, each shard's files and seconds.
+
+    ``resume``: the name of an interrupted or failed sharded capture under ``profiles`` (its ``.failed-*`` folder):
+    only what its finished shards did not run is run, and the result is placed as the whole capture would have
+    been. ``identify``: how a worker names its GPU (default: nvidia-smi and CUDA_VISIBLE_DEVICES)."""
+    profiles = Path(profiles).resolve()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    if resume is not None:
+        old = find_resumable(profiles, resume)
+        saved = json.loads((old / PLAN_FILE).read_text())
+        sweep = Sweep.load(old / "sweep.toml")
+        only, deep_only, replace = saved["only"], saved["deep_only"], replace or saved["replace"]
+        clock_control, replay_mode, nsys_iters = saved["clock_control"], saved["replay_mode"], saved["nsys_iters"]
+        shards_per_gpu = saved.get("shards_per_gpu", shards_per_gpu)
+        allow_mixed = allow_mixed or saved.get("allow_mixed", False)
+    if isinstance(sweep, str):
+        sweep = find(sweep)
+    assert sweep is not None
+    todo = plan(sweep, only, deep_only)
+    check_destination(profiles, todo.name, replace=replace)
+    replay = replay_mode or sweep.replay_mode
+    iters = nsys_iters or sweep.nsys_iters
+    profiles.mkdir(parents=True, exist_ok=True)
+    if resume is not None:
+        tmp = profiles / f".tmp-{todo.name}-{stamp}-{os.getpid()}-resumed"
+        os.replace(old, tmp)  # claimed: a second --resume of the same name finds nothing to take
+        (tmp / "FAILED.txt").unlink(missing_ok=True)
+    else:
+        tmp = _new_tmp(profiles, todo.name, stamp)
+        (tmp / "sweep.toml").write_text(sweep.to_toml(), encoding="utf-8")
+    (tmp / PLAN_FILE).write_text(json.dumps({
+        "only": only, "deep_only": deep_only, "replace": replace, "clock_control": clock_control,
+        "replay_mode": replay, "nsys_iters": iters, "shards_per_gpu": shards_per_gpu, "allow_mixed": allow_mixed,
+        "where": where.to_json() if where else None}, indent=1))
+    done = _done_shards(tmp)
+    items = _left_to_do(_items(todo, replay_mode=replay), done)
+    echo(f"capture {todo.name}: {len(todo.runnable)} case(s) to run ({len(todo.cases) - len(todo.runnable)} skipped"
+         f"{f', {len(todo.deep)} deep' if todo.deep else ''}), steps: {', '.join(todo.steps)}"
+         + (f"; resumed from {old.name}: {len(done)} shard(s) already done, {len(items)} item(s) left" if resume else ""))
+    t_start = time.perf_counter()
+    stop_name = f"nsightlab-stop-{todo.name}-{stamp}-{os.getpid()}"
+    try:
+        with nullcontext(client) if client is not None else cluster.client_for(where or Where()) as cl:
+            results, ceilings, gpus, timings = _run_on(cl, todo, tmp, items, done, python=python, ncu=ncu, nsys=nsys,
+                                                       clock_control=clock_control, replay_mode=replay, nsys_iters=iters,
+                                                       allow_mixed=allow_mixed, shards_per_gpu=shards_per_gpu,
+                                                       retries=retries, identify=identify, stop=stop_name, echo=echo)
+        merged = _merge(tmp, results, gpus)
+        timings["total"] = time.perf_counter() - t_start
+        man = _sharded_manifest(todo, tmp, stamp, results, merged, ceilings,
+                                {"where": (where or Where()).describe() if client is None else "a client given"},
+                                timings, len(results))
+        for leftover in (SHARDS_DIR, GPUS_DIR):
+            shutil.rmtree(tmp / leftover, ignore_errors=True)
+        (tmp / PLAN_FILE).unlink()
+        dest = profiles / gpu_slug(man["gpu"].get("name", "unknown")) / todo.name
+        manifest.publish(tmp, dest, man, replace=replace)
+    except BaseException as exc:
+        if isinstance(exc, ClusterError):
+            shutil.rmtree(tmp, ignore_errors=True) if resume is None else os.replace(tmp, old)
+            raise
+        finished = {r: s for d in _done_shards(tmp) for r, s in {**d["statuses"], **d["failed"]}.items()}
+        msg = _keep_failed(exc, todo, tmp, profiles, stamp, done=finished)
+        msg += f" Resume it with: nsightlab capture --resume {todo.name} --profiles {profiles} (only the cases left run)"
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            echo(msg)
+            raise
+        raise CaptureError(msg) from exc
+    echo(f"captured {todo.name} into {dest} in {timings['total']:.0f} s on {len(gpus)} GPU(s), {len(results)} shard(s)")
+    return dest
+
+
+def _run_on(client: Any, todo: Plan, tmp: Path, items: list[Item], done: list[dict[str, Any]], *, python: str | None,
+            ncu: str | None, nsys: str | None, clock_control: str, replay_mode: str, nsys_iters: int, allow_mixed: bool,
+            shards_per_gpu: int, retries: int, identify: Callable[[], dict[str, Any]] | None, stop: str,
+            echo: Callable[[str], None]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]],
+                                                   dict[str, float]]:
+    """The Dask part of :func:`capture_sharded`: the GPUs, their ceilings, the setup, the shards; every result."""
+    from distributed import as_completed
+
+    workers = cluster.workers_gpus(client, identify or cluster.worker_gpu)
+    hosts = len({g.get("host") for g in workers.values()})
+    gpus: list[dict[str, Any]] = []
+    pinned: dict[str, str] = {}
+    for j, (addr, g) in enumerate(workers.items()):
+        key = g.get("uuid") or addr
+        if key in pinned:
+            continue
+        pinned[key] = addr
+        gpus.append({**g, "tag": _gpu_tag(g, hosts, j), "worker": addr})
+    cluster.check_models(gpus, allow_mixed)
+    env = _added_environment(todo.sweep)
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    ceiling_futures = [client.submit(measure_ceilings, str(tmp), g["tag"], python, env, workers=[g["worker"]],
+                                     allow_other_workers=False, pure=False, priority=100, key=f"ceilings-{g['tag']}-{stop}")
+                       for g in gpus if not (tmp / GPUS_DIR / g["tag"] / "done.json").exists()]
+    after = []
+    if any(resolve(n).setup is not None for n in sorted({c.impl for c in todo.runnable})):
+        after = [client.submit(run_setup, str(tmp), python, env, todo.only, pure=False, priority=90, key=f"setup-{stop}")]
+    shards = cluster.balance(items, len(workers) * shards_per_gpu,
+                             first_index=max((d["index"] for d in done), default=-1) + 1)
+    echo(f"{len(shards)} shard(s) over {len(workers)} worker(s) ({', '.join(g['tag'] for g in gpus)}); estimated costs "
+         f"{', '.join(f'{s.cost:.0f}' for s in shards)} (work model x replay passes)")
+    jobs = [ShardJob(str(tmp), s, python, ncu, nsys, clock_control, replay_mode, nsys_iters, env, identify, stop)
+            for s in shards]
+    futures = [client.submit(run_shard, job, *after, retries=retries, pure=False, priority=len(shards) - k,
+                             key=f"shard-{job.shard.index}-{stop}") for k, job in enumerate(jobs)]
+    results = list(done)
+    ceilings = [json.loads((tmp / GPUS_DIR / g["tag"] / "done.json").read_text()) | {"tag": g["tag"]}
+                for g in gpus if (tmp / GPUS_DIR / g["tag"] / "done.json").exists()]
+    try:
+        for fut in as_completed([*ceiling_futures, *after, *futures]):
+            value = fut.result()
+            if fut in ceiling_futures:
+                ceilings.append(value)
+                timings["ceilings"] = max(timings.get("ceilings", 0.0), value["seconds"])
+            elif fut in after:
+                timings["setup"] = value
+            else:
+                results.append(value)
+                n = sum(len(v) for v in [value["statuses"], value["failed"]])
+                echo(f"[shard {value['index']}] {n} case(s) on {_gpu_said(value['gpu'])} in {value['seconds']:.0f} s "
+                     f"({len(results) - len(done)} of {len(futures)} shards done, {time.perf_counter() - t0:.0f} s)"
+                     + (f"; failed: {', '.join(value['failed'])}" if value["failed"] else ""))
+    except BaseException:
+        _stop(client, stop, [*ceiling_futures, *after, *futures])
+        raise
+    for d in results:
+        for kind, step in d["steps"].items():
+            timings[kind] = timings.get(kind, 0.0) + step["seconds"]
+    timings["shards_wall"] = time.perf_counter() - t0
+    return results, ceilings, gpus, timings
+
+
+def _stop(client: Any, name: str, futures: list[Any]) -> None:
+    """Cancel what has not run and tell the running shards to stop their tools (a cluster this process did not start
+    keeps its workers)."""
+    try:
+        from distributed import Event
+
+        Event(name, client=client).set()
+        client.cancel(futures, force=True)
+    except Exception:  # noqa: BLE001 - the cluster already gone
+        pass
 
 
 def profile(impls: Sequence[str | Callable[..., Any]], *, name: str = "notebook", profiles: str | os.PathLike = "profiles_live",
@@ -738,6 +1275,27 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replay-mode", default=None, choices=("kernel", "application"),
                    help="light ncu tier's replay: rerun the whole (deterministic) workload per counter pass, or replay "
                         "each kernel; default: the sweep's")
+    many = p.add_argument_group("many GPUs, one capture (Dask; docs/capture.md, \"Many GPUs and clusters\")")
+    many.add_argument("--gpus", metavar="all|I,J,...",
+                      help="shard the cases over these GPUs of this machine (one Dask worker per GPU, "
+                           "CUDA_VISIBLE_DEVICES pinned: dask-cuda's LocalCUDACluster) into one capture folder; each "
+                           "case records the GPU (index, UUID) it ran on; default: no Dask, the one GPU the process sees")
+    many.add_argument("--scheduler", metavar="ADDRESS",
+                      help="run the shards on a running Dask cluster (tcp://host:8786), e.g. a dask-jobqueue "
+                           "SLURMCluster of one-GPU workers; profiles/ must be on a filesystem every worker sees")
+    many.add_argument("--scheduler-file", metavar="FILE", help="as --scheduler, the address read from a Dask scheduler file")
+    many.add_argument("--allow-mixed", action="store_true",
+                      help="accept GPUs of different models in one capture (else refused in one line); each case keeps "
+                           "its GPU in the manifest")
+    many.add_argument("--shards-per-gpu", type=positive_int, default=1, metavar="N",
+                      help="shards per worker: more are balanced better and lose less to an interruption, each pays "
+                           "the profiler's and the workload's start again")
+    many.add_argument("--retries", type=non_negative_int, default=cluster.RETRIES, metavar="N",
+                      help="times a shard whose task failed runs again, on any worker (a worker that dies under a "
+                           "shard: Dask reruns it elsewhere, up to its allowed-failures)")
+    many.add_argument("--resume", metavar="NAME",
+                      help="finish the interrupted or failed sharded capture NAME (its <profiles>/.failed-NAME-*/): "
+                           "only the cases its finished shards did not run are run; give no sweep flags")
 
 
 def sweeps_from_args(a: argparse.Namespace) -> list[Sweep]:
@@ -805,26 +1363,88 @@ def _print_cases(sweeps: Sequence[Sweep], only: str | None) -> None:
             print(c.range + ("    [deep]" if c.range in deep else "") + ("" if c.runnable else f"    [{c.status}]"))
 
 
-def _capture_all(sweeps: Sequence[Sweep], a: argparse.Namespace, prog: str) -> int:
+def _capture_all(sweeps: Sequence[Sweep], a: argparse.Namespace, prog: str, where: Where | None = None) -> int:
+    try:
+        return _capture_each(sweeps, a, prog, where)
+    except ClusterError as exc:  # the cluster could not be started or joined
+        print_error(prog, str(exc))
+        return BAD_INPUT
+
+
+def _capture_each(sweeps: Sequence[Sweep], a: argparse.Namespace, prog: str, where: Where | None) -> int:
     t0 = time.perf_counter()
     status = 0
     first: Path | None = None  # the GEMM and copy ceilings are measured once per command
-    for s in sweeps:
-        t = time.perf_counter()
-        try:
-            dest = capture(s, a.profiles, ncu=a.ncu, nsys=a.nsys, clock_control=a.clock_control, only=a.only,
-                           nsys_iters=a.nsys_iters, replay_mode=a.replay_mode, ceilings_from=first, deep_only=a.deep_only,
-                           replace=a.replace)
-            first = first or dest
-        except (ToolError, CaptureError, ValueError) as exc:
-            print_error(prog, str(exc))
-            status = 1
-        except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr)
-            return 130
-        print(f"sweep {s.name}: {time.perf_counter() - t:.0f} s", file=sys.stderr)
+    with cluster.client_for(where) if where is not None else nullcontext() as client:
+        for s in sweeps:
+            t = time.perf_counter()
+            try:
+                if where is not None:
+                    dest = capture_sharded(s, a.profiles, where=where, client=client, ncu=a.ncu, nsys=a.nsys,
+                                           clock_control=a.clock_control, only=a.only, nsys_iters=a.nsys_iters,
+                                           replay_mode=a.replay_mode, deep_only=a.deep_only, replace=a.replace,
+                                           allow_mixed=a.allow_mixed, shards_per_gpu=a.shards_per_gpu, retries=a.retries)
+                else:
+                    dest = capture(s, a.profiles, ncu=a.ncu, nsys=a.nsys, clock_control=a.clock_control, only=a.only,
+                                   nsys_iters=a.nsys_iters, replay_mode=a.replay_mode, ceilings_from=first,
+                                   deep_only=a.deep_only, replace=a.replace)
+                first = first or dest
+            except ClusterError as exc:
+                print_error(prog, str(exc))
+                return BAD_INPUT
+            except (ToolError, CaptureError, ValueError) as exc:
+                print_error(prog, str(exc))
+                status = 1
+            except KeyboardInterrupt:
+                print("interrupted", file=sys.stderr)
+                return 130
+            print(f"sweep {s.name}: {time.perf_counter() - t:.0f} s", file=sys.stderr)
     print(f"all sweeps ({', '.join(s.name for s in sweeps)}): {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return status
+
+
+def where_from_args(a: argparse.Namespace, gpus: Callable[[], list[dict[str, Any]]] | None = None) -> Where | None:
+    """Where the flags say the capture runs: None (one GPU, no Dask), this machine's GPUs (``--gpus``, checked against
+    ``gpus()``: an unknown index and GPUs of different models without --allow-mixed are ClusterError) or a scheduler."""
+    given = [f for f, v in (("--gpus", a.gpus), ("--scheduler", a.scheduler), ("--scheduler-file", a.scheduler_file))
+             if v]
+    if len(given) > 1:
+        raise ClusterError(f"{' and '.join(given)}: give one (--gpus starts workers on this machine's GPUs; "
+                           "--scheduler / --scheduler-file join a running cluster)")
+    if a.gpus:
+        known = (gpus or cluster.local_gpus)()
+        chosen = cluster.parse_gpus(a.gpus, known)
+        cluster.check_models([g for g in known if g["index"] in chosen], a.allow_mixed)
+        return Where(gpus=tuple(chosen))
+    if a.scheduler or a.scheduler_file:
+        return Where(address=a.scheduler, scheduler_file=a.scheduler_file, timeout=cluster.CONNECT_TIMEOUT)
+    return None
+
+
+def _resume(a: argparse.Namespace, prog: str) -> int:
+    """``--resume NAME``: the rest of an interrupted sharded capture, on the cluster the flags say (else the GPUs it
+    was started on)."""
+    try:
+        old = find_resumable(Path(a.profiles).resolve(), a.resume)
+        saved = json.loads((old / PLAN_FILE).read_text()).get("where") or {}
+        where = where_from_args(a)
+        if where is None:
+            where = Where(gpus=tuple(saved.get("gpus") or ()), address=saved.get("address"),
+                          scheduler_file=saved.get("scheduler_file"))
+            if not (where.gpus or where.address or where.scheduler_file):
+                where = Where(gpus=tuple(cluster.parse_gpus("all", cluster.local_gpus())))
+        capture_sharded(None, a.profiles, where=where, ncu=a.ncu, nsys=a.nsys, replace=a.replace, retries=a.retries,
+                        allow_mixed=a.allow_mixed, resume=a.resume)
+    except (ClusterError, ProfileError) as exc:
+        print_error(prog, str(exc))
+        return BAD_INPUT
+    except (ToolError, CaptureError, ValueError) as exc:
+        print_error(prog, str(exc))
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
 
 
 def sigterm_as_interrupt() -> None:
@@ -856,6 +1476,10 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab capture") -> int:
         for name, path in named_sweeps().items():
             print(f"{name:16s} {path}")
         return 0
+    if a.resume:
+        if a.suite or a.sweep or a.impl:
+            p.error("--resume NAME takes the sweep of the interrupted capture: give no --suite, --sweep or --impl")
+        return _resume(a, prog)
     try:
         sweeps = _checked(sweeps_from_args(a), a)
     except ValueError as exc:
@@ -867,10 +1491,11 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab capture") -> int:
         p.error(idle)
     if a.list:
         return 0
-    try:  # every sweep's folder, before the first runs: a refusal costs no GPU time
+    try:  # every sweep's folder and the GPUs asked for, before the first runs: a refusal costs no GPU time
         for s in sweeps:
             check_destination(a.profiles, plan(s, a.only, a.deep_only).name, replace=a.replace)
-    except ProfileError as exc:
+        where = where_from_args(a)
+    except (ProfileError, ClusterError) as exc:
         print_error(prog, str(exc))
         return BAD_INPUT
-    return _capture_all(sweeps, a, prog)
+    return _capture_all(sweeps, a, prog, where)
