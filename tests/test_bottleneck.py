@@ -3,8 +3,10 @@
 Oracles, all committed: the three deep captures (``profiles/nvidia-h200/{bottleneck,seqlen,backward-n8192}-deep``:
 their ``deep.ncu-rep`` and ``ncu --import deep.ncu-rep --csv --page details --print-units base
 --print-metric-name name`` / ``--page raw --csv --print-units base``), and the same exports (plus ``--page
-source --csv --print-source sass``) of the two imported ``--set full`` reports under
-``tests/data/nsight_exports``, where the source page of ``backward-n8192-deep`` is too. Every launch of every report is held against them: the details page, the
+source --csv --print-source sass``) of the three imported ``--set full`` reports under
+``tests/data/nsight_exports`` (two of this project's kernels, and ``foreign-set-full``: a cuBLAS GEMM, an elementwise
+multiply, SDPA and a reduction under NVTX ranges of their own naming), where the source page of
+``backward-n8192-deep`` is too. Every launch of every report is held against them: the details page, the
 columns of profile / stalls / pipes / occupancy_limits, and the per-instruction warp-state samples.
 
 ncu prints a number with thousands separators and as many decimals as it chose (2, or 0 for integers);
@@ -54,7 +56,8 @@ REPORTS: dict[str, tuple[Path, str, Path, Path, Path | None]] = {
                             find_file(H200 / "backward-n8192-deep", "deep_raw.csv"),
                             EXPORTS / "backward-n8192-deep.source-sass.csv.xz"),
     **{name: (H200 / name, "ncu.ncu-rep", EXPORTS / f"{name}.details.csv.xz", EXPORTS / f"{name}.raw.csv.xz",
-              EXPORTS / f"{name}.source-sass.csv.xz") for name in ("flash-mma-bwd-8warp-full", "flash-wgmma-fwd-full")},
+              EXPORTS / f"{name}.source-sass.csv.xz")
+       for name in ("flash-mma-bwd-8warp-full", "flash-wgmma-fwd-full", "foreign-set-full")},
 }
 WITH_SOURCE_PAGE = [name for name, spec in REPORTS.items() if spec[4] is not None]
 

@@ -410,7 +410,10 @@ def describe(key: str, entry: Any) -> str:
     if "flop_per_s" not in entry and "bytes_per_s" not in entry and "exp2_per_s" not in entry:
         return f"{key:14s} {entry.get('status', 'not measured')}: {entry.get('reason', '?')}"
     if "bytes_per_s" in entry and key == "read_stream":
-        return f"{key:14s} {entry['bytes_per_s'] / 1e12:8.2f} TB/s     {entry['bytes'] / 2**30:.0f} GiB read once; {_config_text(entry)}"
+        c = entry.get("config", {})
+        return (f"{key:14s} {entry['bytes_per_s'] / 1e12:8.2f} TB/s     {entry['bytes'] / 2**30:.0f} GiB read once; "
+                f"{c.get('blocks')} blocks ({c.get('blocks_per_sm')}/SM) x {c.get('threads_per_block')} threads, "
+                f"{entry.get('ms', float('nan')):.2f} ms; check passed")
     if "bytes_per_s" in entry:
         return f"{key:14s} {entry['bytes_per_s'] / 1e12:8.2f} TB/s     device-to-device copy of {entry['bytes'] / 2**30:.0f} GiB, read + write"
     if "exp2_per_s" in entry:
