@@ -193,8 +193,11 @@ if pair:
     what = dict(zip(ranked["term"], ranked["what"], strict=True)) | {
         A.ISSUE_INTERVAL: "warp cycles per issued instruction over warps per scheduler: the terms under it",
         A.WARPS_NET: "warps per scheduler with the Not Selected and Selected stalls that more warps bring"}
-    shown = g.assign(term=["\u2003" * int(lv) + t for lv, t in zip(g["level"], g["term"], strict=True)],
-                     what=g["term"].map(what).fillna(""))
+    # one format per row: instructions per scheduler as a count, cycles (per instruction, between issues) and warps
+    # to three decimals (no 6.2e-06 beside 2,310,076)
+    shown = nb.format_rows(g, "term", ["a", "b"], {"instructions issued": "{:,.0f}", "*": "{:.3f}"})
+    shown = shown.assign(term=["\u2003" * int(lv) + t for lv, t in zip(g["level"], g["term"], strict=True)],
+                         what=g["term"].map(what).fillna(""))
     cols = ["term", "a", "b", "ms", *(["share"] if g["share"].notna().any() else []), "what"]
     nb.table(shown[cols], {"ms": "{:+.3f}", "share": "{:.0%}"}, "grouped",
              headers={"a": side_a.name, "b": side_b.name, "ms": "of the gap [ms]", "share": "share of the gap",
