@@ -318,19 +318,24 @@ def test_memory_bound_suites_are_drawn_as_bandwidth_against_the_measured_copy(be
     assert set(perf.memory_bound_suites(bench, man, ridge=1e12)) == set(bench["suite"])
     assert perf.memory_bound_suites(bench, man, ridge=0.0) == []
     assert perf.memory_bound_suites(bench, {}) == [] and perf.bandwidth_roof({"ceilings": {}}) is None
-    fig = F.bandwidth_vs_config(bench, "decode", "float16", "forward", roof, F.style_for(bench["impl"].unique()))
+    roofs = perf.bandwidth_roofs(man)  # a committed capture: no read stream yet, so the copy is only a reference
+    assert [r["role"] for r in roofs] == ["reference"] and "not a limit" in roofs[0]["label"]
+    with_read = perf.bandwidth_roofs({**man, "ceilings": {**man["ceilings"], "read_stream": {"bytes_per_s": 4.7e12}}})
+    assert [r["role"] for r in with_read] == ["limit", "reference"]
+    fig = F.bandwidth_vs_config(bench, "decode", "float16", "forward", roofs, F.style_for(bench["impl"].unique()))
     check_figure(fig)
     ok = perf.ok_rows(bench)
     ok = ok[(ok["suite"] == "decode") & (ok["dtype"] == "float16") & (ok["pass"] == "forward")]
-    drawn = {t.name: t for t in fig.data}
+    drawn = {t.name: t for t in fig.data if (t.meta or {}).get("role") == "data"}
     assert set(drawn) == set(ok["impl"])
+    assert all(t.mode == "markers" for t in drawn.values())  # configurations are categories: no line joins them
     for name, t in drawn.items():  # TB/s = the CSV's gbps / 1000, at the CSV's configurations
         rows = ok[ok["impl"] == name].set_index("config")
         assert list(t.x) == [c for c in dict.fromkeys(ok["config"]) if c in rows.index]
         assert np.allclose(t.y, rows.loc[list(t.x), "gbps"] / 1e3)
         assert t.marker.color == F.impl_style(name)["color"]
-    roof_text = [a.text for a in fig.layout.annotations]
-    assert any(f"{roof[0] / 1e12:.2f} TB/s" in s and "copy" in s for s in roof_text)
+    roof_text = [t.name for t in fig.data if (t.meta or {}).get("role") == "reference"]
+    assert any(f"{roof[0] / 1e12:.2f} TB/s" in s and "copy" in s and "reference" in s for s in roof_text)
     assert fig.layout.yaxis.range[1] >= roof[0] / 1e12  # the roof is on the figure
     assert F.is_empty(F.bandwidth_vs_config(bench, "decode", "float64", "forward", roof))
 

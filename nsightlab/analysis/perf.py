@@ -8,6 +8,7 @@ configurations is used.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -276,6 +277,28 @@ def bandwidth_roof(manifest: dict | None) -> tuple[float, str] | None:
     if isinstance(copy, dict) and isinstance(copy.get("bytes_per_s"), (int, float)) and copy["bytes_per_s"] > 0:
         return float(copy["bytes_per_s"]), "HBM: measured device-to-device copy (read + write)"
     return None
+
+
+def bandwidth_roofs(manifest: dict | None) -> list[dict[str, Any]]:
+    """The memory roofs of a benchmark capture's bandwidth chart, each with its role: a limit (the DRAM read
+    stream the capture measured, the read-only kernel's roof; the GPU's peak where the manifest records one)
+    or a reference (the device-to-device copy: its rate counts reads and writes, so a kernel that only reads
+    can pass it)."""
+    man = manifest if isinstance(manifest, dict) else {}
+    ceil = man.get("ceilings") or {}
+    out = []
+    read = ceil.get("read_stream")
+    if isinstance(read, dict) and isinstance(read.get("bytes_per_s"), (int, float)) and read["bytes_per_s"] > 0:
+        out.append({"value": float(read["bytes_per_s"]), "role": "limit",
+                    "label": "measured DRAM read stream (a read-only kernel's roof)"})
+    peak = (man.get("gpu") or {}).get("memory_bandwidth_bytes_per_s")
+    if isinstance(peak, (int, float)) and peak > 0:
+        out.append({"value": float(peak), "role": "limit", "label": "HBM peak (the GPU's memory clock × bus width)"})
+    copy = bandwidth_roof(manifest)
+    if copy is not None:
+        out.append({"value": copy[0], "role": "reference",
+                    "label": "device-to-device copy (read + write; a reference, not a limit for kernels that read)"})
+    return out
 
 
 #: the share of a suite's configurations that must lie below the ridge for the suite to count as memory-bound

@@ -149,6 +149,91 @@ def ceilings(work: pd.DataFrame, manifest: dict | None = None, points: pd.DataFr
     return pd.DataFrame(rows)
 
 
+#: a roof's role on a figure: a limit no point of its kind may pass (a peak, or a measured rate of the same kind
+#: of work), a pipe's peak (a limit only for work on that pipe), or a reference line (what some other code reached,
+#: or a peak at a clock no range ran at), drawn and labelled as such
+ROLES = ("limit", "pipe", "reference")
+#: measured ceilings that the hardware defines as equal (Hopper's FP16 and BF16 tensor rates): one band each
+_EQUAL_PAIRS = (("measured cuBLAS FP16 GEMM", "measured cuBLAS BF16 GEMM", "cuBLAS FP16/BF16 GEMM"),
+                ("measured mma.sync FP16", "measured mma.sync BF16", "mma.sync FP16/BF16"),
+                ("measured wgmma FP16", "measured wgmma BF16", "wgmma FP16/BF16"))
+_ROOF_SHORT = {"Tensor FP16 dense": "tensor dense", "FP16 (HFMA2)": "HFMA2", "FP32 (FFMA)": "FFMA",
+               "FP64 (DFMA)": "DFMA"}
+
+
+def _tflops(v: float) -> str:
+    return f"{v / 1e12:,.0f}" if v >= 1e13 else f"{v / 1e12:,.1f}"
+
+
+def range_clock(points: pd.DataFrame | None) -> float:
+    """The clock a figure's compute peaks are drawn at: the highest SM clock a range of ``points`` ran at
+    (a peak at it bounds every range; a range that ran slower has a lower peak of its own). NaN if unknown."""
+    if points is None or "hz_sm" not in points:
+        return float("nan")
+    hz = pd.to_numeric(points["hz_sm"], errors="coerce").dropna()
+    return float(hz.max()) if len(hz) else float("nan")
+
+
+def roofs(ceil: pd.DataFrame, points: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The roofs a roofline draws, each with its role (:data:`ROLES`):
+
+    - Nsight's compute peaks per cycle at the highest clock a range of ``points`` ran at (``clock_hz``; the
+      capture's nominal value, at the GPU's maximum clock, becomes a reference line beside the top one
+      where it differs): the top one a limit, the others limits of their pipe only;
+    - the memory peaks (DRAM, L2, L1) and a measured read-only DRAM stream: limits of their level;
+    - measured rates of other code (cuBLAS, mma.sync, wgmma, the MUFU softmax bound, the read + write copy):
+      references; those the hardware defines as equal (FP16 and BF16 on Hopper) merged into one band
+      (``lo``..``hi``, the spread in the label).
+
+    Columns: kind, name, label, value (the line; a band's top), lo, hi, role, level (memory roofs), clock_hz,
+    where, source."""
+    hz = range_clock(points)
+    rows: list[dict[str, Any]] = []
+    comp = ceil[(ceil["kind"] == "compute") & ~ceil["name"].str.startswith("measured")]
+    top = comp["value"].idxmax() if len(comp) else None
+    for i, c in ceil.iterrows():
+        name, kind, v = str(c["name"]), str(c["kind"]), float(c["value"])
+        base = {"kind": kind, "name": name, "lo": v, "hi": v, "value": v, "level": None, "clock_hz": np.nan,
+                "where": c.get("where") if isinstance(c.get("where"), dict) and c.get("where") else None}
+        per_cycle = c.get("per_cycle")
+        if kind == "compute" and not name.startswith("measured"):
+            short = _ROOF_SHORT.get(name, name)
+            if isinstance(per_cycle, float) and np.isfinite(per_cycle) and np.isfinite(hz):
+                at = per_cycle * hz
+                rows.append({**base, "value": at, "lo": at, "hi": at, "clock_hz": hz,
+                             "role": "limit" if i == top else "pipe",
+                             "label": f"{short} {_tflops(at)} at {hz / 1e9:.2f} GHz"})
+                if i == top and abs(v / at - 1) > 0.01:
+                    rows.append({**base, "name": f"{name} at {v / per_cycle / 1e9:.2f} GHz", "role": "reference",
+                                 "label": f"{short} {_tflops(v)} at {v / per_cycle / 1e9:.2f} GHz (max clock, ref.)"})
+            else:
+                rows.append({**base, "role": "limit" if i == top else "pipe", "label": f"{short} {_tflops(v)}"})
+        elif kind == "memory":
+            level = name if name in LEVELS else ("DRAM" if "DRAM" in name or "copy" in name else None)
+            if name == "measured D2D copy":
+                rows.append({**base, "level": level, "role": "reference",
+                             "label": f"copy {v / 1e12:.2f} TB/s (read+write, ref.)"})
+            else:
+                rows.append({**base, "level": level, "role": "limit",
+                             "label": f"{name.removeprefix('measured ')} {v / 1e12:.2f} TB/s"})
+        else:
+            short = "MUFU exp2" if "MUFU" in name else name.removeprefix("measured ")
+            rows.append({**base, "role": "reference", "label": f"{short} {_tflops(v)} (ref.)"})
+    out = pd.DataFrame(rows, columns=["kind", "name", "label", "value", "lo", "hi", "role", "level", "clock_hz",
+                                      "where"])
+    for a, b, merged in _EQUAL_PAIRS:
+        if {a, b} <= set(out["name"]):
+            pair = out[out["name"].isin([a, b])]
+            lo, hi = float(pair["value"].min()), float(pair["value"].max())
+            spread = hi / lo - 1
+            label = (f"{merged} {_tflops(lo)}–{_tflops(hi)} (±{spread / 2:.0%}, ref.)" if spread >= 0.005 else
+                     f"{merged} {_tflops(hi)} (ref.)")
+            row = {**pair.iloc[0].to_dict(), "name": f"measured {merged}", "label": label, "value": hi, "lo": lo,
+                   "hi": hi}
+            out = pd.concat([out[~out["name"].isin([a, b])], pd.DataFrame([row])], ignore_index=True)
+    return out
+
+
 def instruction_status(manifest: dict | None) -> tuple[list[str], str]:
     """What the capture says about the instruction-class ceilings: (one line per ceiling not measured,
     with its reason; a short note for a figure, "" when all were measured)."""

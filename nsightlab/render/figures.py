@@ -32,7 +32,7 @@ from plotly.subplots import make_subplots
 
 from ..analysis.counters import identity_columns
 from ..analysis.perf import ok_rows, ratio_to
-from ..analysis.roofline import applies
+from ..analysis.roofline import applies, roofs
 from ..analysis.timeline import busy_ms
 from ..core.text import impl_key
 from .numbers import fmt_num, natural_key, plain_value, rounded
@@ -87,21 +87,49 @@ def set_plotlyjs(src: str) -> None:
     _EMBEDDED["done"] = False
 
 
-def html(fig: go.Figure) -> str:
-    """The figure as an HTML fragment that works offline and keeps plotly's interactivity. Its numbers
-    are written to :data:`~nsightlab.render.numbers.PAGE_DIGITS` significant digits and the div id is
-    derived from them, so the same data gives the same bytes on every machine (last-digit differences
-    between CPUs or numpy builds do not reach the page)."""
-    import plotly.io as pio
+#: draws a page's figures: the first at once, the others when they come within a screen of the window
+#: (IntersectionObserver), and whatever is left one at a time once the page has loaded and the browser is idle, so
+#: that a long page shows its first figure as fast as a short one and is complete soon after
+LOADER = """<script>(function(){if(window.nslFigure)return;var all=[],io=null;
+function draw(el){if(el.getAttribute('data-drawn')||typeof Plotly==='undefined')return;el.setAttribute('data-drawn','1');
+var f=JSON.parse(document.getElementById(el.id+'-spec').textContent);Plotly.newPlot(el,f.data,f.layout,f.config);}
+function idle(){var next=all.find(function(e){return !e.getAttribute('data-drawn');});if(!next)return;draw(next);
+setTimeout(idle,30);}
+window.nslFigure=function(id){var el=document.getElementById(id);all.push(el);
+if(all.length===1||!('IntersectionObserver' in window)){draw(el);return;}
+if(!io){io=new IntersectionObserver(function(es){es.forEach(function(e){if(e.isIntersecting){io.unobserve(e.target);
+draw(e.target);}});},{rootMargin:'1200px 0px'});}io.observe(el);};
+window.addEventListener('load',function(){setTimeout(idle,200);});})();</script>"""
 
+
+def html(fig: go.Figure) -> str:
+    """The figure as an HTML fragment that works offline and keeps plotly's interactivity, drawn by
+    :data:`LOADER` (the first figure of a page at once, the others as they are scrolled to or the browser
+    is idle; its height is kept free meanwhile, so the page does not jump). Its numbers are written to
+    :data:`~nsightlab.render.numbers.PAGE_DIGITS` significant digits and the div id is derived from them,
+    so the same data gives the same bytes on every machine (last-digit differences between CPUs or numpy
+    builds do not reach the page)."""
     first = not _EMBEDDED["done"]
     _EMBEDDED["done"] = True
     src = _EMBEDDED["src"]
-    include = (True if src == "inline" else src) if first else False
     spec = rounded(json.loads(fig.to_json()))
     div = "fig-" + hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
-    return pio.to_html(spec, full_html=False, include_plotlyjs=include, div_id=div, validate=False,
-                       config={"displaylogo": False, "responsive": True})
+    head = ""
+    if first:
+        if src == "inline":
+            from plotly.offline import get_plotlyjs
+
+            head = f'<script charset="utf-8">{get_plotlyjs()}</script>'
+        else:
+            head = f'<script charset="utf-8" src="{src}"></script>'
+        head += LOADER
+    spec = {"data": spec.get("data", []), "layout": spec.get("layout", {}),
+            "config": {"displaylogo": False, "responsive": True}}
+    text = json.dumps(spec, separators=(",", ":")).replace("</", "<\\/").replace("<!--", "\\u003c!--")
+    height = int(spec["layout"].get("height") or 450)
+    return (f'{head}<div id="{div}" class="plotly-graph-div nsl-fig" style="height:{height}px; width:100%;"></div>'
+            f'<script type="application/json" id="{div}-spec">{text}</script>'
+            f'<script>nslFigure("{div}")</script>')
 
 
 def show(fig: go.Figure) -> None:
@@ -584,77 +612,15 @@ def _label(r: pd.Series, fields: Iterable[str]) -> str:
     return " ".join(f"{c}={plain_value(r[c])}" for c in fields if c in r and pd.notna(r[c]) and r[c] != "")
 
 
-def _ceiling_labels(ceil: pd.DataFrame, close: float = 1.02) -> pd.DataFrame:
-    """Ceilings with (nearly) equal values merged (``measured cuBLAS FP16/BF16 GEMM``), each with its
-    label; ceilings that hold only for some cases (``where``) merge only with their like."""
-    rows = []
-    where = ceil["where"] if "where" in ceil else pd.Series(None, index=ceil.index, dtype=object)
-    key = where.map(lambda w: repr(sorted(w.items())) if isinstance(w, dict) and w else "")
-    for (kind, _), g in ceil.groupby([ceil["kind"], key], sort=False):
-        g = g.sort_values("value", ascending=False)
-        groups: list[list[pd.Series]] = []
-        for _, r in g.iterrows():
-            if groups and groups[-1][0]["value"] / r["value"] <= close:
-                groups[-1].append(r)
-            else:
-                groups.append([r])
-        def unit(v: float, kind: str = str(kind)) -> str:
-            return f"{fmt_num(v / 1e12)} TFLOP/s" if kind == "compute" else f"{v / 1e12:.2f} TB/s"
-
-        for grp in groups:
-            names = [str(r["name"]) for r in grp]
-            v = float(grp[0]["value"])
-            if len(names) == 1 or grp[0]["value"] / grp[-1]["value"] <= 1.02:
-                name = names[0] if len(names) == 1 else _merge_names(names)
-                label = f"{_short(name)} {fmt_num(v / 1e12)}" if kind == "compute" else f"{name}: {unit(v)}"
-            else:
-                name = " / ".join(names)
-                label = " / ".join(f"{_short(n) if kind == 'compute' else n} "
-                                   f"{fmt_num(float(r['value']) / 1e12) if kind == 'compute' else unit(float(r['value']))}"
-                                   for n, r in zip(names, grp, strict=True))
-            w = where.get(grp[0].name) if grp[0].name in where.index else None
-            rows.append({"kind": kind, "name": name, "value": v, "label": label,
-                         "measured": all(n.startswith("measured") for n in names),
-                         "where": w if isinstance(w, dict) and w else None, "dash": _ceiling_dash(names[0])})
-    return pd.DataFrame(rows, columns=["kind", "name", "value", "label", "measured", "where", "dash"])
-
-
-#: the compute roofs' line labels (the figure's axis is TFLOP/s; the table under it has the full names)
-_SHORT = (("Tensor FP16 dense", "tensor dense"), ("FP16 (HFMA2)", "HFMA2"), ("FP32 (FFMA)", "FFMA"),
-          ("FP64 (DFMA)", "DFMA"), ("cuBLAS FP16/BF16 GEMM", "cuBLAS"), ("cuBLAS BF16/FP16 GEMM", "cuBLAS"),
-          ("cuBLAS FP16 GEMM", "cuBLAS FP16"), ("cuBLAS BF16 GEMM", "cuBLAS BF16"), ("cuBLAS FP32 GEMM", "cuBLAS FP32"),
-          ("mma.sync FP16/BF16", "mma.sync"), ("mma.sync BF16/FP16", "mma.sync"),
-          ("wgmma FP16/BF16", "wgmma"), ("wgmma BF16/FP16", "wgmma"))
-
-
-def _short(name: str) -> str:
-    """A ceiling's name as its line's label: the line style already says it was measured, and a
-    conditional bound's facet already says which pass and head dimension it holds for."""
-    if "MUFU" in name:
-        return "MUFU exp2"
-    name = name.removeprefix("measured ")
-    return dict(_SHORT).get(name, name)
-
-
-def _ceiling_dash(name: str) -> str:
-    """Line style by where a ceiling comes from: Nsight's peaks dotted, library GEMMs and the copy
-    dashed, instruction microbenchmarks long-dashed, the MUFU softmax bound dash-dotted."""
-    if not name.startswith("measured"):
-        return "dot"
-    if "mma.sync" in name or "wgmma" in name:
-        return "longdash"
-    if "MUFU" in name:
-        return "dashdot"
-    return "dash"
-
-
 def _label_spots(values: Sequence[float], widths: Sequence[float], height: float, px_per_decade: float,
-                 plot_px: float) -> list[tuple[float, bool]]:
+                 plot_px: float, obstacles: Sequence[tuple[float, float]] = ()) -> list[tuple[float, bool]]:
     """Where to write the labels of horizontal lines so that no two overlap: for each line (``values``
     in log10 units; ``widths`` and ``height`` of its label in pixels), the label's right end as a
     fraction of the plot's width and whether it sits above its line. Greedy from the highest line:
     above, else below, at the right end or further left; a spot whose label would cross another
-    line is taken only if no other is free."""
+    line, or cover one of the ``obstacles`` (data points: x in pixels from the plot's left, y in log10 units),
+    is taken only if no other is free."""
+    pts = [(x, y * px_per_decade) for x, y in obstacles]
     order = sorted(range(len(values)), key=lambda i: -values[i])
     ys = [v * px_per_decade for v in values]
     boxes: list[tuple[float, float, float, float]] = []  # x0, x1, y0, y1 in pixels
@@ -673,6 +639,8 @@ def _label_spots(values: Sequence[float], widths: Sequence[float], height: float
                         continue
                     if strict and any(y0 + 1 < w < y1 - 1 for j, w in enumerate(ys) if j != i):
                         continue
+                    if strict and any(x0 - 6 < px < x1 + 6 and y0 - 6 < py < y1 + 6 for px, py in pts):
+                        continue
                     boxes.append((x0, x1, y0, y1))
                     out[i] = (right, above)
                     break
@@ -681,14 +649,6 @@ def _label_spots(values: Sequence[float], widths: Sequence[float], height: float
             if i in out:
                 break
     return [out.get(i, (1.0, True)) for i in range(len(values))]
-
-
-def _merge_names(names: list[str]) -> str:
-    words = [n.split() for n in names]
-    if len(names) == 2 and len(words[0]) == len(words[1]) and all(len(w) == len(words[0]) for w in words):
-        merged = ["/".join(dict.fromkeys(col)) for col in zip(*words, strict=True)]
-        return " ".join(merged)
-    return " = ".join(names)
 
 
 @dataclass(frozen=True)
@@ -704,73 +664,160 @@ class _RoofAxes:
     y_hi: float
     height: int
     px_per_decade: float  # one decade of the y axis on screen [px]
+    w_px: float  # one panel's width on screen [px]
     angle: float  # a memory roof's slope on screen [degrees]
 
+    def px(self, x: float, y: float) -> tuple[float, float]:
+        """A point's place on screen (px from the panel's bottom left)."""
+        return (math.log10(x / self.x_lo) / math.log10(self.x_hi / self.x_lo) * self.w_px,
+                math.log10(y / self.y_lo) * self.px_per_decade)
 
-def _roof_axes(pts: pd.DataFrame, comp: pd.DataFrame, mem: pd.DataFrame, facet_row: str | None) -> _RoofAxes:
+
+#: a roofline's margins (px): fixed, so that labels can be placed off the data by computation
+ROOF_MARGIN = {"l": 80, "r": 20, "t": 110, "b": 60}
+#: how far right of the data the intensity axis reaches: a level whose points lie further (the L1 of TMA and
+#: wgmma kernels, whose shared-memory traffic the L1 counters do not see) is drawn at the edge, pointing right
+CLIP_DECADES = 0.6
+
+
+def _roof_axes(pts: pd.DataFrame, roofs: pd.DataFrame, facet_row: str | None, legend_px: float = 260) -> _RoofAxes:
     passes = [p for p in ("forward", "backward") if "pass" in pts and p in set(pts["pass"])]
     cols = passes if len(passes) > 1 else [None]
     rows: list[Any] = [None]
     if facet_row and facet_row in pts and pts[facet_row].nunique() > 1:
         rows = sorted(pts[facet_row].dropna().unique(), key=lambda v: natural_key(plain_value(v)))
-    everywhere = comp[comp["where"].isna()]
-    top = (everywhere if len(everywhere) else comp)["value"].max() / 1e12 if len(comp) else pts["tflops"].max() * 2
+    comp = roofs[(roofs["kind"] == "compute") & roofs["where"].isna() & (roofs["role"] != "reference")]
+    comp = comp if len(comp) else roofs[roofs["kind"] == "compute"]
+    top = comp["value"].max() / 1e12 if len(comp) else pts["tflops"].max() * 2
+    mem = roofs[(roofs["kind"] == "memory") & (roofs["role"] == "limit")]
+    mem = mem if len(mem) else roofs[roofs["kind"] == "memory"]
     ridge = top * 1e12 / mem["value"].max() if len(mem) else pts["intensity"].min()  # where the steepest roof bends
-    x_lo, x_hi = min(pts["intensity"].min() / 4, ridge / 3), pts["intensity"].max() * 4
+    slow_ridge = top * 1e12 / mem["value"].min() if len(mem) else pts["intensity"].max()
+    # the levels that mean something for the kernel set the axis: DRAM and L2 (all levels where there is no other)
+    core = pts[pts["level"] != "L1"] if (pts["level"] != "L1").any() else pts
+    x_lo = min(pts["intensity"].min() / 4, ridge / 3)
+    x_hi = max(core["intensity"].max() * 4, slow_ridge * 10 ** CLIP_DECADES * 2)
+    x_hi = min(x_hi, pts["intensity"].max() * 4)
     y_hi = top * 2.5
     y_lo = max(min(pts["tflops"].min() / 4, y_hi / 10**3), top / 1e6)  # at least three decades: slopes stay legible
     height = 110 + 470 * len(rows)
     # label angles: one decade on each axis in pixels (the figure's width is the page's)
-    w_px = (PAGE_WIDTH - 260) / len(cols)
-    h_px = (height - 110) / len(rows) - 40
+    w_px = (PAGE_WIDTH - ROOF_MARGIN["l"] - ROOF_MARGIN["r"] - legend_px) * (1 - 0.05 * (len(cols) - 1)) / len(cols)
+    h_px = (height - ROOF_MARGIN["t"] - ROOF_MARGIN["b"]) / len(rows) - (40 if len(rows) > 1 else 0)
     px_per_decade = h_px / math.log10(y_hi / y_lo)
     slope_px = px_per_decade / (w_px / math.log10(x_hi / x_lo))
-    return _RoofAxes(rows, cols, top, x_lo, x_hi, y_lo, y_hi, height, px_per_decade, -math.degrees(math.atan(slope_px)))
+    return _RoofAxes(rows, cols, top, x_lo, x_hi, y_lo, y_hi, height, px_per_decade, w_px,
+                     -math.degrees(math.atan(slope_px)))
 
 
-def _memory_roofs(fig: go.Figure, mem: pd.DataFrame, mem_labels: pd.DataFrame, ax: _RoofAxes, i: int, j: int,
-                  level_of: list[str | None]) -> None:
-    """The memory roofs of one panel, each rising to the top roof, labelled along its slope."""
+ROOF_LINE = {"limit": {"dash": "solid", "width": 1.5, "color": "#444"},
+             "pipe": {"dash": "dot", "width": 1.2, "color": "#666"},
+             "reference": {"dash": "dash", "width": 1.0, "color": "#9a9a9a"}}
+ROOF_BAND = "rgba(150,150,150,0.22)"
+
+
+def _roof_meta(r: pd.Series) -> dict[str, Any]:
+    """What a roof trace says of itself (tests read it: a limit no point may pass, and its clock)."""
+    unit = 1e12
+    return {"role": str(r["role"]), "kind": str(r["kind"]), "level": r["level"] if isinstance(r["level"], str) else None,
+            "value": float(r["hi"]) / unit, "lo": float(r["lo"]) / unit,
+            "clock_hz": float(r["clock_hz"]) if np.isfinite(r["clock_hz"]) else None, "label": str(r["label"])}
+
+
+def _memory_roofs(fig: go.Figure, mem: pd.DataFrame, ax: _RoofAxes, i: int, j: int,
+                  level_of: list[str | None], data_px: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The memory roofs of one panel, each rising to the top roof, labelled above its slope where the label
+    covers no data point and no other label; the screen points of the labels and lines (for the compute
+    roofs' labels to avoid)."""
     xs = np.logspace(math.log10(ax.x_lo), math.log10(ax.x_hi), 120)
+    taken: list[tuple[float, float]] = []  # sample points of the labels placed so far
+    lines: list[tuple[float, float]] = []
+    rad = math.radians(-ax.angle)
+    cos, sin = math.cos(rad), math.sin(rad)
+    mem = mem.sort_values("value", ascending=False)
     for _, m in mem.iterrows():
-        fig.add_trace(go.Scatter(x=xs, y=np.minimum(ax.top, m["value"] / 1e12 * xs), mode="lines",
-                                 showlegend=False, hoverinfo="skip",
-                                 line={"dash": "dash" if m["measured"] else "solid", "width": 1.2, "color": GREY}), i, j)
+        fig.add_trace(go.Scatter(x=xs, y=np.minimum(ax.top, m["value"] / 1e12 * xs), mode="lines", showlegend=False,
+                                 hoverinfo="text", hovertext=m["label"], meta=_roof_meta(m),
+                                 line=ROOF_LINE[str(m["role"])]), i, j)
         level_of.append(None)
-    for k, (_, m) in enumerate(mem_labels.sort_values("value", ascending=False).iterrows()):
+    groups: list[list[pd.Series]] = []  # lines closer than 1.35x share one label, on the highest of them
+    for _, m in mem.iterrows():
+        if groups and groups[-1][0]["value"] / m["value"] <= 1.35:
+            groups[-1].append(m)
+        else:
+            groups.append([m])
+    for grp in groups:
+        m = grp[0]
         bw = m["value"] / 1e12
-        # staggered heights, so that near-parallel lines keep their labels apart
-        yl = ax.y_lo * (ax.top / ax.y_lo) ** max(0.08, 0.62 - 0.2 * k)
-        xl = yl / bw
-        if xl < ax.x_lo * 1.2:
-            xl, yl = ax.x_lo * 1.2, ax.x_lo * 1.2 * bw
-        if yl < ax.top / 2:
-            fig.add_annotation(x=math.log10(xl), y=math.log10(yl), text=m["label"], showarrow=False,
-                               textangle=ax.angle, xanchor="left", yanchor="bottom",
-                               font={"size": 10, "color": "#555"}, row=i, col=j)
-        else:  # the line leaves the chart near its top: label it at its ridge point
-            fig.add_annotation(x=math.log10(max(ax.top / bw, ax.x_lo)), y=math.log10(ax.top), text=m["label"],
-                               showarrow=False, xanchor="left", yanchor="top", yshift=-14,
-                               font={"size": 10, "color": "#555"}, row=i, col=j)
+        texts = [" · ".join(str(g["label"]) for g in grp),
+                 " · ".join(f"{str(g['label']).split()[0]} {g['value'] / 1e12:.2f}" + (" ref." if g["role"] ==
+                                                                                       "reference" else "")
+                            for g in grp)]
+        text = texts[0]
+        x_in = max(ax.x_lo, ax.y_lo * 1.2 / bw)
+        x_ridge = min(ax.x_hi, ax.top / bw)
+        lines += [ax.px(x, bw * x) for x in np.logspace(math.log10(x_in), math.log10(x_ridge), 40)]
+        px_ridge = ax.px(x_ridge, ax.top)[0]
+        if ax.px(x_in, bw * x_in)[0] + (5.4 * len(text) + 6) * cos > px_ridge:
+            text = texts[1]  # the long label does not fit along the line: the short one
+        w = 5.4 * len(text) + 6
+        best: tuple[int, float, int, list[tuple[float, float]]] | None = None
+        # above the line; the lowest line may also be labelled below it (no other line is there to claim it)
+        for side in ((1, -1) if grp is groups[-1] else (1,)):
+            for k in range(14):  # anchors along the sloped part of the line, low to high; the label runs up along it
+                x0 = x_in * (x_ridge / x_in) ** (0.03 + 0.07 * k)
+                p0 = ax.px(x0, bw * x0)
+                if p0[0] + w * cos > px_ridge + 2 and k:
+                    break
+                hs = (4, 12) if side > 0 else (-6, -14)
+                box = [(p0[0] + t * cos - h * sin, p0[1] + t * sin + h * cos) for t in np.arange(0, w, 8) for h in hs]
+                bad = sum(1 for px, py in data_px
+                          if -4 < (px - p0[0]) * cos + (py - p0[1]) * sin < w + 4
+                          and -4 < side * (-(px - p0[0]) * sin + (py - p0[1]) * cos) < 20)
+                bad += sum(1 for bx, by in box for tx, ty in taken if abs(bx - tx) < 9 and abs(by - ty) < 9)
+                if best is None or bad < best[0]:
+                    best = (bad, x0, side, box)
+                if bad == 0:
+                    break
+            if best is not None and best[0] == 0:
+                break
+        if best is None:
+            continue
+        _, x0, side, box = best
+        taken += box
+        # anchored at its centre (plotly turns a label about its centre): half its width up the line, and off it
+        px_per_x_decade = ax.w_px / math.log10(ax.x_hi / ax.x_lo)
+        xc = x0 * 10 ** (w / 2 * cos / px_per_x_decade)
+        off = 10 if side > 0 else -10
+        fig.add_annotation(x=math.log10(xc), y=math.log10(bw * xc), text=text, showarrow=False, textangle=ax.angle,
+                           xanchor="center", yanchor="middle", xshift=-off * sin, yshift=off * cos,
+                           font={"size": 10, "color": "#444"}, row=i, col=j)
+    return lines + taken
 
 
 def _compute_roofs(fig: go.Figure, here: pd.DataFrame, ax: _RoofAxes, n_cols: int, i: int, j: int,
-                   level_of: list[str | None]) -> None:
-    """The compute roofs that hold for one panel, each labelled where no other label or line is."""
+                   level_of: list[str | None], data_px: list[tuple[float, float]]) -> None:
+    """The compute roofs that hold for one panel: limits solid, pipes' peaks dotted, references dashed, a band
+    where two measured roofs are one; each labelled where no other label, line or data point is."""
     here = here.sort_values("value", ascending=False)
-    spots = _label_spots([math.log10(v / 1e12) for v in here["value"]], [6.0 * len(t) + 4 for t in here["label"]],
-                         14, ax.px_per_decade, (PAGE_WIDTH - 440) / n_cols)
+    spots = _label_spots([math.log10(v / 1e12) for v in here["value"]], [5.6 * len(t) + 6 for t in here["label"]],
+                         14, ax.px_per_decade, ax.w_px, [(x, y / ax.px_per_decade) for x, y in data_px])
     xl = np.logspace(math.log10(ax.x_lo), math.log10(ax.x_hi), 24)
     for (_, c), (frac, above) in zip(here.iterrows(), spots, strict=True):
-        v = c["value"] / 1e12
-        fig.add_trace(go.Scatter(x=xl, y=[v] * len(xl), mode="lines", showlegend=False, hoverinfo="text",
-                                 hovertext=f"{c['name']}: {fmt_num(v)} TFLOP/s",
-                                 line={"dash": c["dash"], "width": 1.2, "color": "#555"}), i, j)
+        v, lo = c["hi"] / 1e12, c["lo"] / 1e12
+        if lo < v * 0.995:  # a band: the two measured rates the hardware defines as equal
+            fig.add_trace(go.Scatter(x=[*xl, *xl[::-1]], y=[v] * len(xl) + [lo] * len(xl), mode="lines",
+                                     fill="toself", fillcolor=ROOF_BAND, line={"width": 0}, showlegend=False,
+                                     hoverinfo="text", hovertext=c["label"], meta=_roof_meta(c)), i, j)
+        else:
+            fig.add_trace(go.Scatter(x=xl, y=[v] * len(xl), mode="lines", showlegend=False, hoverinfo="text",
+                                     hovertext=c["label"], meta=_roof_meta(c), line=ROOF_LINE[str(c["role"])]), i, j)
         level_of.append(None)
-        fig.add_annotation(x=math.log10(ax.x_lo) + frac * math.log10(ax.x_hi / ax.x_lo), y=math.log10(v), text=c["label"],
-                           showarrow=False, xanchor="right", yanchor="bottom" if above else "top",
-                           font={"size": 10, "color": "#333"}, bgcolor="rgba(255,255,255,0.6)",
-                           borderpad=0, row=i, col=j)
+        fig.add_annotation(x=math.log10(ax.x_lo) + frac * math.log10(ax.x_hi / ax.x_lo), y=math.log10(v),
+                           text=c["label"], showarrow=False, xanchor="right", yanchor="bottom" if above else "top",
+                           yshift=0 if above else -(math.log10(v / lo) * ax.px_per_decade),
+                           font={"size": 10, "color": "#333" if c["role"] != "reference" else "#777"},
+                           bgcolor="rgba(255,255,255,0.7)", borderpad=0, row=i, col=j)
 
 
 def _range_points(fig: go.Figure, sub: pd.DataFrame, st: Style, label: str, fields: list[str], shown: set[str],
@@ -783,7 +830,7 @@ def _range_points(fig: go.Figure, sub: pd.DataFrame, st: Style, label: str, fiel
         jx, jy = [], []
         for _, rg in g.groupby("range", sort=False):
             if len(rg) > 1:
-                jx += [*rg["intensity"], None]
+                jx += [*rg["_x"], None]
                 jy += [*rg["tflops"], None]
         if jx:
             fig.add_trace(go.Scatter(x=jx, y=jy, mode="lines", showlegend=False, hoverinfo="skip",
@@ -795,12 +842,15 @@ def _range_points(fig: go.Figure, sub: pd.DataFrame, st: Style, label: str, fiel
                      f"{fmt_num(r.ms)} ms{_counted_hover(r)}{hover_note and '<br>' + hover_note}"
                      for _, r in lg.iterrows()]
             ringed = lg["_excess"].to_numpy()
+            clipped = lg["_x"] < lg["intensity"]
+            symbol = LEVEL_SYMBOL.get(str(level), "circle")
             fig.add_trace(go.Scatter(
-                x=lg["intensity"], y=lg["tflops"], mode="markers", name=name, legendgroup=name,
+                x=lg["_x"], y=lg["tflops"], mode="markers", name=name, legendgroup=name, meta={"role": "data",
+                                                                                               "level": str(level)},
                 showlegend=name not in shown, legendrank=100 + list(st).index(name), hovertext=hover, hoverinfo="text",
-                marker={"symbol": LEVEL_SYMBOL.get(str(level), "circle"), "size": lg["_size"], "color": color,
-                        "line": {"width": [2.5 if x else 0.5 for x in ringed],
-                                 "color": ["#111" if x else "white" for x in ringed]}}), i, j)
+                marker={"symbol": ["triangle-right" if c else symbol for c in clipped], "size": lg["_size"],
+                        "color": color, "line": {"width": [2.5 if x else 0.5 for x in ringed],
+                                                 "color": ["#111" if x else "white" for x in ringed]}}), i, j)
             shown.add(name)
             level_of.append(str(level))
 
@@ -858,38 +908,53 @@ def roofline(points: pd.DataFrame, ceil: pd.DataFrame, title: str, style: Style 
     pts["_excess"] = ratio.fillna(0) > EXCESS_RATIO
     useful = "basis" in pts and (pts["basis"] == "useful").any()
     fields = [f for f in fields if f in pts]
-    labels = _ceiling_labels(ceil)
-    comp, mem = labels[labels["kind"] == "compute"], labels[labels["kind"] == "memory"]
-    mem_labels = _ceiling_labels(ceil[ceil["kind"] == "memory"], close=1.35)  # one label for lines this close
-    ax = _roof_axes(pts, comp, mem, facet_row)
-    comp = comp[comp["where"].isna() | (comp["value"] <= ax.top * 1e12 * 1.05)]  # a bound above every roof binds nothing
+    drawn = roofs(ceil, pts)
+    st = {s: v for s, v in _style(style, pts[label].unique()).items() if s in set(pts[label])}
+    size_note = _marker_sizes(pts, size_by)
+    levels = [lv for lv in LEVEL_SYMBOL if lv in set(pts["level"])]
+    glyphs = " ".join(f"{LEVEL_GLYPH[lv]} {lv}" for lv in levels)
+    legend_title = f"marker: {glyphs}{size_note}"
+    if pts["_excess"].any():
+        legend_title += f"<br>ringed: counts > {EXCESS_RATIO:g}× model"
+    legend_px = 40 + 6.6 * max([len(n) for n in st] + [len(x) for x in legend_title.split("<br>")])
+    ax = _roof_axes(pts, drawn, facet_row, legend_px)
+    comp, mem = drawn[drawn["kind"] == "compute"], drawn[drawn["kind"] == "memory"]
+    # a bound above every roof binds nothing
+    comp = comp[comp["where"].isna() | (comp["value"] <= ax.top * 1e12 * 1.05)]
+    edge = ax.x_hi / 10 ** 0.08
+    pts["_x"] = pts["intensity"].clip(upper=edge)
     titles = [", ".join(x for x in ((f"{facet_row}={plain_value(rv)}" if rv is not None else ""), (cv or "")) if x)
               for rv in ax.rows for cv in ax.cols]
     fig = make_subplots(rows=len(ax.rows), cols=len(ax.cols), shared_xaxes="all", shared_yaxes="all",
                         subplot_titles=titles if any(titles) else None, horizontal_spacing=0.05,
                         vertical_spacing=0.08 if len(ax.rows) > 1 else 0.02)
-    st = {s: v for s, v in _style(style, pts[label].unique()).items() if s in set(pts[label])}
-    size_note = _marker_sizes(pts, size_by)
     level_of: list[str | None] = []  # per trace: its level, "join", or None (a ceiling)
     shown: set[str] = set()
     for i, rv in enumerate(ax.rows, 1):
         for j, cv in enumerate(ax.cols, 1):
             sub = pts if rv is None else pts[pts[facet_row] == rv]
             sub = sub if cv is None else sub[sub["pass"] == cv]
-            _memory_roofs(fig, mem, mem_labels, ax, i, j, level_of)
-            _compute_roofs(fig, comp[[applies(w, sub) for w in comp["where"]]], ax, len(ax.cols), i, j, level_of)
+            data_px = [ax.px(x, y) for x, y in zip(sub["_x"], sub["tflops"], strict=True) if x > 0 and y > 0]
+            drawn_px = _memory_roofs(fig, mem, ax, i, j, level_of, data_px)
+            _compute_roofs(fig, comp[[applies(w, sub) for w in comp["where"]]], ax, len(ax.cols), i, j, level_of,
+                           data_px + drawn_px)
             _range_points(fig, sub, st, label, fields, shown, i, j, level_of, hover_note)
-    levels = [lv for lv in LEVEL_SYMBOL if lv in set(pts["level"])]
     log_axis(fig, "x", ax.x_lo, ax.x_hi, pad=1.0)
     log_axis(fig, "y", ax.y_lo, ax.y_hi, pad=1.0)
     fig.update_xaxes(title_text="arithmetic intensity [FLOP/byte]", row=len(ax.rows))
     fig.update_yaxes(title_text="useful performance [TFLOP/s, work model]" if useful else "performance [TFLOP/s]",
                      col=1)
-    glyphs = " ".join(f"{LEVEL_GLYPH[lv]} {lv}" for lv in levels)
-    ring = f"<br>ringed: counts > {EXCESS_RATIO:g}× the model's FLOPs" if pts["_excess"].any() else ""
-    fig.update_layout(title=title + (f"<br><sup>{note}</sup>" if note else ""), template=TEMPLATE, height=ax.height,
-                      legend={"title": {"text": f"marker: {glyphs}{size_note}{ring}"}, "itemsizing": "constant"},
-                      updatemenus=_level_menu(level_of, levels))
+    notes = [note] if note else []
+    if (pts["_x"] < pts["intensity"]).any():
+        far = pts.loc[pts["_x"] < pts["intensity"], "level"]
+        notes.append(f"▶ at the right edge: {', '.join(dict.fromkeys(far))} points beyond the axis (true intensity "
+                     "in the hover)")
+    clocks = sorted({round(float(h)) for h in pts.get("hz_sm", pd.Series(dtype=float)).dropna()})
+    meta = {"roofs": [_roof_meta(r) for _, r in drawn.iterrows()], "clocks_hz": clocks}
+    fig.update_layout(title=title + "".join(f"<br><sup>{n}</sup>" for n in notes), template=TEMPLATE,
+                      height=ax.height, margin=ROOF_MARGIN,
+                      legend={"title": {"text": legend_title}, "itemsizing": "constant"},
+                      updatemenus=_level_menu(level_of, levels), meta=meta)
     fit_legend(fig, len(st) + 2)
     return fig
 
@@ -1348,37 +1413,50 @@ def pipe_bars(pipes: pd.DataFrame, title: str, style: Style | None = None, floor
     return fig
 
 
-def bandwidth_vs_config(df: pd.DataFrame, suite: str, dtype: str, pass_: str, roof: tuple[float, str] | None,
+def bandwidth_vs_config(df: pd.DataFrame, suite: str, dtype: str, pass_: str,
+                        roof: tuple[float, str] | Sequence[Mapping[str, Any]] | None,
                         style: Style | None = None) -> go.Figure:
     """A memory-bound suite's speed as bandwidth: the compulsory bytes (inputs read once, outputs
-    written once) per second of each implementation, one marker per configuration (linear axis),
-    against the measured memory roof; the hover has the time."""
+    written once) per second of each implementation, one marker per configuration (categories: markers, no
+    lines), against the memory roofs (:func:`nsightlab.analysis.perf.bandwidth_roofs`: a limit solid, a
+    reference dashed and named so; each in the legend, so no label sits on the data); the hover has the time."""
     d = ok_rows(df)
     d = d[(d["suite"] == suite) & (d["dtype"] == dtype) & (d["pass"] == pass_) & (d["gbps"] > 0)]
     title = f"{suite}, {pass_} ({dtype}): compulsory bytes per second against the memory roof"
     if d.empty:
         return message(f"no {pass_} row of {suite} ran in {dtype}", title)
+    if roof is None:
+        roofs_: list[Mapping[str, Any]] = []
+    elif isinstance(roof, tuple):
+        roofs_ = [{"value": roof[0], "label": roof[1], "role": "reference" if "copy" in roof[1] else "limit"}]
+    else:
+        roofs_ = list(roof)
     configs = list(dict.fromkeys(d["config"]))
     st = _style(style, d["impl"].unique())
     fig = go.Figure()
+    top = d["gbps"].max() / 1e3
+    for r in sorted(roofs_, key=lambda r: -float(r["value"])):
+        bw = float(r["value"]) / 1e12
+        ref = r.get("role") == "reference"
+        fig.add_trace(go.Scatter(
+            x=[configs[0], configs[-1]], y=[bw, bw], mode="lines", name=f"{bw:.2f} TB/s: {r['label']}",
+            line={"dash": "dash" if ref else "solid", "color": "#9a9a9a" if ref else "#444", "width": 1.4},
+            hoverinfo="name", legendrank=1, meta={"role": str(r.get("role", "limit")), "kind": "y", "value": bw}))
+        top = max(top, bw)
     for name in [s for s in st if s in set(d["impl"])]:
         g = d[d["impl"] == name].set_index("config").reindex(configs).dropna(subset=["gbps"])
         fig.add_trace(go.Scatter(
-            x=list(g.index), y=g["gbps"] / 1e3, mode="markers+lines", name=name, line={"width": 1, "color": st[name]["color"]},
-            marker={"size": 9, "color": st[name]["color"], "symbol": st[name].get("symbol", "circle")},
+            x=list(g.index), y=g["gbps"] / 1e3, mode="markers", name=name, legendrank=100,
+            marker={"size": 10, "color": st[name]["color"], "symbol": st[name].get("symbol", "circle"),
+                    "line": {"width": 0.5, "color": "white"}}, meta={"role": "data"},
             hovertext=[f"<b>{name}</b> {c}<br>{fmt_num(r.gbps / 1e3)} TB/s, {fmt_num(r.ms * 1e3)} µs" for c, r in g.iterrows()],
             hoverinfo="text"))
-    top = d["gbps"].max() / 1e3
-    if roof is not None:
-        bw = roof[0] / 1e12
-        fig.add_hline(y=bw, line={"dash": "dash", "color": "#555", "width": 1.2},
-                      annotation={"text": f"{roof[1]}: {bw:.2f} TB/s", "font": {"size": 11, "color": "#333"}},
-                      annotation_position="top left")
-        top = max(top, bw)
-    fig.update_yaxes(title_text="compulsory bytes per second [TB/s]", range=[0, top * 1.15], rangemode="tozero")
-    fig.update_xaxes(title_text="configuration", tickfont={"size": 11}, automargin=True)
-    fig.update_layout(title=title, template=TEMPLATE, height=460)
-    fit_legend(fig, len(st))
+    fig.update_yaxes(title_text="compulsory bytes per second [TB/s]", range=[0, top * 1.1], rangemode="tozero")
+    fig.update_xaxes(title_text="configuration", tickfont={"size": 11}, automargin=True, type="category",
+                     showgrid=True)
+    fig.update_layout(title=title, template=TEMPLATE, height=500,
+                      legend={"orientation": "h", "y": -0.3, "yanchor": "top", "x": 0, "xanchor": "left"})
+    fit_legend(fig, len(st) // 3 + len(roofs_))
     return fig
 
 

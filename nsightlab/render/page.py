@@ -16,6 +16,7 @@ import ast
 import difflib
 import hashlib
 import html as _html
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -460,12 +461,34 @@ def format_rows(df: pd.DataFrame, key: str, columns: Iterable[str], formats: Map
     return out
 
 
+def column_format(values: pd.Series) -> str | None:
+    """One format for a numeric column, so that no column mixes ``2.2e+07`` with ``132,096``: whole numbers
+    with thousands separators; other numbers with the decimals that give the smallest three significant
+    digits (at most four), or all in exponent form where they span too many decades for that. None for a
+    column with no finite number (:func:`fmt_value` writes its cells)."""
+    v = pd.to_numeric(values, errors="coerce").astype(float)
+    v = v[np.isfinite(v)]
+    if not len(v):
+        return None
+    if (v == v.round()).all():
+        return "{:,.0f}"
+    a = v.abs()
+    small = float(a[a > 0].min()) if (a > 0).any() else 1.0
+    big = float(a.max())
+    if big >= 1e7 or small < 1e-3:
+        return "{:.2e}"
+    decimals = int(min(4, max(0, 2 - math.floor(math.log10(small)))))
+    return "{:,." + str(decimals) + "f}"
+
+
 def _cell_formats(d: pd.DataFrame, formats: Mapping[str, Any] | str | None) -> dict[str, Callable[[Any], str]]:
     """Per column: how a cell is written (``formats``' string or callable, else :func:`fmt_value`)."""
     per: dict[str, Callable[[Any], str]] = {}
     for c in d.columns:
         f = formats.get(c) if isinstance(formats, Mapping) else (
             formats if pd.api.types.is_numeric_dtype(d[c]) and not pd.api.types.is_bool_dtype(d[c]) else None)
+        if f is None and pd.api.types.is_numeric_dtype(d[c]) and not pd.api.types.is_bool_dtype(d[c]):
+            f = column_format(d[c])
         if f is None:
             per[c] = fmt_value
         elif callable(f):
@@ -502,7 +525,7 @@ def table_html(df: pd.DataFrame, formats: Mapping[str, Any] | str | None = None,
     for col, css in (cell_css or {}).items():
         if col in shown:
             st = st.map(css, subset=[headers.get(col, col)])
-    body = st.to_html(table_attributes='class="nsl-table"')
+    body = _breakable_headers(st.to_html(table_attributes='class="nsl-table"'))
     # a text column is never squeezed below about half its longest cell (up to 7em): a long name wraps, not each letter
     sized = [(i, (widths or {}).get(c) or f"{min(max((len(v) for v in shown[c]), default=0), 16) * 0.45:.2g}em")
              for i, c in enumerate(d.columns) if i not in aligned or c in (widths or {})]
@@ -513,6 +536,15 @@ def table_html(df: pd.DataFrame, formats: Mapping[str, Any] | str | None = None,
         return details(f"{_html.escape(title or 'Table')} ({rows})", f'<div class="nsl-scroll">{body}</div>')
     head = f'<div class="nsl-table-title">{_html.escape(title)}</div>' if title else ""
     return f'{head}<div class="nsl-scroll">{body}</div>'
+
+
+def _breakable_headers(body: str) -> str:
+    """A header such as ``tiled_uncoalesced`` may break after each underscore (``<wbr>``); cells are left as
+    they are (tests and readers search them)."""
+    def wbr(m: re.Match) -> str:
+        return re.sub(r"(>[^<]*<)", lambda t: t.group(1).replace("_", "_<wbr>"), m.group(0))
+
+    return re.sub(r"<thead>.*?</thead>", wbr, body, count=1, flags=re.S)
 
 
 def _fit_css(uid: str, aligned: list[int], widths: list[tuple[int, str]], columns: int = 0) -> str:
