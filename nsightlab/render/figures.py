@@ -1441,7 +1441,8 @@ def bandwidth_vs_config(df: pd.DataFrame, suite: str, dtype: str, pass_: str,
         fig.add_trace(go.Scatter(
             x=[configs[0], configs[-1]], y=[bw, bw], mode="lines", name=f"{bw:.2f} TB/s: {r['label']}",
             line={"dash": "dash" if ref else "solid", "color": "#9a9a9a" if ref else "#444", "width": 1.4},
-            hoverinfo="name", legendrank=1, meta={"role": str(r.get("role", "limit")), "kind": "y", "value": bw}))
+            hoverinfo="name", legendrank=1, meta={"role": str(r.get("role", "limit")), "kind": "y", "value": bw,
+                                                     "label": str(r["label"])}))
         top = max(top, bw)
     for name in [s for s in st if s in set(d["impl"])]:
         g = d[d["impl"] == name].set_index("config").reindex(configs).dropna(subset=["gbps"])
