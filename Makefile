@@ -1,5 +1,6 @@
 # The two set-up commands of the README, and the GPU ones.
-#   make report    render reports/ and docs/results.md from the committed profiles (no GPU, no torch)
+#   make report    render reports/ and docs/results.md from the committed profiles (no GPU, no torch; JOBS=N pages
+#                  at once, default: the machine's cores)
 #   make test      the CI test suite (no GPU)
 #   make gpu-test  the GPU test suite (on a machine with a CUDA GPU)
 #   make gpu-node STEPS="build test"   scripts/gpu_node.sh: build, GPU tests, sanitizer, bench, captures (docs/testing.md)
@@ -7,6 +8,8 @@
 PYTHON ?= python3
 REPORT_VENV := .venv-report
 TEST_VENV := .venv-test
+# pages rendered at once by `make report` (Dask worker threads; each page's notebook in a kernel process of its own)
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # On machines where pip has a local CPU wheel of torch 2.13 this installs it; elsewhere PyPI's.
 TORCH_SPEC ?= torch==2.13.0
 
@@ -21,7 +24,7 @@ $(REPORT_VENV)/.ok: pyproject.toml
 # every notebook on every capture, the comparison pages profiles/comparisons.toml declares, and the documents
 # plug-ins register (docs/results.md); pages whose inputs did not change are kept (--force renders them all again)
 report: $(REPORT_VENV)/.ok
-	$(REPORT_VENV)/bin/nsightlab report --profiles profiles --reports reports
+	$(REPORT_VENV)/bin/nsightlab report --profiles profiles --reports reports --jobs $(JOBS)
 
 $(TEST_VENV)/.ok: pyproject.toml
 	$(PYTHON) -m venv $(TEST_VENV)

@@ -549,3 +549,44 @@ def test_relative_folders_are_the_callers(tmp_path, monkeypatch, capsys):
     assert report_main(["--profiles", "empty", "--reports", "out"]) == 2
     assert f"no capture under {tmp_path / 'empty'}" in capsys.readouterr().err
     assert Path.cwd() == tmp_path and (tmp_path / "out").is_dir()  # the caller's out/, not the repository's
+
+
+def test_pages_on_dask_worker_threads_are_the_same_whatever_jobs(tmp_path, monkeypatch):
+    """--jobs N runs the pages as Dask tasks on N worker threads: every page is written once, with the same bytes,
+    whatever N and whatever order they finish in; a page that fails is one line and the others still come."""
+    import argparse
+    import random
+    import threading
+
+    from nsightlab.render import report as R
+
+    def fake(job, a, reports, stop):
+        assert isinstance(stop, threading.Event)  # found by name in this process, though the task was pickled
+        time.sleep(random.random() * 0.05)
+        if job.notebook == "broken":
+            raise ValueError("cell 3 failed\nKeyError: 'x'")
+        job.out.parent.mkdir(parents=True, exist_ok=True)
+        job.out.write_text(f"<html>{job.label} {json.dumps(job.params, sort_keys=True)}</html>")
+        return {"summary": [job.label], "title": job.label}
+
+    monkeypatch.setattr(R, "_render", fake)
+    outs = {}
+    for jobs in (1, 3):
+        reports = tmp_path / f"r{jobs}"
+        todo = [R.Job(f"gpu/cap{i}/{nb}", nb, reports / "gpu" / f"cap{i}" / f"{nb}.html", {"i": i}, f"h{i}")
+                for i in range(6) for nb in ("roofline", "l2")] + [R.Job("gpu/bad/broken", "broken", reports / "b.html", {}, "x")]
+        a = argparse.Namespace(standalone=False, profiles=str(tmp_path), kernel="python3", jobs=jobs, scheduler=None)
+        failed = R._render_all(todo, a, reports)
+        assert failed == [("gpu/bad/broken", "ValueError: KeyError: 'x'")]
+        outs[jobs] = {p.relative_to(reports): p.read_bytes() for p in sorted(reports.rglob("*")) if p.is_file()}
+    assert outs[1] == outs[3] and len([p for p in outs[1] if p.suffix == ".html"]) == 12
+
+
+def test_report_scheduler_unreachable_is_one_line(tmp_path, capsys, monkeypatch):
+    from nsightlab.run import cluster
+
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT", 1.0)
+    assert report_main(["--profiles", "profiles", "--reports", str(tmp_path / "r"), "--only", "device",
+                        "--scheduler", "tcp://127.0.0.1:9", "--force"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("nsightlab report: error: --scheduler tcp://127.0.0.1:9: the scheduler cannot be reached")

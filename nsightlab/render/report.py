@@ -34,7 +34,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -498,7 +497,12 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--reports", default=str(REPO / "reports"),
                    help="where the pages go (created if missing; pages whose inputs did not change are kept)")
     p.add_argument("--kernel", default="python3", help="Jupyter kernel name for papermill")
-    p.add_argument("--jobs", type=positive_int, default=2, help="notebooks rendered in parallel")
+    p.add_argument("--jobs", "-j", type=positive_int, default=2,
+                   help="pages rendered at once (Dask worker threads of this process, each page's notebook in a "
+                        "kernel process of its own; `make report` gives the machine's cores)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="render the pages on the workers of a running Dask cluster instead (they must see this "
+                        "repository and the profiles and reports folders at the same paths)")
     p.add_argument("--only", default="", help="comma-separated notebook names to render (default: all that apply; "
                    f"'{COMPARE}': the comparison pages; 'why' also renders the declared [[why]] before/after pages, "
                    "whose notebook it is); the index still lists every page already rendered")
@@ -585,56 +589,84 @@ def _render(job: Job, a: argparse.Namespace, reports: Path, stop: threading.Even
                             standalone=a.standalone, stop=stop)
 
 
-def _run_one(job: Job, a: argparse.Namespace, reports: Path, stop: threading.Event,
-             progress: Progress) -> tuple[Job, str | None]:
-    """Render one page and write its meta; the failure's one line, or None."""
-    if stop.is_set():
-        return job, "interrupted"
-    t0 = time.perf_counter()
-    try:
-        info = _render(job, a, reports, stop)
-        write_meta(job.out, {"inputs": job.inputs, "summary": info["summary"], "title": info["title"],
-                             "notebook": job.notebook, "page": job.label})
-        print(progress.line(job.label, f"{time.perf_counter() - t0:.1f} s"), flush=True)
-        return job, None
-    except KeyboardInterrupt:
-        return job, "interrupted"
-    except Exception as exc:  # noqa: BLE001 - one broken capture must not stop the others
-        if stop.is_set():
-            return job, "interrupted"
-        text = str(exc).strip()
-        msg = f"{type(exc).__name__}: {text.splitlines()[-1] if text else ''}".rstrip(": ")
-        print(progress.line(job.label, f"FAILED: {msg}"), file=sys.stderr, flush=True)
-        return job, msg
-
-
 def _render_all(todo: list[Job], a: argparse.Namespace, reports: Path) -> list[tuple[str, str]] | None:
-    """Render ``todo`` on ``--jobs`` threads; the failures, or None when interrupted (Ctrl-C: the
-    notebooks still running are stopped and no page is left half-written)."""
+    """Render ``todo`` as Dask tasks: on ``--jobs`` worker threads of this process (each page's notebook runs in
+    a Jupyter kernel process of its own: the threads wait on them, and papermill's and nbconvert's Python in
+    between), or on the workers of ``--scheduler``. The failures, or None when interrupted (Ctrl-C: the notebooks
+    still running are stopped and no page is left half-written)."""
+    from distributed import Client, LocalCluster, as_completed
+
+    from ..run.cluster import join
+
     stop = threading.Event()
     allow_kernels()
     progress = Progress(len(todo))
-    failures = []
-    pool = ThreadPoolExecutor(max_workers=max(1, a.jobs))
+    failures: list[tuple[str, str]] = []
+    if not todo:
+        return failures
+    remote = bool(getattr(a, "scheduler", None))
+    token = f"{os.getpid()}-{id(stop)}"
+    _STOPS[token] = stop  # the tasks are pickled even in this process: they find the event by its name
+    cluster = None
+    if remote:
+        client = join(a.scheduler, None)  # ClusterError: said in one line by _run
+    else:
+        cluster = LocalCluster(n_workers=1, threads_per_worker=max(1, a.jobs), processes=False,
+                               dashboard_address=None, silence_logs=40)
+        client = Client(cluster)
+    futures = []
     try:
-        futures = [pool.submit(_run_one, j, a, reports, stop, progress) for j in todo]
+        for j in todo:  # the pages in order (the index lists them so); any free worker takes the next
+            futures.append(client.submit(_page_task, j, a, reports, None if remote else token, pure=False,
+                                         key=f"page-{len(futures)}-{j.label}-{token}"))
         for fut in as_completed(futures):
-            job, err = fut.result()
+            label, err, seconds = fut.result()
             if err:
-                failures.append((job.label, err))
+                if err != "interrupted":
+                    print(progress.line(label, f"FAILED: {err}"), file=sys.stderr, flush=True)
+                failures.append((label, err))
+            else:
+                print(progress.line(label, f"{seconds:.1f} s"), flush=True)
     except KeyboardInterrupt:
         stop.set()
         print("interrupted: stopping the notebooks still running ...", file=sys.stderr, flush=True)
-        pool.shutdown(wait=False, cancel_futures=True)
+        client.cancel(futures, force=True)
         stop_kernels()
-        pool.shutdown(wait=True)
         _clean_render_dirs(reports)
         print("interrupted: no page was left half-written; the index is unchanged", file=sys.stderr, flush=True)
         return None
     finally:
-        pool.shutdown(wait=True)
+        client.close()
+        if cluster is not None:
+            cluster.close()
+        _STOPS.pop(token, None)
         _clean_render_dirs(reports)
     return failures
+
+
+#: the stop events of the renders running in this process, by name (a Dask task's arguments are pickled)
+_STOPS: dict[str, threading.Event] = {}
+
+
+def _page_task(job: Job, a: argparse.Namespace, reports: Path, token: str | None) -> tuple[str, str | None, float]:
+    """A Dask task: render one page and write its meta; (its label, the failure's one line or None, seconds).
+    ``token``: the name of this process's stop event (None on another machine's worker)."""
+    stop = _STOPS.get(token) if token else None
+    if stop is not None and stop.is_set():
+        return job.label, "interrupted", 0.0
+    t0 = time.perf_counter()
+    try:
+        info = _render(job, a, reports, stop or threading.Event())
+        write_meta(job.out, {"inputs": job.inputs, "summary": info["summary"], "title": info["title"],
+                             "notebook": job.notebook, "page": job.label})
+        return job.label, None, time.perf_counter() - t0
+    except KeyboardInterrupt:
+        return job.label, "interrupted", 0.0
+    except Exception as exc:  # noqa: BLE001 - one broken capture must not stop the others
+        if stop is not None and stop.is_set():
+            return job.label, "interrupted", 0.0
+        text = str(exc).strip()
+        return job.label, f"{type(exc).__name__}: {text.splitlines()[-1] if text else ''}".rstrip(": "), 0.0
 
 
 def _clean_render_dirs(reports: Path) -> None:
@@ -727,7 +759,13 @@ def _run(a: argparse.Namespace) -> int:
     todo = [j for j in chosen if a.force or not j.out.exists() or read_meta(j.out).get("inputs") != j.inputs]
     if len(chosen) > len(todo):
         print(f"{len(chosen) - len(todo)} page(s) up to date (inputs unchanged)", flush=True)
-    failed = _render_all(todo, a, reports)
+    from ..run.cluster import ClusterError
+
+    try:
+        failed = _render_all(todo, a, reports)
+    except ClusterError as exc:
+        print_error(a.prog, str(exc))
+        return BAD_INPUT
     if failed is None:
         return 130
     index.failures += failed

@@ -1417,7 +1417,7 @@ def where_from_args(a: argparse.Namespace, gpus: Callable[[], list[dict[str, Any
         cluster.check_models([g for g in known if g["index"] in chosen], a.allow_mixed)
         return Where(gpus=tuple(chosen))
     if a.scheduler or a.scheduler_file:
-        return Where(address=a.scheduler, scheduler_file=a.scheduler_file, timeout=cluster.CONNECT_TIMEOUT)
+        return Where(address=a.scheduler, scheduler_file=a.scheduler_file)
     return None
 
 

@@ -133,7 +133,7 @@ class Where:
     gpus: tuple[int, ...] = ()
     address: str | None = None
     scheduler_file: str | None = None
-    timeout: float = CONNECT_TIMEOUT
+    timeout: float | None = None  # None: CONNECT_TIMEOUT
 
     def describe(self) -> str:
         if self.address:
@@ -146,10 +146,12 @@ class Where:
         return {"gpus": list(self.gpus), "address": self.address, "scheduler_file": self.scheduler_file}
 
 
-def join(address: str | None = None, scheduler_file: str | None = None, timeout: float = CONNECT_TIMEOUT) -> Any:
-    """A ``distributed.Client`` of a running scheduler; ClusterError in one line when it cannot be reached."""
+def join(address: str | None = None, scheduler_file: str | None = None, timeout: float | None = None) -> Any:
+    """A ``distributed.Client`` of a running scheduler; ClusterError in one line when it cannot be reached within
+    ``timeout`` seconds (default :data:`CONNECT_TIMEOUT`)."""
     from distributed import Client
 
+    timeout = CONNECT_TIMEOUT if timeout is None else timeout
     flag = f"--scheduler {address}" if address else f"--scheduler-file {scheduler_file}"
     if scheduler_file and not os.path.isfile(scheduler_file):
         raise ClusterError(f"{flag}: no such file (a scheduler started with --scheduler-file FILE writes it; or give "
