@@ -460,3 +460,28 @@ def test_session_reader_never_raises(tmp_path):
     assert ncu_session.ncu_settings(None)["clock_control"] is None
     s = ncu_session.ncu_settings("ncu --set full --replay-mode=application -o x ./app")
     assert (s["clock_control"], s["replay_mode"], s["set"]) == ("base", "application", "full")  # base: ncu's default
+
+
+def test_a_folder_of_reports_is_read_in_parallel_the_same_as_one_by_one(tmp_path, ncu_rep, capsys):
+    """`nsightlab import FOLDER -j N`: every report in the folder (below it too; hidden files left out), read in Dask
+    worker processes, gives the capture that reading them one by one gives; a bad one names itself."""
+    folder = tmp_path / "runs"
+    (folder / "more").mkdir(parents=True)
+    for i in range(3):
+        make_foreign_sqlite(folder / f"t{i}.sqlite")
+    shutil.copyfile(ncu_rep, folder / "more" / "k.ncu-rep")
+    (folder / ".hidden.sqlite").write_text("not a database")
+    (folder / "notes.txt").write_text("not a report")
+    assert [p.name for p in importer.reports_in(folder)] == ["k.ncu-rep", "t0.sqlite", "t1.sqlite", "t2.sqlite"]
+    one = store.validate(importer.import_reports([folder], tmp_path / "a", jobs=1))
+    many_path = importer.import_reports([folder], tmp_path / "b", jobs=3)
+    many = store.validate(many_path)
+    assert many_path.name == "runs"  # a folder's name names the capture
+    for key in ("ncu", "nsys", "imported_from", "files", "gpu", "cases"):
+        assert one[key] == many[key], key
+    (folder / "t1.sqlite").write_text("broken")
+    with pytest.raises(ProfileError, match="t1.sqlite"):
+        importer.import_reports([folder], tmp_path / "c", jobs=2)
+    (tmp_path / "empty").mkdir()
+    assert importer.main([str(tmp_path / "empty"), "--profiles", str(tmp_path / "d")]) == 2
+    assert "a folder with no report in it" in capsys.readouterr().err

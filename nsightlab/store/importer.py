@@ -32,7 +32,7 @@ from typing import Any
 import pandas as pd
 
 from ..core import ranges, tools
-from ..core.args import BAD_INPUT, ArgumentParser, print_error
+from ..core.args import BAD_INPUT, ArgumentParser, positive_int, print_error
 from ..core.errors import ProfileError
 from ..core.errors import ToolError as _ToolError
 from ..core.files import local_copy, place, sha256
@@ -268,6 +268,20 @@ def export_nsys_rep(src: Path, out: Path, nsys: Path) -> list[str]:
     return cmd
 
 
+def reports_in(folder: Path) -> list[Path]:
+    """The reports in ``folder`` and below (every accepted suffix), sorted by path; ProfileError when there are none."""
+    found = sorted(p for p in folder.rglob("*") if p.is_file() and _suffix(p) is not None
+                   and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+    if not found:
+        raise ProfileError(f"{folder}: a folder with no report in it; accepted: {', '.join(ACCEPTED)}")
+    return found
+
+
+def expand(paths: Sequence[str | os.PathLike]) -> list[Path]:
+    """``paths`` with each folder replaced by the reports in it (:func:`reports_in`)."""
+    return [r for p in map(Path, paths) for r in (reports_in(p) if p.is_dir() else [p])]
+
+
 def _classify(paths: Sequence[str | os.PathLike]) -> list[Report]:
     if not paths:
         raise ProfileError(f"no report given; accepted: {', '.join(ACCEPTED)}")
@@ -343,16 +357,44 @@ def _one_gpu(reports: list[Report]) -> str:
     return first.gpu_names[0]
 
 
+def _describe(rep: Report, plugins: Sequence[str] = ()) -> Report:
+    """Read one report (a Dask task where several are read at once: the plug-ins loaded in its process too)."""
+    if plugins:
+        from ..problems.impls import load_plugins
+
+        load_plugins(list(plugins))
+    (describe_ncu if rep.kind == "ncu" else describe_nsys)(rep)
+    _one_gpu([rep])  # a report of several GPUs is said as such, naming it
+    return rep
+
+
+def describe_all(reports: list[Report], jobs: int = 1, plugins: Sequence[str] = ()) -> list[Report]:
+    """Every report read (:func:`describe_ncu`, :func:`describe_nsys`), ``jobs`` at once in worker processes of a
+    Dask LocalCluster (the readers hold the GIL and Nsight's reader is not known to be thread-safe); in order. The
+    first report that does not read (in the given order) raises its error."""
+    if jobs <= 1 or len(reports) < 2:
+        return [_describe(r, plugins) for r in reports]
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=min(jobs, len(reports)), threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=40) as cluster, Client(cluster) as client:
+        futures = [client.submit(_describe, r, tuple(plugins), pure=False) for r in reports]
+        client.gather(futures, errors="skip")
+        for f in futures:  # the first failure in the reports' order
+            if f.status == "error":
+                raise f.exception()
+        return client.gather(futures)
+
+
 def _fill(tmp: Path, reports: list[Report], nsys_exe: Path | None, commands: list[dict[str, Any]], name: str,
-          description: str | None, stamp: str) -> str:
+          description: str | None, stamp: str, jobs: int = 1, plugins: Sequence[str] = ()) -> str:
     """Read every report and write the capture into ``tmp`` (files, manifest, compacted, checked);
     returns the GPU's name."""
     count = {"ncu": 0, "nsys": 0}
     for rep in reports:
         count[rep.kind] += 1
         _stage(rep, rep.kind if count[rep.kind] == 1 else f"{rep.kind}-{count[rep.kind]}", tmp, nsys_exe, commands)
-        (describe_ncu if rep.kind == "ncu" else describe_nsys)(rep)
-        _one_gpu([rep])  # a report of several GPUs fails before the next is read
+    reports[:] = describe_all(reports, jobs, plugins)
     gpu_name = _one_gpu(reports)
     for rep in reports:
         if not (tmp / rep.stored).exists():
@@ -364,14 +406,19 @@ def _fill(tmp: Path, reports: list[Report], nsys_exe: Path | None, commands: lis
 
 def import_reports(paths: Sequence[str | os.PathLike], profiles: str | os.PathLike = "profiles", name: str | None = None,
                    nsys: str | os.PathLike | None = None, *, description: str | None = None,
-                   argv: Sequence[str] | None = None, replace: bool = False) -> Path:
+                   argv: Sequence[str] | None = None, replace: bool = False, jobs: int = 1,
+                   plugins: Sequence[str] = ()) -> Path:
     """Import ``paths`` into ``<profiles>/<gpu-slug>/<name>/`` and return that folder. An existing folder
-    there is replaced only with ``replace`` (kept in a dated backup until the new one is in place).
+    there is replaced only with ``replace`` (kept in a dated backup until the new one is in place). A folder among
+    ``paths`` stands for the reports in it (:func:`reports_in`); ``jobs``: reports read at once (``plugins``: the
+    modules the readers' processes load).
 
     Raises ProfileError (missing file, unknown suffix, bad name, a report that does not open or
     holds no kernel, reports of different GPUs, a capture of that name that exists and no ``replace``)
     or tools.ToolError (a .nsys-rep and no nsys)."""
-    reports = _classify(paths)
+    reports = _classify(expand(paths))
+    if name is None and len(paths) == 1 and Path(paths[0]).is_dir():
+        name = default_name(Path(paths[0]).resolve().name)
     name = check_name(name) if name is not None else default_name(reports[0].path)
     nsys_exe = _nsys_for(reports, nsys)
     profiles = Path(profiles).resolve()
@@ -384,7 +431,7 @@ def import_reports(paths: Sequence[str | os.PathLike], profiles: str | os.PathLi
         argv if argv is not None else [*map(str, paths), "--profiles", str(profiles), "--name", name])]}]
     tmp.mkdir(parents=True)
     try:
-        gpu_name = _fill(tmp, reports, nsys_exe, commands, name, description, stamp)
+        gpu_name = _fill(tmp, reports, nsys_exe, commands, name, description, stamp, jobs, plugins)
         dest = profiles / store.gpu_slug(gpu_name) / name
         place(tmp, dest, replace=replace)
     except BaseException:
@@ -461,7 +508,11 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab import") -> int:
     p = ArgumentParser(prog=prog, description=__doc__,
                        epilog="exit status: 0 imported, 2 bad input (a report that does not open, a bad name, a "
                               "capture of that name that exists without --replace, a folder that cannot be written)")
-    p.add_argument("reports", nargs="+", metavar="REPORT", help=f"reports to import ({', '.join(ACCEPTED)})")
+    p.add_argument("reports", nargs="+", metavar="REPORT",
+                   help=f"reports to import ({', '.join(ACCEPTED)}), or folders: every report in them, read in parallel")
+    p.add_argument("--jobs", "-j", type=positive_int, default=os.cpu_count() or 1,
+                   help="reports read at once (Dask worker processes) when there are several (default: the machine's "
+                        "cores)")
     p.add_argument("--profiles", default="profiles", help="profile store root (default: profiles)")
     p.add_argument("--name", help="capture name (default: the first report's file name without its suffix)")
     p.add_argument("--replace", action="store_true",
@@ -481,7 +532,7 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab import") -> int:
         p.error(str(exc))
     try:
         dest = import_reports(a.reports, a.profiles, a.name, a.nsys, description=a.description, argv=argv,
-                              replace=a.replace)
+                              replace=a.replace, jobs=a.jobs, plugins=a.plugin)
     except (ProfileError, tools.ToolError, _ToolError, OSError) as exc:
         print_error(prog, str(exc))
         return BAD_INPUT
