@@ -88,7 +88,10 @@ with nb.section():
         figures.show(figures.onset_evidence(m.evidence, x, f"{row['sweep']}: measured onset at {x}="
                                             f"{m.value:,.0f}", color))
         nb.note(f"**{row['sweep']}:** {m.reason}.")
-    nb.table(onsets, {"modeled_onset": "{:,.0f}", "measured_onset": "{:,.0f}"}, "onsets",
+    # the sweep's name spells its fields (implementation, pass, shape, options): the table keeps it and the onsets
+    shown = [c for c in ("sweep", "modeled_onset", "modeled_note", "measured_onset", "measured_note", f"{x}_range",
+                         "points") if c in onsets]
+    nb.table(onsets[shown], {"modeled_onset": "{:,.0f}", "measured_onset": "{:,.0f}"}, "onsets",
              headers={"modeled_onset": f"modeled onset ({x})", "modeled_note": "modeled: how",
                       "measured_onset": f"measured onset ({x})", "measured_note": "measured: the rule's reading",
                       f"{x}_range": f"{x} range", "points": "points"},

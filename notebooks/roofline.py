@@ -22,10 +22,10 @@
 # declares one, so that two implementations of one case rank as their times do; the FLOPs the hardware
 # *counted* are in every point's hover, and a point whose kernel executes more than 1.1× the model (recomputation,
 # masked or padded tiles) is ringed; the last section says where the excess comes from. The ceilings are Nsight
-# Compute's own peaks per cycle at one clock per GPU (its maximum SM clock; the tensor peak the dense one,
-# derived below the figure; a range's share of a peak is taken at the clock it ran at) and what the capture
-# measured on this GPU: cuBLAS GEMMs and a device copy, and in captures that have them, the `mma.sync` and
-# `wgmma` tensor instructions and the MUFU exp2 rate that bounds softmax.
+# Compute's own peaks per cycle, drawn at the highest clock a range of the figure ran at (the clock is in the label;
+# the tensor peak the dense one, derived below the figure; a range's share of a peak is taken at the clock it ran
+# at), and what the capture measured on this GPU: cuBLAS GEMMs and a device copy, and in captures that have them,
+# the `mma.sync` and `wgmma` tensor instructions and the MUFU exp2 rate that bounds softmax.
 
 # %% tags=["parameters"]
 capture: str = "profiles/nvidia-h200/seqlen"  # capture folder (python -m nsightlab.store list); relative paths: cwd, then the repo
@@ -72,12 +72,15 @@ for line in roofline.caveats(manifest, pts):
 #
 # Marker shape is the memory level, colour the implementation, size the swept field; a range's three markers share
 # its FLOP/s and are joined; a black ring marks a range that counts more than 1.1× its model's FLOPs. The menu at
-# the top right shows one level at a time; click a legend entry to hide an implementation. The horizontal roofs:
-# dotted, the hardware's peaks (Nsight Compute's, at the recorded clocks); long-dashed, what the warp-level
-# `mma.sync` and the warpgroup `wgmma` tensor instructions reach on this GPU in microbenchmarks (a kernel built on
-# `mma.sync` stays under its roof; only `wgmma` comes closer to the dense peak); dashed, cuBLAS GEMMs; dash-dotted,
-# the MUFU exp2 rate in attention FLOP/s at that pass and head dimension (the softmax bound, drawn where it is
-# under the peaks).
+# the top right shows one level at a time; click a legend entry to hide an implementation. The roofs: solid, the
+# limits no point can pass (the top compute peak at the highest clock a range ran at, and each memory level's
+# peak); dotted, the peak of one pipe (HFMA2, FFMA), a limit only for work done on that pipe; dashed and marked
+# *ref.*, reference lines: the same peak at the GPU's maximum clock, what cuBLAS GEMMs, the warp-level `mma.sync`
+# and the warpgroup `wgmma` instructions reach on this GPU in microbenchmarks (FP16 and BF16, which Hopper runs at
+# one rate, as one grey band with their spread), the MUFU exp2 rate in attention FLOP/s at that pass and head
+# dimension, and the device copy (its bytes are read and written, so a kernel that only reads can pass it). A
+# point drawn as ▶ at the right edge lies beyond the axis (its intensity is in the hover): the L1 level of a
+# TMA/wgmma kernel, which the L1 counters barely see.
 
 # %%
 with nb.section():

@@ -76,7 +76,7 @@ class Page:
     async def __aenter__(self) -> Page:
         from tornado.websocket import websocket_connect
 
-        self._profile = tempfile.TemporaryDirectory(prefix="nsl-chrome-")
+        self._profile = tempfile.TemporaryDirectory(prefix="nsl-chrome-", ignore_cleanup_errors=True)
         self._proc = subprocess.Popen(
             [chromium() or "chromium", "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -186,8 +186,9 @@ def _array(v: object) -> list:
 
 def figure_specs(page_html: str) -> list[dict]:
     """Every figure of a rendered page, as plotly's JSON (data, layout)."""
-    return [json.loads(m) for m in re.findall(r'<script type="application/json" id="fig-[0-9a-f]+-spec">(.*?)</script>',
-                                              page_html, re.S)]
+    # nbconvert writes the page again: attributes in its order, so the pattern takes them in any
+    return [json.loads(m) for m in re.findall(r'<script[^>]*\bid="fig-[0-9a-f]+-spec"[^>]*>(.*?)</script>', page_html,
+                                              re.S)]
 
 
 def _traces(spec: dict) -> list[dict]:
@@ -355,8 +356,8 @@ def test_every_figure_of_the_rendered_pages_keeps_its_roofs_true_and_its_categor
 def test_table_headers_break_after_underscores_and_cells_stay_as_written(rendered):
     text = next(p for p in rendered if p.name == "performance.html").read_text(encoding="utf-8")
     heads = re.findall(r"<thead>.*?</thead>", text, re.S)
-    assert any("tiled_<wbr>uncoalesced" in h for h in heads)
-    assert "<wbr>" not in "".join(re.findall(r"<tbody>.*?</tbody>", text, re.S))
+    assert any(re.search(r"tiled_<wbr/?>uncoalesced", h) for h in heads)
+    assert "<wbr" not in "".join(re.findall(r"<tbody>.*?</tbody>", text, re.S))
     assert "No implementation is tracked" not in text and "parameter impl" not in text
 
 
@@ -411,7 +412,8 @@ def test_the_index_puts_comparisons_first_one_line_per_capture_and_each_verdict_
     assert I.write_index(tmp_path, idx) and not I.write_index(tmp_path, idx)  # written once, then unchanged
     text = (tmp_path / "index.html").read_text(encoding="utf-8")
     assert text.index('id="comparisons"') < text.index('id="captures"')
-    assert text.count(_html.escape(verdict)) == 1
+    shown = re.sub(r"<[^>]+>", "", text)  # what a reader sees (a tooltip holds the verdict with its two sides)
+    assert shown.count(_html.escape(verdict)) == 1
     assert len(re.findall(r'<tr class="nsl-row" id="gpu/', text)) == 2
     # the memory-bound capture's headline is a bandwidth share, not useful TFLOP/s
     row = re.search(r'<tr class="nsl-row" id="gpu/decode">.*?</tr>', text, re.S).group(0)

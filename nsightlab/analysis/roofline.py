@@ -280,8 +280,8 @@ def tensor_peak_derivation(work: pd.DataFrame, manifest: dict | None = None, ran
               "model's 2·M·N·K, median)" if ratio is not None else "")
            + ", and its peak is the tensor path's rate with 2:4 structured sparsity, twice the dense rate. Dense: "
            f"{per:,.0f} × {TENSOR_DENSE_FACTOR:g} = {per * TENSOR_DENSE_FACTOR:,.0f} FLOP per {unit}"
-           + (f" × {n_sm} SMs" if n_sm else "") + f" × {clock} = **{value / 1e12:,.0f} TFLOP/s**, drawn as "
-           f"*Tensor FP16 dense*. Nsight Compute's own tensor roof, unhalved, would be "
+           + (f" × {n_sm} SMs" if n_sm else "") + f" × {clock} = **{value / 1e12:,.0f} TFLOP/s**, drawn as a "
+           "reference line; the limit on the figure is the same peak at the highest clock a range ran at. Nsight Compute's own tensor roof, unhalved, would be "
            f"{path_cycle * hz / 1e12:,.0f} TFLOP/s.")
     cc = str((manifest or {}).get("gpu", {}).get("compute_capability", ""))
     if cc == "9.0" and n_sm and abs(per * TENSOR_DENSE_FACTOR - 4096) < 1:

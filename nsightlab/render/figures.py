@@ -1034,6 +1034,18 @@ def l2_vs_x(l2: pd.DataFrame, l2_bytes: float, onsets: pd.DataFrame | None, titl
                                                  "color": "#111111"}, hoverinfo="text",
                                          hovertext=f"{trace}: measured onset at {x}={plain_value(meas)}"),
                               row=1, col=1)
+    # the legend names the onset marks too: a dotted line in a kernel's colour, a black cross
+    keys = []
+    if drawn:
+        keys.append(go.Scatter(x=[None], y=[None], mode="lines", name=f"modeled onset: working set = L2 "
+                               f"({l2_bytes / 2**20:.0f} MiB), in the kernel's colour",
+                               line={"color": GREY, "dash": "dot", "width": 1.5}, legendrank=1))
+    if any(t.hovertext and "measured onset" in str(t.hovertext) for t in fig.data):
+        keys.append(go.Scatter(x=[None], y=[None], mode="markers", name="measured onset (where the hit rate fell)",
+                               marker={"symbol": "x-thin-open", "size": 12, "line": {"width": 3}, "color": "#111111"},
+                               legendrank=2))
+    for k in keys:
+        fig.add_trace(k, row=1, col=1)
     log_axis(fig, "x", l2[x].min(), l2[x].max(), pad=1.15)
     fig.update_xaxes(title_text=x, row=len(panels), col=1)
     for j, (y, _) in enumerate(panels):
@@ -1047,7 +1059,7 @@ def l2_vs_x(l2: pd.DataFrame, l2_bytes: float, onsets: pd.DataFrame | None, titl
     fig.update_layout(title=title + f"<br><sup>dotted: modeled working set = L2 ({l2_bytes / 2**20:.0f} MiB); "
                       "black ×: measured onset" + ("; nested stripes: lines that lie on one another" if nested else "")
                       + "</sup>", template=TEMPLATE, height=290 * len(panels) + 110)
-    fit_legend(fig, len(traces))
+    fit_legend(fig, len(traces) + len(keys))
     return fig
 
 
@@ -1439,7 +1451,8 @@ def bandwidth_vs_config(df: pd.DataFrame, suite: str, dtype: str, pass_: str,
         bw = float(r["value"]) / 1e12
         ref = r.get("role") == "reference"
         fig.add_trace(go.Scatter(
-            x=[configs[0], configs[-1]], y=[bw, bw], mode="lines", name=f"{bw:.2f} TB/s: {r['label']}",
+            x=[configs[0], configs[-1]], y=[bw, bw], mode="lines",
+            name=f"{bw:.2f} TB/s: " + re.sub(r" \(", "<br>(", str(r["label"]), count=1),
             line={"dash": "dash" if ref else "solid", "color": "#9a9a9a" if ref else "#444", "width": 1.4},
             hoverinfo="name", legendrank=1, meta={"role": str(r.get("role", "limit")), "kind": "y", "value": bw,
                                                      "label": str(r["label"])}))
@@ -1454,10 +1467,9 @@ def bandwidth_vs_config(df: pd.DataFrame, suite: str, dtype: str, pass_: str,
             hoverinfo="text"))
     fig.update_yaxes(title_text="compulsory bytes per second [TB/s]", range=[0, top * 1.1], rangemode="tozero")
     fig.update_xaxes(title_text="configuration", tickfont={"size": 11}, automargin=True, type="category",
-                     showgrid=True)
-    fig.update_layout(title=title, template=TEMPLATE, height=500,
-                      legend={"orientation": "h", "y": -0.3, "yanchor": "top", "x": 0, "xanchor": "left"})
-    fit_legend(fig, len(st) // 3 + len(roofs_))
+                     categoryorder="array", categoryarray=configs, showgrid=True)
+    fig.update_layout(title=title, template=TEMPLATE, height=560, legend={"font": {"size": 11}})
+    fit_legend(fig, len(st) + 2 * len(roofs_))
     return fig
 
 

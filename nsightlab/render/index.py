@@ -72,12 +72,23 @@ def _cut(text: str, n: int = HEADLINE_CHARS) -> str:
 
 
 def _verdict_class(summary: str) -> str:
-    s = summary.lower()
-    if "regress" in s or "slower" in s:
+    """Red where something got slower, green where something got faster and nothing slower."""
+    def count(word: str) -> int:
+        return sum(int(n) for n in re.findall(rf"(\d+) (?:ranges? )?{word}", summary))
+
+    slower = count("slower") + count("regress(?:ed|ions?)")
+    if slower:
         return "verdict-regression"
-    if "improv" in s or "faster" in s:
-        return "verdict-improvement"
-    return ""
+    return "verdict-improvement" if count("faster") else ""
+
+
+def _without_sides(summary: str, c: Mapping[str, str]) -> str:
+    """A verdict without the "base -> new: " it starts with (its own column says that)."""
+    for arrow in (" -> ", " → "):
+        lead = f"{c.get('base', '')}{arrow}{c.get('new', '')}: "
+        if summary.startswith(lead):
+            return summary[len(lead):]
+    return summary
 
 
 def _comparisons(comparisons: Sequence[Mapping[str, str]]) -> str:
@@ -86,7 +97,8 @@ def _comparisons(comparisons: Sequence[Mapping[str, str]]) -> str:
     rows = "".join(
         f'<tr class="nsl-row"><td><a href="{_e(c["href"])}">{_e(c["title"])}</a></td>'
         f'<td class="what">{_e(c.get("base", "?"))} → {_e(c.get("new", "?"))}</td>'
-        f'<td class="{_verdict_class(str(c.get("summary", "")))}">{_e(c.get("summary", ""))}</td></tr>'
+        f'<td class="{_verdict_class(str(c.get("summary", "")))}" title="{_e(c.get("summary", ""))}">'
+        f'{_e(_without_sides(str(c.get("summary", "")), c))}</td></tr>'
         for c in comparisons)
     return (f'<h2 id="comparisons">Comparisons ({len(comparisons)})</h2><table><colgroup><col style="width:34%">'
             f'<col style="width:22%"><col></colgroup><thead><tr><th>comparison</th><th>base → new</th>'

@@ -527,7 +527,8 @@ def table_html(df: pd.DataFrame, formats: Mapping[str, Any] | str | None = None,
             st = st.map(css, subset=[headers.get(col, col)])
     body = _breakable_headers(st.to_html(table_attributes='class="nsl-table"'))
     # a text column is never squeezed below about half its longest cell (up to 7em): a long name wraps, not each letter
-    sized = [(i, (widths or {}).get(c) or f"{min(max((len(v) for v in shown[c]), default=0), 16) * 0.45:.2g}em")
+    # (the name column: its names up to 16 characters whole, so that "mma_sync_fp16" does not break before its "16")
+    sized = [(i, (widths or {}).get(c) or f"{min(max((len(v) for v in shown[c]), default=0), 16) * (0.6 if i == 0 else 0.45):.2g}em")
              for i, c in enumerate(d.columns) if i not in aligned or c in (widths or {})]
     body = f"<style>{_fit_css(uid, aligned, sized, len(d.columns))}</style>{body}"
     fold = collapse if collapse is not None else len(d) > open_rows
