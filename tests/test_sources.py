@@ -3,6 +3,7 @@ sm_90a) with this machine's nvcc (no GPU, no torch headers), and ptxas's report 
 local-memory spills in any kernel but the measured exceptions of sources.ACCEPTED_SPILLS."""
 
 import os
+import re
 
 import pytest
 
@@ -12,6 +13,7 @@ from flash_kernels.sources import (
     cu_files,
     expand_includes,
     find_nvcc,
+    module_source,
     parse_ptxas,
     ptxas_report,
     ptxas_reports,
@@ -104,6 +106,59 @@ def test_fa1_and_fa2_on_cuda_cores_share_the_tile():
         start = text.index("_forward_kernel(")
         kernel = text[start : text.index("\n}\n", start)]
         assert "fast_exp2(" not in kernel and "warp_max(" not in kernel, f"{name}: softmax math outside simt.cuh"
+
+
+#: the Hopper forward's parts, one file per job (FlashAttention-3's hopper/ layout)
+HOPPER_FWD_PARTS = ("wgmma_fwd_producer.cuh", "wgmma_fwd_consumer.cuh", "wgmma_fwd_epilogue.cuh",
+                    "wgmma_tile_scheduler.cuh")
+
+
+def _function_lengths(text: str) -> dict[str, int]:
+    """Lines of each __global__ / __device__ function definition of a CUDA source (brace-matched)."""
+    out = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        if ("__global__" in lines[i] or "__device__" in lines[i]) and not lines[i].lstrip().startswith("//"):
+            j = i
+            while j < len(lines) and "{" not in lines[j] and ";" not in lines[j]:
+                j += 1
+            if j < len(lines) and "{" in lines[j] and ";" not in lines[j].split("{")[0]:
+                depth, k = 0, j
+                while k < len(lines):
+                    depth += lines[k].count("{") - lines[k].count("}")
+                    if depth <= 0:
+                        break
+                    k += 1
+                decl = re.sub(r"__launch_bounds__\([^)]*\)", "", " ".join(lines[i:j + 1]))
+                name = decl.split("(")[0].split()[-1]
+                out[f"{name}:{i + 1}"] = k - i + 1
+                i = k
+        i += 1
+    return out
+
+
+def test_hopper_forward_is_split_into_parts():
+    """The warp-specialised forward is composed from its parts (producer, consumer, epilogue, tile scheduler), the
+    flags pick parts, FP8 runs the shared consumer loop, and no kernel or device function is over 120 lines."""
+    from flash_kernels.sources import CSRC
+
+    fwd = (CSRC / "flash_wgmma_fwd.cu").read_text()
+    fp8 = (CSRC / "flash_wgmma_fp8.cu").read_text()
+    _, module = module_source("flash_wgmma_fwd")
+    for part in HOPPER_FWD_PARTS:
+        assert (CSRC / part).exists(), part
+        assert f'/csrc/{part}"' in module, f"{part} is not part of the flash_wgmma_fwd module"
+    for picked in ("OverlapMainloop, PlainMainloop", "PingPongTurns<", "PersistentSchedule, OneTileSchedule"):
+        assert picked in fwd, picked
+    assert "OverlapMainloop::tiles(" in fp8 and '#include "wgmma_fwd_consumer.cuh"' in fp8
+    long = {}
+    for name in ("flash_wgmma_fwd.cu", "flash_wgmma_fp8.cu", "wgmma_softmax.cuh", *HOPPER_FWD_PARTS):
+        text = (CSRC / name).read_text()
+        header = text[: text.index("#")].count("\n")
+        assert header <= 32, f"{name}: a {header}-line header"
+        long.update({f"{name}:{f}": n for f, n in _function_lengths(text).items() if n > 120})
+    assert not long, long
 
 
 def test_expand_includes_inlines_once(tmp_path):

@@ -4,7 +4,8 @@
 // The arrangement is flash_wgmma's warp-specialised forward (flash_wgmma_fwd.cu): a producer warpgroup issues
 // every TMA copy into a ring of full/empty mbarriers; two consumer warpgroups of 64 rows (BM = 128, BN = 128)
 // issue S_t = Q K_t^T and O += P_{t-1} V_{t-1} together and run the softmax of S_t under O += P V; at D = 128 they
-// also take turns (ping-pong). K/V tiles are visited last to first, as in the 16-bit kernels. What differs:
+// also take turns (ping-pong). K/V tiles are visited last to first, as in the 16-bit kernels: the consumers run
+// the same OverlapMainloop (wgmma_fwd_consumer.cuh) with the e4m3 operands of WgmmaE4m3 below. What differs:
 // - 8-bit wgmma operands must be K-major, so V arrives transposed: Vt [B * Hkv][D][Nk rounded up to 32], made by
 //   flash_kernels/fp8.py before the launch.
 // - P goes to registers as the A operand of O += P V (P is in [0, 1], e4m3 suffices, no scale). Rather than move
@@ -21,7 +22,8 @@
 // - Option exp_on_fma (option >> 4): a quarter or half of the exponentials by a polynomial on the FMA units
 //   (wgmma_softmax.cuh: exp2_poly); not the default (slower where measured).
 // Limits: forward only; sm_90a; D = 64 or 128; the softmax, not the tensor cores, sets the pace (docs/kernels.md).
-#include "wgmma_softmax.cuh"
+#include "wgmma_fwd_consumer.cuh"
+#include "wgmma_fwd_epilogue.cuh"
 
 namespace fk {
 
@@ -88,6 +90,26 @@ __device__ __forceinline__ void add_o(float (&o)[NO], const float (&ot)[NO]) {
   for (int i = 0; i < NO; ++i) o[i] += ot[i];
 }
 
+// The e4m3 operands of the shared consumer loop (wgmma_fwd_consumer.cuh: OverlapMainloop): K [BN][D] and Vt
+// [D][BN] both K-major, P V_t into the fresh accumulator ot, added to O in fp32 once its stage is released; the
+// softmax's exponentials split as EMU says.
+template <int D, int BN_, int EMU_>
+struct WgmmaE4m3 {
+  static constexpr int BN = BN_, NS = BN / 2, NO = D / 2, KB = BN / 32, EMU = EMU_;
+  static constexpr uint32_t TK = BN * D, TV = D * BN;  // stage bytes
+  using Frag = uint32_t[KB][4];
+  uint64_t dK, dV;  // stage 0
+  float ot[NO];     // O_t = P_t V_t of one tile from the tensor cores
+  __device__ __forceinline__ WgmmaE4m3(uint32_t sK, uint32_t sV) : dK(desc_rows<D>(sK)), dV(desc_kmajor(sV)) {}
+  __device__ __forceinline__ void scores(float (&s)[NS], uint64_t dQ, int st) const {
+    issue_scores_e4m3<D, BN>(s, dQ, desc_add(dK, st * TK));
+  }
+  __device__ __forceinline__ void pv(float (&)[NO], Frag& pf, int st) { issue_pv_e4m3<D, BN>(ot, pf, desc_add(dV, st * TV)); }
+  __device__ __forceinline__ void pv_landed(float (&)[NO]) { fence_regs(ot); }
+  __device__ __forceinline__ void pv_add(float (&o)[NO]) { add_o(o, ot); }
+  __device__ __forceinline__ static void pack(const float (&s)[NS], Frag& pf) { pack_p_e4m3<BN>(s, pf); }
+};
+
 template <int D, int STAGES>
 constexpr int fp8_smem() {
   // Q, the K and Vt rings, O's staging (2 x 64 rows of 16-bit), 1 KB of alignment slack, the mbarriers
@@ -102,7 +124,7 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
                                const __grid_constant__ CUtensorMap tmV, TO* __restrict__ O, float* __restrict__ LSE,
                                Dims dm, const float* __restrict__ descale, float scale_log2, int causal) {
   constexpr int BM = kFp8BM, BN = kFp8BN, NWG = 2;
-  constexpr int KB = BN / 32, NS = BN / 2, NO = D / 2;
+  constexpr int NO = D / 2;
   constexpr uint32_t TQ = BM * D, TK = BN * D, TV = D * BN, TSTAGE_O = 64 * D * 2;
   static_assert(D == 64 || D == 128, "head dim");
   extern __shared__ uint8_t smem_raw[];
@@ -167,96 +189,21 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
     // rows all past Nq (the last block of a ragged Nq): no tile to compute (flash_wgmma_fwd.cu)
     const int n_wg = wg_row0 >= Nq ? 0 : causal ? min(n_kv, (wg_row0 + 64 + BN - 1) / BN) : n_kv;
     const uint64_t dQ = desc_rows<D>(sQ + c * 64 * D);
-    const uint64_t dK = desc_rows<D>(sK);
-    const uint64_t dV = desc_kmajor(sV);
-    auto release = [&](uint32_t bar) { mbar_arrive_if(bar, t128 == 0); };
-    // PINGPONG: the two consumers take turns to issue their products (FlashAttention-3's inter-warpgroup
-    // schedule, as flash_wgmma_fwd.cu's tma-ws-pingpong), one turn per K/V tile each, so one's softmax runs
-    // under the other's GEMMs
-    auto turn_wait = [&] {
-      if constexpr (PINGPONG) bar_sync(kFp8TurnBar + c, 256);
-    };
-    auto turn_pass = [&] {
-      if constexpr (PINGPONG) bar_arrive(kFp8TurnBar + (c ^ 1), 256);
-    };
-    if constexpr (PINGPONG) {
-      if (c == 0) bar_arrive(kFp8TurnBar, 256);  // the first turn is consumer 0's
-    }
-    int st = 0;
-    uint32_t ph = 0;
-    auto advance = [&] {
-      if (++st == STAGES) {
-        st = 0;
-        ph ^= 1;
-      }
-    };
+    WgmmaE4m3<D, BN, EMU> ops(sK, sV);
+    // PINGPONG: the two consumers take turns to issue their products (as flash_wgmma_fwd.cu's tma-ws-pingpong)
+    using Turns = std::conditional_t<PINGPONG, PingPongTurns<kFp8TurnBar, NWG>, NoTurns>;
+    RingPos<STAGES> pos;
+    ConsumerRing<STAGES, Turns> ring{KvRingBars{full_k, full_v, empty_k, empty_v}, Turns{c}, t128, pos};
+    ring.turns.start();
 
-    float o[NO], ot[NO];  // O in fp32, O_t = P_t V_t of one tile from the tensor cores
+    float o[NO];  // O in fp32
 #pragma unroll
     for (int k = 0; k < NO; ++k) o[k] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
     mbar_wait(full_q, 0);
-
-    // K/V tiles last to first, as the producer loads them (flash_wgmma_fwd.cu's warp-specialised kernel): the
-    // causal tiles after this warpgroup's rows first, released unread in the ring's order; then tile n_wg - 1,
-    // the only one that can reach past Nk or the diagonal, masked if it needs it; the rest without a mask.
-    release_kv_unread(n_kv - n_wg, full_k, full_v, empty_k, empty_v, st, ph, turn_wait, turn_pass, release, advance);
+    ring.skip(n_kv - n_wg);
     if (n_wg == 0) return;  // warpgroup-uniform; no block-wide barrier follows
-    uint32_t pf[KB][4];
-    {
-      float s[NS];
-      mbar_wait(full_k + 8 * st, ph);
-      turn_wait();
-      issue_scores_e4m3<D, BN>(s, dQ, desc_add(dK, st * TK));
-      turn_pass();
-      wgmma_wait<0>();
-      fence_regs(s);
-      release(empty_k + 8 * st);
-      float alpha[2];
-      softmax_scores<BN, kMaskIfNeeded, EMU>(s, m, l, alpha, (n_wg - 1) * BN, Nk, causal, wg_row0, row0, lane,
-                                             sl2);  // O = 0
-      pack_p_e4m3<BN>(s, pf);
-    }
-    int vst = st;
-    uint32_t vph = ph;
-    advance();
-    // tiles t < n_wg - 1, S_t under O += P_{t+1} V_{t+1}, unmasked; no branch between the two waits
-    // (flash_wgmma_fwd.cu)
-    for (int t = n_wg - 2; t >= 0; --t) {
-      float s[NS];
-      mbar_wait(full_k + 8 * st, ph);
-      turn_wait();
-      issue_scores_e4m3<D, BN>(s, dQ, desc_add(dK, st * TK));
-      mbar_wait(full_v + 8 * vst, vph);
-      issue_pv_e4m3<D, BN>(ot, pf, desc_add(dV, vst * TV));
-      turn_pass();
-      wgmma_wait<1>();
-      fence_regs(s);
-      release(empty_k + 8 * st);
-      float alpha[2];
-      const bool grew =
-          softmax_scores<BN, kMaskNever, EMU>(s, m, l, alpha, t * BN, Nk, causal, wg_row0, row0, lane, sl2);
-      fence_regs(s);
-      fence_regs(l);
-      fence_regs(alpha);
-      wgmma_wait<0>();
-      fence_regs(ot);
-#pragma unroll
-      for (int kk = 0; kk < KB; ++kk) fence_regs(pf[kk]);
-      release(empty_v + 8 * vst);
-      add_o(o, ot);
-      if (grew) rescale_o(o, alpha);
-      pack_p_e4m3<BN>(s, pf);
-      vst = st;
-      vph = ph;
-      advance();
-    }
-    mbar_wait(full_v + 8 * vst, vph);
-    issue_pv_e4m3<D, BN>(ot, pf, desc_add(dV, vst * TV));
-    wgmma_wait<0>();
-    fence_regs(ot);
-    release(empty_v + 8 * vst);
-    add_o(o, ot);
+    OverlapMainloop::tiles(ops, ring, o, m, l, dQ, n_wg, SoftmaxRows{Nk, causal, wg_row0, row0, lane, sl2});
 #pragma unroll
     for (int k = 0; k < NO; ++k) o[k] *= dv;
     store_rows<TO, D, 64>(o, m, l, smem + (sO - sQ) + c * TSTAGE_O, 0, 1 + c, wg_row0, Nq, bh, O, LSE, sl2);

@@ -284,6 +284,22 @@ __device__ __forceinline__ void mbar_init_kv_ring(uint32_t full_k, uint32_t full
     mbar_init(empty_v + 8 * s, consumers);
   }
 }
+// The barriers of that ring (stage s at + 8 s), and a position in it: the stage of the next tile and the parity of
+// that stage's current phase (the k-th pass over the ring waits for phase k).
+struct KvRingBars {
+  uint32_t full_k, full_v, empty_k, empty_v;
+};
+template <int STAGES>
+struct RingPos {
+  int st = 0;
+  uint32_t ph = 0;
+  __device__ __forceinline__ void advance() {
+    if (++st == STAGES) {
+      st = 0;
+      ph ^= 1;
+    }
+  }
+};
 // One arrival that also announces `bytes` more bytes to come from the copy engine this phase.
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
@@ -314,26 +330,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
         : "r"(bar), "r"(parity)
         : "memory");
   } while (!done);
-}
-
-// A consumer warpgroup's pass over `n` K/V tiles of the ring that it does not compute (causal tiles after its
-// rows; every tile when its rows lie past the last query): each stage waited for until filled, so that no
-// warpgroup arrives twice on one phase, then released, with its ping-pong turn (if any) taken and passed on so
-// that the rotation never waits for it. st / ph: the ring's stage and phase parity, moved on by advance().
-template <class TurnWait, class TurnPass, class Release, class Advance>
-__device__ __forceinline__ void release_kv_unread(int n, uint32_t full_k, uint32_t full_v, uint32_t empty_k,
-                                                  uint32_t empty_v, const int& st, const uint32_t& ph,
-                                                  TurnWait turn_wait, TurnPass turn_pass, Release release,
-                                                  Advance advance) {
-  for (int t = 0; t < n; ++t) {
-    mbar_wait(full_k + 8 * st, ph);
-    turn_wait();
-    turn_pass();
-    release(empty_k + 8 * st);
-    mbar_wait(full_v + 8 * st, ph);
-    release(empty_v + 8 * st);
-    advance();
-  }
 }
 
 // ------------------------------------------------------------------------------ TMA (copy engine)

@@ -1,10 +1,8 @@
 // The per-warpgroup tile arithmetic that flash_wgmma's forward kernels share, whatever their operand
 // type (fp16 / bf16 in flash_wgmma_fwd.cu, e4m3 in flash_wgmma_fp8.cu): the online softmax of one score
 // tile held in wgmma accumulator fragments (wgmma.cuh: d[4 j + 2 h + e] = row 16 w + g + 8 h, column
-// 8 j + 2 t + e), the rescale of O, and the epilogue that normalises O, writes the LSE and stores the rows.
+// 8 j + 2 t + e) and the rescale of O (wgmma_fwd_epilogue.cuh normalises O and stores the rows).
 #pragma once
-#include <climits>
-
 #include "wgmma.cuh"
 
 namespace fk {
@@ -88,50 +86,6 @@ template <int NO>
 __device__ __forceinline__ void rescale_o(float (&o)[NO], const float (&alpha)[2]) {
 #pragma unroll
   for (int i = 0; i < NO; ++i) o[i] *= alpha[(i >> 1) & 1];
-}
-
-// Normalise one warpgroup's O, write its LSE, stage its rows in its own (no longer read) rows
-// r0 .. r0 + 63 of the [BM][D] SW128 Q tile at `tile` (conflict-free 4-byte writes), meet the other
-// threads of the warpgroup at named barrier `bar_id`, and write the rows out 16 bytes per thread, none at or
-// past min(Nq, row_end) (row_end: where the work tile's rows end, when that is before Nq).
-template <typename T, int D, int BM>
-__device__ __forceinline__ void store_rows(float (&o)[D / 2], const float (&m)[2], float (&l)[2], uint8_t* tile,
-                                           int r0, int bar_id, int wg_row0, int Nq, long bh, T* __restrict__ O,
-                                           float* __restrict__ LSE, float scale_log2, int row_end = INT_MAX) {
-  const int t128 = threadIdx.x & 127, warp = t128 >> 5, lane = t128 & 31;
-  const int row0 = wg_row0 + warp * 16 + (lane >> 2);
-  const int end = min(Nq, row_end);  // rows from here on are not this call's to write
-  float inv[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    inv[h] = 1.f / l[h];
-  }
-  const int srow = r0 + warp * 16 + (lane >> 2);  // staging row of h = 0
-#pragma unroll
-  for (int j = 0; j < D / 8; ++j)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      *reinterpret_cast<uint32_t*>(tile + sw128<BM>(srow + 8 * h, j) + (lane & 3) * 4) =
-          pack2<T>(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
-  if ((lane & 3) == 0) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = row0 + 8 * h;
-      if (row < end) LSE[bh * Nq + row] = (m[h] * scale_log2 + __log2f(l[h])) * kLn2;
-    }
-  }
-  bar_sync(bar_id, 128);
-  T* Ob = O + bh * Nq * D;
-  constexpr int U = D / 8;
-#pragma unroll
-  for (int c = t128; c < 64 * U; c += 128) {
-    const int r = c / U, chunk = c % U;
-    if (wg_row0 + r < end)
-      *reinterpret_cast<uint4*>(Ob + long(wg_row0 + r) * D + chunk * 8) =
-          *reinterpret_cast<const uint4*>(tile + sw128<BM>(r0 + r, chunk));
-  }
 }
 
 }  // namespace fk
