@@ -4,7 +4,8 @@
 # capture, and write logs and results under $OUT. Run it from the repository root; `make gpu-node` is the same.
 #   STEPS="build test" bash scripts/gpu_node.sh                 # the GPU test suite (tests/gpu, examples)
 #   STEPS="build test sanitize bench capture" bash scripts/gpu_node.sh
-#   (each step also alone: info build test sanitize bench capture example gemm foreign hang ab probe passes full live)
+#   (each step also alone: info build test sanitize bench capture cluster example gemm foreign hang ab probe passes
+#   full live; cluster: scripts/cluster_bench.py, --gpus all against --gpus 0, CLUSTER_N the lengths)
 # Settings (environment):
 #   OUT (/tmp/fk_out)              where logs, CSVs and captures (one tarball each, split in 15 MiB parts) go
 #   CUDA_HOME (/usr/local/cuda)    its bin/ is put first on PATH (nvcc, compute-sanitizer)
@@ -228,6 +229,16 @@ PY
       [ "${PIPESTATUS[0]}" = 0 ] || status=1
       echo "capture wall time: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/capture.log"
       ship ;;
+    cluster)
+      # issue 52: one light-tier sweep with --gpus all, then --gpus 0 (scripts/cluster_bench.py: both wall times, the
+      # counted metrics compared case by case); the captures stay here, their manifests and logs come back
+      step cluster
+      python3 scripts/cluster_bench.py 2>&1 | tee "$OUT/cluster_step.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1
+      for m in "$OUT"/cluster_profiles/*/cluster-*/manifest.json; do
+        [ -f "$m" ] && cp "$m" "$OUT/$(basename "$(dirname "$m")").manifest.json"
+      done
+      rm -rf "$OUT/cluster_profiles" "$OUT/cluster_step.log" ;;
     example)
       # the Triton example, plugged in only through the public path, beside flash_mma and SDPA flash
       step example

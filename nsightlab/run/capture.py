@@ -1040,10 +1040,13 @@ def capture_sharded(sweep: Sweep | str | None, profiles: str | os.PathLike = "pr
                                                        clock_control=clock_control, replay_mode=replay, nsys_iters=iters,
                                                        allow_mixed=allow_mixed, shards_per_gpu=shards_per_gpu,
                                                        retries=retries, identify=identify, stop=stop_name, echo=echo)
+            engine = type(getattr(cl, "cluster", None)).__name__ if getattr(cl, "cluster", None) is not None else \
+                "a running scheduler"
         merged = _merge(tmp, results, gpus)
         timings["total"] = time.perf_counter() - t_start
         man = _sharded_manifest(todo, tmp, stamp, results, merged, ceilings,
-                                {"where": (where or Where()).describe() if client is None else "a client given"},
+                                {"where": (where or Where()).describe() if client is None else "a client given",
+                                 "engine": engine},
                                 timings, len(results))
         for leftover in (SHARDS_DIR, GPUS_DIR):
             shutil.rmtree(tmp / leftover, ignore_errors=True)

@@ -1,0 +1,145 @@
+"""The many-GPU benchmark of issue 52 (not a timed test): one light-tier sweep captured with ``--gpus all`` and with
+``--gpus 0`` on the same node, both wall times, and the counted metrics compared case by case.
+
+    OUT=/tmp/out python3 scripts/cluster_bench.py                 # what `STEPS="build cluster" scripts/gpu_node.sh` runs
+    CLUSTER_N=1024,2048,4096,8192 python3 scripts/cluster_bench.py   # the 96-case sweep (too long for one 600 s call)
+
+The sweep: ``--impl flash_mma --impl sdpa_flash --impl sdpa_cudnn -B 2 -H 16 -N $CLUSTER_N -D 64,128 --causal both
+--pass forward,backward --tools ncu`` (CLUSTER_N default 1024,2048,4096: 72 cases). ``--gpus all`` runs first (the
+shorter), then ``--gpus 0`` (CLUSTER_GPUS_ONE), each under the time left (DEADLINE_EPOCH, as gpu_node.sh sets it).
+Each capture's counters are read from Nsight Compute's own raw CSV exports (no ncu-report needed), summed per case
+and kernel, and compared: the counted metrics (instructions, bytes, FLOP terms) exactly and as the largest relative
+difference, the kernel times as the median ratio. Writes $OUT/cluster_bench.log and $OUT/cluster_bench.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+OUT = Path(os.environ.get("OUT", "/tmp/fk_out"))
+N = os.environ.get("CLUSTER_N", "1024,2048,4096")
+GPUS_ALL, GPUS_ONE = os.environ.get("CLUSTER_GPUS_ALL", "all"), os.environ.get("CLUSTER_GPUS_ONE", "0")
+SWEEP = ["--impl", "flash_mma", "--impl", "sdpa_flash", "--impl", "sdpa_cudnn", "-B", "2", "-H", "16", "-N", N,
+         "-D", "64,128", "--causal", "both", "--pass", "forward,backward", "--tools", "ncu"]
+#: counted metrics: the same work gives the same count on any GPU of the model (times and rates are not counts)
+COUNTED = re.compile(r"(inst_executed|sass_thread_inst_executed_op|__bytes|_bytes\.sum|sectors)")
+NOT_COUNTED = re.compile(r"(per_second|pct|ratio|per_cycle|peak|duration|cycles|clock|device__|launch__)")
+LOG = OUT / "cluster_bench.log"
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+    with open(LOG, "a") as fh:
+        fh.write(line + "\n")
+
+
+def time_left() -> float:
+    deadline = float(os.environ.get("DEADLINE_EPOCH", time.time() + 3600))
+    return deadline - time.time() - float(os.environ.get("DEADLINE_MARGIN_S", 30))
+
+
+def capture(name: str, gpus: str) -> dict:
+    profiles = OUT / "cluster_profiles"
+    cmd = [sys.executable, "-m", "nsightlab.capture", *SWEEP, "--name", name, "--gpus", gpus, "--profiles",
+           str(profiles), "--replace"]
+    limit = time_left()
+    say(f"$ {' '.join(cmd)}   (time left: {limit:.0f} s)")
+    if limit < 30:
+        return {"name": name, "gpus": gpus, "status": "not started: no time left in this call"}
+    t0 = time.perf_counter()
+    with open(OUT / f"cluster_{name}.log", "w") as fh:
+        try:
+            rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=limit, cwd=ROOT).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+    wall = time.perf_counter() - t0
+    out = {"name": name, "gpus": gpus, "returncode": rc, "wall_s": round(wall, 1)}
+    found = sorted(profiles.glob(f"*/{name}/manifest.json"))
+    if rc == 0 and found:
+        man = json.loads(found[0].read_text())
+        out.update(folder=str(found[0].parent), timings=man.get("timings_seconds"),
+                   cases=len(man["cases"]), ok=sum(c["status"] == "ok" for c in man["cases"]),
+                   gpus_used=[f"{g['index']} {g['uuid']}" for g in man.get("gpus", [])],
+                   engine=(man.get("cluster") or {}).get("engine"),
+                   shards=[{k: s[k] for k in ("index", "gpu", "seconds", "cost_estimate")}
+                           for s in (man.get("cluster") or {}).get("shards", [])])
+    say(f"{name}: --gpus {gpus}: exit {rc}, wall {wall:.1f} s" + (f", timings {out.get('timings')}" if "timings" in out else ""))
+    for s in out.get("shards", []):
+        say(f"  shard {s['index']} on GPU {s['gpu'].get('index')} ({s['gpu'].get('uuid')}): {s['seconds']} s, "
+            f"estimated cost {s['cost_estimate']}")
+    return out
+
+
+def counters(folder: Path):
+    import pandas as pd
+
+    from nsightlab.parse.ncu import ncu_csv_frame
+
+    files = sorted(p for p in folder.iterdir() if re.fullmatch(r"ncu_raw(-s\d+)?\.csv(\.xz|\.gz)?", p.name))
+    frame = pd.concat([ncu_csv_frame(p) for p in files], ignore_index=True)
+    frame.attrs = {}  # pandas deep-copies attrs on every column access
+    dtypes = frame.dtypes
+    cols = [c for c in frame.columns if COUNTED.search(c) and not NOT_COUNTED.search(c)
+            and pd.api.types.is_numeric_dtype(dtypes[c])]
+    keyed = frame.groupby(["range", "kernel_full"], dropna=False)
+    return keyed[cols].sum(), keyed["gpu__time_duration.sum"].sum() if "gpu__time_duration.sum" in frame else None
+
+
+def compare(a: dict, b: dict) -> dict:
+    ca, ta = counters(Path(a["folder"]))
+    cb, tb = counters(Path(b["folder"]))
+    common = ca.index.intersection(cb.index)
+    out = {"cases_kernels": [len(ca), len(cb), len(common)], "metrics": len(ca.columns)}
+    diff = (ca.loc[common] - cb.loc[common]).abs()
+    rel = diff / cb.loc[common].abs().where(cb.loc[common] != 0, 1)
+    unequal = {c: int((diff[c] > 0).sum()) for c in diff.columns if (diff[c] > 0).any()}
+    out["identical_metrics"] = len(diff.columns) - len(unequal)
+    out["unequal"] = {c: {"rows": n, "max_rel": float(rel[c].max())} for c, n in sorted(unequal.items())}
+    if ta is not None and tb is not None:
+        ratio = (ta.loc[common] / tb.loc[common]).dropna()
+        out["time_ratio_all_over_one"] = {"median": float(ratio.median()), "p10": float(ratio.quantile(0.1)),
+                                          "p90": float(ratio.quantile(0.9))}
+    return out
+
+
+def main() -> int:
+    OUT.mkdir(parents=True, exist_ok=True)
+    LOG.write_text("")
+    say(f"cluster benchmark: {' '.join(SWEEP)}")
+    say(subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,name", "--format=csv,noheader"], capture_output=True,
+                       text=True).stdout.strip())
+    runs = [capture("cluster-all", GPUS_ALL), capture("cluster-one", GPUS_ONE)]
+    result: dict = {"sweep": SWEEP, "runs": runs}
+    if all(r.get("returncode") == 0 and r.get("folder") for r in runs):
+        result["speedup_wall"] = round(runs[1]["wall_s"] / runs[0]["wall_s"], 2)
+        sw = [r["timings"].get("shards_wall") for r in runs]
+        if all(sw):
+            result["speedup_shards_phase"] = round(sw[1] / sw[0], 2)
+        result["compare"] = compare(runs[0], runs[1])
+        say(f"speedup, wall clock (--gpus {GPUS_ONE} / --gpus {GPUS_ALL}): {result['speedup_wall']}x; "
+            f"the shards phase alone (after the GPUs were found): {result.get('speedup_shards_phase')}x")
+        c = result["compare"]
+        say(f"counted metrics: {c['identical_metrics']} of {c['metrics']} identical on every case and kernel "
+            f"({c['cases_kernels'][2]} case x kernel rows in both)")
+        for m, d in c["unequal"].items():
+            say(f"  differs: {m}: {d['rows']} rows, largest relative difference {d['max_rel']:.2e}")
+        if "time_ratio_all_over_one" in c:
+            say(f"kernel times, --gpus {GPUS_ALL} over --gpus {GPUS_ONE}: median {c['time_ratio_all_over_one']['median']:.3f} "
+                f"(p10 {c['time_ratio_all_over_one']['p10']:.3f}, p90 {c['time_ratio_all_over_one']['p90']:.3f})")
+    else:
+        say("a capture did not finish: no comparison (see cluster_*.log)")
+    (OUT / "cluster_bench.json").write_text(json.dumps(result, indent=1, default=str))
+    return 0 if "compare" in result else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
