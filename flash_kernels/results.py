@@ -7,6 +7,7 @@ kernel is generated from a capture and names the file it comes from. ``python -m
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -252,6 +253,52 @@ def fp8_table(gpu: Path) -> str:
     return _md(pd.DataFrame(rows))
 
 
+def ab_file(gpu: Path, name: str = "wgmma_forward_split_ab.log") -> Path | None:
+    """A same-machine A/B log of gpu_node.sh's ab step (profiles/_bench/<gpu>/<name>), if this GPU has one."""
+    return find_file(gpu.parent / LOOSE / gpu.name, name)
+
+
+_AB_BENCH = re.compile(r"^\S+\s+(?P<config>\S+)\s+\S+\s+\S+\s+(?P<impl>\S+)\s+(?P<ms>[\d.]+) ms")
+_AB_FP8 = re.compile(r"^fp8 D=(?P<D>\d+) N=(?P<N>\d+) causal=(?P<causal>\d) (?P<ms>[\d.]+) ms")
+
+
+def ab_rows(path: Path) -> pd.DataFrame:
+    """The timings of an A/B log: one row per (side: tree or base, round, what, impl), ``ms``."""
+    rows, side, rnd = [], None, 0
+    for line in path.read_text().splitlines():
+        m = re.match(r"^== (tree|base), round (\d+)", line)
+        if m:
+            side, rnd = m[1], int(m[2])
+            continue
+        if side is None:
+            continue
+        if b := _AB_BENCH.match(line):
+            rows.append({"side": side, "round": rnd, "what": f"fp16 {b['config']}", "impl": b["impl"], "ms": float(b["ms"])})
+        elif f := _AB_FP8.match(line):
+            what = f"fp8 D{f['D']}-N{f['N']}-{'causal' if f['causal'] == '1' else 'full'}"
+            rows.append({"side": side, "round": rnd, "what": what, "impl": "flash_wgmma fp8", "ms": float(f["ms"])})
+    return pd.DataFrame(rows, columns=["side", "round", "what", "impl", "ms"])
+
+
+def ab_table(path: Path, impls: tuple[str, ...] = ("flash_wgmma", "flash_wgmma fp8")) -> str:
+    """Per shape: each side's times over its rounds, and the tree's median over the base's (below 1: the tree is
+    faster), beside the same ratio for the references that ran in the same rounds (their drift)."""
+    df = ab_rows(path)
+    rows = []
+    for what, g in df.groupby("what", sort=False):
+        med = g.groupby(["impl", "side"])["ms"].median().unstack("side")
+        ours = med.loc[[i for i in impls if i in med.index]]
+        refs = med.drop(index=ours.index)
+        for impl, r in ours.iterrows():
+            times = {side: ", ".join(f"{v:.3f}" for v in g[(g["impl"] == impl) & (g["side"] == side)]["ms"])
+                     for side in ("tree", "base")}
+            rows.append({"shape": what, "kernel": impl, "tree [ms]": times["tree"], "base [ms]": times["base"],
+                         "tree / base (medians)": f"{r['tree'] / r['base']:.3f}",
+                         "reference in the same rounds": "; ".join(f"{i} {x['tree'] / x['base']:.3f}"
+                                                                   for i, x in refs.iterrows()) or "—"})
+    return _md(pd.DataFrame(rows))
+
+
 def example_table(gpu: Path, N: int = 4096) -> str:
     """The Triton example beside flash_mma and SDPA flash (nsys GPU time, median of the launches)."""
     cap = gpu / "triton-example"
@@ -368,6 +415,14 @@ def gpu_sections(gpu: Path) -> list[str]:
                         "H·D = 2048, L2 flushed, medians, in one run with the fp16 forward and SDPA's backends on the "
                         "same fp16-rounded inputs. The error is against fp64 attention of the dequantized e4m3 inputs, "
                         "and of the fp32 draws before quantization.")
+    split = ab_file(gpu)
+    if split is not None:
+        out += _section("The Hopper forward split into parts: the same machine before and after", ab_table(split),
+                        _cite(split),
+                        "flash_wgmma's warp-specialised forward split into producer, consumer, epilogue and tile "
+                        "scheduler parts (the FP8 forward sharing the consumer loop), timed against the sources "
+                        "before the split on one GPU, the two trees alternating over two rounds, cuDNN in every "
+                        "round as a drift check. The log holds the command and every timing.")
     if (gpu / "triton-example").is_dir():
         cap = gpu / "triton-example"
         out += _section("The Triton example (B=4, H=16, N=4096, D=128; Nsight Systems, median of the launches)",
