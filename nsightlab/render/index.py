@@ -4,8 +4,8 @@ memory-bound capture, not its "useful TFLOP/s"), and links to its pages; each pa
 notebooks that do not apply (with the reason) are folded under the line. A filter box hides the lines that do
 not match what is typed (a few lines of inline script; the page is the same bytes for the same inputs).
 
-:func:`write_index` takes what :func:`nsightlab.render.report.write_index` takes: the reports folder and the
-report's ``Index`` (pages, failures, captions, skipped notebooks, page summaries, comparisons, title).
+:func:`write_index` takes the reports folder and :class:`nsightlab.render.report.Index` (pages, failures, captions,
+skipped notebooks, page summaries, comparisons, title), which ``nsightlab report`` fills as it renders.
 """
 
 from __future__ import annotations

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import functools
 import hashlib
-import html
 import json
 import os
 import shutil
@@ -45,7 +44,7 @@ from ..analysis.counters import FLOP_TERMS, MEANING, available, needed_metrics
 from ..core.args import BAD_INPUT, ArgumentParser, positive_int, print_error
 from ..core.errors import ProfileError
 from ..core.ranges import decode
-from ..core.text import csv_list, plural
+from ..core.text import csv_list
 from ..store.captures import Capture, list_captures, load_bench, load_manifest, short_commit, validate
 from ..store.read import REPO, bench_files, capture_schemas, case_names, ncu_files, nsys_files, resolve, tools_of
 from .compare import Declared, DeclaredWhy, comparison_entries, declared_comparisons, publish, publish_why
@@ -53,6 +52,7 @@ from .compare import write_index as write_comparison_index
 from .documents import write_documents
 from .execute import PLOTLY_JS, allow_kernels, ship_assets, stop_kernels, write_if_changed
 from .execute import render_notebook as execute_notebook
+from .index import write_index
 from .page import implementations
 
 NOTEBOOKS = REPO / "notebooks"
@@ -106,7 +106,7 @@ FLOP_QUANTITIES = tuple(f"inst_{k}" for parts in FLOP_TERMS.values() for k, _ in
 #:
 #: where ``has_warp_state_stats(path, manifest)`` returns None if the capture's Nsight Compute report
 #: carries the WarpStateStats section, else e.g. "no Nsight Compute report with the WarpStateStats section
-#: (capture with --deep)". Name it in SUMMARY_ORDER too if its findings should lead the capture's index entry.
+#: (capture with --deep)". Name it in nsightlab.render.index.SUMMARY_ORDER too if its findings should lead the capture's index entry.
 PAGES: tuple[Page, ...] = (
     Page("device", "the GPU as captured, measured ceilings, each case's modeled working set against the L2",
          Needs(gpu=("name",))),
@@ -126,8 +126,6 @@ PAGES: tuple[Page, ...] = (
 )
 NOTEBOOK_ORDER = tuple(p.name for p in PAGES)
 _PAGES = {p.name: p for p in PAGES}
-#: the order in which a capture's pages lend their findings to the index (pages not named here: none)
-SUMMARY_ORDER = ("performance", "roofline", "why", "l2_thrashing", "timeline", "options", "correctness", "device")
 #: the comparison pages' notebook (rendered per declared comparison, not per capture)
 COMPARE = "compare"
 _FILES = {"ncu": ("Nsight Compute report (*.ncu-rep) or raw CSV export", ncu_files),
@@ -325,16 +323,6 @@ def write_meta(page: Path, data: dict[str, Any]) -> None:
 
 # --------------------------------------------------------------------------- the index
 
-INDEX_CSS = """body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;max-width:1000px;margin:2em auto;
-padding:0 1.2em;line-height:1.5;color:#1d2433}
-h2{border-bottom:1px solid #dde1e8;padding-bottom:.2em;margin-top:1.8em;font-size:1.25em}
-.cap{color:#5b6475;font-size:.88em} a{color:#1f5fbf;text-decoration:none} a:hover{text-decoration:underline}
-.bad{color:#a00} .na{color:#7a8190;font-size:.86em}
-.find{background:#f3f7fd;border:1px solid #b9cbe8;border-radius:6px;padding:.4em 1em .4em 2em;margin:.6em 0}
-.find li{margin:.15em 0} .pages li{margin:.35em 0} .pages .first{color:#5b6475;font-size:.88em;display:block}
-.top{background:#f3f7fd;border:1px solid #b9cbe8;border-radius:6px;padding:.6em 1.1em}"""
-
-
 @dataclass
 class Index:
     """What reports/index.html lists."""
@@ -360,79 +348,6 @@ def read_comparisons(reports: Path) -> list[dict[str, str]]:
     return [{"href": f"compare/{e['html']}", "title": str(e["title"]), "base": str(e.get("base") or "?"),
              "new": str(e.get("new") or "?"), "summary": str(e.get("summary") or "")}
             for e in comparison_entries(reports / "compare")]
-
-
-def _capture_section(cap: str, pages: list[tuple[str, str]], index: Index) -> tuple[str, str | None]:
-    """One capture's part of the index (its caption, findings, pages and the notebooks that do not
-    apply), and its leading finding."""
-    finds: list[str] = []
-    for nb in SUMMARY_ORDER:
-        for line in (index.summaries.get(f"{cap}/{nb}") or [])[: (2 if not finds else 1)]:
-            if len(finds) < 3:
-                finds.append(line)
-    rows = []
-    for nb, href in pages:
-        first = (index.summaries.get(f"{cap}/{nb}") or [""])[0]
-        blurb = _PAGES[nb].blurb if nb in _PAGES else f"{nb} report of {cap}"
-        rows.append(f'<li><a href="{html.escape(href)}">{html.escape(nb)}</a> &mdash; {html.escape(blurb)}'
-                    + (f'<span class="first">{html.escape(first)}</span>' if first else "") + "</li>")
-    na = "\n".join(f'<li class="na">{html.escape(nb)}: not applicable &mdash; {html.escape(why)}</li>'
-                   for nb, why in index.skipped.get(cap, {}).items())
-    cap_html = f'<p class="cap">{html.escape(index.captions[cap])}</p>' if cap in index.captions else ""
-    find_html = ('<ul class="find">' + "".join(f"<li>{html.escape(f)}</li>" for f in finds) + "</ul>") if finds else ""
-    head = f'<a href="{html.escape(pages[0][1])}">{html.escape(cap)}</a>' if pages else html.escape(cap)
-    return (f'<h2 id="{html.escape(cap)}">{head}</h2>{cap_html}{find_html}<ul class="pages">{"".join(rows)}{na}</ul>',
-            finds[0] if finds else None)
-
-
-def write_index(reports: Path, index: Index) -> bool:
-    """reports/index.html: a short summary of the captures; the reports grouped by capture, each
-    capture captioned from its manifest with its findings (from its pages' summaries), each page with
-    its first finding; the notebooks that do not apply and why; the comparisons. Written only if it
-    changed; returns whether it did."""
-    groups: dict[str, list[tuple[str, str]]] = {}
-    for label, href in index.pages:
-        cap, nb = label.rsplit("/", 1)
-        groups.setdefault(cap, []).append((nb, href))
-    for cap in index.skipped:
-        groups.setdefault(cap, [])
-    sections, headlines = [], []
-    for cap, pages in groups.items():
-        section, lead = _capture_section(cap, pages, index)
-        sections.append(section)
-        if lead:
-            headlines.append((cap, lead))
-    gpus = sorted({c.split("/", 1)[0] for c in groups if "/" in c})
-    top = (f"<p>{plural(len(groups), 'capture')} on {plural(len(gpus), 'GPU')} ({', '.join(gpus)}), "
-           f"{sum(len(v) for v in groups.values())} pages"
-           + (f", {plural(len(index.comparisons), 'comparison')}" if index.comparisons else "")
-           + (f"; <b class='bad'>{len(index.failures)} failed to render</b>" if index.failures else "") + ".</p>")
-    if headlines:
-        top += "<ul>" + "".join(f'<li><a href="#{html.escape(c)}">{html.escape(c)}</a>: {html.escape(f)}</li>'
-                                for c, f in headlines) + "</ul>"
-    cmp_html = ""
-    if index.comparisons:
-        items = "".join(f'<li><a href="{html.escape(c["href"])}">{html.escape(c["title"])}</a> &mdash; '
-                        f'{html.escape(c["base"])} → {html.escape(c["new"])}'
-                        + (f'<span class="first">{html.escape(c["summary"])}</span>' if c["summary"] else "")
-                        + "</li>" for c in index.comparisons)
-        cmp_html = f'<h2 id="comparisons">Comparisons</h2><ul class="pages">{items}</ul>'
-    bad = "\n".join(f"<li><b>{html.escape(label)}</b>: {html.escape(err)}</li>" for label, err in index.failures)
-    title = html.escape(index.title)
-    page = f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1"><title>{title}</title>
-<style>{INDEX_CSS}</style></head>
-<body><h1>{title}</h1>
-<div class="top">{top}</div>
-<p class="cap">Rendered from the captures in <code>profiles/</code> by <code>nsightlab report</code>
-(papermill + nbconvert; every page works offline). Each capture lists the notebooks that apply to it, and why the
-others do not.</p>
-{"".join(sections)}
-{cmp_html}
-{'<h2 class="bad">Captures that failed to render</h2><ul>' + bad + "</ul>" if index.failures else ""}
-</body></html>
-"""
-    return write_if_changed(reports / "index.html", page)
 
 
 def caption(manifest: dict) -> str:
