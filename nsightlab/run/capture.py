@@ -518,6 +518,15 @@ def _reruns(folder: Path, cases: int) -> dict[str, tuple[int, int]]:
     return out
 
 
+def _fail(exc: BaseException, msg: str, echo: Callable[[str], None]) -> NoReturn:
+    """End a capture that ``exc`` stopped, ``msg`` saying what was kept: an interrupt (Ctrl-C, exit) goes on as
+    itself after ``echo`` prints it, anything else becomes a CaptureError carrying it."""
+    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        echo(msg)
+        raise exc
+    raise CaptureError(msg) from exc
+
+
 def _keep_failed(exc: BaseException, plan: Plan, tmp: Path, profiles: Path, stamp: str,
                  done: dict[str, str] | None = None) -> str:
     """Move a failed capture's folder aside with a FAILED.txt (what failed, which cases had finished, the
@@ -615,11 +624,7 @@ def capture(sweep: Sweep | str, profiles: str | os.PathLike = "profiles", *, ncu
         dest = profiles / gpu_slug(man["gpu"].get("name", "unknown")) / todo.name
         manifest.publish(tmp, dest, man, replace=replace)
     except BaseException as exc:
-        msg = _keep_failed(exc, todo, tmp, profiles, stamp)
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            echo(msg)
-            raise
-        raise CaptureError(msg) from exc
+        _fail(exc, _keep_failed(exc, todo, tmp, profiles, stamp), echo)
     echo(f"captured {todo.name} into {dest} in {steps.timings['total']:.0f} s")
     return dest
 
@@ -1059,11 +1064,8 @@ def capture_sharded(sweep: Sweep | str | None, profiles: str | os.PathLike = "pr
             raise
         finished = {r: s for d in _done_shards(tmp) for r, s in {**d["statuses"], **d["failed"]}.items()}
         msg = _keep_failed(exc, todo, tmp, profiles, stamp, done=finished)
-        msg += f" Resume it with: nsightlab capture --resume {todo.name} --profiles {profiles} (only the cases left run)"
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            echo(msg)
-            raise
-        raise CaptureError(msg) from exc
+        _fail(exc, msg + f" Resume it with: nsightlab capture --resume {todo.name} --profiles {profiles} (only the cases "
+                         "left run)", echo)
     echo(f"captured {todo.name} into {dest} in {timings['total']:.0f} s on {len(gpus)} GPU(s), {len(results)} shard(s)")
     return dest
 
