@@ -298,8 +298,9 @@ def test_make_report_renders_the_declared_comparisons_again(rendered):
     rc0, profiles, reports = rendered
     recipe = re.search(r"^report:.*\n\t(.+)$", (ROOT / "Makefile").read_text(), re.M).group(1).split()
     assert recipe[0].endswith("/bin/nsightlab") and recipe[1:] == ["report", "--profiles", "profiles", "--reports",
-                                                                   "reports"]
-    argv = [str(profiles) if a == "profiles" else str(reports) if a == "reports" else a for a in recipe[2:]]
+                                                                   "reports", "--jobs", "$(JOBS)"]
+    argv = [str(profiles) if a == "profiles" else str(reports) if a == "reports" else "2" if a == "$(JOBS)" else a
+            for a in recipe[2:]]
     name = COMPARED[0]
     page, side = reports / "compare" / f"{name}.html", reports / "compare" / f"{name}.json"
     before = page.read_bytes(), side.read_bytes()

@@ -571,7 +571,7 @@ def _page_task(job: Job, a: argparse.Namespace, reports: Path, token: str | None
         return job.label, "interrupted", 0.0
     t0 = time.perf_counter()
     try:
-        info = _render(job, a, reports, stop or threading.Event())
+        info = _in_own_thread(_render, job, a, reports, stop or threading.Event())
         write_meta(job.out, {"inputs": job.inputs, "summary": info["summary"], "title": info["title"],
                              "notebook": job.notebook, "page": job.label})
         return job.label, None, time.perf_counter() - t0
@@ -582,6 +582,25 @@ def _page_task(job: Job, a: argparse.Namespace, reports: Path, token: str | None
             return job.label, "interrupted", 0.0
         text = str(exc).strip()
         return job.label, f"{type(exc).__name__}: {text.splitlines()[-1] if text else ''}".rstrip(": "), 0.0
+
+
+def _in_own_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` on a thread of its own, its result or its exception: papermill and nbclient drive the notebook's
+    kernel with an asyncio loop of their own, which a thread that already has one running (a Dask worker thread of
+    this process, where an earlier client left its loop) refuses ("This event loop is already running")."""
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["value"] = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller as is
+            out["error"] = exc
+    t = threading.Thread(target=run, name="nsightlab-page", daemon=True)
+    t.start()
+    t.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
 
 
 def _clean_render_dirs(reports: Path) -> None:
