@@ -14,6 +14,7 @@
 #   FK_SANITIZE_VARIANTS           the variants compute-sanitizer checks (tests/gpu/test_sanitizer.py)
 #   BENCH_SUITES, BENCH_ARGS       python -m flash_kernels.bench --suite ... (convention,d128,mixed)
 #   CAPTURE_SUITES, CAPTURE_ARGS   python -m nsightlab.capture --suite ... (seqlen,blocksize,bench)
+#   GEMM_SWEEP                     STEPS=gemm: the GEMM example's sweep (examples/gemm/sweep.toml)
 #   HANG_ARGS                      STEPS=hang: the Nsight Compute sections a case stalls under (nsightlab.run.hang)
 #   AB_CMD, AB_ROUNDS, AB_MODULES  STEPS=ab: the working tree against .ab/base (made by `make ab-base`)
 #   BUILD_PTXAS=0                  the build step skips ptxas.json (every .cu compiled again for its report)
@@ -253,9 +254,10 @@ PY
       echo "example capture wall time: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/example.log"
       ship ;;
     gemm)
-      # a kernel that is not attention: a custom problem with its own inputs and work model
+      # a kernel that is not attention: a custom problem with its own inputs and work model (GEMM_SWEEP: which
+      # sweep; examples/gemm/triton.toml puts a user's Triton GEMM beside cuBLAS, with the deep tier)
       step gemm
-      python3 -m nsightlab.capture --sweep examples/gemm/sweep.toml --profiles "$OUT/profiles" 2>&1 | tee -a "$OUT/gemm.log"
+      python3 -m nsightlab.capture --sweep ${GEMM_SWEEP:-examples/gemm/sweep.toml} --profiles "$OUT/profiles" 2>&1 | tee -a "$OUT/gemm.log"
       [ "${PIPESTATUS[0]}" = 0 ] || status=1
       ship ;;
     foreign)
