@@ -131,7 +131,8 @@ def test_ncu_errors_become_advice():
 ROOT = Path(__file__).resolve().parent.parent
 
 # the Python that capture runs: the ceilings with a fake GPU, and a workload that logs every runnable case as
-# run (ranges read from the sweep file, as the real one does); the same interpreter, so nsightlab imports
+# run (the cases read from the plan the capture hands it, --cases, as the real one does: a workload given a sweep to
+# expand again fails); the same interpreter, so nsightlab imports
 FAKE_PYTHON = """#!{python}
 import json, re, sys
 sys.path.insert(0, {root!r})
@@ -148,13 +149,19 @@ elif args[:2] == ["-m", "nsightlab.run.workload"] and "--setup-only" in args:
     if not os.environ.get("FAKE_SETUP_REAL"):  # the real setups of kernel packages would build their kernels
         print("setup (fake)")
         sys.exit(0)
-    from nsightlab.run.sweep import Sweep
+    from nsightlab.run import sweep as S
     from nsightlab.run.workload import run_setups
-    sys.exit(run_setups(Sweep.load(arg("--sweep")).cases()))
+    if "--sweep" in args or S.EXPANSIONS:
+        sys.exit("fake python: the workload was made to expand the sweep again instead of reading its cases (--cases)")
+    sys.exit(run_setups(S.read_cases(arg("--cases")).cases))
 elif args[:2] == ["-m", "nsightlab.run.workload"]:
-    from nsightlab.run.sweep import Sweep
+    from nsightlab.run import sweep as S
+    if "--sweep" in args:
+        sys.exit("fake python: the workload was made to expand the sweep again instead of reading its cases (--cases)")
     only = [args[i + 1] for i, a in enumerate(args) if a == "--only"]
-    cases = [c for c in Sweep.load(arg("--sweep")).cases() if c.runnable and all(re.search(o, c.range) for o in only)]
+    cases = [c for c in S.read_cases(arg("--cases")).cases if c.runnable and all(re.search(o, c.range) for o in only)]
+    if S.EXPANSIONS:
+        sys.exit("fake python: reading the plan expanded the sweep")
     import os, time
     from nsightlab.run.workload import running_file
     hang_after = int(os.environ.get("FAKE_WORKLOAD_HANG_AFTER", -1))  # a kernel that never finishes under the profiler
@@ -732,3 +739,23 @@ def test_an_interrupted_application_replay_says_how_many_passes_ran(tmp_path):
     assert ("3 of 3 case(s) had finished" in msg and "The case in flight (ncu step): r2." in msg
             and "The ncu step's workload had run every case 2 time(s) (application replay: once a replay pass) and 2 "
                 "case(s) of the next run." in msg and "nsys step's" not in msg), msg
+
+def test_the_capture_expands_its_sweep_once_and_hands_the_workloads_its_cases(tmp_path, monkeypatch):
+    """The plan is computed once: the capture expands the sweep into cases once, writes them beside sweep.toml
+    (cases.json, each Case.to_json), and every step's workload reads them (--cases, Case.from_json); the stand-in
+    workload fails if it is handed the sweep to expand again."""
+    from nsightlab.run import sweep as S
+
+    py, ncu, nsys = _tools(tmp_path)
+    sweep = _mine()
+    calls = []
+    real = S.Sweep._expand
+    monkeypatch.setattr(S.Sweep, "_expand", lambda self, load: calls.append(self.name) or real(self, load))
+    dest = C.capture(sweep, tmp_path / "profiles", ncu=str(ncu), nsys=str(nsys), python=str(py), echo=lambda s: None)
+    assert calls == ["mine"]
+    man = validate(dest, open_reports=False)
+    planned = S.read_cases(dest / S.CASES_FILE)
+    assert planned.cases == sweep.cases() and [c.range for c in planned.cases] == [c["range"] for c in man["cases"]]
+    for step in ("ncu", "nsys"):
+        argv = next(c["argv"] for c in man["commands"] if c["step"] == step)
+        assert "--sweep" not in argv and Path(argv[argv.index("--cases") + 1]).name == S.CASES_FILE

@@ -46,7 +46,7 @@ args = sys.argv[1:]
 def arg(flag):
     return args[args.index(flag) + 1] if flag in args else None
 def control():
-    for d in __import__("pathlib").Path(arg("--sweep") or arg("--out")).resolve().parents:
+    for d in __import__("pathlib").Path(arg("--cases") or arg("--out")).resolve().parents:
         if (d / "fake_control.json").exists():
             return d, json.loads((d / "fake_control.json").read_text())
     return None, {{}}
@@ -57,10 +57,12 @@ if args[:2] == ["-m", "nsightlab.run.ceilings"]:
 elif args[:2] == ["-m", "nsightlab.run.workload"] and "--setup-only" in args:
     print("setup (fake)")
 elif args[:2] == ["-m", "nsightlab.run.workload"]:
-    from nsightlab.run.sweep import Sweep
+    from nsightlab.run import sweep as S
     from nsightlab.run.workload import running_file
+    if "--sweep" in args:  # the capture hands each workload its cases (--cases): none expands the sweep again
+        sys.exit("fake python: the workload was made to expand the sweep again instead of reading its cases")
     only = [args[i + 1] for i, a in enumerate(args) if a == "--only"]
-    cases = [c for c in Sweep.load(arg("--sweep")).cases() if c.runnable and all(re.search(o, c.range) for o in only)]
+    cases = [c for c in S.read_cases(arg("--cases")).cases if c.runnable and all(re.search(o, c.range) for o in only)]
     where, ctl = control()
     with open(arg("--log"), "a") as log:
         for c in cases:

@@ -28,6 +28,7 @@ ENTRY_RANK = len(STAGES)
 TORCH_AT_RUN_TIME = {
     "nsightlab.run.workload": "runs the cases",
     "nsightlab.run.ceilings": "the instruction-class microbenchmarks",
+    "nsightlab.run.timing": "the one CUDA-event timer (the bench's, the ceilings')",
     "nsightlab.problems.attention": "the attention problem's inputs and reference are tensors",
     "nsightlab.core.environment": "environment() records torch's view of the GPU beside a benchmark",
 }

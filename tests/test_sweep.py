@@ -301,3 +301,36 @@ def test_deep_cases_of_a_sweep():
     assert s.deep_cases(s.cases(), "naive:backward") == [c for c in s.cases() if c.range.startswith("attn:naive:backward")]
     assert _sweep({"impl": "sdpa_flash", "N": 64}).deep_cases([]) == []
     assert find("seqlen").deep and find("blocksize").deep is None
+
+
+# --------------------------------------------------------------------------- the plan, computed once
+
+
+def test_every_case_survives_its_json_round_trip():
+    """What a capture hands its workloads (Case.to_json) is what they run (Case.from_json): every case of the
+    registered sweeps and of a user's command line comes back equal."""
+    import json
+
+    from nsightlab.run.sweep import Case
+
+    sweeps = [find(name) for name in named_sweeps()]
+    sweeps.append(from_args("mine", ["tests.stand_in:my_attention", "sdpa_flash"], {"N": [64, 128], "causal": [False, True]},
+                            ["forward", "backward"], {}, ["nsys"]))
+    for sweep in sweeps:
+        for case in sweep.cases():
+            assert Case.from_json(json.loads(json.dumps(case.to_json()))) == case, case.range
+
+
+def test_a_sweep_is_expanded_once_however_often_its_cases_are_asked_for(monkeypatch):
+    from nsightlab.run import sweep as S
+
+    calls = []
+    real = S.Sweep._expand
+    monkeypatch.setattr(S.Sweep, "_expand", lambda self, load: calls.append(self.name) or real(self, load))
+    sweep = from_args("once", ["sdpa_flash"], {"N": [64, 128]}, ["forward"], {}, ["nsys"])
+    first = sweep.cases()
+    assert sweep.cases() == first and sweep.cases(load=False) == first and calls == ["once"]
+    first.clear()  # a caller's list is its own
+    assert len(sweep.cases()) == 2 and calls == ["once"]
+    sweep.grids[0]["N"] = [64, 128, 256]  # the sweep changed: its cases are expanded again
+    assert len(sweep.cases()) == 3 and calls == ["once", "once"]

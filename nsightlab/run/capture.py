@@ -62,7 +62,7 @@ from ..store import manifest
 from ..store.captures import gpu_slug
 from . import cluster
 from .cluster import ClusterError, Item, Shard, Where, die_with_parent
-from .sweep import TOOLS, Case, Sweep, find, from_args, named_sweeps, nothing_to_run, regex
+from .sweep import CASES_FILE, TOOLS, Case, Sweep, find, from_args, named_sweeps, nothing_to_run, read_cases, regex, write_cases
 
 #: the deep tier's Nsight Compute sections: what explains a kernel's time (speed of light, pipes, memory
 #: tables, occupancy and its limiter, launch facts, issue slots, warp stall reasons, instruction mix, and
@@ -81,8 +81,11 @@ CACHE_CONTROL = "all"
 def workload_command(sweep_file: str | os.PathLike, *, python: str = sys.executable, iters: int = 1,
                      warmup: int | None = None, only: str | Sequence[str] | None = None,
                      log: str | os.PathLike | None = None, warmup_only: str = "all", extra: Sequence[str] = ()) -> list[str]:
-    """The workload's command line; ``only``: a regex over range names, or several that a case must all match."""
-    cmd = [python, "-m", "nsightlab.run.workload", "--sweep", str(sweep_file), "--iters", str(iters),
+    """The workload's command line; ``only``: a regex over range names, or several that a case must all match.
+    ``sweep_file``: a plan's cases (a ``.json`` file, :data:`~nsightlab.run.sweep.CASES_FILE`: the workload reads
+    them) or a sweep TOML (the workload expands it)."""
+    source = "--cases" if str(sweep_file).endswith(".json") else "--sweep"
+    cmd = [python, "-m", "nsightlab.run.workload", source, str(sweep_file), "--iters", str(iters),
            "--warmup-only", warmup_only]
     if warmup is not None:
         cmd += ["--warmup", str(warmup)]
@@ -360,7 +363,7 @@ class _Steps:
         self.timings[key] = time.perf_counter() - t
 
     def workload(self, log: str, *, iters: int = 1, only: Sequence[str] = (), warmup_only: str = "all") -> list[str]:
-        return workload_command(self.folder / "sweep.toml", python=self.python, iters=iters, log=self.folder / log,
+        return workload_command(self.folder / CASES_FILE, python=self.python, iters=iters, log=self.folder / log,
                                 only=[x for x in (self.plan.only, *only) if x], warmup_only=warmup_only)
 
     def ceilings(self, reuse: Path | None) -> dict[str, Any]:
@@ -382,7 +385,7 @@ class _Steps:
         if not any(resolve(n).setup is not None for n in sorted(names)):
             return
         with self.timed("setup"):
-            cmd = workload_command(self.folder / "sweep.toml", python=self.python, only=self.plan.only,
+            cmd = workload_command(self.folder / CASES_FILE, python=self.python, only=self.plan.only,
                                    extra=["--setup-only"])
             self.run("setup", cmd, log="setup.log", env=self.env)
 
@@ -615,6 +618,7 @@ def capture(sweep: Sweep | str, profiles: str | os.PathLike = "profiles", *, ncu
     stamp = time.strftime("%Y%m%d-%H%M%S")
     tmp = _new_tmp(profiles, todo.name, stamp)
     (tmp / "sweep.toml").write_text(sweep.to_toml(), encoding="utf-8")
+    write_cases(tmp / CASES_FILE, sweep, todo.cases)  # the plan, expanded once: what every workload runs
     steps = _Steps(todo, tmp, _Runner(tmp, echo), _environment(sweep), python, tools, clock_control,
                    replay_mode or sweep.replay_mode, nsys_iters or sweep.nsys_iters)
     echo(f"capture {todo.name}: {len(todo.runnable)} case(s) to run ({len(todo.cases) - len(todo.runnable)} skipped"
@@ -727,7 +731,7 @@ def run_shard(job: ShardJob, *after: Any) -> dict[str, Any]:
     root = Path(job.root)
     gpu = (job.identify or cluster.worker_gpu)()
     sweep = Sweep.load(root / "sweep.toml")
-    by_range = {c.range: c for c in sweep.cases()}
+    by_range = {c.range: c for c in read_cases(root / CASES_FILE).cases}  # the client's plan, not expanded again
     folder = _task_folder(root, SHARDS_DIR, f"s{job.shard.index:02d}-{uuid.uuid4().hex[:8]}")
     kinds = [k for k in SHARD_STEPS if job.shard.has(k)]
     tools = _find_tools(["deep" if k == "deep" else k for k in kinds], job.ncu, job.nsys)
@@ -752,6 +756,7 @@ def run_shard(job: ShardJob, *after: Any) -> dict[str, Any]:
                 attempts.append(sub.name)
                 shutil.copyfile(root / "sweep.toml", sub / "sweep.toml")
                 cases = [by_range[r] for r in remaining]
+                write_cases(sub / CASES_FILE, sweep, cases)
                 todo = Plan(sweep, cases, cases if kind == "deep" else [], sweep.schema(),
                             only=cluster.anchored(remaining) if remaining else None)
                 runner = _Runner(sub, echo, on_worker=True)
@@ -803,7 +808,7 @@ def run_setup(root: str, python: str | None, env: dict[str, str], only: str | No
     folder = _task_folder(Path(root), GPUS_DIR)
     runner = _Runner(folder, lambda line: print(f"[setup] {line}", flush=True), on_worker=True)
     t0 = time.perf_counter()
-    runner("setup", workload_command(Path(root) / "sweep.toml", python=python or sys.executable, only=only,
+    runner("setup", workload_command(Path(root) / CASES_FILE, python=python or sys.executable, only=only,
                                      extra=["--setup-only"]), log="setup.log", env={**os.environ, **env})
     return time.perf_counter() - t0
 
@@ -884,7 +889,7 @@ def _merge(tmp: Path, done: list[dict[str, Any]], gpus: list[dict[str, Any]]) ->
             sub = folder / step["folder"]
             tag = f"s{d['index']:02d}" if kind == "ncu" and len(light) > 1 else ""
             for f in sorted(sub.iterdir()):
-                if f.name == "sweep.toml" or f.name.endswith(".running") or not f.is_file():
+                if f.name in ("sweep.toml", CASES_FILE) or f.name.endswith(".running") or not f.is_file():
                     continue
                 name = _shard_name(f.name, tag) if tag else f.name
                 _move(f, tmp / name)
@@ -1028,6 +1033,7 @@ def capture_sharded(sweep: Sweep | str | None, profiles: str | os.PathLike = "pr
     else:
         tmp = _new_tmp(profiles, todo.name, stamp)
         (tmp / "sweep.toml").write_text(sweep.to_toml(), encoding="utf-8")
+    write_cases(tmp / CASES_FILE, sweep, todo.cases)  # the plan, expanded once: what the shards' workloads run
     (tmp / PLAN_FILE).write_text(json.dumps({
         "only": only, "deep_only": deep_only, "replace": replace, "clock_control": clock_control,
         "replay_mode": replay, "nsys_iters": iters, "shards_per_gpu": shards_per_gpu, "allow_mixed": allow_mixed,

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -70,20 +69,10 @@ def not_measured(reason: str) -> dict[str, str]:
 
 
 def _time(fn: Callable[[], Any], reps: int = REPS, warmup: int = WARMUP) -> float:
-    import torch
+    """Median milliseconds of ``fn`` by the one CUDA-event timer (nsightlab.run.timing), the L2 not flushed."""
+    from .timing import median_ms
 
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    return median_ms(fn, reps=reps, warmup=warmup)
 
 
 # --------------------------------------------------------------------------- cuBLAS and copy

@@ -74,6 +74,64 @@ class Case:
                    d.get("status", "planned"), d.get("model"), dict(d.get("traits") or {}))
 
 
+#: the file beside a capture's sweep.toml that holds its plan: the cases it runs, expanded once by the capture
+#: (:func:`write_cases`), which every workload it starts reads (:func:`read_cases`) instead of the sweep
+CASES_FILE = "cases.json"
+#: how many times this process has expanded a sweep into its cases (:meth:`Sweep.cases`; for tests)
+EXPANSIONS = 0
+
+
+@dataclass(frozen=True)
+class PlannedCases:
+    """A plan as a workload reads it from :data:`CASES_FILE`: the sweep's name, warm-up launches, plug-ins, cases and
+    how to resolve their implementations (name -> the sweep's spec, e.g. ``mypkg.attn:my_attention``)."""
+
+    sweep: str
+    warmup: int
+    plugins: tuple[str, ...]
+    cases: list[Case]
+    impls: Mapping[str, str] = field(default_factory=dict)
+
+
+def write_cases(path: str | Path, sweep: Sweep, cases: Sequence[Case]) -> Path:
+    """Write ``cases`` (a plan of ``sweep``, already expanded) to ``path`` as JSON (each :meth:`Case.to_json`)."""
+    import json
+
+    path = Path(path)
+    used = {c.impl for c in cases}
+    specs = {impl.name: str(spec) for grid, impls in zip(_impl_specs(sweep), sweep._implementations(False), strict=True)
+             for spec, impl in zip(grid, impls, strict=True) if impl.name in used}
+    path.write_text(json.dumps({"sweep": sweep.name, "warmup": sweep.warmup, "plugins": list(sweep.plugins),
+                                "impls": specs, "cases": [c.to_json() for c in cases]}, indent=1, default=str),
+                    encoding="utf-8")
+    return path
+
+
+def _impl_specs(sweep: Sweep) -> list[list[Any]]:
+    """Each grid's implementation specs, as written."""
+    return [_as_list(g["impl"]) for g in sweep.grids]
+
+
+def read_cases(path: str | Path) -> PlannedCases:
+    """The plan :func:`write_cases` wrote (each case by :meth:`Case.from_json`); ValueError naming the file when it
+    is missing or not such a plan. The plan's plug-ins are loaded (they register its implementations)."""
+    import json
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"cases file {path} does not exist")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        planned = PlannedCases(str(data["sweep"]), int(data.get("warmup", 1)), tuple(data.get("plugins") or ()),
+                               [Case.from_json(c) for c in data["cases"]], dict(data.get("impls") or {}))
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"{path}: not a plan of cases ({type(exc).__name__}: {exc})") from None
+    load_plugins(planned.plugins)
+    for spec in planned.impls.values():  # registers a module:callable under its case's name (no case expanded)
+        resolve(spec)
+    return planned
+
+
 def regex(text: str, what: str) -> re.Pattern[str]:
     """``text`` compiled; ValueError naming ``what`` (e.g. "--only") when it is not a regular expression."""
     try:
@@ -212,7 +270,24 @@ class Sweep:
         return self.problem_of(load=load).schema(self.range_prefix)
 
     def cases(self, *, load: bool = True) -> list[Case]:
-        """Every case of every grid, in order, each with its range name, status, work model and traits."""
+        """Every case of every grid, in order, each with its range name, status, work model and traits.
+
+        Expanded once per sweep object (the plan of a capture: its listing, checks and steps all read the same
+        cases; a workload it starts reads them from :data:`CASES_FILE` and expands nothing): later calls return
+        the first expansion again, unless the sweep's data changed since."""
+        key = repr(self.to_dict())
+        memo = getattr(self, "_expanded", None)
+        if memo is not None and memo[0] == key:
+            if load:
+                load_plugins(self.plugins)
+            return list(memo[1])
+        cases = self._expand(load)
+        self._expanded = (key, tuple(cases))
+        return cases
+
+    def _expand(self, load: bool) -> list[Case]:
+        global EXPANSIONS
+        EXPANSIONS += 1
         problem = self.problem_of(load=load)
         schema = problem.schema(self.range_prefix)
         out: dict[str, Case] = {}

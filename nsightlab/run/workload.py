@@ -1,8 +1,12 @@
 """The workload: run a sweep's cases, warm-up outside any NVTX range, the measured launches inside
 one range per case (named by the sweep's range schema). What ``ncu`` and ``nsys`` run.
 
-    python -m nsightlab.run.workload --sweep capture/sweep.toml --iters 5 --log cases.jsonl
+    python -m nsightlab.run.workload --cases capture/cases.json --iters 5 --log cases.jsonl
     python -m nsightlab.run.workload --sweep sweep.toml --list          # range names and skips (no GPU)
+
+A capture expands its sweep into cases once and hands them to every workload it starts as ``--cases`` (the
+JSON file :func:`nsightlab.run.sweep.write_cases` writes beside the capture's sweep.toml: each case's
+:meth:`~nsightlab.run.sweep.Case.to_json`); ``--sweep`` expands a sweep here, for a run by hand.
 
 Progress goes to stderr as it happens (case k of n, elapsed, estimate of what is left); one line of
 JSON per finished case goes to ``--log``; an interrupted run says how many cases it finished.
@@ -27,7 +31,7 @@ from typing import Any
 from ..core.args import BAD_INPUT, ArgumentParser, non_negative_int, positive_int, print_error
 from ..problems import problem as problems
 from ..problems.impls import Implementation, resolve
-from .sweep import Case, Sweep, find, nothing_to_run, regex
+from .sweep import Case, find, nothing_to_run, read_cases, regex
 
 #: how this command is called (the capture runs it as a subprocess)
 PROG = "python -m nsightlab.run.workload"
@@ -210,7 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog=PROG, description=__doc__,
                        epilog="exit status: 0 every case ran (or was listed), 2 bad input (arguments, sweep, no CUDA "
                               "device, a setup or a case that failed), 130 interrupted")
-    p.add_argument("--sweep", required=True, help="a sweep TOML file, or the name of a registered sweep")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--sweep", help="a sweep TOML file, or the name of a registered sweep (its cases expanded here)")
+    src.add_argument("--cases", help="a plan's cases as JSON (what a capture writes beside its sweep.toml and hands "
+                                     "its workloads: the cases are read, not expanded again)")
     p.add_argument("--only", action="append", default=[],
                    help="only cases whose NVTX range name matches this regex (repeated: matches every one)")
     p.add_argument("--warmup", type=non_negative_int, default=None, help="launches per case before its range (default: the sweep's)")
@@ -224,14 +231,19 @@ def main(argv: list[str] | None = None) -> int:
                         "capture does this outside the profilers first")
     a = p.parse_args(argv)
     try:
-        sweep: Sweep = find(a.sweep)
-        cases = selected(sweep.cases(), a.only, sweep.name)
+        if a.cases:
+            planned = read_cases(a.cases)
+            name, warmup, cases = planned.sweep, planned.warmup, planned.cases
+        else:
+            sweep = find(a.sweep)
+            name, warmup, cases = sweep.name, sweep.warmup, sweep.cases()
+        cases = selected(cases, a.only, name)
     except ValueError as exc:
         p.error(str(exc))
     if a.list:
         for c in cases:
             print(c.range + ("" if c.runnable else f"    [{c.status}]"))
-    idle = nothing_to_run(sweep.name, cases)
+    idle = nothing_to_run(name, cases)
     if idle:  # after the listing, which shows each case's reason
         p.error(idle)
     if a.list:
@@ -247,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     log = open(a.log, "a") if a.log else None  # noqa: SIM115
     done: list[dict[str, Any]] = []
     try:
-        done = run_cases(cases, warmup=sweep.warmup if a.warmup is None else a.warmup, iters=a.iters,
+        done = run_cases(cases, warmup=warmup if a.warmup is None else a.warmup, iters=a.iters,
                          warmup_only=a.warmup_only, log=log, running=running_file(a.log) if a.log else None)
     except KeyboardInterrupt:
         n = sum(1 for _ in open(a.log)) if a.log else "?"
