@@ -7,7 +7,11 @@ nsightlab as a problem of its own, through the same Problem protocol the attenti
 
 The problem declares its parameters (M, N, K, dtype: the capture command's ``-M -N -K --dtype``), how
 one case's inputs are built, and its work model, so the reports can set the hardware counters against
-it. Importing this module registers the problem (resolving ``examples.gemm.gemm:IMPL`` imports it).
+it; and what the reports need of it: the axis its figures sweep (M), the order its fields are named and
+shown in, the fields its kernels tile along, and the colour of its implementation. The roofline,
+performance and compare pages read a GEMM capture through the same generic path as an attention one.
+Importing this module registers the problem (resolving ``examples.gemm.gemm:IMPL`` imports it, and so
+does a report of a capture whose sweep names it: :func:`nsightlab.problems.problem.of_manifest`).
 """
 
 from __future__ import annotations
@@ -56,7 +60,11 @@ PROBLEM = problem.register(Problem(
     inputs,
     WorkModel("GEMM: 2·M·N·K FLOPs (backward twice that); A, B and C moved once each", _flops, _bytes, _bytes),
     references=("torch_gemm",), range_prefix="gemm", range_description="GEMM case: implementation, pass, M, N, K, dtype",
-    description="C = A @ B"))
+    description="C = A @ B",
+    # what the reports need to know of it: figures sweep along M; labels and tables name M, N, K; tiles run
+    # along all three; cuBLAS's colour on every figure
+    axis="M", naming=("suite", "config", "dtype", "K", "N", "M"), columns=("M", "N", "K"), tile_fields=("M", "N", "K"),
+    styles={"torch_gemm": ("#AD1457", "hourglass")}))
 
 IMPL = Implementation("torch_gemm", gemm, problem=PROBLEM.name, traits={"library": "cuBLAS"},
                       description="C = A @ B through torch.matmul (cuBLAS)")

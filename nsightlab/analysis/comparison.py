@@ -41,6 +41,7 @@ import pandas as pd
 from ..core.errors import NotApplicable, ProfileError
 from ..core.ranges import RangeSchema
 from ..core.text import impl_key
+from ..problems import problem as problems
 from ..store.captures import cases, load_bench, load_manifest, short_commit, validate
 from ..store.read import PROFILES, bench_files, capture_schemas, load_ncu, load_nsys, ncu_files, nsys_files, resolve
 from . import roofline as rf
@@ -64,10 +65,6 @@ DRIFT = "reference drift"
 VERDICTS = (SLOWER, FASTER, BELOW, SAME, DRIFT)
 #: the verdicts of a range that did not move enough to count as faster or slower
 UNMOVED = (BELOW, SAME)
-#: implementations that are yardsticks, not code under test: the problems' references (attention: the SDPA
-#: backends, :attr:`nsightlab.problems.problem.Problem.references`), any ``sdpa_*`` and the benchmark's CPU one
-REFERENCE_PREFIXES = ("sdpa_",)
-REFERENCE_NAMES = frozenset({"torch_cpu"})
 #: the differences between two captures (:func:`compatibility` aspects) that change what a reference runs:
 #: with none of them, a reference's move is drift (clocks, thermals, the machine), not the change under test
 REFERENCE_CHANGES = ("GPU", "torch", "CUDA runtime", "driver")
@@ -105,19 +102,12 @@ TIMING: dict[str, tuple[str, str]] = {
 
 
 def is_reference(name: object) -> bool:
-    """Whether implementation ``name`` is a reference (:data:`REFERENCE_PREFIXES`, :data:`REFERENCE_NAMES`,
-    the registered problems' references); an imported report's ``SDPA flash`` is ``sdpa_flash``."""
+    """Whether implementation ``name`` is a yardstick, not code under test: a registered problem's reference or
+    yardstick (:func:`nsightlab.problems.problem.is_yardstick`); an imported report's ``SDPA flash`` counts as
+    the name it spells."""
     if name is None or (isinstance(name, float) and math.isnan(name)):
         return False
-    key = impl_key(name)
-    return key.startswith(REFERENCE_PREFIXES) or key in REFERENCE_NAMES or key in _problem_references()
-
-
-@functools.lru_cache(maxsize=1)
-def _problem_references() -> frozenset[str]:
-    from ..problems import problem as P
-
-    return frozenset(r.lower() for p in P.known().values() for r in p.references)
+    return problems.is_yardstick(impl_key(name))
 
 
 def reference_rows(frame: pd.DataFrame) -> pd.Series:
@@ -190,18 +180,15 @@ def match_keys(frame: pd.DataFrame) -> pd.Series:
     return pd.Series(out, index=frame.index, dtype=object)
 
 
-#: the order fields are named and sorted in (the usual sweep field, N, last); others by name, before N
-_FIELD_ORDER = ("suite", "config", "dtype", "causal", "B", "H", "Hkv", "D", "Nk", "N")
-
-
-#: the order rows are sorted in: shape fields before the sweep field N, the batch (which a constant-work sweep
-#: varies against N) and a benchmark configuration's name after it
-_SORT_ORDER = ("suite", "dtype", "D", "causal", "Hkv", "Nk", "N", "B", "H", "config")
-
-
-def _ordered(fields: Iterable[str], order_of: Sequence[str] = _FIELD_ORDER) -> list[str]:
+def _ordered(fields: Iterable[str], columns: Iterable[str], sort: bool = False) -> list[str]:
+    """``fields`` in the order the problem of a frame with ``columns`` names them (``sort``: sorts rows by them;
+    :meth:`nsightlab.problems.problem.Problem.name_order`, :meth:`~nsightlab.problems.problem.Problem.sort_order`),
+    fields it does not order by name, before its sweep axis."""
+    fields = list(fields)
+    problem = problems.for_fields(columns)
+    order_of = problem.sort_order() if sort else problem.name_order()
     order = {c: i for i, c in enumerate(order_of)}
-    last = order.get("N", len(order_of))
+    last = order.get(problem.sweep_axis, len(order_of))
     return sorted(fields, key=lambda c: (order.get(c, last - 0.5), c))
 
 
@@ -213,7 +200,7 @@ def names(frame: pd.DataFrame) -> pd.DataFrame:
     varying = [c for c in fields if frame[c].map(_norm).nunique(dropna=True) > 1]
     if "config" in varying:  # a benchmark configuration's name spells the fields it determines
         varying = [c for c in varying if c in ("suite", "config") or not _determined(frame, ["suite", "config"], c)]
-    varying = _ordered(varying)
+    varying = _ordered(varying, frame.columns)
     rows = []
     for _, r in frame.iterrows():
         if not (isinstance(r.get("schema"), str) and r.get("schema")):
@@ -254,11 +241,11 @@ def labels(frame: pd.DataFrame) -> pd.Series:
 
 
 def sort_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    """Rows in reading order: implementation, pass, then the fields in :data:`_FIELD_ORDER` (N last)."""
+    """Rows in reading order: implementation, pass, then the fields in their problem's sort order."""
     if frame.empty:
         return frame
     cols = [c for c in ("variant", "pass") if c in frame]
-    cols += _ordered([c for c in key_fields(frame) if c not in ("variant", "pass", "options") and c in frame], _SORT_ORDER)
+    cols += _ordered([c for c in key_fields(frame) if c not in ("variant", "pass", "options") and c in frame], frame.columns, sort=True)
     cols += [c for c in ("label", "kernel") if c in frame]
     tmp = frame.copy()
     keys = []

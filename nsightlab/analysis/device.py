@@ -6,6 +6,7 @@ import pandas as pd
 
 from ..core import metrics
 from ..core.errors import NotApplicable
+from ..problems import problem as problems
 from .counters import has_model
 from .l2 import modeled_onset
 
@@ -99,13 +100,17 @@ def measured_ceilings_table(manifest: dict) -> pd.DataFrame:
     return out if out["note"].astype(bool).any() else out.drop(columns="note")
 
 
-def working_set_table(cases: pd.DataFrame, l2_bytes: float, x: str = "N") -> pd.DataFrame:
+_OUTGROWS = "outgrows L2 at "
+
+
+def working_set_table(cases: pd.DataFrame, l2_bytes: float, x: str | None = None) -> pd.DataFrame:
     """The work model's working set [MiB] of every case, one row per implementation × pass × every
-    other shape field and one column per value of ``x`` (``x=<value>``), with the ``x`` at which it
-    outgrows the L2 (log-log interpolation; NaN within the sweep: see ``onset note``).
-    NotApplicable without a modeled working set or without ``x``."""
+    other shape field and one column per value of ``x`` (``x=<value>``; default: the sweep axis of the cases'
+    problem), with the ``x`` at which it outgrows the L2 (log-log interpolation; NaN within the sweep: see
+    ``onset note``). NotApplicable without a modeled working set or without ``x``."""
     if cases is None or not has_model(cases, "model_working_set"):
         raise NotApplicable("no modeled working set: the capture's cases declare no work model")
+    x = problems.axis_for(cases, x)
     if x not in cases:
         raise NotApplicable(f"the cases have no {x!r} field to lay the working set out along")
     c = cases[pd.to_numeric(cases["model_working_set"], errors="coerce").notna()].copy()
@@ -129,11 +134,14 @@ def working_set_table(cases: pd.DataFrame, l2_bytes: float, x: str = "N") -> pd.
     return out[[*cols[: len(keys)], *xs, *cols[len(keys):]]].rename(columns={"impl": "variant"})
 
 
-def findings(manifest: dict, ws: pd.DataFrame | None = None, x: str = "N",
+def findings(manifest: dict, ws: pd.DataFrame | None = None, x: str | None = None,
              clocks: dict[str, tuple[float, float, float, int]] | None = None) -> list[str]:
     """The device page's findings: the GPU and its measured ceilings, the clocks its launches ran at
-    (``clocks``: :func:`run_clocks`); where the modeled working sets outgrow the L2, implementations with similar
-    onsets grouped."""
+    (``clocks``: :func:`run_clocks`); where the modeled working sets outgrow the L2 (``ws``: a
+    :func:`working_set_table`, along ``x``: default, the field it was laid out along), implementations with
+    similar onsets grouped."""
+    if x is None and ws is not None:
+        x = next((c[len(_OUTGROWS):] for c in ws.columns if str(c).startswith(_OUTGROWS)), None)
     g = manifest.get("gpu") or {}
     meas = manifest.get("ceilings") or {}
     parts = [f"**{g.get('name', 'unknown GPU')}**"]
@@ -155,7 +163,7 @@ def findings(manifest: dict, ws: pd.DataFrame | None = None, x: str = "N",
         out.append("While profiled, its clocks ran at: " + "; ".join(f"{name} {clock_text(c)}" for name, c in clocks.items())
                    + " (Nsight Compute's sm__cycles_elapsed.avg.per_second and dram__cycles_elapsed.avg.per_second; "
                    "captured without locking the clocks).")
-    col = f"outgrows L2 at {x}"
+    col = f"{_OUTGROWS}{x}"
     if ws is not None and len(ws) and col in ws:
         first = ws.groupby(ws["variant"].astype(str), sort=False)[col].min()
         inside = [v for v, o in first.items() if pd.isna(o)]

@@ -1,10 +1,11 @@
 """L2 traffic against the working set: where a sweep's cases stop fitting in the L2.
 
 Per range: the L2 hit rate, DRAM bytes over the work model's compulsory bytes and over the L2→SM
-bytes, and the model's working set over the L2 size. Along a sweep (one case varied in one field,
-N by default) the *modeled* onset is where the working set crosses the L2 size, interpolated
-log-log between the sweep's points; the *measured* onset is where the hit rate breaks down, by a
-rule that a rising or flat curve cannot trigger (:func:`measured_onset`), returned with its evidence.
+bytes, and the model's working set over the L2 size. Along a sweep (one case varied in one field, by
+default the sweep axis its problem declares, :attr:`nsightlab.problems.problem.Problem.sweep_axis`) the
+*modeled* onset is where the working set crosses the L2 size, interpolated log-log between the sweep's
+points; the *measured* onset is where the hit rate breaks down, by a rule that a rising or flat curve
+cannot trigger (:func:`measured_onset`), returned with its evidence.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..problems import problem as problems
 from .counters import NotApplicable, has_model, identity_columns, require
 
 
@@ -61,7 +63,7 @@ class Onset:
     evidence: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
-def measured_onset(points: pd.DataFrame, x: str = "N", drop_points: float = 10.0, tolerance: float = 2.0) -> Onset:
+def measured_onset(points: pd.DataFrame, x: str | None = None, drop_points: float = 10.0, tolerance: float = 2.0) -> Onset:
     """The first sweep point from which the L2 hit rate stays at least ``drop_points`` percentage
     points below the best it reached at smaller ``x`` (the running maximum), provided the curve then
     falls (each later point no more than ``tolerance`` points above the one before) or the DRAM
@@ -69,6 +71,7 @@ def measured_onset(points: pd.DataFrame, x: str = "N", drop_points: float = 10.0
     best point. A curve that rises or stays flat cannot trigger it: each point's reference is a
     maximum over earlier points, which a rising curve never falls below. ``evidence``: the points
     with the running maximum and which of them are below it by ``drop_points``."""
+    x = problems.axis_for(points, x)
     if x not in points or "l2_hit_rate" not in points:
         raise NotApplicable(f"measured onset needs the columns {x!r} and 'l2_hit_rate'")
     s = points.dropna(subset=[x, "l2_hit_rate"]).sort_values(x).reset_index(drop=True)
@@ -101,8 +104,9 @@ def measured_onset(points: pd.DataFrame, x: str = "N", drop_points: float = 10.0
     return Onset(float("nan"), f"the hit rate never stays {drop_points:g} points below its earlier best", ev)
 
 
-def sweep_groups(frame: pd.DataFrame, x: str = "N") -> list[tuple[dict, pd.DataFrame]]:
+def sweep_groups(frame: pd.DataFrame, x: str | None = None) -> list[tuple[dict, pd.DataFrame]]:
     """The frame split into sweeps along ``x``: groups of ranges that share every other decoded field."""
+    x = problems.axis_for(frame, x)
     if x not in frame:
         raise NotApplicable(f"no sweep: the ranges have no field {x!r}")
     keys = [c for c in identity_columns(frame, drop=[x]) if c in frame]
@@ -113,9 +117,10 @@ def sweep_groups(frame: pd.DataFrame, x: str = "N") -> list[tuple[dict, pd.DataF
     return out
 
 
-def with_sweeps(frame: pd.DataFrame, x: str = "N") -> pd.DataFrame:
+def with_sweeps(frame: pd.DataFrame, x: str | None = None) -> pd.DataFrame:
     """``frame`` with a ``sweep`` column naming each range's sweep (its fields but ``x``: those that
     differ between sweeps, implementation first)."""
+    x = problems.axis_for(frame, x)
     groups = sweep_groups(frame, x)
     keys = list(groups[0][0]) if groups else []
     varying = [k for k in keys if len({str(key[k]) for key, _ in groups}) > 1]
@@ -128,10 +133,11 @@ def with_sweeps(frame: pd.DataFrame, x: str = "N") -> pd.DataFrame:
     return out
 
 
-def onset_table(l2: pd.DataFrame, l2_bytes: float, x: str = "N", drop_points: float = 10.0) -> pd.DataFrame:
+def onset_table(l2: pd.DataFrame, l2_bytes: float, x: str | None = None, drop_points: float = 10.0) -> pd.DataFrame:
     """Per sweep (ranges sharing every field but ``x``, at least 2 points; ``sweep`` names it, as
     :func:`with_sweeps` does): the modeled and the measured onset, with notes. Key columns that are
     the same for every sweep are left out. NotApplicable if no field varies across 2+ points."""
+    x = problems.axis_for(l2, x)
     rows = []
     if "sweep" not in l2:
         l2 = with_sweeps(l2, x)
@@ -152,9 +158,10 @@ def onset_table(l2: pd.DataFrame, l2_bytes: float, x: str = "N", drop_points: fl
     return out.drop(columns=const)
 
 
-def panels(frame: pd.DataFrame, x: str = "N", max_values: int = 4) -> list[tuple[str, pd.DataFrame]]:
+def panels(frame: pd.DataFrame, x: str | None = None, max_values: int = 4) -> list[tuple[str, pd.DataFrame]]:
     """One figure's worth of ranges each: split by pass and by the first other field (not ``x``,
     not the implementation, not an option) that takes 2..``max_values`` values; titled by them."""
+    x = problems.axis_for(frame, x)
     from .counters import option_columns
 
     skip = {x, "variant", "pass", "options", *option_columns(frame)}
@@ -171,10 +178,11 @@ def panels(frame: pd.DataFrame, x: str = "N", max_values: int = 4) -> list[tuple
     return sorted(out, key=lambda t: (order.get(t[0].split(",")[0], 2), t[0]))
 
 
-def findings(traffic: pd.DataFrame, onsets: pd.DataFrame | None, x: str = "N") -> list[str]:
+def findings(traffic: pd.DataFrame, onsets: pd.DataFrame | None, x: str | None = None) -> list[str]:
     """The L2 page's findings: where the hit rate breaks down (measured onset, with the hit rate
     before and after, beside the modeled onset), and which implementations keep their hit rate
     over the whole sweep."""
+    x = problems.axis_for(traffic if traffic is not None else (), x)
     if traffic is None or traffic.empty:
         return []
     out = []

@@ -1,8 +1,10 @@
 """Benchmark results (the CSVs a capture's bench step writes): tidy frames in, tidy frames out.
 
-Nothing here names an implementation: the one to track, the reference and the targets are the
-caller's (a notebook's parameters); without a reference, the implementation fastest in the most
-configurations is used.
+Nothing here names an implementation or a problem: the one to track, the reference and the targets are
+the caller's (a notebook's parameters); without a reference, the implementation fastest in the most
+configurations is used. What identifies a configuration, the field a suite sweeps and the columns and
+order of a table are the problem's (the one :func:`nsightlab.store.captures.load_bench` read the CSVs as,
+``df.attrs["problem"]``, else the registered problem whose fields the columns are).
 """
 
 from __future__ import annotations
@@ -13,11 +15,29 @@ from typing import Any
 import pandas as pd
 
 from ..core.text import csv_list
+from ..problems import problem as problems
+from ..problems.problem import Problem
 
-KEY = ["suite", "config", "B", "H", "N", "D", "causal", "dtype", "pass"]
+#: the columns that identify a benchmark row whatever its problem (a configuration's name spells its shape;
+#: :func:`key` adds the problem's key fields)
+BASE_KEY = ["suite", "config", "dtype", "pass"]
 #: other spellings of the CSVs' dtypes
 DTYPE_ALIASES = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32", "float": "float32",
                  "fp64": "float64", "double": "float64"}
+
+
+def problem_of(df: pd.DataFrame) -> Problem:
+    """The problem of a benchmark frame: the one it was read as (``attrs["problem"]``), else the registered
+    problem whose fields its columns are, else the default."""
+    name = df.attrs.get("problem")
+    return problems.get(name) if isinstance(name, str) and name in problems.known() else problems.for_fields(df.columns)
+
+
+def key(df: pd.DataFrame) -> list[str]:
+    """The columns that identify a configuration of ``df``: suite, configuration, the problem's key fields
+    that ``df`` has, dtype and pass."""
+    fields = [f for f in problem_of(df).required_fields if f in df and f not in BASE_KEY]
+    return [*BASE_KEY[:2], *fields, *BASE_KEY[2:]]
 
 
 def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -29,7 +49,7 @@ def pick_reference(df: pd.DataFrame) -> str:
     ok = ok_rows(df)
     if ok.empty:
         raise ValueError("no successful benchmark rows")
-    best = ok.loc[ok.groupby(KEY)["ms"].idxmin(), "impl"].value_counts()
+    best = ok.loc[ok.groupby(key(df))["ms"].idxmin(), "impl"].value_counts()
     return str(sorted(best[best == best.max()].index)[0])
 
 
@@ -49,8 +69,10 @@ def implementations(df: pd.DataFrame) -> pd.DataFrame:
 def ratio_to(df: pd.DataFrame, reference: str) -> pd.DataFrame:
     """Each implementation's throughput over ``reference``'s in the same run and config (1.0 = equal)."""
     ok = ok_rows(df)
-    ref = ok[ok["impl"] == reference][KEY + ["tflops"]].rename(columns={"tflops": "ref_tflops"})
-    out = ok.merge(ref, on=KEY, how="inner")
+    k = key(df)
+    ref = ok[ok["impl"] == reference][k + ["tflops"]].rename(columns={"tflops": "ref_tflops"})
+    out = ok.merge(ref, on=k, how="inner")
+    out.attrs = dict(df.attrs)
     out["ratio"] = out["tflops"] / out["ref_tflops"]
     return out
 
@@ -72,18 +94,23 @@ def parse_targets(text: str) -> dict[str, float]:
 
 def target_table(df: pd.DataFrame, impl: str, reference: str, targets: Mapping[str, float], min_n: int = 2048,
                  suite: str | None = None) -> pd.DataFrame:
-    """Rows of ``suite`` (all suites: None) with N >= min_n: impl and reference TFLOP/s, ratio, the
-    pass's target and whether it is met."""
+    """Rows of ``suite`` (all suites: None) whose sweep axis (the problem's,
+    :attr:`~nsightlab.problems.problem.Problem.sweep_axis`) is at least ``min_n``: impl and reference TFLOP/s,
+    ratio, the pass's target and whether it is met; the problem's table columns, sorted in its order."""
+    problem = problem_of(df)
+    axis = problem.sweep_axis
     sel = df if suite is None else df[df["suite"] == suite]
     r = ratio_to(sel, reference)
-    r = r[(r["impl"] == impl) & (r["N"] >= min_n)]
+    r = r[(r["impl"] == impl) & ((r[axis] >= min_n) if axis in r else True)]
     r = r.assign(target=r["pass"].map(dict(targets)))
     r["met"] = r["ratio"] >= r["target"]
     lead = [c for c in ("suite", "dtype") if c in r and (suite is None or c != "suite")]
-    cols = ["pass", *lead, "D", "causal", "N", "B", "H", "tflops", "ref_tflops", "ratio", "target", "met"]
+    shown = [c for c in problem.table_columns() if c in r and c not in lead]
+    cols = ["pass", *lead, *shown, "tflops", "ref_tflops", "ratio", "target", "met"]
     order = {"forward": 0, "backward": 1}
     r = r.assign(_p=r["pass"].map(order).fillna(2))
-    return r.sort_values(["_p", *lead, "D", "causal", "N"])[cols].reset_index(drop=True)
+    by = [c for c in problem.sort_order() if c in shown]
+    return r.sort_values(["_p", *lead, *by], kind="stable")[cols].reset_index(drop=True)
 
 
 def speedup_table(df: pd.DataFrame, suite: str, pass_: str, dtype: str, baseline: str) -> pd.DataFrame:
@@ -138,14 +165,30 @@ def accuracy_table(df: pd.DataFrame) -> pd.DataFrame:
     return ok.groupby(["impl", "pass", "dtype"], sort=False)[cols].max().reset_index()
 
 
-def sweeps_n(df: pd.DataFrame, suite: str) -> bool:
-    """Whether a suite is a sweep over N (3+ values for one implementation and pass, and no N run
-    twice with other shapes: then lines against N connect like with like)."""
+def facets(problem: Problem) -> list[str]:
+    """The shape fields a sweep's lines are drawn apart by: the problem's required fields that it sorts before
+    its sweep axis (attention: the head dim and the mask), dtype and pass aside."""
+    order = list(problem.sort_order())
+    axis = problem.sweep_axis
+    before = order[: order.index(axis)] if axis in order else order
+    return [c for c in before if c in problem.required_fields and c not in BASE_KEY]
+
+
+def sweeps_axis(df: pd.DataFrame, suite: str) -> bool:
+    """Whether a suite is a sweep over its problem's sweep axis (3+ values for one implementation and pass, and
+    no value run twice with other shapes: then lines against it connect like with like)."""
+    problem = problem_of(df)
+    axis = problem.sweep_axis
     s = ok_rows(df[df["suite"] == suite])
-    if not len(s):
+    if not len(s) or axis not in s:
         return False
-    g = s.groupby(["impl", "pass", "dtype", "D", "causal"])["N"]
+    by = ["impl", "pass", "dtype", *[c for c in facets(problem) if c in s]]
+    g = s.groupby(by)[axis]
     return int(g.nunique().max()) >= 3 and bool((g.nunique() == g.size()).all())
+
+
+#: the name the performance page calls :func:`sweeps_axis` by (an attention suite sweeps N)
+sweeps_n = sweeps_axis
 
 
 def flop_source(manifests: Mapping[str, dict]) -> str:
@@ -220,7 +263,7 @@ def findings(df: pd.DataFrame, reference: str, impl: str = "", targets: Mapping[
     if ok.empty:
         return ["no successful benchmark rows"]
     out = []
-    best = ok.loc[ok.groupby(KEY)["ms"].idxmin()]
+    best = ok.loc[ok.groupby(key(df))["ms"].idxmin()]
     wins = best["impl"].value_counts()
     top = str(wins.index[0])
     peaks = ok[ok["impl"] == top].groupby("pass")["tflops"].max()

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.metrics import PEAKS
-from ..problems.attention import FLOP_PER_EXP_PER_D, softmax_bound
+from ..problems import problem as problems
 from ..run.ceilings import INSTRUCTION_KEYS
 from .counters import (
     FLOP_TERMS,
@@ -97,10 +97,10 @@ def ceilings(work: pd.DataFrame, manifest: dict | None = None, points: pd.DataFr
     """The roofline's ceilings: compute in FLOP/s and bandwidth in B/s, each the median over the
     report's launches of Nsight's peak at the clock it recorded (``per_cycle``: the compute peak per
     SM-clock cycle, all SMs; the tensor peak is the dense one), plus the manifest's measured ceilings
-    (``measured ...``: cuBLAS GEMMs, mma.sync, wgmma, the copy). With ``points`` whose cases have a
-    head dimension ``D`` and a ``pass``, the MUFU exp2 rate becomes the softmax bound of each (pass, D)
-    in attention FLOP/s (:func:`nsightlab.problems.attention.softmax_bound`), a ceiling that holds only for those
-    cases (``where``). Compute peaks of pipes no launch used (an FP64 peak in an FP16 study) are left
+    (``measured ...``: cuBLAS GEMMs, mma.sync, wgmma, the copy), plus the ceilings the cases' problem derives
+    from what the capture measured (:attr:`nsightlab.problems.problem.Problem.ceilings`, given ``points``; the
+    attention problem's softmax bound of each pass and head dimension from the MUFU exp2 rate), each holding
+    only for the cases it names (``where``). Compute peaks of pipes no launch used (an FP64 peak in an FP16 study) are left
     out. NotApplicable if there is no ceiling at all."""
     rows = []
     used_pipes = {t for t in FLOP_TERMS if f"flop_{t}" in work and (work[f"flop_{t}"].fillna(0) > 0).any()}
@@ -126,16 +126,11 @@ def ceilings(work: pd.DataFrame, manifest: dict | None = None, points: pd.DataFr
         if isinstance(meas.get(key), dict) and "flop_per_s" in meas[key] and _dtype_ok(key, points):
             rows.append({"kind": "compute", "name": label, "value": float(meas[key]["flop_per_s"]), "per_cycle": np.nan,
                          "source": _source(meas[key]), "where": None})
-    mufu = meas.get("mufu_ex2")
-    if isinstance(mufu, dict) and "exp2_per_s" in mufu and points is not None and {"D", "pass"} <= set(points):
-        for (d, p), _ in points.groupby(["D", "pass"], sort=True):
-            if p not in FLOP_PER_EXP_PER_D or not (isinstance(d, (int, float, np.integer, np.floating)) and d > 0):
-                continue
-            rows.append({"kind": "compute", "name": f"measured MUFU exp2 bound ({p}, D={int(d)})",
-                         "value": softmax_bound(float(mufu["exp2_per_s"]), int(d), str(p)), "per_cycle": np.nan,
-                         "source": f"{mufu['exp2_per_s'] / 1e12:.2f} T ex2.approx/s (this capture) × "
-                                   f"{FLOP_PER_EXP_PER_D[p]:g}·D FLOP per exp (attention work model)",
-                         "where": {"pass": str(p), "D": int(d)}})
+    problem = problems.of_manifest(manifest, [] if points is None else points.columns)
+    if problem.ceilings is not None and points is not None:
+        for c in problem.ceilings(meas, points):
+            rows.append({"kind": "compute", "name": str(c["name"]), "value": float(c["value"]), "per_cycle": np.nan,
+                         "source": str(c.get("source", "")), "where": c.get("where")})
     if isinstance(meas.get("read_stream"), dict) and "bytes_per_s" in meas["read_stream"]:
         rows.append({"kind": "memory", "name": "measured DRAM read", "value": float(meas["read_stream"]["bytes_per_s"]),
                      "per_cycle": np.nan, "source": f"{meas['read_stream'].get('bytes', 0) / 2**30:.0f} GiB read once "
@@ -403,7 +398,7 @@ def flop_check(rng: pd.DataFrame, tolerance: float = 0.10) -> pd.DataFrame:
 
 def _sibling_text(r: pd.Series, fc: pd.DataFrame, tolerance: float) -> str:
     """What the range's siblings say about its excess FLOPs, computed: ranges of the same implementation
-    whose fields differ only in ``pass`` or in one yes/no field (``causal``) and whose counters agree
+    whose fields differ only in ``pass`` or in one yes/no field (a mask) and whose counters agree
     with their own model. The range's counted FLOPs as a multiple of the sibling's, against the
     multiple the work model credits, say how many of the sibling's operations it performs beyond the
     model (a backward pass recomputing more than the model's forward products; a masked case computing
@@ -436,7 +431,8 @@ def _sibling_text(r: pd.Series, fc: pd.DataFrame, tolerance: float) -> str:
         if f != "pass" and credited < 1 < 1 / credited and counted > credited:
             # a masked case computed by tiles: whole tiles along the mask's edge add 1/n of the unmasked
             # work per n tiles, so the excess names the tile
-            n_field = next((c for c in ("N", "Nk") if c in r.index and isinstance(r[c], (int, np.integer))), None)
+            n_field = next((c for c in problems.for_fields(r.index).tile_fields
+                            if c in r.index and isinstance(r[c], (int, np.integer))), None)
             excess = counted / credited - 1
             if n_field and excess > 0:
                 tile = r[n_field] * excess
@@ -460,7 +456,8 @@ ALL_COUNTERS = tuple(k for parts in FLOP_TERMS.values() for k, _ in parts)
 def explain(r: pd.Series, tolerance: float = 0.10, siblings: str = "") -> str:
     """Why counted and modeled FLOPs differ, computed from the row's counters and columns: the tensor
     and other shares of the excess, what siblings of the range say (``siblings``, from
-    :func:`flop_check`), ``trait_materializes``, N not a multiple of 64, and the FLOP counters the
+    :func:`flop_check`), ``trait_materializes``, a field the problem's kernels tile along
+    (:attr:`nsightlab.problems.problem.Problem.tile_fields`) not a multiple of 64, and the FLOP counters the
     capture lacks. Never from an implementation's name."""
     ratio = r["counted_over_model"]
     if not np.isfinite(ratio):
@@ -471,7 +468,9 @@ def explain(r: pd.Series, tolerance: float = 0.10, siblings: str = "") -> str:
     tensor = r.get("flop_tensor", 0) or 0
     tensor = 0.0 if tensor != tensor else float(tensor)
     tensor_share = tensor / flop if flop else 0.0
-    n = r.get("N")
+    tiled_values = [(f, r.get(f)) for f in problems.for_fields(r.index).tile_fields]
+    off_grid = next(((f, int(v)) for f, v in tiled_values if isinstance(v, (int, float, np.integer, np.floating))
+                     and not isinstance(v, (bool, np.bool_)) and np.isfinite(v) and int(v) % 64), None)
     parts = []
     if ratio > 1:
         model = float(r["model_flop"])
@@ -485,8 +484,8 @@ def explain(r: pd.Series, tolerance: float = 0.10, siblings: str = "") -> str:
         elif tensor_share < 0.5:
             parts.append(f"mostly CUDA-core arithmetic ({1 - tensor_share:.0%} of counted FLOPs off the tensor pipe): "
                          "elementwise work beyond the model's products adds FP32 instructions")
-        if isinstance(n, (int, float, np.integer, np.floating)) and np.isfinite(n) and int(n) % 64:
-            parts.append(f"N={int(n)} is not a multiple of 64: padded tiles are computed and masked")
+        if off_grid is not None:
+            parts.append(f"{off_grid[0]}={off_grid[1]} is not a multiple of 64: padded tiles are computed and masked")
         return "counted > model: " + "; ".join(parts or ["instructions beyond the model's operations"])
     lacking = [k for k in ALL_COUNTERS if k not in str(r.get("flop_counters", "")).split()]
     if lacking:
@@ -509,13 +508,15 @@ def _true(v: object) -> bool:
 
 
 def _fields_text(r: pd.Series, fields: list[str]) -> str:
+    """``f=v`` per field; a yes/no field (its problem's boolean parameter) named where true, left out where false."""
+    yes_no = problems.for_fields(r.index).yes_no_fields
     out = []
     for f in fields:
         v = r.get(f)
         if v is None or (isinstance(v, float) and np.isnan(v)) or v == "":
             continue
-        if f == "causal":
-            out.append("causal" if bool(v) else "")
+        if f in yes_no or isinstance(v, (bool, np.bool_)):
+            out.append(f if _true(v) else "")
         elif f == "pass":
             out.append(str(v))
         else:

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.text import plain_value
+from ..problems import problem as problems
 from .counters import (
     NotApplicable,
     attach_model,
@@ -167,14 +168,22 @@ def window(kernels: pd.DataFrame, ranges: pd.DataFrame, query: str = "",
     return ks, sel, what
 
 
+def _yes_no_fields(frame: pd.DataFrame) -> list[str]:
+    """The yes/no fields of ``frame`` (its problem's boolean parameters, and boolean columns): named when true."""
+    declared = problems.for_fields(frame.columns).yes_no_fields
+    return [c for c in frame.columns if c in declared or (c != "variant" and pd.api.types.is_bool_dtype(frame[c]))]
+
+
 def has_flops(summary: pd.DataFrame) -> bool:
     return "tflops" in summary and summary["tflops"].notna().any()
 
 
-def headline_case(summary: pd.DataFrame, x: str = "N") -> dict[str, Any]:
+def headline_case(summary: pd.DataFrame, x: str | None = None) -> dict[str, Any]:
     """The configuration the page's headline speaks of (and its one-configuration figures draw): the
-    largest ``x`` that most implementations ran, and there the configuration most of them ran (the last in
-    sorted order). Its fields and values; empty where the summary has no numeric ``x``."""
+    largest ``x`` (default: the sweep axis of the summary's problem) that most implementations ran, and there
+    the configuration most of them ran (the last in sorted order). Its fields and values; empty where the
+    summary has no numeric ``x``."""
+    x = problems.axis_for(summary if summary is not None else (), x)
     if summary is None or summary.empty or x not in summary or not pd.api.types.is_numeric_dtype(summary[x]):
         return {}
     keys = [c for c in config_columns(summary) if c != x]
@@ -189,12 +198,13 @@ def headline_case(summary: pd.DataFrame, x: str = "N") -> dict[str, Any]:
     return case
 
 
-def findings(summary: pd.DataFrame, x: str = "N") -> list[str]:
-    """The timeline page's findings: at the largest ``x`` that most implementations ran, each
-    one's GPU time against the fastest; the throughput peak; launch gaps where a range has several
-    kernels."""
+def findings(summary: pd.DataFrame, x: str | None = None) -> list[str]:
+    """The timeline page's findings: at the largest ``x`` (default: the sweep axis of the summary's problem)
+    that most implementations ran, each one's GPU time against the fastest; the throughput peak; launch gaps
+    where a range has several kernels."""
     if summary is None or summary.empty:
         return []
+    x = problems.axis_for(summary, x)
     out = []
     if x not in summary or not pd.api.types.is_numeric_dtype(summary[x]):  # no sweep: each range on its own
         s = summary.sort_values("gpu_ms")
@@ -209,8 +219,10 @@ def findings(summary: pd.DataFrame, x: str = "N") -> list[str]:
     if len(s):
         fast = s.iloc[0]
         shown = [c for c in [x, *keys] if c in summary and (c == x or summary[c].nunique(dropna=True) > 1)]
-        where = ", ".join(str(fast[c]) if c == "pass" else f"{c}={plain_value(fast[c])}" for c in shown
-                          if pd.notna(fast[c]) and c != "causal") + (", causal" if bool(fast.get("causal")) else "")
+        yes_no = _yes_no_fields(summary)
+        where = ", ".join([*(str(fast[c]) if c == "pass" else f"{c}={plain_value(fast[c])}" for c in shown
+                             if pd.notna(fast[c]) and c not in yes_no),
+                           *(c for c in yes_no if c in fast and pd.notna(fast[c]) and bool(fast[c]))])
         others = [f"{r['variant']} {r['gpu_ms'] / fast['gpu_ms']:.1f}×" for _, r in s.iloc[1:].iterrows()]
         out.append(f"At {where}: **{fast['variant']}** takes {fast['gpu_ms']:.3g} ms on the GPU"
                    + (f"; relative to it: {', '.join(others[:6])}" + (" ..." if len(others) > 6 else "") if others

@@ -17,7 +17,16 @@ sum over i < N of min(i+1, Nk), so that a causal decode or cross-attention case 
 with work it does not do (N = 1 query sees one key). Backward 2.5 × forward. Compulsory bytes:
 every input read once, every output written once (LSE in fp32); K and V count Hkv heads of Nk keys.
 Softmax bound: every score costs one exp, so ``e`` exponentials per second cap attention at
-``e`` × :data:`FLOP_PER_EXP_PER_D` × D FLOP/s (:func:`softmax_bound`). Torch is imported only by the functions that build inputs and run SDPA.
+``e`` × :data:`FLOP_PER_EXP_PER_D` × D FLOP/s (:func:`softmax_bound`): the problem's own ceiling, which the
+roofline draws per pass and head dim (:func:`measured_ceilings`) and the ceilings step records beside the
+MUFU rate (:func:`ceiling_notes`).
+
+What the generic stages need of attention, this module declares on its :class:`Problem`: the default sweep
+axis N, the order labels and tables name its fields in, the fields its kernels tile along (N, Nk), the
+colours and markers of the attention implementations this project knows (:data:`STYLES`). It registers
+as the default problem: the one a bare callable solves, and the one a capture whose manifest names no
+problem holds (every capture recorded before manifests named their problem is an attention capture).
+Torch is imported only by the functions that build inputs and run SDPA.
 """
 
 from __future__ import annotations
@@ -156,10 +165,79 @@ for _name, _backend in _BACKENDS.items():
                             traits={"library": "torch", "materializes": _name == "sdpa_math"},
                             description=f"torch.nn.functional.scaled_dot_product_attention, {_backend} backend"))
 
+def measured_ceilings(measured: Mapping[str, Any], points: Any) -> list[dict[str, Any]]:
+    """The attention ceilings a capture's measured MUFU exp2 rate implies (``measured``: the manifest's
+    ``ceilings``): the softmax bound of each (pass, D) among the roofline's ``points``, a ceiling that holds
+    only for the cases of that pass and head dimension (``where``)."""
+    mufu = measured.get("mufu_ex2")
+    if not (isinstance(mufu, Mapping) and "exp2_per_s" in mufu) or points is None or not {"D", "pass"} <= set(points):
+        return []
+    rows = []
+    for (d, p), _ in points.groupby(["D", "pass"], sort=True):
+        if p not in FLOP_PER_EXP_PER_D or isinstance(d, bool) or not (isinstance(d, (int, float)) or hasattr(d, "dtype")):
+            continue
+        if not float(d) > 0:
+            continue
+        rows.append({"name": f"measured MUFU exp2 bound ({p}, D={int(d)})",
+                     "value": softmax_bound(float(mufu["exp2_per_s"]), int(d), str(p)),
+                     "source": f"{mufu['exp2_per_s'] / 1e12:.2f} T ex2.approx/s (this capture) × "
+                               f"{FLOP_PER_EXP_PER_D[p]:g}·D FLOP per exp (attention work model)",
+                     "where": {"pass": str(p), "D": int(d)}})
+    return rows
+
+
+#: the head dims whose softmax bound is recorded beside a measured MUFU exp2 rate
+SOFTMAX_HEAD_DIMS = (64, 128)
+
+
+def ceiling_notes(key: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """Beside the measured MUFU exp2 rate (``mufu_ex2``): the attention FLOP/s it allows at the usual head dims."""
+    if key != "mufu_ex2" or not isinstance(entry.get("exp2_per_s"), (int, float)):
+        return {}
+    rate = float(entry["exp2_per_s"])
+    return {"softmax_bound_flop_per_s": {f"{p}, D={d}": softmax_bound(rate, d, p)
+                                         for p in FLOP_PER_EXP_PER_D for d in SOFTMAX_HEAD_DIMS},
+            "softmax_bound_note": "attention FLOP/s if every score's exp runs on MUFU at this rate: forward 4·D FLOPs "
+                                  "per exp, backward 10·D (2.5 × the forward's FLOPs, P recomputed once)"}
+
+
+#: the colour and marker of the attention implementations this project knows, the same on every page: the SDPA
+#: references, flash_kernels' variants, the Triton example and the benchmark's CPU reference. Greys and black
+#: are never an implementation's (kept for ceilings, bands, base / new, option settings); every colour here is
+#: at least ΔE 20 (CIELAB) from nsightlab.render.figures.SPARE_COLORS, the colours of names without a style.
+STYLES: dict[str, tuple[str, str]] = {
+    # flash_kernels' variants
+    "naive": ("#1F77B4", "circle"),
+    "tiled": ("#FF7F0E", "square"),
+    "tiled_uncoalesced": ("#2CA02C", "diamond"),
+    "flash_fa1": ("#D62728", "triangle-up"),
+    "flash_simt": ("#9467BD", "cross"),
+    "flash_mma": ("#8C564B", "x"),
+    "flash_wgmma": ("#00897B", "hexagram"),
+    "flash_decode": ("#F9A825", "bowtie"),
+    # the references and other libraries
+    "sdpa_flash": ("#E377C2", "triangle-down"),
+    "sdpa_cudnn": ("#1A237E", "pentagon"),
+    "sdpa_efficient": ("#BCBD22", "star"),
+    "sdpa_math": ("#17BECF", "hexagon"),
+    "triton_fa2": ("#6A1B9A", "star-triangle-up"),
+    "torch_cpu": ("#827717", "circle-x"),
+}
+
 PROBLEM = register_problem(Problem(
     NAME, PARAMETERS, inputs, WORK, _grouped, tuple(_BACKENDS), range_prefix="attn",
     range_description="attention case: implementation, pass, shape [B, H, N, D], dtype, causal",
-    description="softmax(Q Kᵀ · scale) V over [B, H, N, D] tensors, as scaled_dot_product_attention"))
+    description="softmax(Q Kᵀ · scale) V over [B, H, N, D] tensors, as scaled_dot_product_attention",
+    axis="N",
+    # labels name the shape, then the sequence length last; rows sort by head dim and mask first, N before
+    # the batch (which a constant-work sweep varies against N)
+    naming=("suite", "config", "dtype", "causal", "B", "H", "Hkv", "D", "Nk", "N"),
+    sorting=("suite", "dtype", "D", "causal", "Hkv", "Nk", "N", "B", "H", "config"),
+    columns=("D", "causal", "N", "B", "H"),
+    tile_fields=("N", "Nk"),
+    styles=STYLES, ceilings=measured_ceilings, ceiling_notes=ceiling_notes,
+    yardsticks=("sdpa_*", "torch_cpu")),  # every SDPA backend, and flash_kernels.bench's CPU reference
+    default=True)  # a bare callable is an attention, and captures recorded before they named their problem hold attention
 
 
 def schema(prefix: str = "attn", description: str = "") -> RangeSchema:

@@ -2,8 +2,8 @@
 
 An :class:`Implementation` is a name, a callable (or ``"module:callable"``, imported only when the
 workload runs it), the name of the :class:`~nsightlab.problems.problem.Problem` it solves (which builds
-its inputs; a bare callable solves the default problem, attention), optionally a work model, a
-``supports`` check and traits. Built-in references register themselves; packages plug theirs in
+its inputs; a bare callable solves the default problem, :func:`nsightlab.problems.problem.default_name`),
+optionally a work model, a ``supports`` check and traits. Built-in references register themselves; packages plug theirs in
 through the same doors a user has:
 
 - ``--impl mypkg.attn:my_attention``: any callable ``fn(q, k, v, *, causal=False, scale=None)``,
@@ -12,6 +12,7 @@ through the same doors a user has:
 - a plug-in module (``--plugin mypkg.study``, ``plugins = [...]`` in a sweep file, the
   ``NSIGHTLAB_PLUGINS`` environment variable, or a ``nsightlab.plugins`` entry point) that calls
   :func:`register` (and :func:`nsightlab.problems.problem.register` for a problem of its own,
+  :func:`register_style` for its implementations' colour and marker on every figure,
   :func:`nsightlab.run.sweep.register_sweeps`, :func:`nsightlab.core.ranges.register`).
 
 This module imports neither torch nor any kernel package.
@@ -26,7 +27,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .problem import DEFAULT_PROBLEM, PASSES, WorkModel
+from .problem import PASSES, WorkModel, default_name
+from .problem import register_style as register_style  # noqa: F401 - a plug-in registers its implementations' colours here too
 
 _NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
 
@@ -36,8 +38,9 @@ class Implementation:
     name: str
     #: the callable, or "module:attribute" (imported at run time only)
     target: Callable[..., Any] | str
-    #: the name of the problem it solves (which builds its inputs and names its ranges)
-    problem: str = DEFAULT_PROBLEM
+    #: the name of the problem it solves (which builds its inputs and names its ranges); "": the default
+    #: problem (:func:`nsightlab.problems.problem.default_name`)
+    problem: str = ""
     passes: tuple[str, ...] = PASSES
     #: None: the problem's own work model; see WorkModel
     work: WorkModel | None = None
@@ -52,6 +55,8 @@ class Implementation:
     setup: Callable[[], Any] | None = None
 
     def __post_init__(self) -> None:
+        if not self.problem:
+            object.__setattr__(self, "problem", default_name())
         if not _NAME.match(self.name):
             raise ValueError(f"implementation name {self.name!r} may only hold letters, digits and _ . + -")
         bad = [p for p in self.passes if p not in PASSES]

@@ -1,7 +1,8 @@
 """Plotly figures for the reports, and the offline HTML embedding of them.
 
 One colour and one marker per implementation, the same in every figure of every page: fixed by the
-implementation's name (:data:`IMPL_STYLE`; unknown names by a hash of the name, :func:`impl_style`),
+implementation's name (:data:`IMPL_STYLE`, the styles the problems and plug-ins registered; unknown names
+by a hash of the name, :func:`impl_style`),
 never by which other implementations a page holds. Whatever else varies is drawn in another channel:
 the series of one implementation (its head dimensions, its dtypes) as line dashes (:data:`DASHES`)
 with its colour, named "flash_mma D=128"; its option studies as bar patterns (:data:`PATTERNS`); option
@@ -20,7 +21,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,33 +36,33 @@ from ..analysis.perf import ok_rows, ratio_to
 from ..analysis.roofline import applies, roofs
 from ..analysis.timeline import busy_ms
 from ..core.text import impl_key
+from ..problems import problem as problems
 from .numbers import fmt_num, natural_key, plain_value, rounded
 
 _EMBEDDED = {"done": False, "src": "inline"}
 TEMPLATE = "plotly_white"
-#: The colour and marker of every implementation the project knows, keyed by its name: the same on every
-#: page (captures, imported reports, comparisons, option studies), whatever else a figure draws beside it.
+class _RegisteredStyles(Mapping[str, tuple[str, str]]):
+    """The registered implementation styles (:func:`nsightlab.problems.problem.styles`), read when used: each
+    problem and plug-in registers the colour and marker of its implementations."""
+
+    def __getitem__(self, key: str) -> tuple[str, str]:
+        found = problems.style_of(key)
+        if found is None:
+            raise KeyError(key)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(problems.styles())
+
+    def __len__(self) -> int:
+        return len(problems.styles())
+
+
+#: The colour and marker of every implementation a problem or plug-in registered, keyed by its name: the same on
+#: every page (captures, imported reports, comparisons, option studies), whatever else a figure draws beside it.
 #: Greys and black are never an implementation's: they are kept for what is not one (ceilings, bands,
 #: base / new, option settings on a sequential grey scale, annotations).
-IMPL_STYLE: dict[str, tuple[str, str]] = {
-    # flash_kernels' variants
-    "naive": ("#1F77B4", "circle"),
-    "tiled": ("#FF7F0E", "square"),
-    "tiled_uncoalesced": ("#2CA02C", "diamond"),
-    "flash_fa1": ("#D62728", "triangle-up"),
-    "flash_simt": ("#9467BD", "cross"),
-    "flash_mma": ("#8C564B", "x"),
-    "flash_wgmma": ("#00897B", "hexagram"),
-    "flash_decode": ("#F9A825", "bowtie"),
-    # the references and other libraries
-    "sdpa_flash": ("#E377C2", "triangle-down"),
-    "sdpa_cudnn": ("#1A237E", "pentagon"),
-    "sdpa_efficient": ("#BCBD22", "star"),
-    "sdpa_math": ("#17BECF", "hexagon"),
-    "triton_fa2": ("#6A1B9A", "star-triangle-up"),
-    "torch_gemm": ("#AD1457", "hourglass"),
-    "torch_cpu": ("#827717", "circle-x"),
-}
+IMPL_STYLE: Mapping[str, tuple[str, str]] = _RegisteredStyles()
 #: colours for names IMPL_STYLE lacks (a hash of the name picks one): each at least ΔE 20 (CIELAB) from every
 #: colour above and from the greys, so an unknown implementation never passes for a known one
 SPARE_COLORS = ("#511CFB", "#AA0DFE", "#FE00CE", "#3283FE", "#FF0092", "#F97B72", "#862A16", "#6F4070", "#117733",
@@ -148,16 +149,23 @@ def show(fig: go.Figure) -> None:
 
 
 def impl_style(name: object) -> dict[str, str]:
-    """The colour and marker of implementation ``name``: :data:`IMPL_STYLE`'s for a known name, else
+    """The colour and marker of implementation ``name``: the registered one (:data:`IMPL_STYLE`) for a known name, else
     picked from :data:`SPARE_COLORS` and :data:`MARKERS` by a hash of the name (two independent picks,
     so two unknown names that share a colour rarely share the marker too). Depends on the name alone."""
     key = impl_key(name)
-    if key in IMPL_STYLE:
-        color, symbol = IMPL_STYLE[key]
+    registered = problems.style_of(key)
+    if registered is not None:
+        color, symbol = registered
         return {"color": color, "symbol": symbol}
     h = hashlib.sha256(key.encode()).digest()
     return {"color": SPARE_COLORS[int.from_bytes(h[:4], "big") % len(SPARE_COLORS)],
             "symbol": MARKERS[int.from_bytes(h[4:8], "big") % len(MARKERS)]}
+
+
+def sweep_axis(frame: pd.DataFrame, x: str | None = None) -> str:
+    """``x``, else the sweep axis of the problem whose fields ``frame`` has
+    (:attr:`nsightlab.problems.problem.Problem.sweep_axis`)."""
+    return problems.axis_for(frame.columns, x)
 
 
 def style_for(names: Iterable[str]) -> dict[str, dict[str, str]]:
@@ -986,14 +994,15 @@ def flop_check(fc: pd.DataFrame, title: str, x: str, style: Style | None = None,
 # --------------------------------------------------------------------------- L2
 
 
-def l2_vs_x(l2: pd.DataFrame, l2_bytes: float, onsets: pd.DataFrame | None, title: str, x: str = "N",
+def l2_vs_x(l2: pd.DataFrame, l2_bytes: float, onsets: pd.DataFrame | None, title: str, x: str | None = None,
             style: Style | None = None) -> go.Figure:
     """L2 hit rate, DRAM / compulsory bytes and DRAM / L2-to-SM bytes against ``x``, one line per
     implementation and every other field that varies at one ``x`` ("flash_mma D=128", dashed:
     :func:`split_series`); each one's modeled onset (working set = L2) as a dotted vertical line in
-    its colour and its measured onset as a black cross."""
+    its colour and its measured onset as a black cross. ``x`` None: the sweep axis of the frame's problem."""
     if l2.empty:
         return message("no ranges", title)
+    x = sweep_axis(l2, x)
     panels = [("l2_hit_rate", "L2 hit rate [%]"), ("dram_over_compulsory", "DRAM bytes / compulsory bytes"),
               ("dram_over_l2", "DRAM bytes / L2→SM bytes")]
     panels = [p for p in panels if p[0] in l2 and l2[p[0]].notna().any()]
@@ -1201,12 +1210,13 @@ def timeline(kernels: pd.DataFrame, ranges: pd.DataFrame, title: str, style: Sty
     return fig
 
 
-def lines_vs_x(df: pd.DataFrame, y: str, title: str, x: str = "N", style: Style | None = None, log_y: bool = True,
+def lines_vs_x(df: pd.DataFrame, y: str, title: str, x: str | None = None, style: Style | None = None, log_y: bool = True,
                ylabel: str | None = None, facet_candidates: Iterable[str] = ()) -> go.Figure:
     """``y`` against the sweep field ``x``, one line per implementation, faceted by pass (columns)
     and one other varying field (rows, in its natural order); any further field that varies at one
     ``x`` (D beside H, say) splits an implementation's line ("flash_mma D=128", dashed:
-    :func:`split_series`), so no line joins two shapes."""
+    :func:`split_series`), so no line joins two shapes. ``x`` None: the sweep axis of the frame's problem."""
+    x = sweep_axis(df, x)
     d = df[df[y].notna()] if y in df else df.iloc[0:0]
     if d.empty:
         return message(f"no range has a value of {ylabel or y}", title)
@@ -1316,9 +1326,12 @@ def option_bars(study: pd.DataFrame, variant: str, style: Style | None = None,
     return fig
 
 
-def working_set_vs_x(ws: pd.DataFrame, l2_bytes: float, title: str, x: str = "N", style: Style | None = None) -> go.Figure:
+def working_set_vs_x(ws: pd.DataFrame, l2_bytes: float, title: str, x: str | None = None,
+                     style: Style | None = None) -> go.Figure:
     """The modeled working set [MiB] against ``x`` per implementation and pass (backward dashed),
-    the L2 size as a labelled line; implementations with the same working set share a line."""
+    the L2 size as a labelled line; implementations with the same working set share a line. ``x`` None: the
+    field of the table's ``<field>=<value>`` columns."""
+    x = x or next((m.group(1) for c in ws.columns if (m := re.match(r"^(\w+)=", str(c)))), "")
     cols = [c for c in ws.columns if c.startswith(f"{x}=")]
     if ws.empty or not cols:
         return message("no modeled working set", title)

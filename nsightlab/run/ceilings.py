@@ -42,8 +42,6 @@ GEMM_KEYS = ("gemm_bf16", "gemm_fp16", "gemm_fp32")
 REPS, WARMUP = 10, 3
 #: each timed launch of a microbenchmark runs about this long (its iteration count is scaled to it)
 TARGET_MS = 20.0
-#: the head dims whose attention softmax bound (:func:`nsightlab.problems.attention.softmax_bound`) the MUFU entry records
-SOFTMAX_HEAD_DIMS = (64, 128)
 
 #: the binding: load_inline wraps these declarations (the .cu file defines them, torch-free)
 _CPP = """
@@ -265,8 +263,9 @@ def wgmma_ceiling(mod: Any, bf16: bool, sm_count: int) -> dict[str, Any]:
 
 
 def mufu_ceiling(mod: Any, sm_count: int) -> dict[str, Any]:
-    """ex2.approx.ftz.f32 (after one FFMA, as a softmax's exp2(s·scale − m)) per second, and the
-    attention FLOP/s it allows."""
+    """ex2.approx.ftz.f32 (after one FFMA, as a softmax's exp2(s·scale − m)) per second, and what the registered
+    problems record beside it (:attr:`nsightlab.problems.problem.Problem.ceiling_notes`: the attention FLOP/s it
+    allows)."""
     import torch
 
     chains, threads = int(mod.nsl_exp_chains()), 256
@@ -313,6 +312,16 @@ def mufu_ceiling(mod: Any, sm_count: int) -> dict[str, Any]:
         "check": f"{check_iters} iterations of x <- 2^(-x) agree with float64 to 1e-5 in 512 threads",
         "source": "nsightlab/csrc/ceilings.cu (mufu_ex2_kernel)",
     }
+
+
+def problem_notes(key: str, entry: dict[str, Any]) -> dict[str, Any]:
+    """What the registered problems record beside measured ceiling ``key`` (their
+    :attr:`~nsightlab.problems.problem.Problem.ceiling_notes`; the attention problem: the softmax bound)."""
+    out: dict[str, Any] = {}
+    for problem in problems.known().values():
+        if problem.ceiling_notes is not None:
+            out |= problem.ceiling_notes(key, entry)
+    return out
 
 
 def read_stream_ceiling(mod: Any, sm_count: int, n_bytes: int = READ_STREAM_BYTES) -> dict[str, Any]:

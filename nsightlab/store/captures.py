@@ -1,4 +1,6 @@
-"""The profile store: profiles/<gpu>/<suite>/ folders, each self-described by a manifest."""
+"""The profile store: profiles/<gpu>/<suite>/ folders, each self-described by a manifest; the benchmark CSVs
+beside it, read as cases of the problem their manifest names (:func:`load_bench`: the columns it checks are
+the problem's, :mod:`nsightlab.problems`, never a particular problem's)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from ..core.files import COMPRESSIONS, MANIFEST, file_table, sha256, uncompresse
 from ..core.ranges import format_options
 from ..parse.ncu import ncu_csv_frame, ncu_frame
 from ..parse.nsys import nsys_tables
-from ..problems import attention
+from ..problems import problem as problems
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,9 @@ def list_captures(root: Path, skipped: list[str] | None = None) -> list[Capture]
     return out
 
 
-REQUIRED_COLUMNS = ("suite", "config", "B", "H", "N", "D", "causal", "dtype", "impl", "kind", "pass", "status",
-                    "ms", "tflops")
+#: the columns every benchmark CSV has, whatever its problem; besides them, its problem's key fields (the
+#: parameters every case has: :attr:`nsightlab.problems.problem.Problem.required_fields`)
+REQUIRED_COLUMNS = ("suite", "config", "dtype", "impl", "kind", "pass", "status", "ms", "tflops")
 
 
 def bench_csvs(capture: Path) -> list[Path]:
@@ -93,9 +96,16 @@ def bench_manifest(csv: Path) -> Path:
 
 def load_bench(capture: Path) -> tuple[pd.DataFrame, dict[str, dict]]:
     """All benchmark CSVs of a capture folder as one frame, and their manifests by suite name.
-    ``Hkv`` and ``Nk`` (key/value heads, keys) are H and N where a CSV does not have them.
 
-    Raises ProfileError naming the file when a CSV has no manifest, cannot be parsed or lacks columns.
+    A CSV's rows are cases of the problem its suite manifest names (``problem``; a manifest that names none,
+    as every benchmark written before manifests did, holds the default problem's cases:
+    :func:`nsightlab.problems.problem.of_manifest`). Besides :data:`REQUIRED_COLUMNS` it has that problem's key
+    fields; its yes/no fields are read as booleans, and an optional field a CSV or row leaves out takes the
+    value of the field it equals then (the problem's ``same_as``). The frame's ``attrs["problem"]`` names the
+    problem.
+
+    Raises ProfileError naming the file when a CSV has no manifest, cannot be parsed or lacks columns, and
+    when the suites of one capture are cases of different problems.
     """
     capture = Path(capture)
     csvs = bench_csvs(capture)
@@ -107,7 +117,7 @@ def load_bench(capture: Path) -> tuple[pd.DataFrame, dict[str, dict]]:
     if orphans:
         raise ProfileError(f"{capture}: {', '.join(orphans)} without the benchmark CSV beside it (expected "
                            f"<suite>.csv, or compacted <suite>.csv.xz / .csv.gz)")
-    frames, manifests = [], {}
+    frames, manifests, solved = [], {}, {}
     for csv in csvs:
         man = bench_manifest(csv)
         if not man.exists():
@@ -120,17 +130,28 @@ def load_bench(capture: Path) -> tuple[pd.DataFrame, dict[str, dict]]:
             df = pd.read_csv(csv)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             raise ProfileError(f"{csv}: cannot be read as CSV ({exc})") from None
-        missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+        problem = problems.of_manifest(manifests[bench_suite(csv)], df.columns)
+        missing = [c for c in (*REQUIRED_COLUMNS, *problem.required_fields) if c not in df.columns]
         if missing:
-            raise ProfileError(f"{csv}: missing columns {missing}; is it a flash_kernels.bench CSV?")
+            named = "names" if manifests[bench_suite(csv)].get("problem") else "names no problem, so"
+            raise ProfileError(f"{csv}: missing columns {missing}; a benchmark CSV of the {problem.name} problem (its "
+                               f"manifest {named} {problem.name}) has {', '.join((*REQUIRED_COLUMNS, *problem.required_fields))}")
+        solved[csv.name] = problem
         frames.append(df)
+    if len({p.name for p in solved.values()}) > 1:
+        raise ProfileError(f"{capture}: its benchmark CSVs are cases of different problems ("
+                           + ", ".join(f"{k}: {p.name}" for k, p in solved.items()) + "); one capture is one problem")
+    problem = next(iter(solved.values()))
     df = pd.concat(frames, ignore_index=True)
-    df["causal"] = df["causal"].astype(str).str.lower().eq("true")
-    # key/value heads and keys: CSVs written before these columns (or rows without them) are self-attention, where
-    # the attention problem's optional fields equal the ones it names (its same_as: Hkv = H, Nk = N)
-    for col, like in attention.schema().same_as.items():
+    for col in problem.yes_no_fields:
+        if col in df:
+            df[col] = df[col].astype(str).str.lower().isin(("true", "1", "yes"))
+    # optional fields: CSVs written before these columns (or rows without them) leave them out where they equal the
+    # field they name (attention's Hkv = H, Nk = N: self-attention)
+    for col, like in problem.schema().same_as.items():
         df[col] = (df[col].fillna(df[like]) if col in df else df[like]).astype(df[like].dtype)
-    df["options"] = df["options"].fillna("")
+    df["options"] = df["options"].fillna("") if "options" in df else ""
+    df.attrs["problem"] = problem.name
     return df, manifests
 
 
