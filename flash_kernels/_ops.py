@@ -11,29 +11,30 @@ from typing import Any
 import torch
 
 from . import _build
-from .registry import Variant, get_variant, unavailable_reason
+from .registry import Variant, get_variant, kernels_of, unavailable_reason
+from .variants import kernel
 
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 _MAX_BH = 65535  # grid dimension limit of the kernels' batch*head axis
 
-_FWD_TILES = {"128x64": 0, "128x32": 1, "64x64": 2}
-_WG_TILES = {"128x128": 0, "128x64": 1, "192x128": 2, "192x64": 3}
-_WG_PIPELINES = {"cp.async": 0, "tma": 1, "tma-ws": 2, "tma-ws-overlap": 3, "tma-ws-pingpong": 4, "tma-ws-persistent": 5,
-                 "tma-ws-persistent-pingpong": 6}  # option code bits 4.. (flash_wgmma_fwd.cu)
-_BWD_TILES = {"64x128": 0, "128x128": 1}
-_WG_BWD_TILES = {"64x128": 0, "128x128": 1}  # flash_wgmma_bwd.cu: option code bits 0..3
-_WG_BWD_PIPELINES = {"cp.async": 0, "tma-ws": 1}  # bits 4..7
-#: the materializing variants' (module, option code): tiled_uncoalesced is tiled.cu's option 1
-_MATERIALIZED = {"naive": ("naive", 0), "tiled": ("tiled", 0), "tiled_uncoalesced": ("tiled", 1)}
+# The kernel modules' contracts (flash_kernels/variants.py): every option code below is encoded through them, and
+# the .cu files decode it through csrc/option_codes.h, generated from the same table.
+_MMA_FWD, _MMA_BWD = kernel("flash_mma_fwd"), kernel("flash_mma_bwd")
+_WG_FWD, _WG_BWD = kernel("flash_wgmma_fwd"), kernel("flash_wgmma_bwd")
+_DECODE, _DECODE_WG = kernel("flash_decode"), kernel("flash_decode_wgmma")
+#: the materializing variants' (module, option code): tiled_uncoalesced is tiled.cu's form tiled_uncoalesced
+_MATERIALIZED = {"naive": ("naive", kernel("naive").encode()),
+                 "tiled": ("tiled", kernel("tiled").encode(form="tiled")),
+                 "tiled_uncoalesced": ("tiled", kernel("tiled").encode(form="tiled_uncoalesced"))}
 #: flash_decode's plan "auto": the fewest 64-key tiles a split gets (_decode_plan)
 _DECODE_MIN_TILES_PER_SPLIT = 4
 #: ... and where several row blocks read the same k/v head, the fewest tiles a split gets from the extra splits
 _DECODE_MIN_TILES_PER_DUP_SPLIT = 16
-#: flash_decode.cu: keys per K/V tile, K/V pipeline stages per head dim, option code of the rows per block
-#: (bits 0..7; bits 8..: the number of key splits), shared memory a GPU keeps back per resident block
-_DECODE_KEYS = 64
-_DECODE_STAGES = {64: 4, 128: 3}  # but 2 for 64-row blocks at D = 128 with more than 64 rows a k/v head
-_DECODE_ROWS = {16: 0, 32: 1, 64: 2, 128: 3}
+#: flash_decode.cu: keys per K/V tile, K/V pipeline stages per head dim (the table's constants), shared memory a GPU
+#: keeps back per resident block
+_DECODE_KEYS = _DECODE.constants["keys"]
+#: but stages_d128_many_rows (2) for 64-row blocks at D = 128 with more than 64 rows a k/v head
+_DECODE_STAGES = {64: _DECODE.constants["stages_d64"], 128: _DECODE.constants["stages_d128"]}
 #: rows "auto" on wgmma takes 128-row blocks (two warpgroups) from this many 64-key tiles a row sees (4096 keys)
 _DECODE_WG2_MIN_TILES = 64
 _SMEM_RESERVED_PER_BLOCK = 1024
@@ -231,26 +232,39 @@ def _forward(variant: Variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
         # negative scale runs as (-q) * |scale|, the same scores exactly
         if scale < 0:
             q, scale = -q, -scale
-        _build.load("flash_mma_fwd").fwd(_FWD_TILES[opts["tile"]], q, k, v, o, lse, [], scale, causal)
+        _build.load("flash_mma_fwd").fwd(_MMA_FWD.encode(tile=opts["tile"]), q, k, v, o, lse, [], scale, causal)
     elif name == "flash_wgmma":
         if scale < 0:  # the same softmax convention as flash_mma's (running max of raw scores)
             q, scale = -q, -scale
-        code = _WG_TILES[opts["wg_tile"]] | _WG_PIPELINES[opts["pipeline"]] << 4
+        tail = 0
         # the persistent pipelines hand out work tiles from a counter that starts at zero each launch
         counter = [torch.zeros(1, dtype=torch.float32, device=dev)] if "persistent" in opts["pipeline"] else []
         if counter and opts["tail"] == "auto" and not causal:
             rows = int(opts["wg_tile"].split("x")[0])
             main = _wg_tail_plan(q.shape[0] * q.shape[1], q.shape[2], rows,
                                  torch.cuda.get_device_properties(dev).multi_processor_count)
-            code |= (main + 1) << 8 if main is not None else 0
+            tail = main + 1 if main is not None else 0
         elif causal and opts["tail"] == "auto" and opts["pipeline"].startswith("tma-ws"):
-            code |= 1 << 8  # step 8: the heads dealt in groups, each group's tiles heaviest first
+            tail = 1  # step 8: the heads dealt in groups, each group's tiles heaviest first
+        code = _WG_FWD.encode(tile=opts["wg_tile"], pipeline=opts["pipeline"], tail=tail)
         _build.load("flash_wgmma_fwd").fwd(code, q, k, v, o, lse, counter, scale, causal)
     elif name == "flash_decode":
         _decode_forward(q, k, v, o, lse, causal, scale, opts)
-    else:  # pragma: no cover - registry and dispatch disagree
-        raise AssertionError(f"no forward dispatch for {name}")
+    else:  # a variant of its own module: its one module with fwd, the options of its fields' names encoded
+        module, code = _generic(variant, "fwd", opts)
+        _build.load(module).fwd(code, q, k, v, o, lse, [], scale, causal)
     return o, lse
+
+
+def _generic(variant: Variant, function: str, opts: dict[str, Any]) -> tuple[str, int]:
+    """(module, option code) of a variant whose dispatch is not written out: the one kernel module of its
+    ``kernels`` that exports ``function``, the code encoded from the resolved options named as its fields."""
+    mods = [k for k in kernels_of(variant) if function in k.functions]
+    if len(mods) != 1:  # pragma: no cover - registry and dispatch disagree
+        raise AssertionError(f"{variant.name}: no dispatch written for {function}, and {len(mods)} of its kernel "
+                             f"modules export it (one is needed)")
+    k = mods[0]
+    return k.module, k.encode(**{f.name: opts[f.name] for f in k.fields if f.name in opts})
 
 
 def _backward(variant: Variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
@@ -279,19 +293,22 @@ def _backward(variant: Variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     elif variant.name == "flash_mma":
         split = _group_split(opts["group_split"], B, H, k.shape[1], k.shape[2], causal, dev)
         ws = [torch.empty(k.shape, dtype=torch.float32, device=dev) for _ in range(2)] if split > 1 else []
-        _build.load("flash_mma_bwd").bwd(_BWD_TILES[opts["bwd_tile"]] | split << 8, q, k, v, o, lse, g, Dd, dq_acc,
-                                         dq, dk, dv, ws, scale, causal)
+        _build.load("flash_mma_bwd").bwd(_MMA_BWD.encode(tile=opts["bwd_tile"], group_split=split), q, k, v, o, lse,
+                                         g, Dd, dq_acc, dq, dk, dv, ws, scale, causal)
     elif variant.name == "flash_wgmma":
         split = _group_split(opts["group_split"], B, H, k.shape[1], k.shape[2], causal, dev)
         ws = [torch.empty(k.shape, dtype=torch.float32, device=dev) for _ in range(2)] if split > 1 else []
-        code = _WG_BWD_TILES[opts["wg_bwd_tile"]] | _WG_BWD_PIPELINES[opts["bwd_pipeline"]] << 4 | split << 8
+        code = _WG_BWD.encode(tile=opts["wg_bwd_tile"], pipeline=opts["bwd_pipeline"], group_split=split)
         _build.load("flash_wgmma_bwd").bwd(code, q, k, v, o, lse, g, Dd, dq_acc, dq, dk, dv, ws, scale, causal)
-    else:  # pragma: no cover
-        raise AssertionError(f"no backward dispatch for {variant.name}")
+    else:  # a variant of its own module (see _generic)
+        module, code = _generic(variant, "bwd", opts)
+        _build.load(module).bwd(code, q, k, v, o, lse, g, Dd, dq_acc, dq, dk, dv, [], scale, causal)
     return dq, dk, dv
 
 
-_BWD_KEYS = 128  # keys per backward block of flash_mma and flash_wgmma (kBwdKeys, kWgBwdKeys in their .cu)
+#: keys per backward block of flash_mma and flash_wgmma (the table's constant "keys" of both; kBwdKeys, kWgBwdKeys)
+_BWD_KEYS = _MMA_BWD.constants["keys"]
+assert _BWD_KEYS == _WG_BWD.constants["keys"], "_group_split counts both backwards' key blocks alike"
 
 
 def _group_split(choice: Any, B: int, H: int, Hkv: int, Nk: int, causal: bool, dev: torch.device) -> int:
@@ -400,10 +417,15 @@ def _decode_block(rows: Any, warpgroups: Any, mma: str, R: int, tiles: int) -> t
     return 64, int(warpgroups)
 
 
+def _decode_block_choice(rows: int, warpgroups: int) -> str:
+    """flash_decode's block as its option field names it (variants.py): rows<rows>, or rows64-split-keys for 64 rows
+    of two warpgroups that split the keys (flash_decode_wgmma.cu)."""
+    return "rows64-split-keys" if rows == 64 and warpgroups == 2 else f"rows{rows}"
+
+
 def _decode_code(rows: int, warpgroups: int) -> int:
-    """flash_decode's option code of a block (bits 0..7): _DECODE_ROWS, and 4 for 64 rows of two warpgroups that
-    split the keys (flash_decode_wgmma.cu)."""
-    return 4 if rows == 64 and warpgroups == 2 else _DECODE_ROWS[rows]
+    """flash_decode's option code of a block (the field block, bits 0..7)."""
+    return _DECODE.encode(block=_decode_block_choice(rows, warpgroups))
 
 
 def _decode_tiles(Nk: int, Nq: int, causal: bool) -> int:
@@ -414,15 +436,16 @@ def _decode_tiles(Nk: int, Nq: int, causal: bool) -> int:
 def _decode_stages(D: int, rows: int, R: int) -> int:
     """The K/V ring's stages of flash_decode's blocks of ``rows`` rows at head dim ``D`` where a k/v head has ``R``
     rows (flash_decode.cu: decode_stages, decode_rows)."""
-    return 2 if D == 128 and rows == 64 and R > 64 else _DECODE_STAGES[D]
+    return _DECODE.constants["stages_d128_many_rows"] if D == 128 and rows == 64 and R > 64 else _DECODE_STAGES[D]
 
 
 def _decode_wg_smem(D: int) -> int:
     """Dynamic shared memory of a flash_decode_wgmma block of one warpgroup (64 rows) at head dim ``D``
     (flash_decode_wgmma.cu: decode_wg_stages, decode_wg_smem): the K/V ring (3 stages at D = 128, 4 at D = 64), the
     Q tile and 1 KB of alignment slack. (A block of two warpgroups is one an SM by its registers: _decode_plan.)"""
-    stages = 3 if D == 128 else 4
-    return stages * 2 * _DECODE_KEYS * D * 2 + 64 * D * 2 + 1024
+    c = _DECODE_WG.constants
+    stages = c["stages_d128"] if D == 128 else c["stages_d64"]
+    return stages * 2 * c["keys"] * D * 2 + 64 * D * 2 + c["smem_slack"]
 
 
 def _decode_plan(rows: Any, splits: Any, B: int, H: int, Hkv: int, Nq: int, Nk: int, D: int, causal: bool,
@@ -478,8 +501,9 @@ def _decode_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.
                              props.shared_memory_per_multiprocessor, mma, wgs)
     ws = [_alloc((splits, B * H * Nq, D), torch.float32, q.device),
           _alloc((splits, B * H * Nq), torch.float32, q.device)] if splits > 1 else []
-    module = "flash_decode_wgmma" if mma == "wgmma" else "flash_decode"
-    _build.load(module).fwd(_decode_code(rows, wgs) | splits << 8, q, k, v, o, lse, ws, scale, causal)
+    contract = _DECODE_WG if mma == "wgmma" else _DECODE
+    code = contract.encode(block=_decode_block_choice(rows, wgs), splits=splits)
+    _build.load(contract.module).fwd(code, q, k, v, o, lse, ws, scale, causal)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, variant: str = "flash_mma", causal: bool = False,

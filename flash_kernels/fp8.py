@@ -25,20 +25,23 @@ import torch
 
 from . import _build, _ops
 from .registry import unavailable_reason
+from .variants import kernel
 
 #: the largest finite e4m3 (float8_e4m3fn) value
 E4M3_MAX = 448.0
-#: output dtypes of the kernel and their option bit (flash_wgmma_fp8.cu: option & 1)
-_OUT_DTYPES = {torch.bfloat16: 0, torch.float16: 1}
+#: the FP8 module's contract (flash_kernels/variants.py): its option code's fields out_dtype, exp_on_fma, pingpong
+_KERNEL = kernel("flash_wgmma_fp8")
+#: output dtypes of the kernel and their choice of its option field out_dtype
+_OUT_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
 _HEAD_DIMS = (64, 128)
 #: head dims whose default schedule is the consumers' ping-pong (measured at D = 128 only: +7-11 %, H200)
 PINGPONG_HEAD_DIMS = (128,)
 #: keys per group of Vt's permuted order (flash_wgmma_fp8.cu: one k32 step of O += P V)
-VT_GROUP = 32
-_MODULE = "flash_wgmma_fp8"
+VT_GROUP = _KERNEL.constants["vt_group"]
+_MODULE = _KERNEL.module
 #: the share of the softmax's exponentials computed by a polynomial on the FMA units instead of the SFU, and its
-#: option code (flash_wgmma_fp8.cu: option >> 4; wgmma_softmax.cuh: exp2_poly)
-EXP_ON_FMA = {0.0: 0, 0.25: 1, 0.5: 2}
+#: option code (the field exp_on_fma; wgmma_softmax.cuh: exp2_poly)
+EXP_ON_FMA = dict(_KERNEL.field("exp_on_fma").values)
 
 
 def quantize_e4m3(x: torch.Tensor, amax: float | torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -205,7 +208,7 @@ def forward_vt(q8: torch.Tensor, k8: torch.Tensor, vt: torch.Tensor, descale: to
     lse = _ops._alloc((B, H, Nq), torch.float32, q8.device)
     if pingpong is None:
         pingpong = D in PINGPONG_HEAD_DIMS
-    code = _OUT_DTYPES[out_dtype] | EXP_ON_FMA[exp_on_fma] << 4 | int(pingpong) << 8
+    code = _KERNEL.encode(out_dtype=_OUT_DTYPES[out_dtype], exp_on_fma=exp_on_fma, pingpong=bool(pingpong))
     _build.load(_MODULE).fwd(code, q8, k8, vt, o, lse, [descale], scale, causal)
     return o, lse
 

@@ -3,6 +3,11 @@
 Every entry point (the Python API, the benchmark, the GPU tests, and later the workload and the
 notebooks) takes variant names from :data:`VARIANTS`. This module imports neither torch nor CUDA,
 so the analysis side can read it on a machine without a GPU.
+
+A variant names its kernel modules (``kernels``): the built-in ones of :data:`flash_kernels.variants.KERNELS` by
+name, or a :class:`~flash_kernels.variants.Kernel` contract written in its entry (a new variant's own .cu and
+binding: docs/kernels.md, "Adding a variant"). :data:`KERNELS` is every module of both kinds; the build
+(sources.MODULES) and the generated CUDA header (csrc/option_codes.h) are made from it.
 """
 
 from __future__ import annotations
@@ -11,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .sources import ARCH_CAPABILITY
+from .variants import ARCH_CAPABILITY, Kernel
+from .variants import KERNELS as BUILTIN_KERNELS
 
 DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32")
 PASSES: tuple[str, ...] = ("forward", "backward")
@@ -65,6 +71,10 @@ class Variant:
     #: built for an architecture-specific target (e.g. "sm_90a"): runs only on GPUs of that compute
     #: capability (sources.ARCH_CAPABILITY); see :func:`unavailable_reason`
     arch: str | None = None
+    #: its kernel modules: names of flash_kernels.variants.KERNELS entries, or contracts of its own
+    #: (:class:`~flash_kernels.variants.Kernel`). A variant whose _ops dispatch is not written out runs the one
+    #: module that exports the pass (``fwd`` / ``bwd``), its option code encoded from the options of its fields' names.
+    kernels: tuple[Kernel | str, ...] = ()
 
     def resolve_options(self, options: Mapping[str, Any], head_dim: int) -> dict[str, Any]:
         unknown = sorted(set(options) - set(self.options))
@@ -99,32 +109,32 @@ VARIANTS: dict[str, Variant] = {
             "naive",
             "textbook: S=QK^T and P=softmax(S) written to global memory, O=PV; one thread per output, "
             "no shared memory",
-            _ALL, _HD, PASSES, True, materializes=True,
+            _ALL, _HD, PASSES, True, materializes=True, kernels=("naive",),
         ),
         Variant(
             "tiled",
             "the same passes as naive, each matrix product a 32x32 shared-memory tiled GEMM with "
             "coalesced loads; S/P still materialized",
-            _ALL, _HD, PASSES, True, materializes=True,
+            _ALL, _HD, PASSES, True, materializes=True, kernels=("tiled",),
         ),
         Variant(
             "tiled_uncoalesced",
             "tiled backward with consecutive threads walking the strided dimension (uncoalesced "
             "global loads, the first-attempt mapping); forward = tiled",
-            _ALL, _HD, PASSES, True, materializes=True, forward_of="tiled",
+            _ALL, _HD, PASSES, True, materializes=True, forward_of="tiled", kernels=("tiled",),
         ),
         Variant(
             "flash_fa1",
             "FlashAttention-1 loop order on flash_simt's tile: outer loop over K/V tiles, inner over Q "
             "blocks, O/m/l rescaled in global memory; CUDA cores",
-            _ALL, _HD, ("forward",), True, grouped_query=True, cross=True,
+            _ALL, _HD, ("forward",), True, grouped_query=True, cross=True, kernels=("flash_fa1",),
             options={"block_size": _SIMT_BLOCK_SIZE},
         ),
         Variant(
             "flash_simt",
             "FlashAttention-2 on CUDA cores: online softmax in registers, fp32 accumulation, LSE saved; "
             "backward recomputes P from LSE",
-            _ALL, _HD, PASSES, True, grouped_query=True, cross=True,
+            _ALL, _HD, PASSES, True, grouped_query=True, cross=True, kernels=("flash_simt",),
             options={"block_size": _SIMT_BLOCK_SIZE},
         ),
         Variant(
@@ -132,6 +142,7 @@ VARIANTS: dict[str, Variant] = {
             "FlashAttention-2 on tensor cores: mma.sync m16n8k16, ldmatrix, swizzled shared memory, "
             "cp.async double buffering, P in registers",
             ("float16", "bfloat16"), _HD, PASSES, True, grouped_query=True, cross=True,
+            kernels=("flash_mma_fwd", "flash_mma_bwd"),
             options={
                 "tile": Option(
                     "tile", ("128x64", "128x32", "64x64"),
@@ -157,6 +168,7 @@ VARIANTS: dict[str, Variant] = {
             "operands), dQ = dS K from dS^T in shared memory, added by fp32 atomics or (bwd_pipeline tma-ws, with a "
             "TMA producer warpgroup) by the copy engine's bulk reduce-add",
             ("float16", "bfloat16"), _HD, PASSES, True, grouped_query=True, cross=True, arch="sm_90a",
+            kernels=("flash_wgmma_fwd", "flash_wgmma_bwd"),
             options={
                 "wg_tile": Option(
                     "wg_tile", ("128x128", "128x64", "192x128", "192x64"),
@@ -215,6 +227,7 @@ VARIANTS: dict[str, Variant] = {
             "splits' partial O merged by their LSE in a second kernel, K and V streamed through a 2-4 stage "
             "cp.async ring (two warpgroups: a TMA ring filled by a producer warp); forward only",
             ("float16", "bfloat16"), _HD, ("forward",), True, grouped_query=True, cross=True,
+            kernels=("flash_decode", "flash_decode_wgmma"),
             options={
                 "rows": Option(
                     "rows", ("auto", 16, 32, 64, 128),
@@ -254,6 +267,36 @@ VARIANTS: dict[str, Variant] = {
         ),
     ]
 }
+
+
+def kernels_of(variant: Variant | str) -> tuple[Kernel, ...]:
+    """A variant's kernel modules' contracts (its ``kernels``, names looked up in flash_kernels.variants.KERNELS)."""
+    var = get_variant(variant) if isinstance(variant, str) else variant
+    return tuple(BUILTIN_KERNELS[k] if isinstance(k, str) else k for k in var.kernels)
+
+
+def engine(variant: Variant | str) -> str:
+    """What computes a variant's products, in a word: "tensor cores" where a kernel module of it runs on them, else
+    "CUDA cores" (from its modules' contracts)."""
+    return "tensor cores" if any(k.engine.startswith("tensor cores") for k in kernels_of(variant)) else "CUDA cores"
+
+
+def _all_kernels() -> dict[str, Kernel]:
+    out = dict(BUILTIN_KERNELS)
+    for var in VARIANTS.values():
+        unknown = [k for k in var.kernels if isinstance(k, str) and k not in BUILTIN_KERNELS]
+        if unknown:
+            raise ValueError(f"variant {var.name}: no kernel module {', '.join(unknown)} in flash_kernels.variants.KERNELS")
+        for k in var.kernels:
+            if isinstance(k, Kernel):
+                if out.get(k.module, k) != k:
+                    raise ValueError(f"variant {var.name}: a second contract for kernel module {k.module}")
+                out[k.module] = k
+    return out
+
+
+#: every kernel module: the built-in ones (flash_kernels.variants.KERNELS), then those a variant's entry declares
+KERNELS: dict[str, Kernel] = _all_kernels()
 
 
 def unavailable_reason(variant: Variant | str, capability: tuple[int, int] | None) -> str | None:

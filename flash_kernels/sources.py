@@ -14,6 +14,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .registry import KERNELS
+from .variants import ARCH_CAPABILITY  # noqa: F401 - the targets' compute capabilities, read from here too
+
 CSRC = Path(__file__).resolve().parent / "csrc"
 REPO = CSRC.parents[1]
 
@@ -35,23 +38,10 @@ class ModuleSpec:
 
 
 #: One module per source file (one file per step of the ladder, in the story's order), so that they
-#: compile in parallel and rebuild independently.
+#: compile in parallel and rebuild independently: made from the kernel modules' contracts (registry.KERNELS:
+#: flash_kernels.variants.KERNELS and any a variant's entry declares).
 MODULES: dict[str, ModuleSpec] = {
-    m.name: m
-    for m in [
-        ModuleSpec("naive", "naive.cu", "bind_naive.cpp", ("fwd", "bwd")),
-        ModuleSpec("tiled", "tiled.cu", "bind_tiled.cpp", ("fwd", "bwd")),
-        ModuleSpec("flash_fa1", "flash_fa1.cu", "bind_flash_fa1.cpp", ("fwd",)),
-        ModuleSpec("flash_simt", "flash_simt.cu", "bind_flash_simt.cpp", ("fwd", "bwd")),
-        ModuleSpec("flash_mma_fwd", "flash_mma_fwd.cu", "bind_flash_mma_fwd.cpp", ("fwd",)),
-        ModuleSpec("flash_mma_bwd", "flash_mma_bwd.cu", "bind_flash_mma_bwd.cpp", ("bwd",)),
-        ModuleSpec("flash_wgmma_fwd", "flash_wgmma_fwd.cu", "bind_flash_wgmma_fwd.cpp", ("fwd",), arch="sm_90a"),
-        ModuleSpec("flash_wgmma_bwd", "flash_wgmma_bwd.cu", "bind_flash_wgmma_bwd.cpp", ("bwd",), arch="sm_90a"),
-        ModuleSpec("flash_wgmma_fp8", "flash_wgmma_fp8.cu", "bind_flash_wgmma_fp8.cpp", ("fwd", "vt"), arch="sm_90a"),
-        ModuleSpec("flash_decode", "flash_decode.cu", "bind_flash_decode.cpp", ("fwd",)),
-        ModuleSpec("flash_decode_wgmma", "flash_decode_wgmma.cu", "bind_flash_decode_wgmma.cpp", ("fwd",),
-                   arch="sm_90a"),
-    ]
+    k.module: ModuleSpec(k.module, k.cu, k.cpp, k.functions, k.arch) for k in KERNELS.values()
 }
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*$', re.MULTILINE)
@@ -94,8 +84,6 @@ def cu_files() -> list[Path]:
     return sorted(CSRC.glob("*.cu"))
 
 
-#: compute capability (major, minor) of each architecture-specific target: the only GPUs it runs on
-ARCH_CAPABILITY: dict[str, tuple[int, int]] = {"sm_90a": (9, 0)}
 
 
 def arch_flags(arch: str) -> list[str]:

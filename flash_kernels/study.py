@@ -22,7 +22,7 @@ from nsightlab.render.documents import register as register_document
 from nsightlab.run.sweep import register_sweeps
 
 from . import model
-from .registry import VARIANTS, Variant, unavailable_reason
+from .registry import VARIANTS, Variant, engine, unavailable_reason
 
 SWEEPS = Path(__file__).resolve().parent / "sweeps"
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,7 +93,7 @@ def implementation(var: Variant) -> Implementation:
     return Implementation(
         var.name, _runner(var.name), attention.NAME, var.passes, work, _supports(var),
         lambda p, opts: var.resolve_options(opts, p["D"]),
-        {"materializes": var.materializes, "engine": "tensor cores" if var.name in ("flash_mma", "flash_wgmma", "flash_decode") else "CUDA cores",
+        {"materializes": var.materializes, "engine": engine(var),  # from its kernel modules' contracts (variants.py)
          # under Nsight Compute's application replay the warm-ups would run patched: our kernels need none
          "needs_warmup": False},
         var.description, setup=_build_kernels)

@@ -9,9 +9,10 @@
 #include <type_traits>
 
 #include "mma.cuh"
+#include "option_codes.h"
 
 namespace fk {
-constexpr int kDecodeKeys = 64;       // keys per K/V tile: one stage of the ring
+constexpr int kDecodeKeys = codes::flash_decode::kKeys;  // 64: keys per K/V tile: one stage of the ring
 constexpr int kDecodeThreads = 128;   // 4 warps
 constexpr int kDecodeRowsPerWarp = 16;
 constexpr int kDecodeFactorBytes = 1024;  // the end of a block: row max and sums of up to 8 warps (decode_row_factors)
@@ -24,7 +25,9 @@ constexpr int kDecodeFactorBytes = 1024;  // the end of a block: row max and sum
 // bytes in flight, is what an SM's warps wait on. A k/v head of at most 64 rows has one block per SM streaming
 // K/V, which wants the third stage (two stages: 3 % slower at 8 KV heads, Nq = 16).
 template <int D>
-__host__ __device__ constexpr int decode_stages() { return D == 128 ? 3 : 4; }
+__host__ __device__ constexpr int decode_stages() {
+  return D == 128 ? codes::flash_decode::kStagesD128 : codes::flash_decode::kStagesD64;
+}
 
 // Dynamic shared memory: the ring [S stages][K tile, V tile] of [64][D] each. In flash_decode.cu's kernel the Q
 // tile [16 WR][D] is loaded into the last stage's K tile and read into registers before the first tile's barrier,

@@ -145,17 +145,18 @@ cudaError_t decode_launch(const AttnArgs& a, int splits, cudaStream_t stream) {
                                                             decode_smem<D, S>(), a, splits, stream);
 }
 
-// Option code, as flash_kernels/_ops.py writes it: bits 0..7 the rows per block (0 = 16, 1 = 32, 2 = 64),
-// bits 8.. the number of key splits.
+// Option code, as flash_kernels/variants.py lays it out (option_codes.h): bits 0..7 the rows per block (16, 32,
+// 64), bits 8.. the number of key splits.
 template <typename T, int D>
 cudaError_t decode_rows(const AttnArgs& a, cudaStream_t stream) {
-  const int splits = a.option >> 8;
-  switch (a.option & 0xff) {
-    case 0: return decode_launch<T, D, 1, decode_stages<D>()>(a, splits, stream);
-    case 1: return decode_launch<T, D, 2, decode_stages<D>()>(a, splits, stream);
-    case 2:
+  namespace oc = codes::flash_decode;
+  const int splits = oc::splits(a.option);
+  switch (oc::block(a.option)) {
+    case oc::kBlockRows16: return decode_launch<T, D, 1, decode_stages<D>()>(a, splits, stream);
+    case oc::kBlockRows32: return decode_launch<T, D, 2, decode_stages<D>()>(a, splits, stream);
+    case oc::kBlockRows64:
       if constexpr (D == 128) {
-        if ((a.H / a.Hkv) * a.Nq > 64) return decode_launch<T, D, 4, 2>(a, splits, stream);
+        if ((a.H / a.Hkv) * a.Nq > 64) return decode_launch<T, D, 4, oc::kStagesD128ManyRows>(a, splits, stream);
       }
       return decode_launch<T, D, 4, decode_stages<D>()>(a, splits, stream);
     default: return cudaErrorInvalidValue;

@@ -27,14 +27,16 @@ namespace fk {
 // D = 64 (three); two warpgroups, 4 at D = 128 (161 KB) and D = 64 (81 KB), one block an SM (registers). Six stages for
 // two warpgroups at D = 128 (225 KB) were no faster: the bytes in flight were not what the block waited on.
 template <int D, int WG>
-__host__ __device__ constexpr int decode_wg_stages() { return D == 128 && WG == 1 ? 3 : 4; }
+__host__ __device__ constexpr int decode_wg_stages() {
+  return D == 128 && WG == 1 ? codes::flash_decode_wgmma::kStagesD128 : codes::flash_decode_wgmma::kStagesD64;
+}
 
 // Dynamic shared memory: decode_smem's ring, the Q tile [64 WG / KS][D] (SW128) after it, and 1 KB of slack so
 // that the SW128 tiles start on 1024-byte boundaries; two warpgroups add their mbarriers (Q's, and a full and an
 // empty one a stage) after the Q tile (flash_kernels/_ops.py counts all of it when it plans the splits).
 template <int D, int S, int WG, int KS = 1>
 __host__ __device__ constexpr int decode_wg_smem() {
-  return decode_smem<D, S>() + 64 * WG / KS * D * 2 + 1024 + (WG == 2 ? 8 * (1 + 2 * S) : 0);
+  return decode_smem<D, S>() + 64 * WG / KS * D * 2 + codes::flash_decode_wgmma::kSmemSlack + (WG == 2 ? 8 * (1 + 2 * S) : 0);
 }
 
 // Stages of the ring of a two-warpgroup block: 4 where they split the rows (KS = 1: the two read each tile, and
@@ -302,20 +304,21 @@ cudaError_t decode_ws_launch(const AttnArgs& a, int splits, cudaStream_t stream)
   });
 }
 
-// Option code as flash_decode's (flash_kernels/_ops.py): rows per block 64 (code 2: one warpgroup), 128 (code 3:
-// two that split the rows, and the producer warp) or 64 (code 4: two that split the keys, and the producer warp),
-// bits 8.. the splits.
+// Option code as flash_decode's (flash_kernels/variants.py, option_codes.h): rows per block 64 (one warpgroup), 128
+// (two that split the rows, and the producer warp) or 64 (two that split the keys, and the producer warp), bits 8..
+// the splits.
 template <typename T, int D>
 cudaError_t decode_wgmma_rows(const AttnArgs& a, cudaStream_t stream) {
-  const int splits = a.option >> 8;
-  switch (a.option & 0xff) {
-    case 2: {
+  namespace oc = codes::flash_decode_wgmma;
+  const int splits = oc::splits(a.option);
+  switch (oc::block(a.option)) {
+    case oc::kBlockRows64: {
       constexpr int S = decode_wg_stages<D, 1>();
       return decode_split_launch<T, D, 64>(flash_decode_wgmma_kernel<T, D, S>, 128, decode_wg_smem<D, S, 1>(), a,
                                            splits, stream);
     }
-    case 3: return decode_ws_launch<T, D, 1>(a, splits, stream);
-    case 4: return decode_ws_launch<T, D, 2>(a, splits, stream);
+    case oc::kBlockRows128: return decode_ws_launch<T, D, 1>(a, splits, stream);
+    case oc::kBlockRows64SplitKeys: return decode_ws_launch<T, D, 2>(a, splits, stream);
     default: return cudaErrorInvalidValue;
   }
 }

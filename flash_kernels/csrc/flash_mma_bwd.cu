@@ -27,11 +27,12 @@
 // loops): hoist them; and the next tile's cp.async stage at the top of the query loop holds 65% of its Long
 // Scoreboard samples.
 #include "mma.cuh"
+#include "option_codes.h"
 
 namespace fk {
 
 constexpr int kBwdWarps = 8;
-constexpr int kBwdKeys = 128;  // BC: keys per block, 32 per warp in phases 1 and 2
+constexpr int kBwdKeys = codes::flash_mma_bwd::kKeys;  // 128 = BC: keys per block, 32 per warp in phases 1 and 2
 
 template <typename T, int D, int BR, int WQ3>
 __global__ void __launch_bounds__(kBwdWarps * 32, 1)
@@ -297,15 +298,16 @@ cudaError_t mma_backward_launch(const AttnArgs& a, int split, cudaStream_t strea
 }
 
 // The tile table: option code & 0xff -> query rows per step BR (keys per block: 128, 8 warps);
-// option code >> 8 = the group split (see mma_backward_launch). Codes as flash_kernels/_ops.py
-// names them: 0 = 64x128, 1 = 128x128 (D = 64 only: at D = 128 the 32 x 64 score tiles of phase 1
+// option code >> 8 = the group split (see mma_backward_launch). Codes from flash_kernels/variants.py
+// (option_codes.h): 64x128, 128x128 (D = 64 only: at D = 128 the 32 x 64 score tiles of phase 1
 // and the dK, dV accumulators do not fit in 255 registers together).
 template <typename T, int D>
 cudaError_t mma_backward_tiles(const AttnArgs& a, cudaStream_t stream) {
-  const int split = a.option >> 8 > 0 ? a.option >> 8 : 1;
-  switch (a.option & 0xff) {
-    case 0: return mma_backward_launch<T, D, 64, 2>(a, split, stream);
-    case 1:
+  namespace oc = codes::flash_mma_bwd;
+  const int split = oc::group_split(a.option) > 0 ? oc::group_split(a.option) : 1;
+  switch (oc::tile(a.option)) {
+    case oc::kTile64x128: return mma_backward_launch<T, D, 64, 2>(a, split, stream);
+    case oc::kTile128x128:
       if constexpr (D == 64) return mma_backward_launch<T, D, 128, 4>(a, split, stream);
       return cudaErrorInvalidValue;
     default: return cudaErrorInvalidValue;

@@ -13,6 +13,7 @@
 // Limits: D = 64 or 128; at D = 128 the 128x64 tile takes 255 registers and spills a little (the row sums; the one
 // accepted spill, sources.ACCEPTED_SPILLS), which measured faster than the 128x32 tile that does not.
 #include "mma.cuh"
+#include "option_codes.h"
 
 namespace fk {
 
@@ -229,14 +230,15 @@ cudaError_t mma_forward_launch(const AttnArgs& a, cudaStream_t stream) {
 }
 
 // The tile table: option code -> (query rows BR, keys per K/V tile BC, m16 tiles per warp MT).
-// Codes as flash_kernels/_ops.py names them: 0 = 128x64, 1 = 128x32, 2 = 64x64.
+// Codes from flash_kernels/variants.py (option_codes.h): 128x64, 128x32, 64x64.
 template <typename T, int D>
 cudaError_t mma_forward_tiles(const AttnArgs& a, cudaStream_t stream) {
-  switch (a.option) {
-    case 0:  // D = 128: 255 registers and a small spill (the row sums l; see the header)
+  namespace oc = codes::flash_mma_fwd;
+  switch (oc::tile(a.option)) {
+    case oc::kTile128x64:  // D = 128: 255 registers and a small spill (the row sums l; see the header)
       return mma_forward_launch<T, D, 128, 64, 2>(a, stream);
-    case 1: return mma_forward_launch<T, D, 128, 32, 2>(a, stream);
-    case 2: return mma_forward_launch<T, D, 64, 64, 1>(a, stream);
+    case oc::kTile128x32: return mma_forward_launch<T, D, 128, 32, 2>(a, stream);
+    case oc::kTile64x64: return mma_forward_launch<T, D, 64, 64, 1>(a, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -30,10 +30,11 @@
 #include <climits>
 
 #include "wgmma.cuh"
+#include "option_codes.h"
 
 namespace fk {
 
-constexpr int kWgBwdKeys = 128;       // BN: keys per block, 64 per consumer warpgroup
+constexpr int kWgBwdKeys = codes::flash_wgmma_bwd::kKeys;  // 128 = BN: keys per block, 64 per consumer warpgroup
 constexpr int kWgBwdThreads = 256;    // cp.async: 2 warpgroups
 constexpr int kWgBwdWsThreads = 384;  // tma-ws: a producer warpgroup + 2 consumer warpgroups
 
@@ -699,23 +700,25 @@ cudaError_t wgmma_ws_backward_launch(const AttnArgs& a, int split, cudaStream_t 
   return cudaGetLastError();
 }
 
-// Option code, as flash_kernels/_ops.py builds it: bits 0..3 the tile (query rows per step x keys per
+// Option code, as flash_kernels/variants.py lays it out (option_codes.h): bits 0..3 the tile (query rows per step x keys per
 // block): 0 = 64x128, 1 = 128x128 (D = 64 only: at D = 128 the [64 x 128] S^T and dP^T accumulators do not
 // fit beside dK and dV); bits 4..7 the pipeline (0 = cp.async, 1 = tma-ws); bits 8.. the group split.
 template <typename T, int D, int BM>
 cudaError_t wgmma_backward_pipeline(const AttnArgs& a, int split, cudaStream_t stream) {
-  switch ((a.option >> 4) & 15) {
-    case 0: return wgmma_backward_launch<T, D, BM>(a, split, stream);
-    case 1: return wgmma_ws_backward_launch<T, D, BM>(a, split, stream);
+  namespace oc = codes::flash_wgmma_bwd;
+  switch (oc::pipeline(a.option)) {
+    case oc::kPipelineCpAsync: return wgmma_backward_launch<T, D, BM>(a, split, stream);
+    case oc::kPipelineTmaWs: return wgmma_ws_backward_launch<T, D, BM>(a, split, stream);
     default: return cudaErrorInvalidValue;
   }
 }
 template <typename T, int D>
 cudaError_t wgmma_backward(const AttnArgs& a, cudaStream_t stream) {
-  const int split = a.option >> 8 > 0 ? a.option >> 8 : 1;
-  switch (a.option & 15) {
-    case 0: return wgmma_backward_pipeline<T, D, 64>(a, split, stream);
-    case 1:
+  namespace oc = codes::flash_wgmma_bwd;
+  const int split = oc::group_split(a.option) > 0 ? oc::group_split(a.option) : 1;
+  switch (oc::tile(a.option)) {
+    case oc::kTile64x128: return wgmma_backward_pipeline<T, D, 64>(a, split, stream);
+    case oc::kTile128x128:
       if constexpr (D == 64) return wgmma_backward_pipeline<T, D, 128>(a, split, stream);
       return cudaErrorInvalidValue;
     default: return cudaErrorInvalidValue;

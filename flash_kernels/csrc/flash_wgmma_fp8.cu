@@ -24,6 +24,7 @@
 // Limits: forward only; sm_90a; D = 64 or 128; the softmax, not the tensor cores, sets the pace (docs/kernels.md).
 #include "wgmma_fwd_consumer.cuh"
 #include "wgmma_fwd_epilogue.cuh"
+#include "option_codes.h"
 
 namespace fk {
 
@@ -240,20 +241,22 @@ cudaError_t fp8_forward_launch(const AttnArgs& a, cudaStream_t stream) {
 // option bit 8: the consumers' ping-pong (PINGPONG)
 template <typename TO, int D, bool PINGPONG>
 cudaError_t fp8_forward_emu(const AttnArgs& a, cudaStream_t stream) {
-  switch ((a.option >> 4) & 15) {
-    case 0: return fp8_forward_launch<TO, D, 0, PINGPONG>(a, stream);
-    case 1: return fp8_forward_launch<TO, D, 4, PINGPONG>(a, stream);
-    case 2: return fp8_forward_launch<TO, D, 2, PINGPONG>(a, stream);
+  namespace oc = codes::flash_wgmma_fp8;
+  switch (oc::exp_on_fma(a.option)) {
+    case oc::kExpOnFma0: return fp8_forward_launch<TO, D, 0, PINGPONG>(a, stream);
+    case oc::kExpOnFma0p25: return fp8_forward_launch<TO, D, 4, PINGPONG>(a, stream);
+    case oc::kExpOnFma0p5: return fp8_forward_launch<TO, D, 2, PINGPONG>(a, stream);
     default: return cudaErrorInvalidValue;
   }
 }
 
 template <typename TO>
 cudaError_t fp8_forward_hdim(const AttnArgs& a, cudaStream_t stream) {
+  const bool pingpong = codes::flash_wgmma_fp8::pingpong(a.option) == codes::flash_wgmma_fp8::kPingpongOn;
   switch (a.D) {
-    case 64: return (a.option >> 8) & 1 ? fp8_forward_emu<TO, 64, true>(a, stream) : fp8_forward_emu<TO, 64, false>(a, stream);
+    case 64: return pingpong ? fp8_forward_emu<TO, 64, true>(a, stream) : fp8_forward_emu<TO, 64, false>(a, stream);
     case 128:
-      return (a.option >> 8) & 1 ? fp8_forward_emu<TO, 128, true>(a, stream) : fp8_forward_emu<TO, 128, false>(a, stream);
+      return pingpong ? fp8_forward_emu<TO, 128, true>(a, stream) : fp8_forward_emu<TO, 128, false>(a, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -313,5 +316,7 @@ int flash_wgmma_fp8_vt(const void* v, void* vt, int planes, int Nk, int D, cudaS
 
 int flash_wgmma_fp8_forward(const fk::AttnArgs& a, cudaStream_t stream) {
   if (a.dtype != fk::kE4M3) return cudaErrorInvalidValue;
-  return (a.option & 1) ? fk::fp8_forward_hdim<__half>(a, stream) : fk::fp8_forward_hdim<__nv_bfloat16>(a, stream);
+  namespace oc = fk::codes::flash_wgmma_fp8;
+  return oc::out_dtype(a.option) == oc::kOutDtypeFloat16 ? fk::fp8_forward_hdim<__half>(a, stream)
+                                                          : fk::fp8_forward_hdim<__nv_bfloat16>(a, stream);
 }

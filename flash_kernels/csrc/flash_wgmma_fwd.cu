@@ -28,6 +28,7 @@
 #include "wgmma_fwd_consumer.cuh"
 #include "wgmma_fwd_epilogue.cuh"
 #include "wgmma_fwd_producer.cuh"
+#include "option_codes.h"
 
 namespace fk {
 
@@ -388,9 +389,10 @@ cudaError_t wgmma_ws_forward_launch(const AttnArgs& a, cudaStream_t stream) {
   // main_qb: option bits 8.. less one where the host planned tail tiles (persistent, not causal), else every
   // query block is a BM-row tile
   const int n_qb = cdiv(a.Nq, BM);
-  const int main_qb = PERSISTENT && !a.causal && (a.option >> 8) > 0 ? std::min((a.option >> 8) - 1, n_qb) : n_qb;
+  const int tail = codes::flash_wgmma_fwd::tail(a.option);
+  const int main_qb = PERSISTENT && !a.causal && tail > 0 ? std::min(tail - 1, n_qb) : n_qb;
   // causal: option bits 8.. non-zero = step 8's head groups (the kernel's causal argument 2)
-  const int causal = a.causal ? ((a.option >> 8) > 0 ? 2 : 1) : 0;
+  const int causal = a.causal ? (tail > 0 ? 2 : 1) : 0;
   const long tiles = (main_qb + tail_tiles_per_head<BM>(a.Nq, main_qb)) * long(a.B) * a.H;
   long blocks = tiles;
   if constexpr (PERSISTENT) {
@@ -408,33 +410,35 @@ cudaError_t wgmma_ws_forward_launch(const AttnArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// Pipeline codes (option bits 4..7) as flash_kernels/_ops.py names them: 0 = cp.async, 1 = tma,
+// Pipeline codes (option bits 4..7; flash_kernels/variants.py, option_codes.h): 0 = cp.async, 1 = tma,
 // 2 = tma-ws, 3 = tma-ws-overlap, 4 = tma-ws-pingpong, 5 = tma-ws-persistent,
 // 6 = tma-ws-persistent-pingpong. Bits 8..: the persistent pipelines' main query blocks per head + 1 (0: all);
 // causal, the tma-ws pipelines: non-zero = step 8's head groups.
 template <typename T, int D, int BM, int BN>
 cudaError_t wgmma_forward_pipeline(const AttnArgs& a, cudaStream_t stream) {
-  switch ((a.option >> 4) & 15) {
-    case 0: return wgmma_forward_launch<T, D, BM, BN>(a, stream);
-    case 1: return wgmma_tma_forward_launch<T, D, BM, BN>(a, stream);
-    case 2: return wgmma_ws_forward_launch<T, D, BM, BN, false>(a, stream);
-    case 3: return wgmma_ws_forward_launch<T, D, BM, BN, true>(a, stream);
-    case 4: return wgmma_ws_forward_launch<T, D, BM, BN, true, true>(a, stream);
-    case 5: return wgmma_ws_forward_launch<T, D, BM, BN, true, false, true>(a, stream);
-    case 6: return wgmma_ws_forward_launch<T, D, BM, BN, true, true, true>(a, stream);
+  namespace oc = codes::flash_wgmma_fwd;
+  switch (oc::pipeline(a.option)) {
+    case oc::kPipelineCpAsync: return wgmma_forward_launch<T, D, BM, BN>(a, stream);
+    case oc::kPipelineTma: return wgmma_tma_forward_launch<T, D, BM, BN>(a, stream);
+    case oc::kPipelineTmaWs: return wgmma_ws_forward_launch<T, D, BM, BN, false>(a, stream);
+    case oc::kPipelineTmaWsOverlap: return wgmma_ws_forward_launch<T, D, BM, BN, true>(a, stream);
+    case oc::kPipelineTmaWsPingpong: return wgmma_ws_forward_launch<T, D, BM, BN, true, true>(a, stream);
+    case oc::kPipelineTmaWsPersistent: return wgmma_ws_forward_launch<T, D, BM, BN, true, false, true>(a, stream);
+    case oc::kPipelineTmaWsPersistentPingpong: return wgmma_ws_forward_launch<T, D, BM, BN, true, true, true>(a, stream);
     default: return cudaErrorInvalidValue;
   }
 }
 
 // The tile table: tile code (option & 15) -> (query rows BM = 64 per warpgroup, keys per K/V tile BN).
-// Codes as flash_kernels/_ops.py names them: 0 = 128x128, 1 = 128x64, 2 = 192x128, 3 = 192x64.
+// Codes from flash_kernels/variants.py (option_codes.h): 128x128, 128x64, 192x128, 192x64.
 template <typename T, int D>
 cudaError_t wgmma_forward_tiles(const AttnArgs& a, cudaStream_t stream) {
-  switch (a.option & 15) {
-    case 0: return wgmma_forward_pipeline<T, D, 128, 128>(a, stream);
-    case 1: return wgmma_forward_pipeline<T, D, 128, 64>(a, stream);
-    case 2: return wgmma_forward_pipeline<T, D, 192, 128>(a, stream);
-    case 3: return wgmma_forward_pipeline<T, D, 192, 64>(a, stream);
+  namespace oc = codes::flash_wgmma_fwd;
+  switch (oc::tile(a.option)) {
+    case oc::kTile128x128: return wgmma_forward_pipeline<T, D, 128, 128>(a, stream);
+    case oc::kTile128x64: return wgmma_forward_pipeline<T, D, 128, 64>(a, stream);
+    case oc::kTile192x128: return wgmma_forward_pipeline<T, D, 192, 128>(a, stream);
+    case oc::kTile192x64: return wgmma_forward_pipeline<T, D, 192, 64>(a, stream);
     default: return cudaErrorInvalidValue;
   }
 }

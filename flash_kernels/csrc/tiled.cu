@@ -12,6 +12,7 @@
 // profiles/nvidia-h200/bench-mma-bwd-4warp/convention.csv.xz, rows D64-N512-full: forward naive 76.854 ms ->
 // tiled 6.618 ms; backward naive 190.544 ms -> tiled 16.409 ms, tiled_uncoalesced 36.887 ms.
 #include "materialized.cuh"
+#include "option_codes.h"
 
 namespace fk {
 
@@ -126,9 +127,14 @@ cudaError_t tiled_backward_t(const T* q, const T* k, const T* v, const float* ls
 
 }  // namespace fk
 
-// option: 0 = tiled, 1 = tiled_uncoalesced (backward only: its forward is tiled's); see _ops.py.
+// option: tiled or tiled_uncoalesced (backward only: its forward is tiled's); flash_kernels/variants.py's codes.
+static bool tiled_form_ok(int option) {
+  namespace oc = fk::codes::tiled;
+  return option == oc::kFormTiled || option == oc::kFormTiledUncoalesced;
+}
+
 int tiled_forward(const fk::AttnArgs& a, cudaStream_t stream) {
-  if (a.Hkv != a.H || a.Nk != a.Nq || a.option < 0 || a.option > 1) return cudaErrorInvalidValue;
+  if (a.Hkv != a.H || a.Nk != a.Nq || !tiled_form_ok(a.option)) return cudaErrorInvalidValue;
   return fk::dispatch_dtype_hdim</*fp32=*/true>(a, [&](auto t, auto d) {
     using T = typename decltype(t)::type;
     return fk::tiled_forward_t<T>(static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
@@ -138,10 +144,10 @@ int tiled_forward(const fk::AttnArgs& a, cudaStream_t stream) {
 }
 
 int tiled_backward(const fk::AttnArgs& a, cudaStream_t stream) {
-  if (a.Hkv != a.H || a.Nk != a.Nq || a.option < 0 || a.option > 1) return cudaErrorInvalidValue;
+  if (a.Hkv != a.H || a.Nk != a.Nq || !tiled_form_ok(a.option)) return cudaErrorInvalidValue;
   return fk::dispatch_dtype_hdim</*fp32=*/true>(a, [&](auto t, auto d) {
     using T = typename decltype(t)::type;
-    auto f = a.option == 0 ? fk::tiled_backward_t<T, true> : fk::tiled_backward_t<T, false>;
+    auto f = a.option == fk::codes::tiled::kFormTiled ? fk::tiled_backward_t<T, true> : fk::tiled_backward_t<T, false>;
     return f(static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), a.lse,
              static_cast<const T*>(a.dO), static_cast<T*>(a.dq), static_cast<T*>(a.dk), static_cast<T*>(a.dv), a.ws[0],
              a.ws[1], a.B * a.H, a.Nq, decltype(d)::value, a.scale, a.causal, stream);
