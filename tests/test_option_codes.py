@@ -153,6 +153,7 @@ def test_the_bench_reads_the_one_sdpa_map_and_writes_every_column_a_capture_need
 
     assert bench.REFERENCES[:-1] == tuple(attention._BACKENDS) and bench.REFERENCES[-1] == "torch_cpu"
     assert set(REQUIRED_COLUMNS) <= set(bench.CSV_FIELDS)
+    assert set(attention.PROBLEM.required_fields) <= set(bench.CSV_FIELDS)  # the store checks the shape columns too
 
 
 def test_one_cuda_event_timer(monkeypatch):
