@@ -360,13 +360,14 @@ def _named_in(manifest: Mapping[str, Any]) -> str | None:
 
 
 def _load_for(manifest: Mapping[str, Any]) -> None:
-    """Import the plug-ins and implementation modules a capture's sweep names (registering its problem);
+    """Import the plug-ins a manifest names (``plugins``, its sweep's ``plugins``) and the modules of its sweep's
+    implementations (registering its problem);
     modules that do not import are passed over (the capture is then read as the default problem's or by its
     fields)."""
     import importlib
 
     sweep = manifest.get("sweep") if isinstance(manifest.get("sweep"), Mapping) else {}
-    mods = [m for m in sweep.get("plugins") or [] if isinstance(m, str)]
+    mods = [m for m in [*(manifest.get("plugins") or []), *(sweep.get("plugins") or [])] if isinstance(m, str)]
     for grid in sweep.get("grid") or []:
         specs = grid.get("impl") if isinstance(grid, Mapping) else None
         for spec in [specs] if isinstance(specs, str) else specs or []:
@@ -381,7 +382,7 @@ def _load_for(manifest: Mapping[str, Any]) -> None:
 
 def of_manifest(manifest: Mapping[str, Any] | None, fields: Iterable[str] = (), *, load: bool = True) -> Problem:
     """The problem a capture's cases are: the one its manifest names (``problem``, else ``sweep.problem``)
-    where that is registered (``load``: importing the plug-ins and implementation modules its sweep names
+    where that is registered (``load``: importing the plug-ins it names and its sweep's implementation modules
     first, when it is not); else the registered problem the capture's range fields (``fields``, else those of
     its range schemas) match; else the default problem, which is what a capture recorded before captures
     named their problem holds."""

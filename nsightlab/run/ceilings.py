@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..core.args import BAD_INPUT, ArgumentParser, print_error
-from ..problems.attention import FLOP_PER_EXP_PER_D, softmax_bound
+from ..problems import problem as problems
 
 CSRC = Path(__file__).resolve().parents[1] / "csrc" / "ceilings.cu"
 #: the instruction-class ceilings, in the order they are measured and printed
@@ -299,15 +299,13 @@ def mufu_ceiling(mod: Any, sm_count: int) -> dict[str, Any]:
         del out
     best = max(configs, key=lambda c: c["exp2_per_s"])
     rate = best["exp2_per_s"]
-    return {
+    entry = {
         "what": f"ex2.approx.ftz.f32 after one FFMA, {chains} independent chains per thread",
         "exp2_per_s": rate, "ms": best["ms"], "iters": best["iters"],
         "config": {k: best[k] for k in ("blocks", "blocks_per_sm", "threads_per_block", "warps_per_sm")}
         | {"chains_per_thread": chains},
-        "softmax_bound_flop_per_s": {f"{p}, D={d}": softmax_bound(rate, d, p)
-                                     for p in FLOP_PER_EXP_PER_D for d in SOFTMAX_HEAD_DIMS},
-        "softmax_bound_note": "attention FLOP/s if every score's exp runs on MUFU at this rate: forward 4·D FLOPs "
-                              "per exp, backward 10·D (2.5 × the forward's FLOPs, P recomputed once)",
+    }
+    return entry | problem_notes("mufu_ex2", entry) | {
         "configs": configs, "sm_clock_after": _sm_clock(),
         "check": f"{check_iters} iterations of x <- 2^(-x) agree with float64 to 1e-5 in 512 threads",
         "source": "nsightlab/csrc/ceilings.cu (mufu_ex2_kernel)",

@@ -130,12 +130,18 @@ def load_bench(capture: Path) -> tuple[pd.DataFrame, dict[str, dict]]:
             df = pd.read_csv(csv)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             raise ProfileError(f"{csv}: cannot be read as CSV ({exc})") from None
-        problem = problems.of_manifest(manifests[bench_suite(csv)], df.columns)
+        suite_man = manifests[bench_suite(csv)]
+        problem = problems.of_manifest(suite_man, df.columns)
+        named = suite_man.get("problem") if isinstance(suite_man, dict) else None
+        if named and named != problem.name:
+            raise ProfileError(f"{man}: names the problem {named!r}, which is not registered here (known: "
+                               f"{', '.join(sorted(problems.known()))}); its plug-in registers it: list the module in "
+                               "the manifest's plugins, or load it (--plugin, NSIGHTLAB_PLUGINS)")
         missing = [c for c in (*REQUIRED_COLUMNS, *problem.required_fields) if c not in df.columns]
         if missing:
-            named = "names" if manifests[bench_suite(csv)].get("problem") else "names no problem, so"
+            says = "names it" if named else "names no problem, so the default"
             raise ProfileError(f"{csv}: missing columns {missing}; a benchmark CSV of the {problem.name} problem (its "
-                               f"manifest {named} {problem.name}) has {', '.join((*REQUIRED_COLUMNS, *problem.required_fields))}")
+                               f"manifest {says}) has {', '.join(dict.fromkeys((*REQUIRED_COLUMNS, *problem.required_fields)))}")
         solved[csv.name] = problem
         frames.append(df)
     if len({p.name for p in solved.values()}) > 1:
@@ -150,7 +156,7 @@ def load_bench(capture: Path) -> tuple[pd.DataFrame, dict[str, dict]]:
     # field they name (attention's Hkv = H, Nk = N: self-attention)
     for col, like in problem.schema().same_as.items():
         df[col] = (df[col].fillna(df[like]) if col in df else df[like]).astype(df[like].dtype)
-    df["options"] = df["options"].fillna("") if "options" in df else ""
+    df["options"] = df["options"].astype(object).fillna("") if "options" in df else ""
     df.attrs["problem"] = problem.name
     return df, manifests
 

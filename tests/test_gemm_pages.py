@@ -1,0 +1,122 @@
+"""The GEMM example (examples/gemm: a problem that is not attention) gets the roofline, performance and compare
+pages through the same generic path as attention: its problem (axis M, fields M, N, K) is found from the
+capture's manifest, its benchmark CSV is read by its own columns, and the pages render without error and
+along M, never along attention's N.
+
+The committed light capture (profiles/nvidia-h200/gemm-example) holds Nsight Compute and Nsight Systems data
+but no benchmark CSV; the performance page's bench capture is written here, into a temporary folder, by the
+example's own bench writer (:func:`examples.gemm.bench.write`) from that capture's Nsight Systems range times
+(median, min and max of its five timed iterations per case), so its numbers are measured ones."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from nsightlab.analysis import comparison, counters, perf, timeline
+from nsightlab.problems import problem as problems
+from nsightlab.render import page as nb
+from nsightlab.store import captures, read
+
+ROOT = Path(__file__).resolve().parent.parent
+GEMM = ROOT / "profiles" / "nvidia-h200" / "gemm-example"
+
+
+def _bench_capture(dest: Path) -> Path:
+    """A bench capture of the GEMM beside the light one: ``manifest.json`` (the light capture's GPU, environment
+    and sweep; tools: bench) and ``gemm.csv`` + ``gemm.manifest.json``, timed by the light capture's nsys ranges."""
+    from examples.gemm import bench
+
+    man = captures.load_manifest(GEMM)
+    t = read.load_nsys(GEMM, man)
+    rt = timeline.range_timing(t["kernels"], t["ranges"])
+    timed = []
+    for (pass_, m, n, k), g in rt.groupby(["pass", "M", "N", "K"], sort=True):
+        case = problems.get("gemm").normalize({"M": int(m), "N": int(n), "K": int(k), "dtype": "float16"})
+        timed.append((case, pass_, {"ms": float(g["gpu_ms"].median()), "ms_min": float(g["gpu_ms"].min()),
+                                    "ms_max": float(g["gpu_ms"].max())}))
+    bench.write(bench.rows("gemm", timed), dest, "gemm", {
+        "description": "GEMM times from gemm-example's Nsight Systems ranges (GPU time per range, 5 iterations)",
+        "environment": man.get("environment") or {},
+        "timing": {"method": "Nsight Systems range GPU time", "flush": "none", "rounds": 1}, "seconds": 0})
+    own = {k: man[k] for k in ("schema", "gpu", "environment", "git_commit", "ceilings", "sweep", "created") if k in man}
+    (dest / "manifest.json").write_text(json.dumps({**own, "name": "gemm-bench", "suite": "gemm-bench",
+                                                    "origin": "captured", "tools": ["bench"], "files": {}}))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def gemm_bench(tmp_path_factory):
+    return _bench_capture(tmp_path_factory.mktemp("profiles") / "nvidia-h200" / "gemm-bench")
+
+
+def test_the_capture_is_read_as_a_gemm():
+    man = captures.load_manifest(GEMM)
+    assert "problem" not in man and man["sweep"]["problem"] == "custom"  # recorded before captures named it
+    problem = problems.of_manifest(man)  # its sweep's implementation module registers it
+    assert problem.name == "gemm" and problem.sweep_axis == "M"
+    assert problems.of_manifest({}).name == problems.default_name()  # a capture that says nothing: the default
+
+
+def test_the_gemm_benchmark_csv_is_read_by_its_own_columns(gemm_bench):
+    df, manifests = captures.load_bench(gemm_bench)
+    assert df.attrs["problem"] == "gemm" and manifests["gemm"]["problem"] == "gemm"
+    assert {"M", "N", "K"} <= set(df) and not {"B", "H", "D", "causal"} & set(df)
+    assert perf.key(df) == ["suite", "config", "M", "N", "K", "dtype", "pass"]
+    assert perf.facets(perf.problem_of(df)) == ["K", "N"] and not perf.sweeps_axis(df, "gemm")  # M: 2 values
+    assert perf.pick_reference(df) == "torch_gemm" and len(df) == 8 and (df["tflops"] > 0).all()
+    t = perf.target_table(df, "torch_gemm", "torch_gemm", {"forward": 1.0}, min_n=1024)
+    assert list(t.columns[:6]) == ["pass", "suite", "dtype", "M", "N", "K"] and len(t) == 8
+
+
+def test_a_csv_without_its_problem_columns_says_which_problem_it_was_read_as(tmp_path):
+    import pandas as pd
+
+    import examples.gemm.gemm  # noqa: F401 - registers the problem
+
+    pd.DataFrame([{"suite": "s", "config": "c", "M": 1, "dtype": "float16", "impl": "torch_gemm", "kind": "library",
+                   "pass": "forward", "status": "ok", "ms": 1.0, "tflops": 1.0}]).to_csv(tmp_path / "s.csv", index=False)
+    (tmp_path / "s.manifest.json").write_text(json.dumps({"problem": "gemm"}))
+    with pytest.raises(captures.ProfileError, match=r"missing columns \['N', 'K'\]; a benchmark CSV of the gemm"):
+        captures.load_bench(tmp_path)
+    (tmp_path / "s.manifest.json").write_text("{}")  # a manifest that names no problem: the default's columns
+    with pytest.raises(captures.ProfileError, match=r"missing columns \['B', 'H', 'N', 'D', 'causal'\]; a benchmark CSV "
+                                                    r"of the attention problem \(its manifest names no problem"):
+        captures.load_bench(tmp_path)
+    (tmp_path / "s.manifest.json").write_text(json.dumps({"problem": "conv2d"}))  # a problem no plug-in registered
+    with pytest.raises(captures.ProfileError, match="names the problem 'conv2d', which is not registered here"):
+        captures.load_bench(tmp_path)
+
+
+def test_the_roofline_and_the_comparison_go_along_m():
+    man = captures.load_manifest(GEMM)
+    work = counters.kernel_work(read.load_ncu(GEMM, man))
+    ranges = counters.attach_model(counters.per_range(work, by_kernel_if_no_ranges=True), captures.cases(man))
+    assert nb.sweep_field(ranges, problems.axis_for(ranges)) == "M"
+    names = comparison.names(ranges)["label"]
+    assert names.str.contains(r"K=\d+ M=\d+$").all(), names.tolist()  # the GEMM's order, its axis last
+
+
+@pytest.mark.parametrize("page", ["roofline", "performance", "compare"])
+def test_the_gemm_pages_render(gemm_bench, tmp_path, page):
+    from nsightlab.render.execute import PLOTLY_JS, render_notebook, ship_assets
+
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    ship_assets(reports)
+    out = reports / f"{page}.html"
+    params = ({"base": str(GEMM), "new": str(GEMM)} if page == "compare" else
+              {"capture": str(GEMM if page == "roofline" else gemm_bench)})
+    meta = render_notebook(ROOT / "notebooks" / f"{page}.ipynb", {**params, "plotlyjs": PLOTLY_JS}, out, reports=reports)
+    html = out.read_text()
+    assert "Traceback" not in html and "NotApplicable" not in html
+    assert html.count("plotly-graph-div") >= 1
+    summary = " ".join(meta["summary"])
+    assert ("torch_gemm" in summary or page == "compare") and "N=" not in summary
+    if page == "roofline":
+        assert re.search(r"M=4096", summary) and "D=" not in summary
+    if page == "compare":  # the capture against itself: its eight ranges matched, none moved beyond the noise
+        assert "8" in summary and "slower" not in summary.replace("0 slower", ""), summary
