@@ -44,7 +44,7 @@ from nsightlab.analysis import why
 from nsightlab.core.errors import ProfileError
 from nsightlab.render import figures
 from nsightlab.render import page as nb
-from nsightlab.store import captures, read
+from nsightlab.store import captures, find, read
 
 nb.check_parameters(globals())
 
@@ -54,14 +54,14 @@ try:
 except ValueError as exc:
     raise nb.ParameterError(f"case={case!r}: {exc}") from None
 try:
-    deep = B.load(*why.deep_report(path))
+    deep = B.load(*find.deep_report(path))
 except ProfileError as exc:
     raise nb.ParameterError(f"capture={capture!r}: {exc}") from None
 path_b, manifest_b, deep_b = path, manifest, None
 if b_capture:
     try:
         path_b, manifest_b = nb.prepare(b_capture, plotlyjs)
-        deep_b = B.load(*why.deep_report(path_b))
+        deep_b = B.load(*find.deep_report(path_b))
     except (nb.ParameterError, ProfileError) as exc:
         raise nb.ParameterError(f"b_capture={b_capture!r}: {exc}") from None
 nb.choose("a", a, list(dict.fromkeys(deep.launches["variant"].dropna())))  # a misspelt name: "did you mean"

@@ -35,9 +35,11 @@ from nsightlab import cli
 from nsightlab.analysis import advice as A
 from nsightlab.analysis import bottleneck as B
 from nsightlab.analysis import why
+from nsightlab.cli import why as why_cmd
 from nsightlab.core.errors import ProfileError
 from nsightlab.core.files import local_copy
 from nsightlab.core.metrics import BOTTLENECK_SECTIONS
+from nsightlab.core.sources import source_key
 from nsightlab.parse import deep as deep_parse
 from nsightlab.store.captures import find_file, load_manifest
 from nsightlab.store.read import capture_schemas
@@ -363,7 +365,7 @@ def test_predicated_hotspots_find_the_masks_test_and_its_absence():
     after, lb, _ = backward("backward", "D=64,bwd_pipeline=tma-ws")
     row_b = B.profile(after).set_index("launch").loc[lb]
     assert B.predicated_share(row_b) < 0.02 and B.predicated_line("b", row_b) is None
-    text = why.render("before", "after", before, before.launches[before.launches["launch"] == la], after,
+    text = why_cmd.render("before", "after", before, before.launches[before.launches["launch"] == la], after,
                       after.launches[after.launches["launch"] == lb], 5, (la, lb), full=True)
     assert "Instructions issued with their threads predicated off" in text
     assert "flash_wgmma_bwd.cu:147  175,338,067 of 235,929,600 warp instructions predicated off (24.1% of the kernel's)" in text
@@ -416,7 +418,7 @@ def test_access_hotspots_find_the_half_sector_stores_and_their_absence():
     after, lb = split_kernel("decode")
     assert B.access_hotspots(after, lb, repo=ROOT).empty
     assert B.access_line("b", B.profile(after).set_index("launch").loc[lb]) is None
-    text = why.render("before", "after", before, before.launches[before.launches["launch"] == la], after,
+    text = why_cmd.render("before", "after", before, before.launches[before.launches["launch"] == la], after,
                       after.launches[after.launches["launch"] == lb], 5, (la, lb), full=True)
     assert "Memory accesses beyond the ideal" in text and "decode.cuh:205  STG.E.128: 32,768 L2 sectors" in text
 
@@ -614,10 +616,10 @@ def test_source_key_says_where_hotspot_text_will_come_from():
 
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     if head:  # a checkout with its history (CI's clone); a tree without git reads the working tree
-        assert B.source_key(REPO, head[:7]) == f"commit {head[:7]}"
-        assert B.source_key(REPO, head[:7] + "-dirty") == f"commit {head[:7]}"
-    assert B.source_key(REPO, "0123456789abcdef") == "working tree (commit 0123456789abcdef not at hand)"
-    assert B.source_key(REPO, None) == B.source_key(REPO, "--all") == "working tree"
+        assert source_key(REPO, head[:7]) == f"commit {head[:7]}"
+        assert source_key(REPO, head[:7] + "-dirty") == f"commit {head[:7]}"
+    assert source_key(REPO, "0123456789abcdef") == "working tree (commit 0123456789abcdef not at hand)"
+    assert source_key(REPO, None) == source_key(REPO, "--all") == "working tree"
 
 
 def test_call_line_leads_where_a_range_launches_several_kernels():
@@ -873,6 +875,6 @@ def test_the_readmes_why_output_is_what_the_command_prints_today():
     assert done.returncode == 0, done.stderr
     printed = done.stdout.splitlines()
     commit = load_manifest(H200 / "backward-n8192-deep").get("git_commit")
-    if not B.source_key(REPO, commit).startswith("commit"):
+    if not source_key(REPO, commit).startswith("commit"):
         shown, printed = ([re.sub(r"`[^`]*`", "`...`", x) for x in lines] for lines in (shown, printed))
     assert shown == printed

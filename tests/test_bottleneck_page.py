@@ -15,7 +15,7 @@ from nsightlab.analysis import bottleneck as B
 from nsightlab.analysis import why
 from nsightlab.render import figures
 from nsightlab.render.report import applicable
-from nsightlab.store import captures
+from nsightlab.store import captures, find
 
 PROFILES = Path(__file__).resolve().parent.parent / "profiles" / "nvidia-h200"
 
@@ -38,7 +38,7 @@ def test_the_page_applies_where_the_report_carries_warp_state_stats():
 
 @pytest.fixture(scope="module")
 def deep() -> B.Deep:
-    return B.load(*why.deep_report(PROFILES / "bottleneck-deep"))
+    return B.load(*find.deep_report(PROFILES / "bottleneck-deep"))
 
 
 def test_a_partial_case_is_completed_from_the_first_matching_range(deep):
@@ -56,7 +56,7 @@ def test_one_implementation_in_several_settings_is_narrowed_by_its_own_options()
     """A capture of flash_wgmma's pipelines beside cuDNN (the H100's pipeline-deep: three pipelines, causal and
     not): the common fields leave three flash_wgmma ranges, so an empty case also takes flash_wgmma's options,
     from its fastest range, and an option of flash_wgmma's in --case narrows flash_wgmma without ruling cuDNN out."""
-    deep = B.load(*why.deep_report(PROFILES.parent / "nvidia-h100-80gb-hbm3" / "pipeline-deep"))
+    deep = B.load(*find.deep_report(PROFILES.parent / "nvidia-h100-80gb-hbm3" / "pipeline-deep"))
     case = B.complete_case(deep, "flash_wgmma", {})
     assert case["pipeline"] == "tma-ws-persistent-pingpong" and case["wg_tile"] == "192x128" and case["causal"] == "0"
     L = deep.launches[deep.launches["variant"] == "flash_wgmma"]
@@ -129,7 +129,7 @@ def test_sides_of_one_report_and_of_one_kernel_across_two_captures(deep):
 
     h100 = PROFILES.parent / "nvidia-h100-80gb-hbm3"
     before_path, after_path = h100 / "backward-deep-predicated-mask", h100 / "backward"
-    before, after = (B.load(*why.deep_report(p)) for p in (before_path, after_path))
+    before, after = (B.load(*find.deep_report(p)) for p in (before_path, after_path))
     mb, ma = (json.loads((p / "manifest.json").read_text()) for p in (before_path, after_path))
     tags = captures.capture_tags(mb, before_path, ma, after_path)
     assert tags == ("f9d774b", "caf73dc")
@@ -154,7 +154,7 @@ def test_a_case_field_only_the_later_capture_has_picks_its_range_alone(deep):
     ``bwd_pipeline`` existed, and at 4554f28, captured with two settings of it): the field narrows side b alone;
     without it side b is ambiguous and the error names both ranges; a field neither report has is refused with
     side a's fields. The page's table then holds each side's own range."""
-    after = B.load(*why.deep_report(PROFILES / "backward"))
+    after = B.load(*find.deep_report(PROFILES / "backward"))
     case = {"D": "128", "causal": "0", "pass": "backward"}
     at, a, b = why.pick_sides(deep, after, "flash_wgmma", "", {**case, "bwd_pipeline": "tma-ws"}, ("7a78894", "4554f28"))
     assert "bwd_pipeline" not in at and a.sel["range"].iloc[0].startswith("attn:flash_wgmma:backward:")
@@ -175,7 +175,7 @@ def test_one_implementation_with_other_options_in_the_later_capture():
     """flash_decode before and after its blocks of two warpgroups over the keys (the H200 decode-blocks-before
     and decode-blocks captures, one range a shape in each, with other options): side b is picked by the case as
     given when side a's options match no range there; a case that leaves side b two ranges is still refused."""
-    before, after = (B.load(*why.deep_report(PROFILES / n)) for n in ("decode-blocks-before", "decode-blocks"))
+    before, after = (B.load(*find.deep_report(PROFILES / n)) for n in ("decode-blocks-before", "decode-blocks"))
     at, a, b = why.pick_sides(before, after, "flash_decode", "", {"Hkv": "8", "N": "16"}, ("5e49893", "5e49893"))
     assert ",mma=mma.sync," in a.sel["range"].iloc[0] and ",warpgroups=2" in b.sel["range"].iloc[0]
     assert (a.name, b.name) == ("flash_decode @ 5e49893 (a)", "flash_decode @ 5e49893 (b)")
@@ -196,7 +196,7 @@ BACKWARD = PROFILES / "backward-n8192-deep"
 
 @pytest.fixture(scope="module")
 def backward() -> tuple[B.Deep, why.Side, why.Side]:
-    d = B.load(*why.deep_report(BACKWARD))
+    d = B.load(*find.deep_report(BACKWARD))
     _, a, b = why.pick_sides(d, None, "flash_wgmma", "sdpa_cudnn", {})
     return d, a, b
 

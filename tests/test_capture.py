@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from nsightlab.cli import capture as CC
 from nsightlab.core import metrics as M
 from nsightlab.core import tools as T
 from nsightlab.core.ranges import decode, schemas_of
@@ -339,10 +340,10 @@ def test_a_later_sweep_of_the_same_command_reuses_the_ceilings(tmp_path):
 
 def _mine():
     """The sweep `--impl tests.stand_in:my_attention --impl sdpa_flash -B 2 -H 4 -N 128,256 -D 64 --causal both`."""
-    a = C.parser("nsightlab capture", attention.PROBLEM).parse_args([
+    a = CC.parser("nsightlab capture", attention.PROBLEM).parse_args([
         "--impl", "tests.stand_in:my_attention", "--impl", "sdpa_flash", "-B", "2", "-H", "4", "-N", "128,256", "-D", "64",
         "--causal", "both", "--name", "mine"])
-    (sweep,) = C.sweeps_from_args(a)
+    (sweep,) = CC.sweeps_from_args(a)
     return sweep
 
 
@@ -394,10 +395,10 @@ def test_implementations_are_set_up_before_any_profiler_runs(tmp_path, monkeypat
     own before Nsight Compute starts, so that no profiled process builds them."""
     py, ncu, nsys = _tools(tmp_path)
     monkeypatch.setenv("FAKE_SETUP_REAL", "1")
-    a = C.parser("nsightlab capture", attention.PROBLEM).parse_args([
+    a = CC.parser("nsightlab capture", attention.PROBLEM).parse_args([
         "--impl", "tests.stand_in:built_attention", "--impl", "sdpa_flash", "-B", "1", "-H", "2", "-N", "128",
         "-D", "64", "--name", "built", "--tools", "ncu"])
-    (sweep,) = C.sweeps_from_args(a)
+    (sweep,) = CC.sweeps_from_args(a)
     dest = C.capture(sweep, tmp_path / "profiles", ncu=str(ncu), nsys=str(nsys), python=str(py), echo=lambda s: None)
     man = validate(dest, open_reports=False)
     steps = [c["step"] for c in man["commands"]]
@@ -416,19 +417,19 @@ def test_the_workload_runs_setups_alone(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setitem(impls._REGISTRY, "failing_setup",
                         impls.Implementation("failing_setup", "tests.stand_in:my_attention", setup=lambda: 1 / 0))
-    a = C.parser("nsightlab capture", attention.PROBLEM).parse_args([
+    a = CC.parser("nsightlab capture", attention.PROBLEM).parse_args([
         "--impl", "tests.stand_in:built_attention", "--impl", "sdpa_flash", "-B", "1", "-H", "2", "-N", "128,256",
         "-D", "64", "--name", "built"])
-    (sweep,) = C.sweeps_from_args(a)
+    (sweep,) = CC.sweeps_from_args(a)
     path = tmp_path / "sweep.toml"
     path.write_text(sweep.to_toml())
     before = len(stand_in.SETUPS)
     assert workload.main(["--sweep", str(path), "--setup-only"]) == 0
     assert len(stand_in.SETUPS) == before + 1  # once, though two cases use it; sdpa_flash has none
     assert "setup: built_attention in" in capsys.readouterr().out
-    a = C.parser("nsightlab capture", attention.PROBLEM).parse_args([
+    a = CC.parser("nsightlab capture", attention.PROBLEM).parse_args([
         "--impl", "failing_setup", "-B", "1", "-H", "2", "-N", "128", "-D", "64", "--name", "bad"])
-    (sweep,) = C.sweeps_from_args(a)
+    (sweep,) = CC.sweeps_from_args(a)
     path.write_text(sweep.to_toml())
     assert workload.main(["--sweep", str(path), "--setup-only"]) == 2
     assert "error: the setup of failing_setup failed: ZeroDivisionError: division by zero" in capsys.readouterr().err
@@ -436,7 +437,7 @@ def test_the_workload_runs_setups_alone(tmp_path, capsys, monkeypatch):
 
 def _main(argv, monkeypatch):
     monkeypatch.setattr(signal, "signal", lambda *a: None)  # main() resets SIGPIPE for `--list | head`
-    return C.main(argv)
+    return CC.main(argv)
 
 
 def test_capture_list_of_a_command_line_sweep(capsys, monkeypatch):

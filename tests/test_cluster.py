@@ -19,6 +19,7 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
+from nsightlab.cli import capture as CC  # noqa: E402
 from nsightlab.run import capture as C  # noqa: E402
 from nsightlab.run import cluster  # noqa: E402
 from nsightlab.store.captures import validate  # noqa: E402
@@ -175,21 +176,21 @@ def test_bad_gpu_flags_are_one_line(argv, message, capsys, monkeypatch):
     monkeypatch.setattr(signal, "signal", lambda *a: None)
     base = ["--impl", "sdpa_flash", "-B", "1", "-H", "2", "-N", "128", "-D", "64", "--tools", "ncu",
             "--profiles", "/nonexistent-profiles"]
-    assert C.main(base + argv) == 2
+    assert CC.main(base + argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and err.startswith("nsightlab capture: error: "), err
 
 
 def test_mixed_models_are_taken_with_allow_mixed(monkeypatch):
     monkeypatch.setattr(cluster, "local_gpus", lambda: GPUS)
-    a = C.parser("x", C.problems.get("attention")).parse_args(["--gpus", "all", "--allow-mixed"])
-    assert C.where_from_args(a).gpus == (0, 1, 2)
+    a = CC.parser("x", CC.problems.get("attention")).parse_args(["--gpus", "all", "--allow-mixed"])
+    assert CC.where_from_args(a).gpus == (0, 1, 2)
 
 
 def test_no_gpu_here_is_one_line(capsys, monkeypatch):
     monkeypatch.setattr(cluster, "local_gpus", lambda: [])
     monkeypatch.setattr(signal, "signal", lambda *a: None)
-    assert C.main(["--impl", "sdpa_flash", "-N", "128", "-D", "64", "--gpus", "all", "--profiles", "/nonexistent-profiles"]) == 2
+    assert CC.main(["--impl", "sdpa_flash", "-N", "128", "-D", "64", "--gpus", "all", "--profiles", "/nonexistent-profiles"]) == 2
     assert "this machine has no GPU that nvidia-smi lists" in capsys.readouterr().err
 
 
@@ -197,19 +198,19 @@ def test_an_unreachable_scheduler_is_one_line(capsys, monkeypatch, tmp_path):
     monkeypatch.setattr(cluster, "CONNECT_TIMEOUT", 1.0)
     monkeypatch.setattr(signal, "signal", lambda *a: None)
     t0 = time.monotonic()
-    assert C.main(["--suite", "blocksize", "--scheduler", "tcp://127.0.0.1:9",
+    assert CC.main(["--suite", "blocksize", "--scheduler", "tcp://127.0.0.1:9",
                    "--profiles", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "--scheduler tcp://127.0.0.1:9: the scheduler cannot be reached within 1 s" in err and err.count("\n") == 1
     assert time.monotonic() - t0 < 30
-    assert C.main(["--suite", "blocksize", "--scheduler-file", str(tmp_path / "none.json"),
+    assert CC.main(["--suite", "blocksize", "--scheduler-file", str(tmp_path / "none.json"),
                    "--profiles", str(tmp_path)]) == 2
     assert "--scheduler-file" in capsys.readouterr().err and not list(tmp_path.glob(".tmp-*"))
 
 
 def test_resume_of_nothing_is_one_line(capsys, monkeypatch, tmp_path):
     monkeypatch.setattr(signal, "signal", lambda *a: None)
-    assert C.main(["--resume", "blocksize", "--profiles", str(tmp_path)]) == 2
+    assert CC.main(["--resume", "blocksize", "--profiles", str(tmp_path)]) == 2
     assert "--resume blocksize: no interrupted sharded capture" in capsys.readouterr().err
 
 

@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 
 from nsightlab.analysis import comparison as C
-from nsightlab.analysis import why
+from nsightlab.cli import compare as compare_cmd
 from nsightlab.core.errors import NotApplicable, ProfileError
 from nsightlab.core.ranges import RangeSchema
 from nsightlab.render import compare as page
-from nsightlab.store import read
+from nsightlab.store import find, read
 from nsightlab.store.captures import find_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -166,7 +166,7 @@ def test_nothing_in_common_is_a_clear_error():
 
 
 def test_same_capture_against_itself_is_no_regression(capsys):
-    assert page.main([f"{H200}/seqlen", f"{H200}/seqlen"]) == 0
+    assert compare_cmd.main([f"{H200}/seqlen", f"{H200}/seqlen"]) == 0
     out = capsys.readouterr().out
     assert "224 ranges matched (nsys); 0 faster, 0 slower, 224 within noise" in out
     assert "SLOWER" not in out and "differs:" not in out
@@ -180,7 +180,7 @@ def test_same_capture_against_itself_is_no_regression(capsys):
 
 def test_h200_base_h100_new_flags_the_memory_bound_rows(capsys):
     """H200 (4.8 TB/s HBM3e) as base, H100 (3.35 TB/s) as new: what moves is what leans on memory."""
-    assert page.main([f"{H200}/seqlen", f"{H100}/seqlen"]) == 1
+    assert compare_cmd.main([f"{H200}/seqlen", f"{H100}/seqlen"]) == 1
     out = capsys.readouterr().out
     cmp = C.compare_captures(f"{H200}/seqlen", f"{H100}/seqlen")
     r = cmp.ranges.set_index("label")
@@ -207,7 +207,7 @@ def test_h200_base_h100_new_flags_the_memory_bound_rows(capsys):
     # the benchmark: every sdpa_math forward (it materializes the scores in DRAM) of 1 ms or more is slower,
     # as are tiled's forwards at D=64 from N=1024; the CUDA-core flash kernels are not
     # (bench-mma-fwd-always-rescale: both GPUs' runs of the same code, 3b30d4b)
-    assert page.main([f"{H200}/bench-mma-fwd-always-rescale", f"{H100}/bench-mma-fwd-always-rescale"]) == 1
+    assert compare_cmd.main([f"{H200}/bench-mma-fwd-always-rescale", f"{H100}/bench-mma-fwd-always-rescale"]) == 1
     out = capsys.readouterr().out
     b = C.compare_captures(f"{H200}/bench-mma-fwd-always-rescale", f"{H100}/bench-mma-fwd-always-rescale").ranges
     long = b[b["base_ms"] >= 1]
@@ -223,7 +223,7 @@ def test_h200_base_h100_new_flags_the_memory_bound_rows(capsys):
 
 def test_different_metric_sets_and_missing_ranges_on_committed_captures(capsys):
     """The seqlen study (31 metrics) against an imported --set full report of one of its ranges."""
-    assert page.main([f"{H200}/seqlen", f"{H200}/flash-mma-bwd-8warp-full"]) == 0
+    assert compare_cmd.main([f"{H200}/seqlen", f"{H200}/flash-mma-bwd-8warp-full"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"differs: metric set: 31 metrics vs \d{4} metrics", out)
     assert "only in base (223)" in out and "1 ranges matched (ncu)" in out
@@ -246,21 +246,21 @@ def test_foreign_captures_match_by_raw_name():
 
 
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
-    assert page.main(["no-such-gpu/seqlen", f"{H200}/seqlen"]) == 2
+    assert compare_cmd.main(["no-such-gpu/seqlen", f"{H200}/seqlen"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("nsightlab compare: error: no-such-gpu/seqlen: neither a capture folder nor a label") and f"{H200}/seqlen" in err
-    assert page.main([f"{H200}/bench", f"{H200}/bench", "--threshold", "lots"]) == 2
+    assert compare_cmd.main([f"{H200}/bench", f"{H200}/bench", "--threshold", "lots"]) == 2
     assert "threshold" in capsys.readouterr().err
-    assert page.main([f"{H200}/bench", f"{H200}/bench", "--only", "("]) == 2
+    assert compare_cmd.main([f"{H200}/bench", f"{H200}/bench", "--only", "("]) == 2
     assert "regular expression" in capsys.readouterr().err
-    assert page.main([f"{H200}/bench", f"{H200}/blocksize"]) == 2  # benchmark CSVs against ncu only
+    assert compare_cmd.main([f"{H200}/bench", f"{H200}/blocksize"]) == 2  # benchmark CSVs against ncu only
     assert "nothing to compare" in capsys.readouterr().err
     # a capture that fails validation is refused
     bad = tmp_path / "gpu" / "blocksize"
     shutil.copytree(ROOT / "profiles" / H200 / "blocksize", bad)
     with open(find_file(bad, "ncu_raw.csv"), "r+b") as f:  # stored as ncu_raw.csv.xz
         f.truncate(1000)
-    assert page.main([str(bad), f"{H200}/blocksize"]) == 2
+    assert compare_cmd.main([str(bad), f"{H200}/blocksize"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("nsightlab compare: error: refusing to compare") and "ncu_raw.csv" in err and "\n" not in err
 
@@ -332,7 +332,7 @@ def test_the_committed_comparisons_name_captures_that_exist():
     assert {"h100-to-h200-seqlen", "h100-to-h200-blocksize", "h100-to-h200-bench"} <= {d.name for d in declared}
     for d in declared:
         if isinstance(d, page.DeclaredWhy):  # a bottleneck page across two captures: both hold a deep report
-            assert all(why.deep_report(read.resolve(x, ROOT / "profiles"))[0].exists() for x in (d.base, d.new)), d
+            assert all(find.deep_report(read.resolve(x, ROOT / "profiles"))[0].exists() for x in (d.base, d.new)), d
         else:
             assert C.load(d.base).samples and C.load(d.new).samples, d
     assert any(isinstance(d, page.DeclaredWhy) for d in declared)

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from nsightlab.cli import hang as hang_cmd
 from nsightlab.core.metrics import DEEP_SECTIONS
 from nsightlab.run import hang
 
@@ -114,7 +115,7 @@ esac
 echo '==PROF== Disconnected'
 """)
     out = tmp_path / "out"
-    rc = hang.main(["--sweep", "blocksize", "--only", "flash_simt:forward:.*N=1024,D=64,dtype=float16,causal=0,block_size=16",
+    rc = hang_cmd.main(["--sweep", "blocksize", "--only", "flash_simt:forward:.*N=1024,D=64,dtype=float16,causal=0,block_size=16",
                     "--ncu", ncu, "--out", str(out), "--timeout", "20"])
     text = capsys.readouterr().out
     assert rc == 0, text
@@ -140,7 +141,7 @@ case "$*" in
 esac
 echo '==PROF== Disconnected'
 """)
-    rc = hang.main(["--sweep", "blocksize", "--only", "flash_simt:forward:.*N=1024,D=64,dtype=float16,causal=0,block_size=16",
+    rc = hang_cmd.main(["--sweep", "blocksize", "--only", "flash_simt:forward:.*N=1024,D=64,dtype=float16,causal=0,block_size=16",
                     "--ncu", ncu, "--out", str(tmp_path / "out"), "--timeout", "20", "--section-folder", str(folder),
                     "--sections", "SpeedOfLight,MemoryWorkloadAnalysis,Occupancy"])
     text = capsys.readouterr().out
@@ -153,21 +154,21 @@ echo '==PROF== Disconnected'
 def test_bad_arguments_say_what_is_accepted(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit):
-        hang.main(["--sweep", "blocksize", "--only", "flash_simt", "--ncu", str(tmp_path / "no-ncu")])
+        hang_cmd.main(["--sweep", "blocksize", "--only", "flash_simt", "--ncu", str(tmp_path / "no-ncu")])
     assert "ncu" in capsys.readouterr().err and not list(tmp_path.iterdir())  # nothing written before the check
     with pytest.raises(SystemExit) as e:
-        hang.main(["--sweep", "blocksize", "--only", "no-such-range-xyz", "--dry-run"])
+        hang_cmd.main(["--sweep", "blocksize", "--only", "no-such-range-xyz", "--dry-run"])
     assert e.value.code == 2 and "matches no case" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        hang.main(["--sweep", "blocksize", "--only", "flash_simt", "--timeout", "0"])
+        hang_cmd.main(["--sweep", "blocksize", "--only", "flash_simt", "--timeout", "0"])
     assert "argument --timeout: takes a number greater than 0" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        hang.main(["--sweep", "no-such-sweep", "--only", "x"])
+        hang_cmd.main(["--sweep", "no-such-sweep", "--only", "x"])
     assert "unknown sweep" in capsys.readouterr().err
 
 
 def test_dry_run_prints_the_deep_tier_command(tmp_path, capsys):
-    assert hang.main(["--sweep", "blocksize", "--only", "flash_simt:forward:.*N=1024,D=64,", "--dry-run",
+    assert hang_cmd.main(["--sweep", "blocksize", "--only", "flash_simt:forward:.*N=1024,D=64,", "--dry-run",
                       "--out", str(tmp_path)]) == 0
     line = capsys.readouterr().out
     assert all(f"--section {s}" in line for s in DEEP_SECTIONS) and "--import-source yes" in line

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from nsightlab.cli import import_ as import_cmd
+from nsightlab.cli import store as store_cmd
 from nsightlab.core import tools
 from nsightlab.core.errors import ProfileError
 from nsightlab.core.files import copy_content, file_table, sha256
@@ -68,7 +70,7 @@ def _no_leftovers(profiles: Path) -> None:
 
 
 def _fails(argv: list[str], capsys, *needles: str) -> str:
-    assert importer.main(argv) == 2
+    assert import_cmd.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("nsightlab import: error: ") and err.count("\n") == 1, err
     for n in needles:
@@ -136,7 +138,7 @@ def test_import_foreign_sqlite(tmp_path, sqlite):
 
 
 def test_import_says_what_it_imported_in_proper_plurals(tmp_path, sqlite, capsys):
-    assert importer.main([str(sqlite), "--profiles", str(tmp_path / "p"), "--name", "one"]) == 0
+    assert import_cmd.main([str(sqlite), "--profiles", str(tmp_path / "p"), "--name", "one"]) == 0
     out = capsys.readouterr().out
     assert f"imported 1 report from {GPU_NAME} into " in out and out.rstrip().endswith("(nsys; 1 file)"), out
     assert "(s)" not in out and "1 files" not in out
@@ -278,18 +280,18 @@ def test_store_compact_turns_gzip_into_xz(tmp_path, sqlite, capsys):
     """``nsightlab store compact`` rewrites a gzipped export as .xz, with a manifest that validates."""
     dest = _gzipped_capture(tmp_path / "p", sqlite)
     content = store.load_manifest(dest)["compacted"]["nsys.sqlite.gz"]["sha256"]
-    assert store.main(["compact", str(tmp_path / "p")]) == 0
+    assert store_cmd.main(["compact", str(tmp_path / "p")]) == 0
     assert capsys.readouterr().out == f"compact  {SLUG}/old: nsys.sqlite.xz\n"
     man = store.validate(dest)
     assert set(man["files"]) == {"nsys.sqlite.xz"} and man["imported_from"][0]["stored_as"] == "nsys.sqlite.xz"
     assert man["compacted"] == {"nsys.sqlite.xz": {"from": "nsys.sqlite", "bytes": sqlite.stat().st_size,
                                                    "sha256": content}}
-    assert store.main(["compact", str(tmp_path / "p")]) == 0 and capsys.readouterr().out == f"ok       {SLUG}/old\n"
+    assert store_cmd.main(["compact", str(tmp_path / "p")]) == 0 and capsys.readouterr().out == f"ok       {SLUG}/old\n"
 
 
 def test_store_compact_refuses_content_that_is_not_what_the_manifest_recorded(tmp_path, sqlite, capsys):
     dest = _gzipped_capture(tmp_path / "p", sqlite, recorded_sha256="0" * 64)
-    assert store.main(["compact", str(tmp_path / "p")]) == 1
+    assert store_cmd.main(["compact", str(tmp_path / "p")]) == 1
     out = capsys.readouterr().out
     assert out.startswith("INVALID  ") and "does not match the SHA-256 the manifest records for nsys.sqlite" in out
     assert set(p.name for p in dest.iterdir()) == {"manifest.json", "nsys.sqlite.gz"}
@@ -483,5 +485,5 @@ def test_a_folder_of_reports_is_read_in_parallel_the_same_as_one_by_one(tmp_path
     with pytest.raises(ProfileError, match="t1.sqlite"):
         importer.import_reports([folder], tmp_path / "c", jobs=2)
     (tmp_path / "empty").mkdir()
-    assert importer.main([str(tmp_path / "empty"), "--profiles", str(tmp_path / "d")]) == 2
+    assert import_cmd.main([str(tmp_path / "empty"), "--profiles", str(tmp_path / "d")]) == 2
     assert "a folder with no report in it" in capsys.readouterr().err

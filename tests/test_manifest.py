@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from nsightlab.cli import compare as compare_cmd
+from nsightlab.cli import store as store_cmd
+from nsightlab.cli.report import main as report_main
 from nsightlab.core.errors import ProfileError
-from nsightlab.render import compare as compare_cmd
-from nsightlab.render.report import main as report_main
 from nsightlab.store import captures as store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,7 +70,7 @@ def profiles(tmp_path) -> Path:
 
 @pytest.mark.parametrize("command", ["list", "validate"])
 def test_store_list_and_validate_report_the_broken_captures_and_go_on(profiles, command, capsys):
-    assert store.main([command, str(profiles), "--no-open"]) == 1
+    assert store_cmd.main([command, str(profiles), "--no-open"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 3, out
     array, files, good = out

@@ -25,10 +25,10 @@ import pytest
 from bs4 import BeautifulSoup
 
 from nsightlab.analysis import perf
+from nsightlab.cli.report import main as report_main
 from nsightlab.core import metrics as M
 from nsightlab.core.files import file_table, local_copy
 from nsightlab.render.report import NOTEBOOK_ORDER, applicable, read_meta
-from nsightlab.render.report import main as report_main
 from nsightlab.store.captures import ProfileError, find_file, list_captures, load_bench, load_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -540,7 +540,7 @@ def test_relative_folders_are_the_callers(tmp_path, monkeypatch, capsys):
     """The notebooks run in the repository; relative --profiles / --reports are read from the caller's folder
     (outside the repository: made absolute), inside it they stay relative (pages name them alike on every
     machine), and the caller's folder is given back."""
-    from nsightlab.render.report import _from_repo
+    from nsightlab.cli.report import _from_repo
     from nsightlab.store.read import REPO
 
     assert _from_repo(REPO / "profiles") == Path("profiles")

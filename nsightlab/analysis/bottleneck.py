@@ -24,13 +24,15 @@ The model behind :func:`explain`: a scheduler issues at most one instruction per
 cycles are about (instructions it issued) x (warp cycles per issued instruction) / (warps it holds).
 Nsight's ``smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio`` split the middle factor
 by reason (they add up to ``smsp__average_warp_latency_per_inst_issued.ratio``).
+
+The metric names are nsightlab.core.metrics'; the source text beside a line number is read (the file, or git at
+the capture's commit) by nsightlab.core.sources.
 """
 
 from __future__ import annotations
 
 import math
 import re
-import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +41,17 @@ from typing import Any
 import pandas as pd
 
 from ..core.errors import ProfileError
+from ..core.metrics import (
+    L2_SECTOR_BYTES,
+    OCCUPANCY_LIMITS,
+    PIPE_METRIC,
+    PROFILE_METRICS,
+    STALL_METRIC,
+    TBPS_METRIC,
+)
 from ..core.ranges import RangeSchema
+from ..core.sources import repo_path, source_line
+from ..core.sources import rev as source_rev
 from ..core.text import csv_list
 from ..parse import deep as deep_parse
 
@@ -65,51 +77,8 @@ STALLS: dict[str, tuple[str, str]] = {
     "tex_throttle": ("Stall Tex Throttle", "the texture / TMA unit's queue is full"),
     "wait": ("Stall Wait", "a fixed-latency dependency: the compiler's wait count"),
 }
-STALL_METRIC = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
-
-#: the per-launch quantities of :func:`profile`: column -> the report's metric
-PROFILE_METRICS: dict[str, str] = {
-    "time_ns": "gpu__time_duration.sum",
-    "compute_sol_pct": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
-    "memory_sol_pct": "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
-    "issue_slots_busy_pct": "sm__inst_issued.avg.pct_of_peak_sustained_elapsed",
-    "eligible_pct": "smsp__issue_active.avg.pct_of_peak_sustained_active",
-    "warp_cycles_per_issued": "smsp__average_warp_latency_per_inst_issued.ratio",
-    "inst_issued": "smsp__inst_issued.sum",
-    "inst_issued_per_scheduler": "smsp__inst_issued.avg",
-    "warps_per_scheduler": "smsp__warps_active.avg.per_cycle_active",
-    "eligible_warps_per_scheduler": "smsp__warps_eligible.avg.per_cycle_active",
-    "sm_active_cycles": "sm__cycles_active.avg",
-    "elapsed_cycles": "gpc__cycles_elapsed.max",
-    "theoretical_occupancy_pct": "sm__maximum_warps_per_active_cycle_pct",
-    "achieved_occupancy_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
-    "registers_per_thread": "launch__registers_per_thread",
-    "block_size": "launch__block_size",
-    "grid_size": "launch__grid_size",
-    "waves_per_sm": "launch__waves_per_multiprocessor",
-    "spill_requests": "derived__local_spilling_requests",
-    "shared_ld_bank_conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
-    "shared_st_bank_conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
-    "shared_ld_wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
-    "shared_st_wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
-    "global_ld_instructions": "smsp__sass_inst_executed_op_global_ld.sum",
-    "global_ld_bytes_per_sector": "smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.ratio",
-    "global_st_instructions": "smsp__sass_inst_executed_op_global_st.sum",
-    "global_st_bytes_per_sector": "smsp__sass_average_data_bytes_per_sector_mem_global_op_st.ratio",
-    "threads_per_inst": "smsp__thread_inst_executed_per_inst_executed.ratio",
-    "pred_on_threads_per_inst": "smsp__thread_inst_executed_pred_on_per_inst_executed.ratio",
-    "l1_pct": "l1tex__throughput.avg.pct_of_peak_sustained_active",
-    "l2_pct": "lts__throughput.avg.pct_of_peak_sustained_elapsed",
-    "dram_pct": "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
-    "dram_bytes_per_s": "dram__bytes.sum.per_second",
-    "l2_sectors_per_s": "lts__t_sectors.sum.per_second",
-}
-#: bytes in one L2 sector: :func:`profile`'s ``l2_tbps`` is Nsight's L2 sectors per second times it
-L2_SECTOR_BYTES = 32
 #: :func:`profile`'s throughputs in TB/s (10^12 bytes per second) -> the per-second metric each is read from
 TBPS_OF = {"dram_tbps": "dram_bytes_per_s", "l2_tbps": "l2_sectors_per_s"}
-TBPS_METRIC = {"dram_tbps": "dram__bytes.sum.per_second / 1e12",
-               "l2_tbps": f"lts__t_sectors.sum.per_second x {L2_SECTOR_BYTES} bytes / 1e12"}
 #: what each :data:`PROFILE_METRICS` column (and :func:`profile`'s derived ones) is, with its unit, for tables
 LABELS: dict[str, str] = {
     "time_ns": "duration [ns]", "compute_sol_pct": "compute (SM) throughput [% of peak]",
@@ -140,13 +109,8 @@ LABELS: dict[str, str] = {
     "top_pipe_pct": "busiest pipe, instructions [% of peak]", "occupancy_limiter": "occupancy limited by",
     "top_stall": "largest stall reason",
 }
-#: occupancy limits (blocks per SM that each resource allows): column -> metric
-LIMITS: dict[str, str] = {
-    "registers": "launch__occupancy_limit_registers", "shared memory": "launch__occupancy_limit_shared_mem",
-    "warps": "launch__occupancy_limit_warps", "blocks": "launch__occupancy_limit_blocks",
-    "barriers": "launch__occupancy_limit_barriers",
-}
-_PIPE = re.compile(r"^sm__(?:inst_executed_pipe_(?P<ip>\w+?)|pipe_(?P<cp>\w+?)_cycles_active)\.avg\.pct_of_peak_sustained_active$")
+LIMITS = OCCUPANCY_LIMITS
+_PIPE = re.compile(PIPE_METRIC)
 
 
 @dataclass
@@ -313,7 +277,7 @@ def _terms(a: Deep, la: int, b: Deep, lb: int) -> list[dict[str, Any]]:
     """ln(time_a / time_b) split into additive terms (see the module docstring)."""
     q = {side: {c: _need(d, l, c) for c in ("time_ns", "inst_issued_per_scheduler", "warp_cycles_per_issued",
                                             "warps_per_scheduler")} for side, d, l in (("a", a, la), ("b", b, lb))}
-    terms = [{"term": "instructions issued", "what": "smsp__inst_issued.avg (per scheduler)",
+    terms = [{"term": "instructions issued", "what": f"{PROFILE_METRICS['inst_issued_per_scheduler']} (per scheduler)",
               "a": q["a"]["inst_issued_per_scheduler"], "b": q["b"]["inst_issued_per_scheduler"],
               "log": math.log(q["a"]["inst_issued_per_scheduler"] / q["b"]["inst_issued_per_scheduler"])},
              {"term": "warps per scheduler (latency hiding)", "what": PROFILE_METRICS["warps_per_scheduler"],
@@ -411,18 +375,6 @@ def verdict(name_a: str, name_b: str, ranked: pd.DataFrame, gaps: pd.DataFrame |
 
 
 # --------------------------------------------------------------------------- source hotspots
-
-def repo_path(file: str | None, repo: Path) -> str | None:
-    """A source file as it is in the repository (its longest suffix that exists under ``repo``), else None."""
-    if not isinstance(file, str) or not file:
-        return None
-    parts = Path(file).parts
-    for i in range(1 if Path(file).is_absolute() else 0, len(parts)):  # never the root itself: joined, it wins
-        cand = repo.joinpath(*parts[i:])
-        if cand.is_file():
-            return Path(*parts[i:]).as_posix()
-    return None
-
 
 def _top_reasons(row: pd.Series, reasons: list[str], n: int = 2) -> str:
     vals = sorted(((row[f"stall_{r}"], r) for r in reasons if row.get(f"stall_{r}", 0) > 0), reverse=True)[:n]
@@ -523,44 +475,18 @@ def predicated_hotspots(deep: Deep, launch: int, n: int = 5, repo: str | Path = 
     return _with_source(top, Path(repo), "line", commit, cols=[c for c in cols if c != "source"])
 
 
-def _rev(commit: object) -> str | None:
-    """A capture's commit as git may be given it (``-dirty`` dropped), or None: a commit, never an option."""
-    rev = commit.removesuffix("-dirty") if isinstance(commit, str) and commit else None
-    return rev if rev and re.fullmatch(r"[0-9a-fA-F]{4,40}", rev) else None
-
-
-def source_key(repo: str | Path, commit: object) -> str:
-    """Where :func:`hotspots` will read a capture's source text from: ``commit X`` where that commit is at hand
-    in ``repo``, else the working tree (saying so when the commit is not at hand: a shallow clone). A page
-    showing hotspots puts this in its inputs' hash, so that it is rendered again when the history arrives."""
-    rev = _rev(commit)
-    if rev is None:
-        return "working tree"
-    ok = _git(Path(repo), "cat-file", "-e", f"{rev}^{{commit}}") is not None
-    return f"commit {rev}" if ok else f"working tree (commit {rev} not at hand)"
-
-
-def _git(repo: Path, *args: str) -> bytes | None:
-    """``git -C repo args``'s output, or None where it fails or git is not at hand."""
-    try:
-        out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout if out.returncode == 0 else None
-
-
 def _with_source(top: pd.DataFrame, repo: Path, by: str, commit: str | None = None,
                  cols: Sequence[str] = ("file", "line", "samples", "share", "top_stalls")) -> pd.DataFrame:
     files = [repo_path(f, repo) for f in top["file"]]
-    rev = _rev(commit)
+    rev = source_rev(commit)
     texts, used = [], set()
     for f, ln in zip(files, top["line"], strict=True):
         if not f or pd.isna(ln):
             texts.append("")
             continue
-        lines = _git_lines(repo, rev, f) if rev else None
-        used.add(f"commit {rev}" if lines is not None else "working tree")
-        texts.append(_pick(lines, ln) if lines is not None else _line_text(repo / f, ln))
+        text, origin = source_line(repo, f, ln, commit)  # the source text, read (git or the file) by nsightlab.core
+        used.add(origin)
+        texts.append(text)
     top["source"] = texts
     top["file"] = [f or (str(orig) if isinstance(orig, str) else "(no source line)") for f, orig in zip(files, top["file"], strict=True)]
     cols = [*cols[:2], "source", *cols[2:]]
@@ -571,30 +497,6 @@ def _with_source(top: pd.DataFrame, repo: Path, by: str, commit: str | None = No
     dirty = " (captured from a tree with uncommitted changes: lines may differ)" if rev and commit != rev else ""
     out.attrs["source_from"] = " and ".join(f"{u}{dirty}" if u == f"commit {rev}" else u for u in sorted(used))
     return out
-
-
-_LINES: dict[Path, list[str]] = {}
-_GIT_LINES: dict[tuple[str, str, str], list[str] | None] = {}
-
-
-def _pick(lines: list[str], line: int) -> str:
-    return lines[int(line) - 1].strip() if 0 < int(line) <= len(lines) else ""
-
-
-def _line_text(path: Path, line: int) -> str:
-    if path not in _LINES:
-        _LINES[path] = path.read_text(errors="replace").split("\n")
-    return _pick(_LINES[path], line)
-
-
-def _git_lines(repo: Path, rev: str, file: str) -> list[str] | None:
-    """``file`` (repository-relative) as it was at ``rev``, split in lines; None where git, the repository or
-    that commit is not at hand (a shallow clone, an imported report's unknown commit)."""
-    key = (str(repo.resolve()), rev, file)
-    if key not in _GIT_LINES:
-        out = _git(repo, "show", f"{rev}:./{file}")
-        _GIT_LINES[key] = out.decode(errors="replace").split("\n") if out is not None else None
-    return _GIT_LINES[key]
 
 
 # --------------------------------------------------------------------------- choosing what to compare

@@ -32,6 +32,7 @@ import pandas as pd
 
 from ..core import metrics as M
 from ..core.errors import NotApplicable
+from ..core.metrics import TENSOR_DENSE_PEAK
 from ..core.text import plural
 
 # --------------------------------------------------------------------------- recipes
@@ -71,7 +72,7 @@ def _total(metric: str, unit: str, factor: float = 1.0, alt: Iterable[str] = ())
     return out
 
 
-_SASS = "{unit}__sass_thread_inst_executed_op_{op}_pred_on.sum"
+_SASS = M.SASS_INST
 #: FLOPs per counted instruction (thread level), as Nsight's roofline sections weigh them
 FLOP_WEIGHT = {"ffma": 2, "fadd": 1, "fmul": 1, "hfma": 4, "hadd": 2, "hmul": 2, "dfma": 2, "dadd": 1, "dmul": 1}
 #: the FLOP terms: counted units and their weight; tensor path counters count operations already
@@ -81,8 +82,7 @@ FLOP_TERMS: dict[str, tuple[tuple[str, float], ...]] = {
     "fp64": (("dfma", 2), ("dadd", 1), ("dmul", 1)),
     "tensor": (("tensor_fp16", 1), ("tensor_bf16", 1), ("tensor_tf32", 1), ("tensor_fp64", 1)),
 }
-_TENSOR = {"tensor_fp16": "sm__ops_path_tensor_src_fp16.sum", "tensor_bf16": "sm__ops_path_tensor_src_bf16_dst_fp32.sum",
-           "tensor_tf32": "sm__ops_path_tensor_src_tf32_dst_fp32.sum", "tensor_fp64": "sm__ops_path_tensor_src_fp64.sum"}
+_TENSOR = M.TENSOR_PATH
 
 
 #: Nsight Compute's ``sm__ops_path_tensor_src_fp16`` counts the tensor path's operations, 2 per multiply-add
@@ -90,8 +90,6 @@ _TENSOR = {"tensor_fp16": "sm__ops_path_tensor_src_fp16.sum", "tensor_bf16": "sm
 #: structured sparsity (8,192 per SM per cycle on Hopper): the dense FP16 rate is half of it (4,096 FLOP per
 #: SM per cycle, NVIDIA's published dense rate: H100 SXM 989.4 TFLOP/s = 4,096 × 132 SMs × 1.83 GHz).
 TENSOR_DENSE_FACTOR = 0.5
-#: the dense peak itself, where a report holds it (no halving needed)
-TENSOR_DENSE_PEAK = "sm__ops_path_tensor_src_fp16_dst_fp32_sparsity_off.sum.peak_sustained"
 
 #: launch statistics under names no range field is likely to take (``block_size`` is a common option)
 LAUNCH_NAMES = {"block_size": "threads_per_block", "grid_size": "blocks_per_grid"}
@@ -99,16 +97,16 @@ LAUNCH_NAMES = {"block_size": "threads_per_block", "grid_size": "blocks_per_grid
 
 def _recipes() -> dict[str, list[Recipe]]:
     q: dict[str, list[Recipe]] = {}
-    q["seconds"] = [Recipe((M.LAUNCH["duration"],), 1e-9), Recipe(("sm__cycles_elapsed.avg",), per=(M.CLOCKS["sm"],))]
+    q["seconds"] = [Recipe((M.LAUNCH["duration"],), 1e-9), Recipe((M.UNIT_CYCLES.format(unit="sm"),), per=(M.CLOCKS["sm"],))]
     for unit in ("sm", "smsp", "dram", "lts", "l1tex"):
-        q[f"hz_{unit}"] = [Recipe((f"{unit}__cycles_elapsed.avg.per_second",)),
-                           Recipe((f"{unit}__cycles_elapsed.avg",), per=("@seconds",))]
-        q[f"cycles_{unit}"] = [Recipe((f"{unit}__cycles_elapsed.avg",)),
-                               Recipe((f"{unit}__cycles_elapsed.avg.per_second", "@seconds"))]
+        q[f"hz_{unit}"] = [Recipe((M.UNIT_CLOCK.format(unit=unit),)),
+                           Recipe((M.UNIT_CYCLES.format(unit=unit),), per=("@seconds",))]
+        q[f"cycles_{unit}"] = [Recipe((M.UNIT_CYCLES.format(unit=unit),)),
+                               Recipe((M.UNIT_CLOCK.format(unit=unit), "@seconds"))]
     for op, w in FLOP_WEIGHT.items():
         smsp, sm = _SASS.format(unit="smsp", op=op), _SASS.format(unit="sm", op=op)
         q[f"inst_{op}"] = [*_total(smsp, "smsp", alt=(sm,)),
-                           Recipe((f"derived__smsp__sass_thread_inst_executed_op_{op}_pred_on_x{w}", "@cycles_smsp"), 1 / w)]
+                           Recipe((M.DERIVED_SASS_INST.format(unit="smsp", op=op, weight=w), "@cycles_smsp"), 1 / w)]
     for key, metric in _TENSOR.items():
         q[f"inst_{key}"] = _total(metric, "sm")
     t = M.TRAFFIC
@@ -116,9 +114,9 @@ def _recipes() -> dict[str, list[Recipe]]:
     q["dram_write"] = _total(t["dram_write"], "dram")
     q["bytes_DRAM"] = [*_total(t["dram_bytes"], "dram"), Recipe(("@dram_read", "@dram_write"), add=True)]
     q["bytes_L2"] = [*_total(t["lts2xbar"], "lts", M.LTS2XBAR_BYTES),
-                     Recipe(("derived__lts__lts2xbar_bytes.sum.per_second", "@seconds"))]
+                     Recipe((M.DERIVED_L2_BYTES + ".per_second", "@seconds"))]
     q["bytes_L1"] = [*_total(t["l1_writeback"], "l1tex", M.L1_WRITEBACK_BYTES),
-                     Recipe(("derived__l1tex__lsu_writeback_bytes_mem_lgds.sum.per_second", "@seconds"))]
+                     Recipe((M.DERIVED_L1_BYTES + ".per_second", "@seconds"))]
     q["bytes_shared"] = _total(t["shared_wavefronts"], "l1tex", M.SHARED_WAVEFRONT_BYTES)
     q["lts_sectors"] = _total(t["lts_sectors"], "lts")
     q["l2_hit_rate"] = [Recipe((t["lts_hit_rate"],))]
@@ -126,23 +124,23 @@ def _recipes() -> dict[str, list[Recipe]]:
         if key != "duration":
             q[LAUNCH_NAMES.get(key, key)] = [Recipe((metric,))]
     p = M.PEAKS
-    q["peak_fp32"] = [Recipe((p["ffma"], "@hz_sm"), 2), Recipe(("derived__sm__sass_thread_inst_executed_op_ffma_pred_on_x2", "@hz_sm"))]
-    q["peak_fp16"] = [Recipe((p["hfma"], "@hz_sm"), 4), Recipe(("derived__sm__sass_thread_inst_executed_op_hfma_pred_on_x4", "@hz_sm"))]
-    q["peak_fp64"] = [Recipe(("sm__sass_thread_inst_executed_op_dfma_pred_on.sum.peak_sustained", "@hz_sm"), 2),
-                      Recipe(("derived__sm__sass_thread_inst_executed_op_dfma_pred_on_x2", "@hz_sm"))]
+    q["peak_fp32"] = [Recipe((p["ffma"], "@hz_sm"), 2), Recipe((M.DERIVED_SASS_INST.format(unit="sm", op="ffma", weight=2), "@hz_sm"))]
+    q["peak_fp16"] = [Recipe((p["hfma"], "@hz_sm"), 4), Recipe((M.DERIVED_SASS_INST.format(unit="sm", op="hfma", weight=4), "@hz_sm"))]
+    q["peak_fp64"] = [Recipe((M.DFMA_PEAK, "@hz_sm"), 2),
+                      Recipe((M.DERIVED_SASS_INST.format(unit="sm", op="dfma", weight=2), "@hz_sm"))]
     # the tensor path's peak as Nsight Compute states it: its rate with 2:4 structured sparsity, twice the
     # dense rate (see TENSOR_DENSE_FACTOR); the _sparsity_off sub-counter, where a report has it, is dense already
     q["peak_tensor_path"] = [Recipe((p["tensor_fp16"], "@hz_sm")),
-                             Recipe(("sm__ops_path_tensor_src_fp16.sum.peak_sustained_elapsed.per_second",))]
+                             Recipe((M.TENSOR_PEAK_PER_SECOND,))]
     q["peak_tensor"] = [Recipe((TENSOR_DENSE_PEAK, "@hz_sm")),
                         Recipe((p["tensor_fp16"], "@hz_sm"), TENSOR_DENSE_FACTOR),
-                        Recipe(("sm__ops_path_tensor_src_fp16.sum.peak_sustained_elapsed.per_second",), TENSOR_DENSE_FACTOR)]
-    q["sm_count"] = [Recipe(("launch__sm_count",)), Recipe(("device__attribute_multiprocessor_count",))]
+                        Recipe((M.TENSOR_PEAK_PER_SECOND,), TENSOR_DENSE_FACTOR)]
+    q["sm_count"] = [Recipe((m,)) for m in M.SM_COUNT]
     q["peak_DRAM"] = [Recipe((p["dram_bytes"], "@hz_dram"))]
     q["peak_L2"] = [Recipe((p["lts2xbar"], "@hz_lts"), M.LTS2XBAR_BYTES),
-                    Recipe(("derived__lts__lts2xbar_bytes.sum.peak_sustained", "@hz_lts"))]
+                    Recipe((M.DERIVED_L2_BYTES + ".peak_sustained", "@hz_lts"))]
     q["peak_L1"] = [Recipe((p["l1_writeback"], "@hz_l1tex"), M.L1_WRITEBACK_BYTES),
-                    Recipe(("derived__l1tex__lsu_writeback_bytes_mem_lgds.sum.peak_sustained", "@hz_l1tex"))]
+                    Recipe((M.DERIVED_L1_BYTES + ".peak_sustained", "@hz_l1tex"))]
     return q
 
 

@@ -2,8 +2,8 @@
 uncompressed-file cache), environment (git commit, nvidia-smi; torch's view of the GPU, asked only on the GPU
 machine), tools (where ncu / nsys are, their versions), ranges (NVTX range schemas: naming and decoding),
 metrics (Nsight metric names in one place), args (the commands' argument parser: a bad argument is one
-line; every command's one-line error and exit statuses), cache (the ``nsightlab cache`` command), text
-(counted nouns, the key implementation names are compared by).
+line; every command's one-line error and exit statuses), text (counted nouns, the key implementation names
+are compared by). The commands themselves are nsightlab.cli's.
 
 May import: the standard library, numpy, pandas (torch only inside environment.environment()). Nothing else
 of nsightlab.

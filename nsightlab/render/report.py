@@ -39,20 +39,16 @@ from typing import Any
 
 import pandas as pd
 
-from ..analysis.bottleneck import lacks_warp_state, source_key
+from ..analysis.bottleneck import lacks_warp_state
 from ..analysis.counters import FLOP_TERMS, MEANING, available, needed_metrics
-from ..core.args import BAD_INPUT, ArgumentParser, positive_int, print_error
 from ..core.errors import ProfileError
 from ..core.ranges import decode
-from ..core.text import csv_list
-from ..store.captures import Capture, list_captures, load_bench, load_manifest, short_commit, validate
+from ..core.sources import source_key
+from ..store.captures import Capture, load_bench, load_manifest, short_commit, validate
 from ..store.read import REPO, bench_files, capture_schemas, case_names, ncu_files, nsys_files, resolve, tools_of
-from .compare import Declared, DeclaredWhy, comparison_entries, declared_comparisons, publish, publish_why
-from .compare import write_index as write_comparison_index
-from .documents import write_documents
-from .execute import PLOTLY_JS, allow_kernels, ship_assets, stop_kernels, write_if_changed
+from .compare import Declared, DeclaredWhy, comparison_entries, publish, publish_why
+from .execute import PLOTLY_JS, allow_kernels, stop_kernels, write_if_changed
 from .execute import render_notebook as execute_notebook
-from .index import write_index
 from .page import implementations
 
 NOTEBOOKS = REPO / "notebooks"
@@ -403,31 +399,6 @@ def _clock(seconds: float) -> str:
     return f"{m}:{s:02d}" if m < 60 else f"{m // 60}:{m % 60:02d}:{s:02d}"
 
 
-def _parser(prog: str) -> argparse.ArgumentParser:
-    p = ArgumentParser(prog=prog, description=__doc__,
-                       epilog="exit status: 0 every page rendered or up to date, 1 some page or capture failed (each "
-                              "said in one line; the others rendered), 2 bad input (arguments, a --profiles or "
-                              "--reports folder that cannot be read or written, nothing to render), 130 interrupted")
-    p.add_argument("--profiles", default=str(REPO / "profiles"), help="the profile folder whose captures are rendered")
-    p.add_argument("--reports", default=str(REPO / "reports"),
-                   help="where the pages go (created if missing; pages whose inputs did not change are kept)")
-    p.add_argument("--kernel", default="python3", help="Jupyter kernel name for papermill")
-    p.add_argument("--jobs", "-j", type=positive_int, default=2,
-                   help="pages rendered at once (Dask worker threads of this process, each page's notebook in a "
-                        "kernel process of its own; `make report` gives the machine's cores)")
-    p.add_argument("--scheduler", metavar="ADDRESS",
-                   help="render the pages on the workers of a running Dask cluster instead (they must see this "
-                        "repository and the profiles and reports folders at the same paths)")
-    p.add_argument("--only", default="", help="comma-separated notebook names to render (default: all that apply; "
-                   f"'{COMPARE}': the comparison pages; 'why' also renders the declared [[why]] before/after pages, "
-                   "whose notebook it is); the index still lists every page already rendered")
-    p.add_argument("--title", default="Nsight reports", help="the index page's title")
-    p.add_argument("--standalone", action="store_true",
-                   help="self-contained pages (plotly.js and the stylesheet inside each page; still offline)")
-    p.add_argument("--force", action="store_true", help="render every page even if its inputs did not change")
-    return p
-
-
 def _open_captures(captures: list[Capture], index: Index) -> list[tuple[Capture, dict]]:
     """The captures that validate (checksums, benchmark CSVs that read), each captioned on the index;
     the others are failures, said in one line each."""
@@ -608,38 +579,6 @@ def _clean_render_dirs(reports: Path) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
-def main(argv: list[str] | None = None, prog: str = "nsightlab report") -> int:
-    try:
-        return _main(argv, prog)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-
-
-def _main(argv: list[str] | None, prog: str) -> int:
-    a = _parser(prog).parse_args(argv)
-    a.prog = prog
-    # The notebooks run in the repository (execute's cwd): relative folders are the caller's, so they are
-    # re-expressed from the repository (as given, when the caller is there: pages name them the same everywhere),
-    # or made absolute where they lie outside it
-    a.profiles, a.reports = (str(_from_repo(Path(x))) for x in (a.profiles, a.reports))
-    cwd = Path.cwd()
-    os.chdir(REPO)
-    try:
-        return _run(a)
-    finally:
-        os.chdir(cwd)
-
-
-def _from_repo(path: Path) -> Path:
-    """``path`` (relative to the current folder) relative to the repository when it lies inside it, else absolute."""
-    path = path.absolute()
-    try:
-        return path.relative_to(REPO)
-    except ValueError:
-        return path
-
-
 def writable_folder(folder: Path) -> str | None:
     """Why pages cannot be written into ``folder`` (a file, not creatable, not writable), or None: it is
     created where missing."""
@@ -652,68 +591,3 @@ def writable_folder(folder: Path) -> str | None:
     if not os.access(folder, os.W_OK | os.X_OK):
         return f"--reports {folder}: is not writable; accepted: a folder this user can write"
     return None
-
-
-def _run(a: argparse.Namespace) -> int:
-    only = csv_list(a.only)
-    unknown = [n for n in only if n not in (*NOTEBOOK_ORDER, COMPARE)]
-    if unknown:
-        print_error(a.prog, f"--only {','.join(unknown)}: no such notebook; the notebooks are "
-                            f"{', '.join((*NOTEBOOK_ORDER, COMPARE))}", see_help=True)
-        return BAD_INPUT
-    profiles, reports = Path(a.profiles), Path(a.reports)
-    skipped: list[str] = []
-    try:
-        captures, declared = list_captures(profiles, skipped), declared_comparisons(profiles)
-    except ProfileError as exc:
-        print_error(a.prog, str(exc))
-        return BAD_INPUT
-    unwritable = writable_folder(reports)
-    if unwritable:
-        print_error(a.prog, unwritable)
-        return BAD_INPUT
-    try:
-        if not a.standalone:
-            ship_assets(reports)
-    except OSError as exc:
-        print_error(a.prog, f"--reports {reports}: the shared assets could not be written ({exc})")
-        return BAD_INPUT
-    t_all = time.perf_counter()
-    index = Index(title=a.title)
-    for line in skipped:  # a folder no page can name: said once, the others still render
-        index.failures.append((line.split(": ", 1)[0], line.split(": ", 1)[1]))
-        print(f"FAILED {line}", file=sys.stderr, flush=True)
-    code = code_hash()
-    pages = _page_jobs(_open_captures(captures, index), reports, a.standalone, code, index)
-    jobs = pages + _comparison_jobs(declared, profiles, reports, a.standalone, code, index)
-    if not jobs and not index.failures:
-        print_error(a.prog, f"no capture under {profiles} holds anything a notebook can render")
-        return BAD_INPUT
-    chosen = [j for j in jobs if not only or j.notebook in only or (COMPARE in only and j.comparison is not None)]
-    todo = [j for j in chosen if a.force or not j.out.exists() or read_meta(j.out).get("inputs") != j.inputs]
-    if len(chosen) > len(todo):
-        print(f"{len(chosen) - len(todo)} page(s) up to date (inputs unchanged)", flush=True)
-    from ..run.cluster import ClusterError
-
-    try:
-        failed = _render_all(todo, a, reports)
-    except ClusterError as exc:
-        print_error(a.prog, str(exc))
-        return BAD_INPUT
-    if failed is None:
-        return 130
-    index.failures += failed
-    if (reports / "compare").is_dir():  # comparison pages rendered now or before (--only may have left them out)
-        write_comparison_index(reports / "compare")
-    bad = {label for label, _ in index.failures}
-    for j in pages:
-        if j.out.exists() and j.label not in bad:
-            index.summaries[j.label] = list(read_meta(j.out).get("summary") or [])
-            index.pages.append((j.label, os.path.relpath(j.out, reports)))
-    index.comparisons = read_comparisons(reports)
-    index.failures += [] if only else write_documents(profiles)  # plug-ins' documents (a study's results page)
-    changed = write_index(reports, index)
-    print(f"{len(todo) - len(failed)} page(s) rendered, {len(chosen) - len(todo)} up to date, "
-          f"{len(index.failures)} failure(s) in {time.perf_counter() - t_all:.1f} s; "
-          f"index: {reports / 'index.html'}{'' if changed else ' (unchanged)'}")
-    return 1 if index.failures else 0

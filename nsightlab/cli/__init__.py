@@ -1,17 +1,24 @@
-"""The ``nsightlab`` command, one subcommand per job, as the Nsight tools have:
+"""cli: the ``nsightlab`` command, one subcommand per job, as the Nsight tools have, and every subcommand's
+argument parser, ``main(argv, prog)`` and terminal text. One module per subcommand:
 
-    nsightlab capture ...   run a sweep under ncu / nsys into a capture folder      (nsightlab.run.capture)
-    nsightlab import ...    bring reports captured anywhere into the same shape     (nsightlab.store.importer)
-    nsightlab report ...    render the HTML reports from the captures               (nsightlab.render.report)
-    nsightlab compare ...   compare two captures, range by range                    (nsightlab.render.compare)
-    nsightlab why ...       why one kernel is slower than another, from its counters (nsightlab.analysis.bottleneck)
-    nsightlab store ...     list, validate and compact captures                     (nsightlab.store.captures)
-    nsightlab hang ...      which Nsight Compute sections a kernel stalls under      (nsightlab.run.hang)
-    nsightlab cache ...     where the cache of uncompressed exports is, its size; clear it (nsightlab.core.cache)
+    nsightlab capture ...   run a sweep under ncu / nsys into a capture folder      (nsightlab.cli.capture)
+    nsightlab import ...    bring reports captured anywhere into the same shape     (nsightlab.cli.import_)
+    nsightlab report ...    render the HTML reports from the captures               (nsightlab.cli.report)
+    nsightlab compare ...   compare two captures, range by range                    (nsightlab.cli.compare)
+    nsightlab why ...       why one kernel is slower than another, from its counters (nsightlab.cli.why)
+    nsightlab store ...     list, validate and compact captures                     (nsightlab.cli.store)
+    nsightlab hang ...      which Nsight Compute sections a kernel stalls under      (nsightlab.cli.hang)
+    nsightlab cache ...     where the cache of uncompressed exports is, its size; clear it (nsightlab.cli.cache)
+
+This layer owns the arguments (options, help text, exit statuses, the one-line errors of nsightlab.core.args)
+and what a command prints; the work itself is the library's (run, store, analysis, render, core), plain
+functions that these modules call and whose results they format.
 
 ``nsightlab SUBCOMMAND --help`` documents each; ``python -m nsightlab.SUBCOMMAND`` is the same command,
 the installed ``nsightlab`` script included: both find a user's own modules (``--impl module:callable``,
 a sweep file's implementations, ``--plugin``) in the current folder.
+
+May import: every other stage.
 """
 
 from __future__ import annotations
@@ -23,15 +30,15 @@ import sys
 
 # subcommand -> (module with main(argv) -> int, one line for --help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "capture": ("nsightlab.run.capture", "run a sweep under ncu / nsys into a capture folder"),
-    "import": ("nsightlab.store.importer", "bring .ncu-rep / .nsys-rep / .sqlite reports captured anywhere into a capture folder"),
-    "report": ("nsightlab.render.report", "render the HTML reports from the captures"),
-    "compare": ("nsightlab.render.compare", "compare two captures range by range, with verdicts"),
-    "why": ("nsightlab.analysis.why", "explain why one kernel is slower than another (ranked table from Nsight's sections)"),
-    "store": ("nsightlab.store.captures", "list, validate and compact (xz) capture folders"),
-    "hang": ("nsightlab.run.hang", "which Nsight Compute sections keep a kernel from finishing (bisects the deep tier's)"),
-    "cache": ("nsightlab.core.cache", "where the cache of uncompressed exports and parsed deep reports is and its "
-                                      "size (info), or empty it (clear)"),
+    "capture": ("nsightlab.cli.capture", "run a sweep under ncu / nsys into a capture folder"),
+    "import": ("nsightlab.cli.import_", "bring .ncu-rep / .nsys-rep / .sqlite reports captured anywhere into a capture folder"),
+    "report": ("nsightlab.cli.report", "render the HTML reports from the captures"),
+    "compare": ("nsightlab.cli.compare", "compare two captures range by range, with verdicts"),
+    "why": ("nsightlab.cli.why", "explain why one kernel is slower than another (ranked table from Nsight's sections)"),
+    "store": ("nsightlab.cli.store", "list, validate and compact (xz) capture folders"),
+    "hang": ("nsightlab.cli.hang", "which Nsight Compute sections keep a kernel from finishing (bisects the deep tier's)"),
+    "cache": ("nsightlab.cli.cache", "where the cache of uncompressed exports and parsed deep reports is and its "
+                                   "size (info), or empty it (clear)"),
 }
 
 

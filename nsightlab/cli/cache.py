@@ -12,8 +12,8 @@ Everything in it is made again from the captures when needed: clearing it loses 
 
 from __future__ import annotations
 
-from .args import BAD_INPUT, OK, ArgumentParser, print_error
-from .files import CACHE_ENV, CACHE_LIMIT_ENV, DEFAULT_CACHE_LIMIT, cache_dir, cache_files, cache_limit, clear_cache
+from ..core.args import BAD_INPUT, OK, ArgumentParser, print_error
+from ..core.files import CACHE_ENV, CACHE_LIMIT_ENV, DEFAULT_CACHE_LIMIT, cache_dir, cache_files, cache_limit, clear_cache
 
 VERBS = {"info": "print where the cache is, its size and file count, and its size cap",
          "clear": "remove every file the cache holds (it is made again from the captures when needed)"}
@@ -62,6 +62,3 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab cache") -> int:
     print(f"cap:    {cap} (${CACHE_LIMIT_ENV}; least recently used files go first)")
     return OK
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
