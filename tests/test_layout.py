@@ -257,6 +257,40 @@ def test_every_stage_folder_says_what_it_may_import():
     assert not bad, "\n".join(bad)
 
 
+#: what only the command layer (nsightlab.cli) does: parse arguments and print; analysis also runs no git
+ANALYSIS_NEVER = ("argparse", "subprocess", "sys")
+
+
+def command_problems(package_root: Path) -> list[str]:
+    """Each subcommand whose module is not in nsightlab.cli, each ``main`` or argument parser outside it (the
+    subprocess scripts of run excepted: the workload and the ceilings are processes of their own, not commands),
+    and each import of argparse / subprocess / sys or call of print in nsightlab.analysis."""
+    bad = [f"nsightlab {name}: its module {module} is not in nsightlab.cli"
+           for name, (module, _) in COMMANDS.items() if not module.startswith("nsightlab.cli.")]
+    for imp in imports(package_root):
+        if imp.source.startswith("nsightlab.analysis") and imp.target.split(".")[0] in ANALYSIS_NEVER:
+            bad.append(f"{imp.where(package_root)} imports {imp.target} (analysis is plain functions: no arguments, "
+                       "no printing, no git)")
+    for name, path in modules(package_root).items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        if name.startswith("nsightlab.analysis") and "print" in calls:
+            bad.append(f"{_path_of(name, package_root)} prints (the commands' text is nsightlab.cli's)")
+        top = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        if "main" in top and name.split(".")[1] in STAGES[:-1] and name not in SCRIPTS:
+            bad.append(f"{_path_of(name, package_root)} has a main() (a command's belongs in nsightlab.cli)")
+    return bad
+
+
+#: the modules of a stage that are a process of their own (``python -m``), started by a capture, not commands
+SCRIPTS = {"nsightlab.run.workload", "nsightlab.run.ceilings"}
+
+
+def test_commands_live_in_cli_and_analysis_is_plain_functions():
+    bad = command_problems(PACKAGE)
+    assert not bad, "\n".join(bad)
+
+
 # --------------------------------------------------------------------------- the checks notice a broken rule
 
 
@@ -292,6 +326,15 @@ def test_torch_and_kernel_packages_are_caught(tmp_path):
         f"({', '.join(TORCH_AT_RUN_TIME)})",
         "nsightlab/run/workload.py:1 imports torch at module level (reports rebuild without torch)",
         "nsightlab/store/x.py:2 imports flash_kernels (a kernel package: it plugs into nsightlab)"]
+
+
+def test_a_command_outside_cli_and_printing_analysis_are_caught(tmp_path):
+    pkg = _tree(tmp_path, {"analysis/x.py": "import subprocess\n\n\ndef f():\n    print('hi')\n",
+                           "render/y.py": "def main(argv=None, prog='y'):\n    return 0\n"})
+    assert command_problems(pkg) == [
+        "nsightlab/analysis/x.py:1 imports subprocess (analysis is plain functions: no arguments, no printing, no git)",
+        "nsightlab/analysis/x.py prints (the commands' text is nsightlab.cli's)",
+        "nsightlab/render/y.py has a main() (a command's belongs in nsightlab.cli)"]
 
 
 @pytest.mark.parametrize("doc, problem", [
