@@ -85,6 +85,3 @@ def run_as(name: str) -> None:
     as_command()
     raise SystemExit(main([name, *sys.argv[1:]]))
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
