@@ -1,5 +1,6 @@
-"""Pages a kernel engineer trusts at a glance: every figure of a representative set of pages, rendered with the
-real notebooks from the committed captures, is walked for a point above a roof drawn as a limit, a compute roof
+"""Pages a kernel engineer trusts at a glance. ``nsightlab report`` walks every figure of every page it renders
+(nsightlab.render.checks) and counts a page that fails as FAILED; here a representative set of pages, rendered with
+the real notebooks from the committed captures, is walked the same way for a point above a roof drawn as a limit, a compute roof
 drawn at a clock no range ran at, and a line drawn through categorical x values; headless Chromium measures how
 long the first figure takes to draw and whether anything is wider than the page at 1400 px; and the index
 (nsightlab.render.index) puts the comparisons first, one line per capture, each verdict once.
@@ -10,28 +11,22 @@ long the first figure takes to draw and whether anything is wider than the page 
 from __future__ import annotations
 
 import asyncio
-import base64
 import html as _html
 import json
 import os
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
-import time
-import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from nsightlab.analysis import counters, perf, roofline
+from nsightlab.render import checks
 from nsightlab.render import figures as F
 from nsightlab.render import index as I  # noqa: N812
+from nsightlab.render.browser import WIDTH, chromium, measure  # noqa: F401 - the screenshot helper below uses them
 from nsightlab.store import captures, read
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,216 +36,12 @@ PAGES = (("decode", "roofline"), ("triton-example", "roofline"), ("bench", "perf
          ("decode", "device"))
 #: the first figure of a page appears within this many ms in headless Chromium (2 CPU cores)
 FIRST_FIGURE_MS = 3000
-TOLERANCE = 1.02
-
-
-# --------------------------------------------------------------------------- a page in headless Chromium (DevTools)
-
-#: the width the pages are read at
-WIDTH = 1400
-
-#: recorded in the page from its first byte on: when the first figure's SVG appeared (ms after navigation start)
-FIRST_FIGURE = """new MutationObserver(function(ms,o){if(document.querySelector('.plotly-graph-div .main-svg')){
-window.__nslFirstFigure=performance.now();o.disconnect();}}).observe(document,{childList:true,subtree:true});"""
-
-#: the page's widest elements: those whose right edge passes the window, and the boxes that scroll sideways
-WIDEST = """(function(){var W=document.documentElement.clientWidth,out=[],seen=0;
-document.querySelectorAll('body *').forEach(function(e){var r=e.getBoundingClientRect();if(!r.width)return;
-var cs=getComputedStyle(e);var scrolls=(cs.overflowX=='auto'||cs.overflowX=='scroll')&&e.scrollWidth>e.clientWidth+1;
-if(r.right>W+1||scrolls){out.push({tag:e.tagName.toLowerCase(),cls:String(e.className).slice(0,60),
-right:Math.round(r.right),scroll:scrolls?e.scrollWidth-e.clientWidth:0,text:(e.innerText||'').slice(0,60)});}});
-return {window:W,page:document.documentElement.scrollWidth,height:document.documentElement.scrollHeight,
-over:out.slice(0,20)};})()"""
-
-
-def chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-
-
-class Page:
-    """One page in a fresh headless Chromium (no network), read at :data:`WIDTH` px."""
-
-    def __init__(self, path: Path, height: int = 1000) -> None:
-        self.path, self.height = Path(path), height
-
-    async def __aenter__(self) -> Page:
-        from tornado.websocket import websocket_connect
-
-        self._profile = tempfile.TemporaryDirectory(prefix="nsl-chrome-", ignore_cleanup_errors=True)
-        self._proc = subprocess.Popen(
-            [chromium() or "chromium", "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--proxy-server=127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND", "--remote-debugging-port=0",
-             f"--user-data-dir={self._profile.name}", f"--window-size={WIDTH},{self.height}", "about:blank"],
-            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-        port = None
-        assert self._proc.stderr is not None
-        for line in self._proc.stderr:
-            m = re.search(r"ws://127\.0\.0\.1:(\d+)/", line)
-            if m:
-                port = int(m.group(1))
-                break
-        assert port, "Chromium did not open its DevTools port"
-        tabs = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=30))
-        url = next(t for t in tabs if t["type"] == "page")["webSocketDebuggerUrl"]
-        self._ws = await websocket_connect(url, max_message_size=1 << 28)
-        self._n = 0
-        await self.call("Page.enable")
-        await self.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=self.height, deviceScaleFactor=1,
-                        mobile=False)
-        await self.call("Page.addScriptToEvaluateOnNewDocument", source=FIRST_FIGURE)
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        self._ws.close()
-        self._proc.kill()
-        self._proc.wait()
-        self._profile.cleanup()
-
-    async def call(self, method: str, **params: Any) -> dict:
-        self._n += 1
-        me = self._n
-        await self._ws.write_message(json.dumps({"id": me, "method": method, "params": params}))
-        while True:
-            raw = await asyncio.wait_for(self._ws.read_message(), 120)
-            assert raw is not None, "Chromium closed the connection"
-            msg = json.loads(raw)
-            if msg.get("id") == me:
-                if "error" in msg:
-                    raise RuntimeError(f"{method}: {msg['error']}")
-                return msg.get("result", {})
-
-    async def js(self, expression: str) -> Any:
-        r = await self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
-        return r.get("result", {}).get("value")
-
-    async def open(self, timeout: float = 30.0) -> float | None:
-        """Navigate to the page; the first figure's draw time in ms after navigation start (None: no figure
-        drew within ``timeout``)."""
-        await self.call("Page.navigate", url=self.path.resolve().as_uri())
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            first = await self.js("window.__nslFirstFigure||0")
-            if first:
-                return float(first)
-            if await self.js("document.readyState=='complete'&&!document.querySelector('.plotly-graph-div')"):
-                return None
-            await asyncio.sleep(0.05)
-        return None
-
-    async def settle(self, timeout: float = 60.0) -> None:
-        """Scroll through the page (so that figures drawn when scrolled to are drawn) and wait until every
-        figure has its SVG."""
-        h = int(await self.js("document.documentElement.scrollHeight") or 0)
-        for y in range(0, h + self.height, self.height // 2):
-            await self.js(f"window.scrollTo(0,{y})")
-            await asyncio.sleep(0.05)
-        end = time.monotonic() + timeout
-        while time.monotonic() < end and await self.js(
-                "Array.from(document.querySelectorAll('.plotly-graph-div')).some(d=>!d.querySelector('.main-svg'))"):
-            await asyncio.sleep(0.2)
-        await self.js("window.scrollTo(0,0)")
-        await asyncio.sleep(0.3)
-
-    async def widest(self) -> dict:
-        return await self.js(WIDEST)
-
-    async def screenshot(self, out: Path, height: int | None = None) -> None:
-        full = int(await self.js("document.documentElement.scrollHeight") or self.height)
-        h = min(full, height or full)
-        r = await self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
-                            clip={"x": 0, "y": 0, "width": WIDTH, "height": h, "scale": 1})
-        Path(out).write_bytes(base64.b64decode(r["data"]))
-
-
-async def measure(path: Path, shot: Path | None = None, shot_height: int | None = None) -> dict:
-    """First figure's draw time (ms), the widest elements, and optionally a screenshot, of one page."""
-    async with Page(path) as p:
-        first = await p.open()
-        await p.settle()
-        wide = await p.widest()
-        if shot is not None:
-            await p.screenshot(shot, shot_height)
-    return {"first_figure_ms": first, **wide}
 
 
 # --------------------------------------------------------------------------- reading a figure back
 
 
-def _array(v: object) -> list:
-    """A plotly array as a list (plotly writes numeric arrays as base64 ``bdata``)."""
-    if isinstance(v, dict) and "bdata" in v:
-        return np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"])).tolist()
-    return list(v) if isinstance(v, (list, tuple)) else []
-
-
-def figure_specs(page_html: str) -> list[dict]:
-    """Every figure of a rendered page, as plotly's JSON (data, layout)."""
-    # nbconvert writes the page again: attributes in its order, so the pattern takes them in any
-    return [json.loads(m) for m in re.findall(r'<script[^>]*\bid="fig-[0-9a-f]+-spec"[^>]*>(.*?)</script>', page_html,
-                                              re.S)]
-
-
-def _traces(spec: dict) -> list[dict]:
-    return [t for t in spec.get("data", []) if t.get("type", "scatter") in ("scatter", "scattergl")]
-
-
-def _role(t: dict) -> str:
-    meta = t.get("meta")
-    return str(meta.get("role", "")) if isinstance(meta, dict) else ""
-
-
-def roof_problems(spec: dict) -> list[str]:
-    """A point above a roof drawn as a limit (of its kind: a compute roof bounds every point, a memory roof the
-    points of its level), and a limit drawn at a clock no range of the figure ran at."""
-    out = []
-    title = ((spec.get("layout") or {}).get("title") or {}).get("text", "")
-    traces = _traces(spec)
-    data = [t for t in traces if _role(t) == "data"]
-    for roof in (t for t in traces if _role(t) == "limit"):
-        m = roof["meta"]
-        axes = (roof.get("xaxis", "x"), roof.get("yaxis", "y"))
-        for t in data:
-            if (t.get("xaxis", "x"), t.get("yaxis", "y")) != axes:
-                continue
-            ys = np.asarray(_array(t.get("y")), dtype=float)
-            if m.get("kind") == "memory":
-                if t["meta"].get("level") != m.get("level"):
-                    continue
-                xs = np.asarray(_array(t.get("x")), dtype=float)
-                over = ys > m["value"] * xs * TOLERANCE
-            else:
-                over = ys > m["value"] * TOLERANCE
-            if over.any():
-                out.append(f"{title!r}: {t.get('name')} has {int(over.sum())} point(s) above the limit {m['label']!r}")
-    clocks = ((spec.get("layout") or {}).get("meta") or {}).get("clocks_hz") or []
-    for r in ((spec.get("layout") or {}).get("meta") or {}).get("roofs") or []:
-        hz = r.get("clock_hz")
-        if hz and r["role"] != "reference" and not any(abs(hz / c - 1) < 0.005 for c in clocks):
-            out.append(f"{title!r}: {r['label']!r} is drawn at {hz / 1e9:.3f} GHz, a clock no range ran at")
-    return out
-
-
-def _numeric(v: object) -> bool:
-    try:
-        float(str(v))
-        return True
-    except ValueError:
-        return False
-
-
-def categorical_lines(spec: dict) -> list[str]:
-    """A line (not a roof or a reference) drawn through more than two categorical x values."""
-    out = []
-    for t in _traces(spec):
-        mode = t.get("mode") or "lines+markers"
-        xs = _array(t.get("x"))
-        if "lines" not in mode or _role(t) in ("limit", "pipe", "reference") or t.get("fill"):
-            continue
-        cats = [x for x in xs if x is not None and not _numeric(x)]
-        if len(set(cats)) > 2:
-            out.append(f"{t.get('name')!r}: a line through {len(set(cats))} categories ({cats[:3]} ...)")
-    return out
+figure_specs, roof_problems, categorical_lines = checks.figure_specs, checks.roof_problems, checks.categorical_lines
 
 
 # --------------------------------------------------------------------------- the figures, on the committed captures
@@ -443,6 +234,32 @@ def test_the_index_fits_a_screen_and_filters(tmp_path):
     res = asyncio.run(measure(tmp_path / "index.html"))
     assert res["page"] <= res["window"] and not res["over"], res["over"][:3]
     assert res["height"] < 3 * 1000, f"the index is {res['height']} px tall for 24 captures and 13 comparisons"
+
+
+def test_the_report_counts_a_page_whose_figure_breaks_a_check_as_failed(tmp_path, monkeypatch):
+    """nsightlab report runs the checks on every page it renders: a page with a point above its limit is written
+    (to be looked at) but reported FAILED and not recorded as done, so the next report renders it again."""
+    import plotly.graph_objects as go
+
+    from nsightlab.render import report
+
+    fig = go.Figure([go.Scatter(x=[1, 2], y=[5, 9], mode="lines", meta={"role": "limit", "kind": "compute",
+                                                                          "value": 4, "label": "peak 4"}),
+                     go.Scatter(x=[1, 2], y=[3, 6], mode="markers", name="mine", meta={"role": "data"})])
+    html = f'<html><body><script type="application/json" id="fig-0123abcd-spec">{fig.to_json()}</script></body></html>'
+    assert checks.page_problems(html) == ["'': mine has 1 point(s) above the limit 'peak 4'"]
+    page = tmp_path / "gpu" / "cap" / "roofline.html"
+    page.parent.mkdir(parents=True)
+
+    def fake_render(job, a, reports, stop):
+        page.write_text(html, encoding="utf-8")
+        return {"summary": "", "title": "t"}
+
+    monkeypatch.setattr(report, "_render", fake_render)
+    job = SimpleNamespace(label="gpu/cap/roofline", out=page, inputs="x", notebook="roofline")
+    label, err, _ = report._page_task(job, SimpleNamespace(), tmp_path, None)
+    assert label == "gpu/cap/roofline" and err and "above the limit 'peak 4'" in err
+    assert page.exists() and not report.meta_path(page).exists()
 
 
 if __name__ == "__main__":
