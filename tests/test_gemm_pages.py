@@ -114,6 +114,8 @@ def test_the_gemm_pages_render(gemm_bench, tmp_path, page):
     html = out.read_text()
     assert "Traceback" not in html and "NotApplicable" not in html
     assert html.count("plotly-graph-div") >= 1
+    # torch_gemm in the colour its plug-in registers (the page's kernel loaded it from the capture's manifest)
+    assert problems.style_of("torch_gemm")[0] in html
     summary = " ".join(meta["summary"])
     assert ("torch_gemm" in summary or page == "compare") and "N=" not in summary
     if page == "roofline":

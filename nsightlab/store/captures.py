@@ -365,7 +365,8 @@ def cases(manifest: dict) -> pd.DataFrame:
     columns (B, H, N, D, ... or whatever the sweep's shapes name), the work model's quantities where
     the implementation declared one (``model_flop``, ``model_bytes``, ``model_working_set``,
     ``model_source``; NaN/"" where not) and its traits as ``trait_<name>`` columns. Empty (with those
-    columns) for imported captures, which know no cases."""
+    columns) for imported captures, which know no cases. ``attrs["problem"]`` names the problem the cases are
+    (:func:`nsightlab.problems.problem.of_manifest`, which imports the plug-in a capture's sweep names)."""
     rows = []
     for c in manifest.get("cases") or []:
         if not isinstance(c, dict) or not c.get("range"):
@@ -381,4 +382,8 @@ def cases(manifest: dict) -> pd.DataFrame:
         row.update({f"trait_{k}": v for k, v in (c.get("traits") or {}).items()})
         rows.append(row)
     df = pd.DataFrame(rows, columns=None if rows else list(CASE_COLUMNS))
-    return df.drop_duplicates("range", keep="last").reset_index(drop=True) if len(df) else df
+    out = df.drop_duplicates("range", keep="last").reset_index(drop=True) if len(df) else df
+    # the problem the cases are (its plug-in loaded, so that its implementations' styles are registered before a
+    # page picks its colours)
+    out.attrs["problem"] = problems.of_manifest(manifest, [c for c in out.columns if c not in CASE_COLUMNS]).name
+    return out
