@@ -189,6 +189,12 @@ MEMORY_BOUND = ["Fastest range: **flash_decode** (forward, N=4) at 310 useful TF
                 "bandwidth, sdpa_flash 27% of DRAM bandwidth."]
 
 
+def test_the_index_is_the_same_whatever_order_the_pages_failed_in():
+    """Pages render in parallel and fail in any order; the index lists them by name, so it is byte-identical."""
+    fails = [("nvidia-h200/b/roofline", "ProfileError: x"), ("nvidia-h200/a/why", "ValueError: y")]
+    assert I.render(_index(failures=fails)) == I.render(_index(failures=fails[::-1]))
+
+
 def test_the_index_puts_comparisons_first_one_line_per_capture_and_each_verdict_once(tmp_path):
     verdict = "2 regressions beyond 5%: flash_mma forward 8.1% slower (±1.0%)."
     idx = _index(

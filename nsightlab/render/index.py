@@ -143,7 +143,7 @@ def render(index: Any) -> str:
     rows = "".join(_capture_row(cap, pages, index) for cap, pages in groups.items())
     caps = (f'<h2 id="captures">Captures ({len(groups)})</h2><table><thead><tr><th style="width:16em">capture, '
             f'what it holds</th><th>headline, pages</th></tr></thead><tbody>{rows}</tbody></table>') if groups else ""
-    bad = "".join(f"<li><b>{_e(label)}</b>: {_e(err)}</li>" for label, err in index.failures)
+    bad = "".join(f"<li><b>{_e(label)}</b>: {_e(err)}</li>" for label, err in sorted(index.failures))
     fails = f'<h2 class="bad" id="failures">Failed to render</h2><ul>{bad}</ul>' if index.failures else ""
     title = _e(index.title)
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">\n<meta name="viewport" '
