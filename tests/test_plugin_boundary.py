@@ -145,12 +145,16 @@ def _string_uses(tree: ast.AST) -> Iterator[tuple[ast.Constant, bool]]:
 
 def boundary_violations(package_root: Path, variants: Iterable[str], fields: Iterable[str]) -> list[Violation]:
     """Every place a generic module of the package under ``package_root`` imports a problem module, names an
-    implementation (one of ``variants``, or any ``flash_*`` / ``sdpa_*``; in an identifier or a string that is not
-    a docstring) or uses one of ``fields`` as a string in code (a key, a default, a comparison)."""
+    implementation (any ``flash_*`` / ``sdpa_*``, or one of ``variants``: a compound name such as ``torch_gemm`` in an
+    identifier or anywhere in a string that is not a docstring, a plain word such as ``naive`` as a whole string)
+    or uses one of ``fields`` as a string where a key stands (:func:`_string_uses`: a subscript, a default, a
+    comparison, an item of a literal list)."""
     variants = {v.lower() for v in variants}
     fields = set(fields)
-    word = re.compile(r"\b(" + "|".join(map(re.escape, sorted(variants, key=len, reverse=True))) + r")\b", re.I) \
-        if variants else None
+    # a compound name (flash_mma, torch_gemm) counts wherever a string holds it; a plain word (naive, tiled) only as
+    # the whole string or identifier, since a message may well say "tiled"
+    compound = sorted((v for v in variants if not v.isalpha()), key=len, reverse=True)
+    word = re.compile(r"\b(" + "|".join(map(re.escape, compound)) + r")\b", re.I) if compound else None
     out = []
     package = package_root.name
     for path in sorted(package_root.rglob("*.py")):
@@ -168,13 +172,14 @@ def boundary_violations(package_root: Path, variants: Iterable[str], fields: Ite
             ident = (node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute)
                      else node.name if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
                      else node.arg if isinstance(node, ast.arg) else None)
-            if ident and (ident.lower() in variants or VARIANT_PATTERN.fullmatch(ident)):
+            if ident and ((ident in variants and not ident.isalpha()) or VARIANT_PATTERN.fullmatch(ident)):
                 out.append(Violation(shown, node.lineno, f"names the implementation {ident!r} (an identifier)"))
         for node, as_key in _string_uses(tree):
             text = node.value
             hit = VARIANT_PATTERN.search(text) or (word.search(text) if word else None)
-            if hit:
-                out.append(Violation(shown, node.lineno, f"names the implementation {hit.group(0)!r} (in {text[:60]!r})"))
+            name = hit.group(0) if hit else text if text.lower() in variants else None
+            if name:
+                out.append(Violation(shown, node.lineno, f"names the implementation {name!r} (in {text[:60]!r})"))
             elif as_key and text in fields:
                 out.append(Violation(shown, node.lineno, f"uses the problem field {text!r} as a key"))
     return sorted(set(out), key=lambda v: (v.path, v.line, v.what))
@@ -249,10 +254,11 @@ def test_a_planted_violation_of_each_kind_is_caught(tmp_path):
         "analysis/roofline.py": "from ..problems.attention import softmax_bound\n",
         "analysis/l2.py": 'def onset(frame, x="N"):\n    return frame[x]\n',
         "render/figures.py": 'STYLE = {"flash_wgmma": 1, "torch_gemm": 2}\n'
-                             'def label(r):\n    return "causal" if r.get("causal") else ""\n',
+                             'def label(r):\n    return "causal" if r.get("causal") else ""\n'
+                             'KIND = "naive"\nNOTE = "a naive kernel, tiled"\nnaive = 1\n',
         "store/captures.py": 'def f():\n    import nsightlab.problems.attention\n    sdpa_cudnn = 1\n'
                              '    raise ValueError("is it a flash_kernels.bench CSV?")\n'})
-    got = [str(v) for v in boundary_violations(pkg, {"flash_wgmma", "torch_gemm"}, {"B", "H", "N", "D", "causal"})]
+    got = [str(v) for v in boundary_violations(pkg, {"flash_wgmma", "torch_gemm", "naive"}, {"B", "H", "N", "D", "causal"})]
     assert got == [
         "nsightlab/analysis/l2.py:1: uses the problem field 'N' as a key",
         "nsightlab/analysis/perf.py:1: imports the problem module nsightlab.problems.attention",
@@ -262,6 +268,7 @@ def test_a_planted_violation_of_each_kind_is_caught(tmp_path):
         "nsightlab/render/figures.py:1: names the implementation 'flash_wgmma' (in 'flash_wgmma')",
         "nsightlab/render/figures.py:1: names the implementation 'torch_gemm' (in 'torch_gemm')",
         "nsightlab/render/figures.py:3: uses the problem field 'causal' as a key",
+        "nsightlab/render/figures.py:4: names the implementation 'naive' (in 'naive')",
         "nsightlab/store/captures.py:2: imports the problem module nsightlab.problems.attention",
         "nsightlab/store/captures.py:3: names the implementation 'sdpa_cudnn' (an identifier)",
         "nsightlab/store/captures.py:4: names the implementation 'flash_kernels' (in 'is it a flash_kernels.bench CSV?')",
