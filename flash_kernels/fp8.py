@@ -13,6 +13,12 @@ order the kernel's register fragments want them (see the .cu header); :func:`att
 the kernel. The scales are per tensor: real values are ``x8 * descale``. A descale is a Python float
 (checked here) or a one-element CUDA tensor, which is never read on the host (no synchronisation): it
 must be positive and finite, as :func:`quantize_e4m3` makes it.
+
+    out = fk.fp8.attention_fp8_from(q, k, v, causal=True, rotate=True)   # quantize (+ rotate) and run, one call
+
+``rotate=True`` (:func:`attention_fp8_from`, :func:`profiled_forward`): FlashAttention-3's incoherent processing,
+Q and K multiplied by one random orthogonal Hadamard matrix along D before they are quantized
+(flash_kernels.hadamard); the scores are unchanged in exact arithmetic, outliers are spread over D coordinates.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Any
 import torch
 
 from . import _build, _ops
+from .hadamard import rotate_qk
 from .registry import unavailable_reason
 from .variants import kernel
 
@@ -230,19 +237,62 @@ _PREPARED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
 
 def profiled_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-                     scale: float | None = None) -> torch.Tensor:
+                     scale: float | None = None, rotate: bool = False) -> torch.Tensor:
     """The FP8 forward as an implementation of nsightlab's attention problem (flash_kernels.study registers it as
     ``flash_wgmma_fp8``): fp16 or bf16 q, k, v are quantized per tensor and Vt made on the first call with these
     tensors (checked as :func:`attention_fp8` checks them), then kept, keyed by the tensors' storage, shape and version, so a
-    later call (the one a capture's range holds, after the warm-up) runs the FP8 kernel alone. Output in q's dtype."""
+    later call (the one a capture's range holds, after the warm-up) runs the FP8 kernel alone. Output in q's dtype.
+    ``rotate``: Q and K rotated first (:func:`flash_kernels.hadamard.rotate_qk`, seed 0, in fp32) as part of that
+    preparation, so the range holds the same kernel; only the result's error changes."""
     if not isinstance(q, torch.Tensor) or q.dtype not in _OUT_DTYPES:
         raise TypeError(f"profiled_forward takes fp16 or bf16 tensors to quantize; got "
                         f"{q.dtype if isinstance(q, torch.Tensor) else type(q).__name__}")
-    key = tuple((t.data_ptr(), tuple(t.shape), t.dtype, t._version) for t in (q, k, v)) + (causal, scale)
+    if not isinstance(rotate, bool):
+        raise TypeError(f"rotate must be a bool, got {type(rotate).__name__}")
+    key = tuple((t.data_ptr(), tuple(t.shape), t.dtype, t._version) for t in (q, k, v)) + (causal, scale, rotate)
     prep = _PREPARED.get(key)
     if prep is None:
         _PREPARED.clear()
-        (q8, dq), (k8, dk), (v8, dv) = (quantize_e4m3(t) for t in (q, k, v))
+        qq, kk = _rotated(q, k) if rotate else (q, k)
+        (q8, dq), (k8, dk), (v8, dv) = (quantize_e4m3(t) for t in (qq, kk, v))
         prep = _PREPARED[key] = _prepare(q8, k8, v8, dq, dk, dv, causal, scale, q.dtype, 0.0)
     return forward_vt(*prep)[0]
 
+
+def _rotated(q: Any, k: Any, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """rotate_qk's fp32 products, after the kernel's shape check (so that D = 96 is refused as the kernel refuses
+    it, not as a Hadamard size)."""
+    for name, t in (("q", q), ("k", k)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4 or t.shape[-1] not in _HEAD_DIMS:
+            raise ValueError(f"attention_fp8 supports 4-D [B, H, N, D] tensors of head dim {_HEAD_DIMS}; got "
+                             f"{name} of shape {tuple(t.shape)}")
+    return rotate_qk(q, k, seed, out_dtype=torch.float32)
+
+
+def attention_fp8_from(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+                       scale: float | None = None, rotate: bool = False, seed: int = 0,
+                       out_dtype: torch.dtype | None = None, return_lse: bool = False) -> Any:
+    """The FP8 forward from unquantized fp32, fp16 or bf16 q, k, v: each quantized per tensor
+    (:func:`quantize_e4m3`), then :func:`attention_fp8`. With ``rotate``, Q and K are first multiplied by the
+    random orthogonal Hadamard matrix of ``seed`` (:func:`flash_kernels.hadamard.rotate_qk`, in fp32, rounded once
+    to e4m3): the attention is the same in exact arithmetic (scale still defaults to 1/sqrt(D)), outliers along D
+    are spread out before quantization; V is not rotated. Output in ``out_dtype`` (bf16 or fp16; default q's dtype,
+    bf16 for fp32 q), with the LSE if ``return_lse``. Nothing is kept between calls: the quantization, the
+    rotation and Vt are done on every call (a timer of this call times them all with the kernel)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise TypeError(f"attention_fp8_from takes fp32, fp16 or bf16 q, k, v to quantize (e4m3 tensors go to "
+                            f"attention_fp8); got {name} in {t.dtype}")
+    if not isinstance(rotate, bool):
+        raise TypeError(f"rotate must be a bool, got {type(rotate).__name__}")
+    if out_dtype is None:
+        out_dtype = q.dtype if q.dtype in _OUT_DTYPES else torch.bfloat16
+    if rotate:
+        q, k = _rotated(q, k, seed)
+    (q8, dq), (k8, dk), (v8, dv) = (quantize_e4m3(t) for t in (q, k, v))
+    return attention_fp8(q8, k8, v8, dq, dk, dv, causal=causal, scale=scale, out_dtype=out_dtype,
+                         return_lse=return_lse)
