@@ -148,3 +148,166 @@ def test_fp8_is_an_attention_implementation_of_the_study():
 def test_profiled_forward_refuses_what_it_cannot_quantize():
     with pytest.raises(TypeError, match="fp16 or bf16 tensors to quantize"):
         fp8.profiled_forward(torch.zeros(1, 1, 4, 64), torch.zeros(1, 1, 4, 64), torch.zeros(1, 1, 4, 64))
+
+
+# --------------------------------------------------------------------------- incoherent processing (rotate=True)
+
+from flash_kernels import hadamard  # noqa: E402
+
+POW2 = [1, 2, 8, 64, 128, 256]
+
+
+@pytest.mark.parametrize("D", POW2)
+def test_sylvester_rows_are_signs_and_mutually_orthogonal(D):
+    h = hadamard.sylvester(D)
+    assert h.shape == (D, D) and bool((h.abs() == 1).all())
+    assert torch.equal(h @ h.T, D * torch.eye(D, dtype=torch.float64))  # small integers: exact in fp64
+    if D > 1:  # Sylvester's recursion H_2n = [[H, H], [H, -H]]
+        n = D // 2
+        s = hadamard.sylvester(n)
+        assert torch.equal(h, torch.cat([torch.cat([s, s], 1), torch.cat([s, -s], 1)], 0))
+
+
+@pytest.mark.parametrize("D", POW2)
+def test_rotation_is_orthogonal_with_entries_of_one_magnitude(D):
+    m = hadamard.hadamard_rotation(D, seed=3, dtype=torch.float64)
+    assert m.shape == (D, D) and m.dtype == torch.float64 and m.device.type == "cpu"
+    eye = torch.eye(D, dtype=torch.float64)
+    assert float((m @ m.T - eye).abs().max()) <= 1e-6 and float((m.T @ m - eye).abs().max()) <= 1e-6
+    assert float((m.abs() - D ** -0.5).abs().max()) <= 1e-15
+    # it is diag(s) H / sqrt(D) with the seed's signs
+    assert torch.allclose(m, hadamard.signs(D, 3)[:, None] * hadamard.sylvester(D) / D ** 0.5, rtol=0, atol=1e-15)
+    m32 = hadamard.hadamard_rotation(D, seed=3)
+    assert m32.dtype == torch.float32 and torch.equal(m32, m.float())
+
+
+def test_same_seed_same_matrix_different_seeds_differ():
+    a, b = hadamard.hadamard_rotation(128, seed=7), hadamard.hadamard_rotation(128, seed=7)
+    assert torch.equal(a, b) and a is not b
+    a[0, 0] = 5.0  # a copy: the cached matrix rotate_qk uses is not the caller's to change
+    assert torch.equal(hadamard.hadamard_rotation(128, seed=7), b)
+    ms = [hadamard.hadamard_rotation(64, seed=s) for s in range(8)]
+    for i in range(len(ms)):
+        for j in range(i):
+            assert not torch.equal(ms[i], ms[j]), (i, j)
+    # the signs come from a CPU generator of their own: the global RNG neither changes them nor is advanced
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    assert torch.equal(hadamard.hadamard_rotation(64, seed=0), ms[0])
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+@pytest.mark.parametrize("D", [0, 3, 96, 100, 129, -64])
+def test_a_head_dim_not_a_power_of_two_is_refused(D):
+    with pytest.raises(ValueError, match=rf"D a power of two \(64, 128, 256, ...\).*got D={D}"):
+        hadamard.hadamard_rotation(D)
+
+
+@pytest.mark.parametrize("call, err, match", [
+    (lambda: hadamard.hadamard_rotation(64.0), TypeError, "must be an int"),
+    (lambda: hadamard.hadamard_rotation(True), TypeError, "must be an int"),
+    (lambda: hadamard.hadamard_rotation(64, seed=-1), TypeError, "seed must be a non-negative int"),
+    (lambda: hadamard.hadamard_rotation(64, seed=1.5), TypeError, "seed must be a non-negative int"),
+    (lambda: hadamard.hadamard_rotation(64, dtype=torch.bfloat16), TypeError, "torch.float32 or torch.float64"),
+    (lambda: hadamard.rotate_qk(torch.ones(2, 64, dtype=torch.int32), torch.ones(2, 64)), TypeError,
+     "got q in torch.int32"),
+    (lambda: hadamard.rotate_qk(torch.ones(2, 64), torch.ones(2, 64).to(torch.float8_e4m3fn)), TypeError,
+     "rotate before quantizing"),
+    (lambda: hadamard.rotate_qk(torch.ones(2, 64), [1.0]), TypeError, "k must be a torch.Tensor"),
+    (lambda: hadamard.rotate_qk(torch.ones(2, 64), torch.ones(2, 128)), ValueError, "share their head dim"),
+    (lambda: hadamard.rotate_qk(torch.ones(2, 96), torch.ones(2, 96)), ValueError, "got D=96"),
+    (lambda: hadamard.rotate_qk(torch.ones(()), torch.ones(())), ValueError, "0-d"),
+    (lambda: hadamard.rotate_qk(torch.ones(2, 64), torch.ones(2, 64), out_dtype=torch.int8), TypeError,
+     "out_dtype must be None"),
+])
+def test_rotation_refuses_bad_arguments_saying_what_it_takes(call, err, match):
+    with pytest.raises(err, match=match):
+        call()
+
+
+@pytest.mark.parametrize("D", [64, 128, 256])
+def test_rotation_preserves_the_scores(D):
+    """(q M)(k M)^T = q k^T: in fp64 to 1e-12; in fp32 within the worst-case rounding of the rotations and of the
+    scores' product, at most about D u |q_i| |k_j| (u = 2^-24) each; grouped-query and cross-attention shapes
+    (only D has to match)."""
+    gen = torch.Generator().manual_seed(D)
+    q = torch.randn(2, 4, 37, D, generator=gen) + 0.5
+    k = torch.randn(2, 2, 45, D, generator=gen) + 0.5
+    qr, kr = hadamard.rotate_qk(q, k, seed=1)
+    assert qr.dtype == kr.dtype == torch.float32 and qr.shape == q.shape and kr.shape == k.shape
+    g = q.shape[1] // k.shape[1]
+    kr_h, k_h = kr.repeat_interleave(g, 1), k.repeat_interleave(g, 1)
+    exact = q.double() @ k_h.double().transpose(-1, -2)
+    bound = 4 * D * 2.0**-24 * q.double().norm(dim=-1)[..., :, None] * k_h.double().norm(dim=-1)[..., None, :]
+    got = qr.double() @ kr_h.double().transpose(-1, -2)  # the rotations rounded to fp32, the scores exact
+    assert bool(((got - exact).abs() <= bound).all())
+    got32 = qr @ kr_h.transpose(-1, -2)  # and the scores in fp32 too
+    assert bool(((got32.double() - exact).abs() <= bound).all())
+    qr64, kr64 = hadamard.rotate_qk(q.double(), k.double(), seed=1)
+    assert qr64.dtype == torch.float64
+    got64 = qr64 @ kr64.repeat_interleave(g, 1).transpose(-1, -2)
+    assert float((got64 - exact).abs().max()) <= 1e-12 * float(exact.abs().max())
+    # the norms of the rows too (M is orthogonal)
+    assert torch.allclose(qr64.norm(dim=-1), q.double().norm(dim=-1), rtol=1e-12, atol=0)
+
+
+def test_rotate_qk_is_the_product_with_the_matrix_and_keeps_dtypes():
+    gen = torch.Generator().manual_seed(2)
+    q, k = torch.randn(1, 2, 9, 64, generator=gen), torch.randn(1, 2, 11, 64, generator=gen)
+    m = hadamard.hadamard_rotation(64, seed=5)
+    qr, kr = hadamard.rotate_qk(q, k, seed=5)
+    assert torch.equal(qr, q @ m) and torch.equal(kr, k @ m)
+    qb, kh = hadamard.rotate_qk(q.bfloat16(), k.half(), seed=5)
+    assert qb.dtype == torch.bfloat16 and kh.dtype == torch.float16
+    assert torch.equal(qb, (q.bfloat16().float() @ m).bfloat16()) and torch.equal(kh, (k.half().float() @ m).half())
+    q32, k32 = hadamard.rotate_qk(q.bfloat16(), k.half(), seed=5, out_dtype=torch.float32)
+    assert q32.dtype == k32.dtype == torch.float32 and torch.equal(q32, q.bfloat16().float() @ m)
+
+
+@pytest.mark.parametrize("D", [64, 128, 256])
+def test_a_lone_outlier_is_spread_over_every_coordinate(D):
+    """x = c e_i: every coordinate of x M is +-c/sqrt(D), so max|x M| / ||x|| = 1/sqrt(D), down from 1. For any x,
+    ||x M|| = ||x|| gives max|x M| >= ||x|| / sqrt(D), and entries of M of magnitude 1/sqrt(D) give
+    max|x M| <= ||x||_1 / sqrt(D): a spike of c over small values of total size r ends up no larger than
+    (c + r) / sqrt(D)."""
+    m = hadamard.hadamard_rotation(D, seed=11, dtype=torch.float64)
+    c = 1000.0
+    for i in (0, 1, D // 2, D - 1):
+        x = torch.zeros(D, dtype=torch.float64)
+        x[i] = c
+        y = x @ m
+        assert float((y.abs() - c / D ** 0.5).abs().max()) <= 1e-12 * c
+        assert math.isclose(float(y.abs().max()) / float(x.norm()), D ** -0.5, rel_tol=1e-12)
+    gen = torch.Generator().manual_seed(D)
+    x = torch.randn(16, D, generator=gen, dtype=torch.float64) * 0.01
+    x[torch.arange(16), torch.randint(0, D, (16,), generator=gen)] += c
+    y = x @ m
+    peak = y.abs().amax(-1)
+    assert bool((peak >= x.norm(dim=-1) / D ** 0.5 * (1 - 1e-12)).all())
+    assert bool((peak <= x.abs().sum(-1) / D ** 0.5 * (1 + 1e-12)).all())
+    assert bool((peak / x.abs().amax(-1) <= 1.01 * D ** -0.5).all())  # r <= 0.01 c here: within 1 % of 1/sqrt(D)
+
+
+def test_attention_fp8_from_refuses_before_touching_a_device():
+    q = torch.zeros(1, 2, 16, 64)
+    with pytest.raises(TypeError, match="takes fp32, fp16 or bf16 q, k, v to quantize"):
+        fp8.attention_fp8_from(q.to(torch.float8_e4m3fn), q, q)
+    with pytest.raises(TypeError, match="rotate must be a bool"):
+        fp8.attention_fp8_from(q, q, q, rotate=1)
+    for bad in (torch.zeros(1, 2, 16, 96), torch.zeros(1, 2, 16, 256)):
+        with pytest.raises(ValueError, match=r"head dim \(64, 128\)"):
+            fp8.attention_fp8_from(bad, bad, bad, rotate=True)
+    with pytest.raises(ValueError, match=r"head dim \(64, 128\)"):
+        bad = torch.zeros(1, 2, 16, 96)
+        fp8.attention_fp8_from(bad, bad, bad)
+    for rotate in (False, True):  # everything checked, the CPU tensors are the one thing left to refuse
+        with pytest.raises(ValueError, match="flash_kernels runs on CUDA tensors only"):
+            fp8.attention_fp8_from(q, q, q, causal=True, rotate=rotate)
+
+
+def test_profiled_forward_rotate_option():
+    q = torch.zeros(1, 1, 4, 64, dtype=torch.float16)
+    with pytest.raises(TypeError, match="rotate must be a bool"):
+        fp8.profiled_forward(q, q, q, rotate="yes")
+    with pytest.raises(ValueError, match="flash_kernels runs on CUDA tensors only"):
+        fp8.profiled_forward(q, q, q, rotate=True)
