@@ -76,12 +76,12 @@ def _problem_of_flags(argv: Sequence[str]) -> tuple[Problem, str | None]:
     try:
         known, _ = pre.parse_known_args(argv)
     except ValueError:  # e.g. --impl without a value: the command's own parser says so
-        return problems.get(problems.DEFAULT_PROBLEM), None
+        return problems.default(), None
     try:
         load_plugins(known.plugin)
         return _problem(known.problem, _impl_specs(known.impl)), None
     except ValueError as exc:
-        return problems.get(problems.DEFAULT_PROBLEM), str(exc)
+        return problems.default(), str(exc)
 
 
 def parser(prog: str, problem: Problem) -> argparse.ArgumentParser:
