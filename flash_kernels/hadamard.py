@@ -110,3 +110,20 @@ def rotate_qk(q: torch.Tensor, k: torch.Tensor, seed: int = 0,
     wide = torch.float64 if torch.float64 in (q.dtype, k.dtype) else torch.float32
     m = _matrix(D, seed, q.device, wide)
     return tuple(torch.matmul(t.to(wide), m).to(out_dtype or t.dtype) for t in (q, k))  # type: ignore[return-value]
+
+
+#: FlashAttention-3's inputs for the error of FP8 attention (its section 4.3): N(0, 1) + N(0, 100) * Bernoulli(0.001),
+#: i.e. standard normal entries, 0.1 % of which get an independent normal term of standard deviation 10 added
+OUTLIER_P, OUTLIER_STD = 1e-3, 10.0
+
+
+def outlier_normal(*shape: int, generator: torch.Generator | None = None, device: torch.device | str = "cpu",
+                   mean: float = 0.0, p: float = OUTLIER_P, std: float = OUTLIER_STD) -> torch.Tensor:
+    """An fp32 tensor of FlashAttention-3's outlier distribution (:data:`OUTLIER_P`, :data:`OUTLIER_STD`), shifted
+    by ``mean``: randn + randn * std * (rand < p) + mean, drawn in that order from ``generator`` (on ``device``)."""
+    if not 0 <= p <= 1 or not std >= 0:
+        raise ValueError(f"p must be in [0, 1] and std >= 0; got p={p}, std={std}")
+    base = torch.randn(*shape, generator=generator, device=device)
+    spike = torch.randn(*shape, generator=generator, device=device) * std
+    hit = torch.rand(*shape, generator=generator, device=device) < p
+    return base + spike * hit + mean

@@ -311,3 +311,17 @@ def test_profiled_forward_rotate_option():
         fp8.profiled_forward(q, q, q, rotate="yes")
     with pytest.raises(ValueError, match="flash_kernels runs on CUDA tensors only"):
         fp8.profiled_forward(q, q, q, rotate=True)
+
+
+def test_outlier_normal_is_fa3s_distribution_drawn_in_order():
+    """randn + randn * 10 * (rand < 0.001) + mean, drawn in that order from the generator."""
+    x = hadamard.outlier_normal(300, 200, generator=torch.Generator().manual_seed(4), mean=0.5)
+    gen = torch.Generator().manual_seed(4)
+    base, spike, u = (torch.randn(300, 200, generator=gen), torch.randn(300, 200, generator=gen) * 10.0,
+                      torch.rand(300, 200, generator=gen))
+    assert x.dtype == torch.float32 and torch.equal(x, base + spike * (u < 1e-3) + 0.5)
+    assert 0 < int((u < 1e-3).sum()) < 300 * 200 // 100
+    plain = hadamard.outlier_normal(10, generator=torch.Generator().manual_seed(4), p=0.0)
+    assert torch.equal(plain, torch.randn(10, generator=torch.Generator().manual_seed(4)))
+    with pytest.raises(ValueError, match="p must be in"):
+        hadamard.outlier_normal(3, p=2.0)
