@@ -577,7 +577,7 @@ def test_pages_on_dask_worker_threads_are_the_same_whatever_jobs(tmp_path, monke
         todo = [R.Job(f"gpu/cap{i}/{nb}", nb, reports / "gpu" / f"cap{i}" / f"{nb}.html", {"i": i}, f"h{i}")
                 for i in range(6) for nb in ("roofline", "l2")] + [R.Job("gpu/bad/broken", "broken", reports / "b.html", {}, "x")]
         a = argparse.Namespace(standalone=False, profiles=str(tmp_path), kernel="python3", jobs=jobs, scheduler=None)
-        failed = R._render_all(todo, a, reports)
+        failed = R.render_all(todo, a, reports)
         assert failed == [("gpu/bad/broken", "ValueError: KeyError: 'x'")]
         outs[jobs] = {p.relative_to(reports): p.read_bytes() for p in sorted(reports.rglob("*")) if p.is_file()}
     assert outs[1] == outs[3] and len([p for p in outs[1] if p.suffix == ".html"]) == 12

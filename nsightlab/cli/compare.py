@@ -20,7 +20,7 @@ from ..core.errors import ProfileError
 from ..render.compare import Declared, page_name, publish, write_index
 from ..store.read import PROFILES
 
-#: the --help description (the first line of what nsightlab.render.compare was when it held the command)
+#: the --help description
 DESCRIPTION = "The comparison page and the ``nsightlab compare`` command: two captures, range by range, with a verdict."
 
 

@@ -23,13 +23,13 @@ from ..render.report import (
     COMPARE,
     NOTEBOOK_ORDER,
     Index,
-    _comparison_jobs,
-    _open_captures,
-    _page_jobs,
-    _render_all,
     code_hash,
+    comparison_jobs,
+    open_captures,
+    page_jobs,
     read_comparisons,
     read_meta,
+    render_all,
     writable_folder,
 )
 from ..run.cluster import ClusterError
@@ -124,8 +124,8 @@ def _run(a: argparse.Namespace) -> int:
         index.failures.append((line.split(": ", 1)[0], line.split(": ", 1)[1]))
         print(f"FAILED {line}", file=sys.stderr, flush=True)
     code = code_hash()
-    pages = _page_jobs(_open_captures(captures, index), reports, a.standalone, code, index)
-    jobs = pages + _comparison_jobs(declared, profiles, reports, a.standalone, code, index)
+    pages = page_jobs(open_captures(captures, index), reports, a.standalone, code, index)
+    jobs = pages + comparison_jobs(declared, profiles, reports, a.standalone, code, index)
     if not jobs and not index.failures:
         print_error(a.prog, f"no capture under {profiles} holds anything a notebook can render")
         return BAD_INPUT
@@ -134,7 +134,7 @@ def _run(a: argparse.Namespace) -> int:
     if len(chosen) > len(todo):
         print(f"{len(chosen) - len(todo)} page(s) up to date (inputs unchanged)", flush=True)
     try:
-        failed = _render_all(todo, a, reports)
+        failed = render_all(todo, a, reports)
     except ClusterError as exc:
         print_error(a.prog, str(exc))
         return BAD_INPUT

@@ -399,7 +399,7 @@ def _clock(seconds: float) -> str:
     return f"{m}:{s:02d}" if m < 60 else f"{m // 60}:{m % 60:02d}:{s:02d}"
 
 
-def _open_captures(captures: list[Capture], index: Index) -> list[tuple[Capture, dict]]:
+def open_captures(captures: list[Capture], index: Index) -> list[tuple[Capture, dict]]:
     """The captures that validate (checksums, benchmark CSVs that read), each captioned on the index;
     the others are failures, said in one line each."""
     good = []
@@ -417,7 +417,7 @@ def _open_captures(captures: list[Capture], index: Index) -> list[tuple[Capture,
     return good
 
 
-def _page_jobs(good: list[tuple[Capture, dict]], reports: Path, standalone: bool, code: str,
+def page_jobs(good: list[tuple[Capture, dict]], reports: Path, standalone: bool, code: str,
                index: Index) -> list[Job]:
     """A job per capture and notebook that applies to it; the index learns why the others do not."""
     order = ",".join(style_order(good))
@@ -438,7 +438,7 @@ def _page_jobs(good: list[tuple[Capture, dict]], reports: Path, standalone: bool
     return jobs
 
 
-def _comparison_jobs(declared: list[Declared | DeclaredWhy], profiles: Path, reports: Path, standalone: bool, code: str,
+def comparison_jobs(declared: list[Declared | DeclaredWhy], profiles: Path, reports: Path, standalone: bool, code: str,
                      index: Index) -> list[Job]:
     """A job per declared comparison (and before/after why page) whose two captures exist; the others are
     failures."""
@@ -475,7 +475,7 @@ def _render(job: Job, a: argparse.Namespace, reports: Path, stop: threading.Even
                             standalone=a.standalone, stop=stop)
 
 
-def _render_all(todo: list[Job], a: argparse.Namespace, reports: Path) -> list[tuple[str, str]] | None:
+def render_all(todo: list[Job], a: argparse.Namespace, reports: Path) -> list[tuple[str, str]] | None:
     """Render ``todo`` as Dask tasks: on ``--jobs`` worker threads of this process (each page's notebook runs in
     a Jupyter kernel process of its own: the threads wait on them, and papermill's and nbconvert's Python in
     between), or on the workers of ``--scheduler``. The failures, or None when interrupted (Ctrl-C: the notebooks
