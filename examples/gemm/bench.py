@@ -49,16 +49,17 @@ def cases(Ms: Iterable[int], Ns: Iterable[int], Ks: Iterable[int], dtype: str = 
 
 def rows(suite: str, timed: Iterable[tuple[Mapping[str, Any], str, Mapping[str, Any]]]) -> list[dict[str, Any]]:
     """Result rows from ``(case, pass, measured)`` triples, ``measured`` holding ``ms`` (median), ``ms_min``,
-    ``ms_max``, ``host_ms`` and ``rel_l2`` (or ``status``: why it did not run); TFLOP/s and GB/s from the
-    problem's work model."""
+    ``ms_max``, ``host_ms`` and ``rel_l2`` (or ``status``: why it did not run), and ``impl`` (an Implementation or
+    its ``module:attribute``; default the cuBLAS one); TFLOP/s and GB/s from the problem's work model."""
     out = []
     for case, pass_, m in timed:
+        impl = _implementation(m.get("impl", IMPL))
         work = PROBLEM.work.evaluate(case, pass_) if PROBLEM.work else {}
         status = m.get("status", "ok")
         ms = float(m.get("ms", math.nan))
         ok = status == "ok" and ms > 0
         out.append({"suite": suite, "config": config_name(case), **{f: case[f] for f in ("M", "N", "K", "dtype")},
-                    "impl": IMPL.name, "kind": "library", "pass": pass_, "options": "", "status": status,
+                    "impl": impl.name, "kind": str(impl.traits.get("kind", "library")), "pass": pass_, "options": "", "status": status,
                     "ms": ms if ok else math.nan, "ms_min": float(m.get("ms_min", ms)) if ok else math.nan,
                     "ms_max": float(m.get("ms_max", ms)) if ok else math.nan,
                     "tflops": work["flop"] / (ms * 1e-3) / 1e12 if ok and "flop" in work else math.nan,
@@ -89,18 +90,34 @@ def write(result: list[dict[str, Any]], out_dir: Path, suite: str, manifest: Map
     return csv_path
 
 
-def measure(case: Mapping[str, Any], pass_: str, warmup: int, reps: int, budget_ms: float) -> dict[str, Any]:
-    """One case's pass on the GPU: checked against a float64 product, then timed."""
+#: the implementations timed by default: cuBLAS (torch.matmul) and the Triton GEMM beside it
+DEFAULT_IMPLS = "examples.gemm.gemm:IMPL,examples.gemm.triton_gemm:IMPL"
+
+
+def _implementation(spec: Any) -> Any:
+    """An Implementation from itself or from its ``module:attribute``."""
+    if not isinstance(spec, str):
+        return spec
+    import importlib
+
+    module, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module), attr or "IMPL")
+
+
+def measure(case: Mapping[str, Any], pass_: str, warmup: int, reps: int, budget_ms: float,
+            impl: Any = IMPL) -> dict[str, Any]:
+    """One case's pass of ``impl`` on the GPU: checked against a float64 product, then timed."""
     import statistics
 
     import torch
 
     from nsightlab.run.timing import L2Flusher, time_gpu
 
+    call = _implementation(impl).callable()
     (a, b), _ = PROBLEM.inputs(case, "cuda")
     if pass_ == "forward":
         def fn() -> Any:
-            return IMPL.callable()(a, b)
+            return call(a, b)
         got, want = fn().double(), a.double() @ b.double()
     else:
         a.requires_grad_(True)
@@ -108,13 +125,13 @@ def measure(case: Mapping[str, Any], pass_: str, warmup: int, reps: int, budget_
         dc = torch.randn(case["M"], case["N"], device="cuda", dtype=a.dtype)
 
         def fn() -> Any:
-            return torch.autograd.grad(IMPL.callable()(a, b), (a, b), dc)
+            return torch.autograd.grad(call(a, b), (a, b), dc)
         da, _ = fn()
         got, want = da.double(), dc.double() @ b.detach().double().T
     rel = float((got - want).norm() / want.norm())
     r = time_gpu(fn, L2Flusher(TIMING["flush"]), warmup=warmup, reps=reps, budget_ms=budget_ms)
     return {"ms": statistics.median(r.ms), "ms_min": min(r.ms), "ms_max": max(r.ms),
-            "host_ms": statistics.median(r.host_ms), "rel_l2": rel}
+            "host_ms": statistics.median(r.host_ms), "rel_l2": rel, "impl": _implementation(impl)}
 
 
 def _ints(text: str) -> list[int]:
@@ -133,14 +150,21 @@ def main(argv: list[str] | None = None, measure_fn: Callable[..., dict[str, Any]
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--reps", type=int, default=50)
     p.add_argument("--budget-ms", type=float, default=500.0)
+    p.add_argument("--impl", default=DEFAULT_IMPLS,
+                   help=f"the implementations to time, comma-separated module:attribute (default {DEFAULT_IMPLS})")
     a = p.parse_args(argv)
     t0 = time.perf_counter()
     todo = [(c, pass_) for c in cases(_ints(a.M), _ints(a.N), _ints(a.K), a.dtype) for pass_ in a.passes.split(",")]
-    timed = [(c, pass_, measure_fn(c, pass_, a.warmup, a.reps, a.budget_ms)) for c, pass_ in todo]
+    impls = [_implementation(x.strip()) for x in a.impl.split(",") if x.strip()]
+    if measure_fn is measure:
+        timed = [(c, pass_, measure_fn(c, pass_, a.warmup, a.reps, a.budget_ms, impl=i)) for i in impls
+                 for c, pass_ in todo]
+    else:  # a stand-in measurement (tests): the default implementation
+        timed = [(c, pass_, measure_fn(c, pass_, a.warmup, a.reps, a.budget_ms)) for c, pass_ in todo]
     from nsightlab.core.environment import environment
 
     path = write(rows(a.suite, timed), Path(a.out), a.suite, {
-        "description": "half-precision GEMM (torch.matmul / cuBLAS): time per call and TFLOP/s",
+        "description": f"GEMM ({', '.join(i.name for i in impls)}): time per call and TFLOP/s",
         "command": [sys.executable, "-m", "examples.gemm.bench", *(argv if argv is not None else sys.argv[1:])],
         "environment": environment(), "timing": {**TIMING, "warmup": a.warmup, "max_reps": a.reps,
                                                  "budget_ms": a.budget_ms},
