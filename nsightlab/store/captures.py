@@ -164,7 +164,7 @@ def load_bench(capture: Path) -> tuple[pd.DataFrame, dict[str, dict]]:
 
 #: exports larger than this are stored xz-compressed (.xz) to keep the committed profiles small
 COMPACT_BYTES = 1 << 20
-COMPACT_SUFFIXES = (".ncu-rep", ".sqlite", ".csv", ".nsys-rep", ".log")
+COMPACT_SUFFIXES = (".ncu-rep", ".sqlite", ".csv", ".nsys-rep", ".log", ".jsonl")
 
 
 def find_file(capture: Path, name: str) -> Path | None:
