@@ -61,8 +61,10 @@ nb.note(f"**GPU** {gpu.get('name')} (CC {gpu.get('compute_capability')}, {gpu.ge
 # %% [markdown]
 # ## Throughput against N, latency per configuration
 #
-# Suites that sweep N are drawn as lines (TFLOP/s against N, both logarithmic, so the CUDA-core kernels and the
-# tensor-core ones are read on the same chart); the others as latency bars per configuration.
+# Suites that sweep N are drawn as lines: TFLOP/s against N for the competitive implementations (median at least
+# half the fastest's, configuration by configuration), on a linear axis zoomed to each row, so that a few per cent
+# between two fast kernels can be read; the slower ones are named under the title and drawn in the ratios below.
+# The other suites: latency bars per configuration.
 
 # %%
 for suite in suites:
@@ -70,7 +72,9 @@ for suite in suites:
         if not len(perf.ok_rows(df[(df["suite"] == suite) & (df["dtype"] == dt)])):
             continue
         if perf.sweeps_n(df, suite):
-            figures.show(figures.throughput_vs_n(df, suite, dt, f"{suite}: TFLOP/s against N ({dt})", style))
+            fast, slow = perf.competitive(df[(df["suite"] == suite) & (df["dtype"] == dt)])
+            figures.show(figures.throughput_vs_n(df, suite, dt, f"{suite}: TFLOP/s against N ({dt})", style,
+                                                 only=fast, left_out=slow))
         else:
             for pass_ in ("forward", "backward"):
                 figures.show(figures.latency_bars(df, suite, dt, pass_, style))
@@ -79,7 +83,8 @@ for suite in suites:
 # ## Against the reference
 #
 # Time of the reference over time of each implementation, per configuration (> 1 is faster than the
-# reference; logarithmic). The tables under each chart give the numbers.
+# reference; logarithmic where the ratios span more than a decade, else linear around 1x). The tables under each
+# chart give the numbers.
 
 # %%
 nb.say(f"**Reference:** {ref}" + (" (the fastest in most configurations)" if not reference else ""))

@@ -741,6 +741,7 @@ def test_an_interrupted_application_replay_says_how_many_passes_ran(tmp_path):
             and "The ncu step's workload had run every case 2 time(s) (application replay: once a replay pass) and 2 "
                 "case(s) of the next run." in msg and "nsys step's" not in msg), msg
 
+
 def test_the_capture_expands_its_sweep_once_and_hands_the_workloads_its_cases(tmp_path, monkeypatch):
     """The plan is computed once: the capture expands the sweep into cases once, writes them beside sweep.toml
     (cases.json, each Case.to_json), and every step's workload reads them (--cases, Case.from_json); the stand-in

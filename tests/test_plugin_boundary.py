@@ -187,15 +187,7 @@ def boundary_violations(package_root: Path, variants: Iterable[str], fields: Ite
 
 #: what generic modules still name, owned by work in progress elsewhere: (path, what) -> what is left to do.
 #: Each entry must still be there (the test says when one is gone, so that it is taken off).
-_FIGURES = ("the benchmark figures (throughput_vs_n, ratio_vs_n, speedup_vs_reference, accuracy_strip: _HOVER, "
-            "_BENCH_FIELDS, x='N', facets D x causal) and _series_value / shape_label's 'causal': to take the problem's "
-            "sweep_axis, facets (nsightlab.analysis.perf.facets), table_columns and yes_no_fields (render/figures.py's "
-            "figure functions, the lead's)")
 KNOWN: dict[tuple[str, str], str] = {
-    **{("nsightlab/render/figures.py", f"uses the problem field {f!r} as a key"): _FIGURES
-       for f in ("B", "D", "H", "Hkv", "N", "Nk", "causal")},
-    ("nsightlab/render/page.py", "uses the problem field 'N' as a key"):
-        "sweep_field(frame, preferred='N'): preferred=None -> nsightlab.problems.problem.axis_for(frame) (the lead's page.py)",
     **{(path, "names the implementation 'sdpa_flash' (in 'an implementation: a registered name (sdpa_flash, "
               "flash_mma,')"):
        "the --impl help could list problems.impls.known() instead of two names (moving from run/ to cli/)"

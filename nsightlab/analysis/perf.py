@@ -77,6 +77,25 @@ def ratio_to(df: pd.DataFrame, reference: str) -> pd.DataFrame:
     return out
 
 
+#: an implementation is competitive when its median throughput is at least this share of the fastest's, config by config
+COMPETITIVE = 0.5
+
+
+def competitive(df: pd.DataFrame, within: float = COMPETITIVE) -> tuple[list[str], dict[str, float]]:
+    """The implementations of ``df`` (one suite and dtype) worth comparing on a linear axis: those whose median,
+    over the configurations they ran, of their throughput over the fastest one's in the same configuration is at
+    least ``within``; and every other one's median share (name -> share), for the sentence that names them."""
+    ok = ok_rows(df)
+    ok = ok[ok["tflops"] > 0]
+    if ok.empty:
+        return [], {}
+    k = key(df)
+    best = ok.groupby(k)["tflops"].transform("max")
+    share = (ok["tflops"] / best).groupby(ok["impl"]).median()
+    keep = [i for i in dict.fromkeys(ok["impl"]) if share[i] >= within]
+    return keep, {str(i): float(share[i]) for i in share.index if i not in keep}
+
+
 def parse_targets(text: str) -> dict[str, float]:
     """``"forward:0.8,backward:0.6"`` (or ``=``) -> {"forward": 0.8, "backward": 0.6} (empty: none).
     ValueError naming the item that is not ``pass:ratio``."""

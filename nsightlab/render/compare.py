@@ -297,8 +297,9 @@ def change_figure(cmp: Comparison, title: str = "") -> Any:
 
 
 def _roofs(fig: go.Figure, cmp: Comparison, x: np.ndarray, level: str) -> None:
-    """Each side's roof at ``level`` (base dashed, new solid; dotted: a measured copy), its memory
-    bandwidth up to its highest Nsight compute peak."""
+    """Each side's roof at ``level`` (base dashed, new solid; dotted: the measured read + write copy, a
+    reference), its bandwidth up to its top Nsight compute peak drawn at the highest SM clock the side's
+    launches ran at (:func:`nsightlab.analysis.roofline.roofs`), the clock named in the legend."""
     for pre, side, dash in (("base", cmp.base, "dash"), ("new", cmp.new, "solid")):
         if side.ncu_work is None:
             continue
@@ -306,18 +307,24 @@ def _roofs(fig: go.Figure, cmp: Comparison, x: np.ndarray, level: str) -> None:
             ceil = rf.ceilings(side.ncu_work, side.manifest)
         except NotApplicable:
             continue
-        comp = ceil[(ceil["kind"] == "compute") & ~ceil["name"].str.startswith("measured")]
-        top = comp["value"].max() if len(comp) else np.inf
-        top_name = comp.loc[comp["value"].idxmax(), "name"] if len(comp) else ""
-        for _, m in ceil[ceil["kind"] == "memory"].iterrows():
-            measured = m["name"].startswith("measured")
-            if not (m["name"] == level or (measured and level == "DRAM")):
-                continue
-            what = f"{m['name']} {m['value'] / 1e12:.2f} TB/s" + ("" if measured else f", {top_name} {top / 1e12:,.0f} TFLOP/s")
+        rr = rf.roofs(ceil, side.ncu_work)
+        comp = rr[(rr["kind"] == "compute") & (rr["role"] == "limit")]
+        top = float(comp["value"].max()) if len(comp) else np.inf
+        top_label = str(comp.loc[comp["value"].idxmax(), "label"]) if len(comp) else ""
+        for _, m in rr[(rr["kind"] == "memory") & (rr["level"] == level)].iterrows():
+            ref = m["role"] == "reference"
+            what = str(m["label"]) + ("" if ref or not top_label else f", {top_label} TFLOP/s")
             fig.add_trace(go.Scatter(x=x, y=np.minimum(top, m["value"] * x) / 1e12, mode="lines", hoverinfo="name",
-                                     line={"dash": "dot" if measured else dash, "width": 1 if measured else 1.6,
-                                           "color": "#999" if measured else "#444"},
-                                     name=f"{pre} roof ({side.gpu}): {what}", legendgroup="ceilings"))
+                                     line={"dash": "dot" if ref else dash, "width": 1 if ref else 1.6,
+                                           "color": "#999" if ref else "#444"},
+                                     name=f"{pre} roof ({side.gpu}): {what}", legendgroup="ceilings",
+                                     meta={"role": str(m["role"]), "kind": "memory", "level": level, "side": pre,
+                                           "value": float(m["value"]), "label": str(m["label"])}))
+            if not ref and np.isfinite(top):
+                fig.add_trace(go.Scatter(x=x[[0, -1]], y=[top / 1e12] * 2, mode="lines", hoverinfo="skip",
+                                         showlegend=False, line={"width": 0}, legendgroup="ceilings",
+                                         meta={"role": "limit", "kind": "compute", "side": pre, "value": top / 1e12,
+                                               "label": top_label}))
 
 
 def roofline_figure(cmp: Comparison, pts: pd.DataFrame, title: str, level: str = "DRAM") -> Any:
@@ -338,10 +345,10 @@ def roofline_figure(cmp: Comparison, pts: pd.DataFrame, title: str, level: str =
                  zip(g["label"], g["base_x"], g["base_y"], g["new_x"], g["new_y"], g["change"], g["verdict"], strict=True)]
         fig.add_trace(go.Scatter(x=g["base_x"], y=g["base_y"] / 1e12, mode="markers", name=f"{name} (base)", legendgroup=name,
                                  marker={"symbol": s["symbol"] + "-open", "size": 8, "color": s["color"]},
-                                 hovertext=hover, hoverinfo="text"))
+                                 hovertext=hover, hoverinfo="text", meta={"role": "data", "level": level, "side": "base"}))
         fig.add_trace(go.Scatter(x=g["new_x"], y=g["new_y"] / 1e12, mode="markers", name=f"{name} (new)", legendgroup=name,
                                  marker={"symbol": s["symbol"], "size": 8, "color": s["color"]},
-                                 hovertext=hover, hoverinfo="text"))
+                                 hovertext=hover, hoverinfo="text", meta={"role": "data", "level": level, "side": "new"}))
         for bx, by, nx, ny in zip(g["base_x"], g["base_y"], g["new_x"], g["new_y"], strict=True):
             if abs(math.log10(nx / bx)) < 0.01 and abs(math.log10(ny / by)) < 0.01:
                 continue  # no visible move: an arrow would be a blot on the marker

@@ -32,7 +32,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..analysis.counters import identity_columns
-from ..analysis.perf import ok_rows, ratio_to
+from ..analysis.perf import facets, ok_rows, problem_of, ratio_to
 from ..analysis.roofline import applies, roofs
 from ..analysis.timeline import busy_ms
 from ..core.text import impl_key
@@ -223,9 +223,14 @@ def sequence_style(values: Iterable[object], symbol: str = "circle") -> dict[str
     return out
 
 
+def _yes_no(field: str) -> bool:
+    """Whether ``field`` is a yes/no parameter of a registered problem (named when true, "non-..." when false)."""
+    return any(field in p.yes_no_fields for p in problems.known().values())
+
+
 def _series_value(field: str, v: object) -> str:
     missing = v is None or (isinstance(v, (float, np.floating)) and np.isnan(v))
-    if field == "causal" or isinstance(v, (bool, np.bool_)):
+    if _yes_no(field) or isinstance(v, (bool, np.bool_)):
         return field if bool(v) else f"non-{field}"
     if field == "options":
         return "default options" if missing or v == "" else str(v)
@@ -409,12 +414,12 @@ def fit_legend(fig: go.Figure, entries: int, min_height: int = 420) -> None:
 
 
 def shape_label(df: pd.DataFrame, fields: Sequence[str]) -> pd.Series:
-    """``D=64, causal`` style labels from the given fields (booleans by name when true)."""
+    """``D=64, causal`` style labels from the given fields (yes/no fields by name when true)."""
     def one(r: pd.Series) -> str:
         out = []
         for f in fields:
             v = r[f]
-            if isinstance(v, (bool, np.bool_)) or f == "causal":
+            if isinstance(v, (bool, np.bool_)) or _yes_no(f):
                 if bool(v):
                     out.append(f)
             elif f in ("pass", "variant"):
@@ -445,9 +450,31 @@ def _orders(d: pd.DataFrame, **extra: list) -> dict[str, list]:
 
 # --------------------------------------------------------------------------- benchmark CSVs
 
-_HOVER = ["config", "B", "H", "N", "D", "causal", "dtype", "options", "ms", "tflops", "gbps", "rel_l2"]
-#: the benchmark fields besides N that can tell two rows of one implementation apart (:func:`split_series`)
-_BENCH_FIELDS = ("D", "causal", "H", "Hkv", "B", "Nk", "options")
+def _hover(d: pd.DataFrame, *extra: str) -> list[str]:
+    """A benchmark figure's hover fields: the configuration, the problem's table columns, dtype, options, times."""
+    cols = ["config", *problem_of(d).table_columns(), "dtype", "options", *extra]
+    return [c for c in dict.fromkeys(cols) if c in d]
+
+
+def _bench_axes(d: pd.DataFrame) -> tuple[str, list[str], list[str]]:
+    """A benchmark frame's sweep axis (its problem's), the fields its rows are faceted by (those the problem sorts
+    before the axis: attention's head dim and mask), and the other fields that can tell two rows of one
+    implementation apart at one value of the axis (:func:`split_series`)."""
+    problem = problem_of(d)
+    axis, rows = problem.sweep_axis, [f for f in facets(problem) if f in d]
+    rest = [f for f in (*problem.sort_order(), *problem.key_fields) if f in d and f not in (axis, *rows)
+            and f not in ("suite", "config", "dtype", "pass")]
+    return axis, rows, [*dict.fromkeys(rest), *(["options"] if "options" in d else [])]
+
+
+def _axis_title(d: pd.DataFrame, axis: str) -> str:
+    """``sequence length N`` style: the parameter's description (its first words) and its name."""
+    try:
+        text = problem_of(d).parameter(axis).description
+    except (StopIteration, KeyError, ValueError, AttributeError):
+        text = ""
+    short = re.split(r"[:;,(]", text or "")[0].strip()
+    return f"{short} {axis}" if short and len(short) <= 40 else axis
 
 
 def _trace_style(d: pd.DataFrame, st: Style, name: str) -> tuple[list[str], dict[str, str], dict[str, str], dict[str, str]]:
@@ -466,31 +493,50 @@ def _trace_style(d: pd.DataFrame, st: Style, name: str) -> tuple[list[str], dict
     return traces, colors, symbols, dashes
 
 
-def throughput_vs_n(df: pd.DataFrame, suite: str, dtype: str, title: str, style: Style | None = None) -> go.Figure:
-    """TFLOP/s against N (both log), one line per implementation, faceted by pass (columns) and
-    D × causal (rows, D ascending, causal after non-causal); any other field that varies at one N
-    splits an implementation's line ("flash_mma H=32", dashed)."""
+def throughput_vs_n(df: pd.DataFrame, suite: str, dtype: str, title: str, style: Style | None = None,
+                    only: Sequence[str] | None = None, left_out: Mapping[str, float] | None = None) -> go.Figure:
+    """TFLOP/s against the problem's sweep axis (attention: N), one line per implementation, faceted by pass
+    (columns) and the fields the problem sorts before its axis (rows; attention: D × causal); any other field that
+    varies at one value of the axis splits an implementation's line ("H=32", dashed). The axis is logarithmic. With ``only`` (the competitive implementations,
+    :func:`nsightlab.analysis.perf.competitive`) just those are drawn, on a linear TFLOP/s axis zoomed to each
+    row's range, so a few per cent between two fast kernels can be seen; ``left_out`` (name -> median share of
+    the fastest) is named under the title. Without it every implementation is drawn on a log axis."""
     ok = ok_rows(df)
-    ok = ok[(ok["suite"] == suite) & (ok["dtype"] == dtype) & (ok["tflops"] > 0)].sort_values("N")
+    axis, rows, others = _bench_axes(df)
+    ok = ok[(ok["suite"] == suite) & (ok["dtype"] == dtype) & (ok["tflops"] > 0)].sort_values(axis)
+    if only is not None:
+        ok = ok[ok["impl"].isin(list(only))]
     if ok.empty:
         return message(f"no {dtype} case of {suite} ran successfully", title)
-    ok["shape"] = shape_label(ok, ["D", "causal"])
-    shapes = _shape_order(ok, ["D", "causal"], ok["shape"])
+    ok["shape"] = shape_label(ok, rows)
+    shapes = _shape_order(ok, rows, ok["shape"])
     st = _style(style, ok["impl"].unique())
-    ok = split_series(ok, "N", [f for f in _BENCH_FIELDS if f in ok and f not in ("D", "causal")],
-                      by=("impl", "pass", "shape"))
+    ok = split_series(ok, axis, others, by=("impl", "pass", "shape"))
     traces, colors, symbols, dashes = _trace_style(ok, st, "impl")
-    fig = px.line(ok, x="N", y="tflops", color="_trace", symbol="_trace", line_dash="_trace", facet_col="pass",
-                  facet_row="shape", markers=True, hover_data=[c for c in _HOVER if c in ok], title=title,
-                  labels={"tflops": "TFLOP/s", "N": "sequence length N", "_trace": "implementation"},
+    if left_out:
+        names = ", ".join(f"{n} ({v:.2g}x)" for n, v in sorted(left_out.items(), key=lambda kv: -kv[1]))
+        title = f"{title}<br><sup>not drawn (median share of the fastest): {names}; the ratios below hold them</sup>"
+    fig = px.line(ok, x=axis, y="tflops", color="_trace", symbol="_trace", line_dash="_trace", facet_col="pass",
+                  facet_row="shape", markers=True, hover_data=_hover(ok, "ms", "tflops", "gbps", "rel_l2"), title=title,
+                  labels={"tflops": "TFLOP/s", axis: _axis_title(ok, axis), "_trace": "implementation"},
                   color_discrete_map=colors, symbol_map=symbols, line_dash_map=dashes,
-                  category_orders=_orders(ok, _trace=traces, shape=shapes), facet_row_spacing=0.04)
+                  category_orders=_orders(ok, _trace=traces, shape=shapes), facet_row_spacing=0.06 if only else 0.04)
     clean_facet_labels(fig)
-    log_axis(fig, "y", ok["tflops"].min(), ok["tflops"].max())
-    log_axis(fig, "x", ok["N"].min(), ok["N"].max(), pad=1.15)
+    if only is None:
+        log_axis(fig, "y", ok["tflops"].min(), ok["tflops"].max())
+    else:  # linear, each row zoomed to its own range (rows differ in D and masking, so in attainable TFLOP/s)
+        fig.update_yaxes(matches=None, showticklabels=True, rangemode="normal", tickformat=",.0f")
+        for i, shp in enumerate(reversed(shapes), 1):  # plotly numbers facet rows from the bottom
+            v = ok.loc[ok["shape"] == shp, "tflops"]
+            lo, hi = float(v.min()), float(v.max())
+            pad = max(0.04 * hi, 0.5 * (hi - lo) * 0.15)
+            fig.update_yaxes(range=[max(lo - pad, 0.0), hi + pad], row=i)
+    log_axis(fig, "x", ok[axis].min(), ok[axis].max(), pad=1.15)
     fig.update_yaxes(title_text="")
     fig.update_yaxes(title_text="TFLOP/s", col=1)
-    fig.update_layout(height=80 + 300 * len(shapes), template=TEMPLATE)
+    fig.update_layout(height=80 + 300 * len(shapes) + (30 if left_out else 0), template=TEMPLATE)
+    if left_out:
+        fig.update_layout(margin={"t": 110})
     rank_legend(fig, traces)
     fit_legend(fig, len(traces))
     return fig
@@ -498,18 +544,19 @@ def throughput_vs_n(df: pd.DataFrame, suite: str, dtype: str, title: str, style:
 
 def ratio_vs_n(df: pd.DataFrame, suite: str, dtype: str, impl: str, reference: str,
                targets: Mapping[str, float] | None = None, style: Style | None = None) -> go.Figure:
-    """``impl``'s throughput over ``reference``'s against N, one facet per pass, one line per
-    D × causal (and any other field that varies at one N), all in ``impl``'s colour, told apart by
-    dash and marker, with the pass's target as a line."""
+    """``impl``'s throughput over ``reference``'s against the problem's sweep axis (attention: N), one facet per
+    pass, one line per shape (the fields the problem sorts before its axis, and any other field that varies at one
+    value of it), all in ``impl``'s colour, told apart by dash and marker, with the pass's target as a line."""
+    axis, rows, others = _bench_axes(df)
     r = ratio_to(df[(df["suite"] == suite) & (df["dtype"] == dtype)], reference)
-    r = r[r["impl"] == impl].sort_values("N")
+    r = r[r["impl"] == impl].sort_values(axis)
     title = f"{impl} relative to {reference}, same run ({suite}, {dtype})"
     if r.empty:
         return message(f"{impl} and {reference} ran no {dtype} configuration of {suite} in common", title)
-    r["shape"] = shape_label(r, ["D", "causal"])
-    r = split_series(r, "N", [f for f in _BENCH_FIELDS if f in r and f not in ("D", "causal")], by=("shape", "pass"))
+    r["shape"] = shape_label(r, rows)
+    r = split_series(r, axis, others, by=("shape", "pass"))
     r["shape"] = (r["shape"] + " " + r["_series"]).str.strip()
-    shapes = _shape_order(r, ["D", "causal", *r.attrs.get("series_fields", [])], r["shape"])
+    shapes = _shape_order(r, [*rows, *r.attrs.get("series_fields", [])], r["shape"])
     color = _style(style, [impl])[impl]["color"]
     passes = [p for p in ("forward", "backward") if p in set(r["pass"])]
     fig = make_subplots(rows=1, cols=len(passes), subplot_titles=passes, shared_yaxes=True, horizontal_spacing=0.06)
@@ -518,16 +565,16 @@ def ratio_vs_n(df: pd.DataFrame, suite: str, dtype: str, impl: str, reference: s
             g = r[(r["pass"] == p) & (r["shape"] == shp)]
             if g.empty:
                 continue
-            fig.add_trace(go.Scatter(x=g["N"], y=g["ratio"], mode="lines+markers", name=shp, legendgroup=shp,
+            fig.add_trace(go.Scatter(x=g[axis], y=g["ratio"], mode="lines+markers", name=shp, legendgroup=shp,
                                      showlegend=j == 1, line={"color": color, "dash": DASHES[k % len(DASHES)]},
                                      marker={"symbol": MARKERS[k % len(MARKERS)]},
-                                     hovertemplate=f"{shp} N=%{{x}}<br>ratio %{{y:.0%}}<extra>{p}</extra>"), 1, j)
+                                     hovertemplate=f"{shp} {axis}=%{{x}}<br>ratio %{{y:.0%}}<extra>{p}</extra>"), 1, j)
         t = (targets or {}).get(p)
         if t is not None:
             fig.add_hline(y=t, line_dash="dot", line_color="#222222", annotation_text=f"target {t:.0%}",
                           annotation_position="top left", row=1, col=j)
     fig.update_yaxes(tickformat=".0%", title_text=f"{impl} / {reference}", col=1)
-    log_axis(fig, "x", r["N"].min(), r["N"].max(), "sequence length N", pad=1.15)
+    log_axis(fig, "x", r[axis].min(), r[axis].max(), _axis_title(r, axis), pad=1.15)
     fig.update_layout(title=title, template=TEMPLATE, height=420, legend_title_text=f"{impl}: shape")
     return fig
 
@@ -544,7 +591,7 @@ def latency_bars(df: pd.DataFrame, suite: str, dtype: str, pass_: str, style: St
     impls = [i for i in st if i in set(ok["impl"])]
     configs = list(dict.fromkeys(ok["config"]))
     fig = px.scatter(ok, x="ms", y="config", color="impl", symbol="impl",
-                     hover_data=[c for c in _HOVER if c in ok], title=title,
+                     hover_data=_hover(ok, "ms", "tflops", "gbps", "rel_l2"), title=title,
                      labels={"ms": "median time [ms]", "impl": "implementation", "config": ""},
                      color_discrete_map=_colors(st), symbol_map=_symbols(st),
                      category_orders={"impl": impls, "config": configs})
@@ -557,11 +604,15 @@ def latency_bars(df: pd.DataFrame, suite: str, dtype: str, pass_: str, style: St
     return fig
 
 
+#: ratios whose largest over their smallest passes this go on a log axis; closer ones on a linear axis around 1x
+RATIO_DECADE = 10.0
+
+
 def speedup_vs_reference(df: pd.DataFrame, suite: str, dtype: str, reference: str,
                          style: Style | None = None) -> go.Figure:
-    """Time of ``reference`` over time of each implementation, per configuration (log; > 1 is
-    faster than the reference), one facet per pass; configurations in rows, so their names read
-    horizontally at full size."""
+    """Time of ``reference`` over time of each implementation, per configuration (> 1 is faster than the
+    reference; a log axis where the ratios span more than :data:`RATIO_DECADE`, else a linear one zoomed around
+    1x), one facet per pass; configurations in rows, so their names read horizontally at full size."""
     ok = ok_rows(df)
     ok = ok[(ok["suite"] == suite) & (ok["dtype"] == dtype)]
     title = f"{suite} ({dtype}): speed relative to {reference} (> 1: faster)"
@@ -579,11 +630,17 @@ def speedup_vs_reference(df: pd.DataFrame, suite: str, dtype: str, reference: st
     fig = px.scatter(d, x="speedup", y="config", color="impl", symbol="impl", facet_col="pass",
                      category_orders=_orders(d, impl=impls, config=configs), title=title,
                      labels={"speedup": f"× {reference}", "impl": "implementation", "config": ""},
-                     hover_data=["ms", "ref_ms", "N", "D", "causal"], color_discrete_map=_colors(st),
+                     hover_data=["ms", "ref_ms", *[c for c in problem_of(d).table_columns() if c in d]],
+                     color_discrete_map=_colors(st),
                      symbol_map=_symbols(st))
     clean_facet_labels(fig)
     fig.add_vline(x=1, line_color=GREY, line_width=1)
-    log_axis(fig, "x", d["speedup"].min(), max(d["speedup"].max(), 1.0), pad=1.5)
+    lo, hi = float(min(d["speedup"].min(), 1.0)), float(max(d["speedup"].max(), 1.0))
+    if hi / lo > RATIO_DECADE:  # ratios that span decades: log
+        log_axis(fig, "x", lo, hi, pad=1.5)
+    else:  # close to 1x: linear, zoomed, so that 0.96x and 1.0x are told apart
+        pad = 0.08 * (hi - lo) + 0.01
+        fig.update_xaxes(type="linear", range=[lo - pad, hi + pad], tickformat=".2f")
     fig.update_xaxes(title_text=f"{reference} time / time")
     fig.update_yaxes(autorange="reversed", tickfont={"size": 12}, showgrid=True)
     fig.update_traces(marker={"size": 9, "line": {"width": 0.5, "color": "white"}})
@@ -603,8 +660,7 @@ def accuracy_strip(ok: pd.DataFrame, style: Style | None = None) -> go.Figure:
     st = _style(style, d["impl"].unique())
     impls = [i for i in st if i in set(d["impl"])]
     fig = px.strip(d, x="impl", y="rel_l2", color="impl", facet_col="pass", title=title,
-                   hover_data=[c for c in ("suite", "config", "dtype", "B", "H", "N", "D", "causal", "max_rel")
-                               if c in d], labels={"rel_l2": "relative L2 error", "impl": ""},
+                   hover_data=["suite", *_hover(d, "max_rel")], labels={"rel_l2": "relative L2 error", "impl": ""},
                    category_orders=_orders(d, impl=impls), color_discrete_map=_colors(st))
     clean_facet_labels(fig)
     log_axis(fig, "y", d["rel_l2"].min(), d["rel_l2"].max(), pad=2)
@@ -984,7 +1040,13 @@ def flop_check(fc: pd.DataFrame, title: str, x: str, style: Style | None = None,
     if x in d and pd.api.types.is_numeric_dtype(d[x]):
         log_axis(fig, "x", d[x].min(), d[x].max(), pad=1.2)
     fig.add_hrect(y0=1 - tolerance, y1=1 + tolerance, fillcolor="green", opacity=0.08, line_width=0)
-    fig.update_yaxes(tickformat=".2f")
+    r = pd.to_numeric(d["counted_over_model"], errors="coerce")
+    r = r[np.isfinite(r) & (r > 0)]
+    lo, hi = (float(min(r.min(), 1 - tolerance)), float(max(r.max(), 1 + tolerance))) if len(r) else (0.5, 1.5)
+    if hi / lo > RATIO_DECADE:  # a ratio that spans decades (a kernel executing 100x the modelled work): log
+        log_axis(fig, "y", lo, hi, pad=1.3)
+    else:  # linear, from zero (a FLOP ratio is never negative) to just above the highest point
+        fig.update_yaxes(range=[0, hi * 1.12], tickformat=".2f")
     fig.update_layout(template=TEMPLATE, height=440)
     rank_legend(fig, names)
     fit_legend(fig, len(names))

@@ -28,6 +28,7 @@ import pandas as pd
 from ..analysis.counters import derivations, kernel_work, per_range, range_columns
 from ..core.errors import NotApplicable, ProfileError
 from ..core.text import csv_list
+from ..problems import problem as problems
 from ..store.captures import load_manifest, short_commit
 from ..store.read import capture_schemas, case_names, load_ncu, resolve
 from . import figures
@@ -250,7 +251,9 @@ def prepare(capture: str, plotlyjs: str = "inline", mode: str = "replay", suite:
             raise ParameterError(f"capture={capture!r}: {exc}") from None
         if not (path / "manifest.json").exists():
             raise ParameterError(f"capture={capture!r}: {path} holds no manifest.json (not a capture folder)")
-    return path, load_manifest(path)
+    manifest = load_manifest(path)
+    problems.of_manifest(manifest)  # loads the plug-in the capture names: its implementations' colours, its axis
+    return path, manifest
 
 
 # --------------------------------------------------------------------------- what a capture holds
@@ -275,9 +278,11 @@ def implementations(manifest: dict, *frames: pd.DataFrame) -> list[str]:
     return [*names, *sorted(extra - set(names))]
 
 
-def sweep_field(frame: pd.DataFrame, preferred: str = "N") -> str | None:
-    """The field a capture sweeps: ``preferred`` where it takes 2+ values, else the numeric decoded
+def sweep_field(frame: pd.DataFrame, preferred: str | None = None) -> str | None:
+    """The field a capture sweeps: ``preferred`` (default: the sweep axis of the frame's problem,
+    :func:`nsightlab.problems.problem.axis_for`) where it takes 2+ values, else the numeric decoded
     field with the most distinct values (ties: the first); None if no numeric field varies."""
+    preferred = problems.axis_for(frame.columns, preferred)
     fields = [c for c in range_columns(frame) if c not in ("range", "domain", "variant", "pass", "schema", "options")]
     numeric = [c for c in fields if pd.api.types.is_numeric_dtype(frame[c]) and not pd.api.types.is_bool_dtype(frame[c])
                and frame[c].nunique() > 1]  # a yes/no field (causal) is no axis to sweep along

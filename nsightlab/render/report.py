@@ -46,6 +46,7 @@ from ..core.ranges import decode
 from ..core.sources import source_key
 from ..store.captures import Capture, load_bench, load_manifest, short_commit, validate
 from ..store.read import REPO, bench_files, capture_schemas, case_names, ncu_files, nsys_files, resolve, tools_of
+from . import checks
 from .compare import Declared, DeclaredWhy, comparison_entries, publish, publish_why
 from .execute import PLOTLY_JS, allow_kernels, stop_kernels, write_if_changed
 from .execute import render_notebook as execute_notebook
@@ -543,6 +544,10 @@ def _page_task(job: Job, a: argparse.Namespace, reports: Path, token: str | None
     t0 = time.perf_counter()
     try:
         info = _in_own_thread(_render, job, a, reports, stop or threading.Event())
+        wrong = checks.page_problems(job.out.read_text(encoding="utf-8")) if job.out.suffix == ".html" else []
+        if wrong:  # written, so that it can be looked at, but not counted as done: the next report renders it again
+            more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
+            return job.label, f"a figure breaks the page checks (nsightlab.render.checks): {wrong[0]}{more}", 0.0
         write_meta(job.out, {"inputs": job.inputs, "summary": info["summary"], "title": info["title"],
                              "notebook": job.notebook, "page": job.label})
         return job.label, None, time.perf_counter() - t0
