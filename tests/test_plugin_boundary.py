@@ -187,12 +187,7 @@ def boundary_violations(package_root: Path, variants: Iterable[str], fields: Ite
 
 #: what generic modules still name, owned by work in progress elsewhere: (path, what) -> what is left to do.
 #: Each entry must still be there (the test says when one is gone, so that it is taken off).
-KNOWN: dict[tuple[str, str], str] = {
-    **{(path, "names the implementation 'sdpa_flash' (in 'an implementation: a registered name (sdpa_flash, "
-              "flash_mma,')"):
-       "the --impl help could list problems.impls.known() instead of two names (moving from run/ to cli/)"
-       for path in ("nsightlab/run/capture.py", "nsightlab/cli/capture.py")},
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _current() -> list[Violation]:

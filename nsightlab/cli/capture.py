@@ -21,6 +21,7 @@ from ..core.errors import CaptureError, ProfileError, ToolError
 from ..core.metrics import DEEP_SECTIONS
 from ..core.text import csv_list
 from ..problems import problem as problems
+from ..problems.impls import known as known_impls
 from ..problems.impls import load_plugins, resolve
 from ..problems.problem import PASSES, Problem
 from ..run import capture as run_capture
@@ -94,8 +95,9 @@ def parser(prog: str, problem: Problem) -> argparse.ArgumentParser:
     src.add_argument("--suite", help="registered sweep names, comma-separated (see --list-suites)")
     src.add_argument("--sweep", help="a sweep TOML file")
     src.add_argument("--impl", action="append", default=[],
-                     help="an implementation: a registered name (sdpa_flash, flash_mma, ...), module:callable, or "
-                          "name=module:callable; repeat or comma-separate")
+                     help="an implementation: a registered name"
+                          + (f" (e.g. {', '.join(sorted(known_impls())[:3])})" if known_impls() else "")
+                          + ", module:callable, or name=module:callable; repeat or comma-separate")
     shp = p.add_argument_group(f"{problem.name} shapes, with --impl (comma-separated values sweep)")
     shp.add_argument("--problem", help="the problem whose parameters these flags are (default: the one the --impl "
                                        f"implementations solve); known: {', '.join(sorted(problems.known()))}")
