@@ -247,6 +247,7 @@ def test_every_notebook_renders_and_broken_captures_are_reported(rendered):
             assert f"{nb}: not applicable &mdash; {html.escape(reason)}" in index
     theirs = (reports / "gpu-x" / "theirs" / "roofline.html").read_text()
     assert "FLOPs:" in theirs and "counted FLOP/s" in theirs and "FMUL" in theirs and "no work model" in theirs
+    assert "breaks the page checks" not in index, "a page's figure breaks nsightlab.render.checks (see the index)"
     assert "gpu-y/broken" in index and "truncated" in index
     assert "gpu-y/nomanifest" in index and "no manifest.json" in index
     assert not list(reports.glob("**/.render-*")), "temporary render folders left behind"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import os
+import subprocess
 import tempfile
 import threading
 from pathlib import Path
@@ -135,6 +136,10 @@ def _kernel_manager_class() -> type:
             super().__init__(**kw)
 
         async def start_kernel(self, **kw: Any) -> None:  # type: ignore[override]
+            # the kernel's own stderr (not its cells': those come back as messages and land on the page) holds
+            # only what its C libraries print, e.g. libzmq's "Assertion failed: pfd.revents & POLLIN" when a
+            # finished kernel is torn down: a render prints one line per page, nothing else
+            kw.setdefault("stderr", subprocess.DEVNULL)
             await super().start_kernel(**kw)
             with _KERNELS_LOCK:
                 _KERNELS.add(self)
