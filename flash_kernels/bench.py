@@ -27,13 +27,8 @@ for plain self-attention).
 from __future__ import annotations
 
 import argparse
-import csv
-import json
-import math
-import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -48,6 +43,7 @@ from nsightlab.core.text import csv_list
 from nsightlab.problems.attention import _BACKENDS as SDPA_BACKENDS
 from nsightlab.run.timing import FLUSH_MODES, GpuHold, L2Flusher, Repeats, hold_ms  # noqa: F401 - the bench's names
 from nsightlab.run.timing import time_gpu as _timing_time_gpu
+from nsightlab.store.captures import write_bench
 
 from . import _ops, model
 from .bench_suites import SUITES, Config, get_suite, suite_passes
@@ -580,23 +576,9 @@ def _add_ratios(rows: list[dict[str, Any]]) -> None:
 
 
 def write_results(rows: list[dict[str, Any]], out_dir: Path, name: str, manifest: dict[str, Any]) -> Path:
-    """CSV + manifest written to a temporary file and renamed into place (no half-written results)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    csv_path = out_dir / f"{name}.csv"
-    with tempfile.NamedTemporaryFile("w", dir=out_dir, suffix=".tmp", delete=False, newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) and not math.isnan(v) else
-                            ("" if isinstance(v, float) else v)) for k, v in r.items()})
-        tmp = fh.name
-    os.replace(tmp, csv_path)
-    man_path = out_dir / f"{name}.manifest.json"
-    with tempfile.NamedTemporaryFile("w", dir=out_dir, suffix=".tmp", delete=False) as fh:
-        json.dump(manifest, fh, indent=2, default=str)
-        tmp = fh.name
-    os.replace(tmp, man_path)
-    return csv_path
+    """CSV + manifest written to a temporary file and renamed into place (no half-written results), as the
+    store reads them (:func:`nsightlab.store.captures.write_bench`)."""
+    return write_bench(rows, out_dir, name, CSV_FIELDS, manifest)
 
 
 def option_value(text: str) -> Any:

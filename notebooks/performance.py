@@ -49,6 +49,7 @@ goals = nb.check_targets(targets, impl, list(dict.fromkeys(df["pass"])))
 ref = reference or perf.pick_reference(df)
 dtypes = [dtype] if dtype else ok_dtypes
 style = figures.style_for([*nb.csv_list(style_order), *impls])
+axis = perf.problem_of(df).sweep_axis
 nb.summary(perf.findings(df, ref, impl, goals, dtypes))
 first = manifests[suites[0]].get("environment", {})
 gpu = first.get("gpu", {})
@@ -59,11 +60,12 @@ nb.note(f"**GPU** {gpu.get('name')} (CC {gpu.get('compute_capability')}, {gpu.ge
         f"**FLOP source:** {perf.flop_source(manifests)} · **timing:** {perf.timing_note(manifests)}.")
 
 # %% [markdown]
-# ## Throughput against N, latency per configuration
+# ## Throughput along the sweep, latency per configuration
 #
-# Suites that sweep N are drawn as lines: TFLOP/s against N for the competitive implementations (median at least
-# half the fastest's, configuration by configuration), on a linear axis zoomed to each row, so that a few per cent
-# between two fast kernels can be read; the slower ones are named under the title and drawn in the ratios below.
+# Suites that sweep the problem's axis (attention: N; a GEMM: M) are drawn as lines: TFLOP/s along it for the
+# competitive implementations (median at least half the fastest's, configuration by configuration), on a linear
+# axis zoomed to each row, so that a few per cent between two fast kernels can be read; the slower ones are named
+# under the title and drawn in the ratios below.
 # The other suites: latency bars per configuration.
 
 # %%
@@ -71,9 +73,9 @@ for suite in suites:
     for dt in dtypes:
         if not len(perf.ok_rows(df[(df["suite"] == suite) & (df["dtype"] == dt)])):
             continue
-        if perf.sweeps_n(df, suite):
+        if perf.sweeps_axis(df, suite):
             fast, slow = perf.competitive(df[(df["suite"] == suite) & (df["dtype"] == dt)])
-            figures.show(figures.throughput_vs_n(df, suite, dt, f"{suite}: TFLOP/s against N ({dt})", style,
+            figures.show(figures.throughput_vs_n(df, suite, dt, f"{suite}: TFLOP/s against {axis} ({dt})", style,
                                                  only=fast, left_out=slow))
         else:
             for pass_ in ("forward", "backward"):
@@ -104,7 +106,7 @@ for suite in suites:
 if impl:
     for suite in suites:
         for dt in dtypes:
-            if perf.sweeps_n(df, suite):
+            if perf.sweeps_axis(df, suite):
                 figures.show(figures.ratio_vs_n(df, suite, dt, impl, ref, goals, style))
     if goals:
         t = perf.target_table(df, impl, ref, goals)

@@ -3,10 +3,12 @@ pages through the same generic path as attention: its problem (axis M, fields M,
 capture's manifest, its benchmark CSV is read by its own columns, and the pages render without error and
 along M, never along attention's N.
 
-The committed light capture (profiles/nvidia-h200/gemm-example) holds Nsight Compute and Nsight Systems data
-but no benchmark CSV; the performance page's bench capture is written here, into a temporary folder, by the
-example's own bench writer (:func:`examples.gemm.bench.write`) from that capture's Nsight Systems range times
-(median, min and max of its five timed iterations per case), so its numbers are measured ones."""
+The pages render from the committed captures: gemm-triton (a Triton GEMM beside cuBLAS: Nsight Compute, Nsight
+Systems and the deep tier) gives the roofline and the why page, gemm-bench (both timed with CUDA events, M swept
+over four values) the performance page, and gemm-example against gemm-triton the comparison. The bench writer
+(:func:`examples.gemm.bench.write`) is also checked without a GPU: a bench capture is written here, into a
+temporary folder, from gemm-example's Nsight Systems range times (median, min and max of its five timed iterations
+per case), so its numbers are measured ones too."""
 
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ from nsightlab.store import captures, read
 
 ROOT = Path(__file__).resolve().parent.parent
 GEMM = ROOT / "profiles" / "nvidia-h200" / "gemm-example"
+TRITON = ROOT / "profiles" / "nvidia-h200" / "gemm-triton"
+BENCH = ROOT / "profiles" / "nvidia-h200" / "gemm-bench"
 
 
 def _bench_capture(dest: Path) -> Path:
@@ -100,16 +104,24 @@ def test_the_roofline_and_the_comparison_go_along_m():
     assert names.str.contains(r"K=\d+ M=\d+$").all(), names.tolist()  # the GEMM's order, its axis last
 
 
-@pytest.mark.parametrize("page", ["roofline", "performance", "compare"])
-def test_the_gemm_pages_render(gemm_bench, tmp_path, page):
+def test_the_committed_gemm_bench_sweeps_m_with_both_implementations():
+    df, _ = captures.load_bench(BENCH)
+    assert df.attrs["problem"] == "gemm" and set(df["impl"]) == {"torch_gemm", "triton_gemm"}
+    assert perf.sweeps_axis(df, "gemm") and sorted(df["M"].unique()) == [1024, 2048, 4096, 8192]
+    assert (df["status"] == "ok").all() and (df["rel_l2"] < 1e-3).all()  # each row checked against float64 first
+
+
+@pytest.mark.parametrize("page", ["roofline", "performance", "compare", "why"])
+def test_the_gemm_pages_render(tmp_path, page):
     from nsightlab.render.execute import PLOTLY_JS, render_notebook, ship_assets
 
     reports = tmp_path / "reports"
     reports.mkdir()
     ship_assets(reports)
     out = reports / f"{page}.html"
-    params = ({"base": str(GEMM), "new": str(GEMM)} if page == "compare" else
-              {"capture": str(GEMM if page == "roofline" else gemm_bench)})
+    params = {"roofline": {"capture": str(TRITON)}, "performance": {"capture": str(BENCH)},
+              "compare": {"base": str(GEMM), "new": str(TRITON)},
+              "why": {"capture": str(TRITON), "a": "triton_gemm", "b": "torch_gemm"}}[page]
     meta = render_notebook(ROOT / "notebooks" / f"{page}.ipynb", {**params, "plotlyjs": PLOTLY_JS}, out, reports=reports)
     html = out.read_text()
     assert "Traceback" not in html and "NotApplicable" not in html
@@ -117,8 +129,13 @@ def test_the_gemm_pages_render(gemm_bench, tmp_path, page):
     # torch_gemm in the colour its plug-in registers (the page's kernel loaded it from the capture's manifest)
     assert problems.style_of("torch_gemm")[0] in html
     summary = " ".join(meta["summary"])
-    assert ("torch_gemm" in summary or page == "compare") and "N=" not in summary
+    assert "torch_gemm" in summary or page == "compare"
+    assert "N=" not in summary.replace("N=4096", "") and "D=" not in summary and "causal" not in summary, summary
     if page == "roofline":
-        assert re.search(r"M=4096", summary) and "D=" not in summary
-    if page == "compare":  # the capture against itself: its eight ranges matched, none moved beyond the noise
-        assert "8" in summary and "slower" not in summary.replace("0 slower", ""), summary
+        assert re.search(r"M=\d+", summary) and "triton_gemm" in summary
+    if page == "performance":
+        assert "TFLOP/s against M" in html, "the throughput figure sweeps M"
+    if page == "why":
+        assert "triton_gemm" in summary and "examples/gemm/triton_gemm.py" in html  # the lines behind the terms
+    if page == "compare":  # cuBLAS in both captures: its eight ranges matched
+        assert "8" in summary, summary

@@ -16,12 +16,8 @@ GPU (tests/test_gemm_pages.py); :func:`main` measures. Torch is imported by :fun
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import math
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -69,25 +65,12 @@ def rows(suite: str, timed: Iterable[tuple[Mapping[str, Any], str, Mapping[str, 
 
 
 def write(result: list[dict[str, Any]], out_dir: Path, suite: str, manifest: Mapping[str, Any]) -> Path:
-    """``<suite>.csv`` and ``<suite>.manifest.json`` (the problem named in it), each written whole or not at all."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    csv_path = out_dir / f"{suite}.csv"
-    with tempfile.NamedTemporaryFile("w", dir=out_dir, suffix=".tmp", delete=False, newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        for r in result:
-            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) and not math.isnan(v) else
-                            ("" if isinstance(v, float) else v)) for k, v in r.items()})
-        tmp = fh.name
-    os.replace(tmp, csv_path)
-    # the problem, and the module that registers it (a report in a fresh process imports it from here)
+    """``<suite>.csv`` and ``<suite>.manifest.json`` (the problem and the module that registers it named in it, so
+    that a report in a fresh process imports it), each written whole or not at all (the store's writer)."""
+    from nsightlab.store.captures import write_bench
+
     man = {"suite": suite, "problem": PROBLEM.name, "plugins": [PLUGIN], "rows": len(result), **manifest}
-    with tempfile.NamedTemporaryFile("w", dir=out_dir, suffix=".tmp", delete=False) as fh:
-        json.dump(man, fh, indent=2, default=str)
-        tmp = fh.name
-    os.replace(tmp, out_dir / f"{suite}.manifest.json")
-    return csv_path
+    return write_bench(result, Path(out_dir), suite, CSV_FIELDS, man)
 
 
 #: the implementations timed by default: cuBLAS (torch.matmul) and the Triton GEMM beside it

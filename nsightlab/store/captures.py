@@ -78,6 +78,37 @@ def list_captures(root: Path, skipped: list[str] | None = None) -> list[Capture]
 REQUIRED_COLUMNS = ("suite", "config", "dtype", "impl", "kind", "pass", "status", "ms", "tflops")
 
 
+def write_bench(rows: list[dict[str, Any]], out_dir: Path, suite: str, fields: list[str],
+                manifest: dict[str, Any]) -> Path:
+    """Write one benchmark suite as :func:`load_bench` reads it: ``<suite>.csv`` (columns ``fields``, which must
+    hold :data:`REQUIRED_COLUMNS`; floats to 6 significant digits, NaN as empty) and ``<suite>.manifest.json``
+    (``manifest``: it names the problem and the plug-ins that register it), each written to a temporary file
+    and renamed into place, so that no half-written suite is ever read. Returns the CSV's path."""
+    import csv
+    import math
+    import tempfile
+
+    missing = [c for c in REQUIRED_COLUMNS if c not in fields]
+    if missing:
+        raise ValueError(f"a benchmark CSV needs the columns {list(REQUIRED_COLUMNS)}; {missing} are not among {fields}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path = out_dir / f"{suite}.csv"
+    with tempfile.NamedTemporaryFile("w", dir=out_dir, suffix=".tmp", delete=False, newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) and not math.isnan(v) else
+                            ("" if isinstance(v, float) else v)) for k, v in r.items()})
+        tmp = fh.name
+    os.replace(tmp, csv_path)
+    with tempfile.NamedTemporaryFile("w", dir=out_dir, suffix=".tmp", delete=False) as fh:
+        json.dump(manifest, fh, indent=2, default=str)
+        tmp = fh.name
+    os.replace(tmp, out_dir / f"{suite}.manifest.json")
+    return csv_path
+
+
 def bench_csvs(capture: Path) -> list[Path]:
     """The CSVs of a capture folder, stored plain or compacted (``X.csv.xz``, ``X.csv.gz``), by name."""
     return sorted(p for p in Path(capture).iterdir() if p.is_file() and uncompressed_name(p.name).endswith(".csv"))
