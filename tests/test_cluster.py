@@ -53,7 +53,8 @@ def control():
     return None, {{}}
 if args[:2] == ["-m", "nsightlab.run.ceilings"]:
     json.dump({{"ceilings": {{"copy_d2d": {{"bytes": 1, "ms": 1, "bytes_per_s": 1.0}}}},
-               "environment": {{"gpu": {{"name": "Fake GPU X", "l2_bytes": 1 << 20}}, "git_commit": "abc"}}}},
+               "environment": {{"gpu": {{"name": os.environ.get("FAKE_GPU_NAME", "Fake GPU X"), "l2_bytes": 1 << 20}},
+                               "git_commit": "abc"}}}},
               open(arg("--out"), "w"))
 elif args[:2] == ["-m", "nsightlab.run.workload"] and "--setup-only" in args:
     print("setup (fake)")
@@ -89,6 +90,7 @@ else:
 def fake_gpu() -> dict:
     """A worker's GPU: the LocalCluster names its workers 0, 1, ...: GPU 0, GPU 1, ... of one host."""
     i = int(distributed.get_worker().name)
+    os.environ["FAKE_GPU_NAME"] = "Fake GPU X"  # what the stand-in ceilings, started by this worker, report
     return {"index": i, "uuid": f"GPU-fake-{i}", "name": "Fake GPU X", "host": "fakehost"}
 
 
@@ -240,6 +242,38 @@ def test_one_sweep_two_gpus_one_capture(tools, tmp_path, client):
     one = validate(C.capture(sweep(), tmp_path / "one", ncu=ncu, python=py, echo=lambda s: None),
                    open_reports=False)
     assert _cases(man) == _cases(one) and set(_cases(man).values()) == {"ok"} and len(man["cases"]) == 8
+
+
+def mixed_gpu() -> dict:
+    """Worker 0 a GPU of one model, worker 1 of another (a cluster of two GPU generations)."""
+    i = int(distributed.get_worker().name)
+    os.environ["FAKE_GPU_NAME"] = ("Fake GPU X", "Fake GPU Y")[i]
+    return {"index": 0, "uuid": f"GPU-mixed-{i}", "name": os.environ["FAKE_GPU_NAME"], "host": f"host{i}"}
+
+
+def test_mixed_models_give_one_capture_per_model(tools, tmp_path, client):
+    """--allow-mixed: each GPU model's cases become a capture of their own in that model's folder, with that GPU's
+    ceilings alone, so every page reads one GPU's peaks; each says where the other cases are; together they hold
+    every case, each once, as the one-GPU capture does."""
+    py, ncu = tools
+    dest = C.capture_sharded(sweep(), tmp_path / "p", client=client, ncu=ncu, python=py, identify=mixed_gpu,
+                             allow_mixed=True, echo=lambda s: None)
+    parts = {p.parent.name: validate(p, open_reports=False) for p in sorted((tmp_path / "p").glob("*/mine"))}
+    assert dest.name == "mine" and set(parts) == {"fake-gpu-x", "fake-gpu-y"}
+    assert not [p for p in (tmp_path / "p").iterdir() if p.name.startswith(".")], "a temporary folder left behind"
+    ran: dict[str, str] = {}
+    for slug, man in parts.items():
+        assert man["gpu"]["name"] == {"fake-gpu-x": "Fake GPU X", "fake-gpu-y": "Fake GPU Y"}[slug]
+        assert len(man["gpus"]) == 1 and man["gpus"][0]["name"] == man["gpu"]["name"]
+        other = "fake-gpu-y" if slug == "fake-gpu-x" else "fake-gpu-x"
+        for c in man["cases"]:
+            if c["status"] == "ok":
+                assert c["range"] not in ran and c["gpu"]["uuid"] == man["gpus"][0]["uuid"]
+                ran[c["range"]] = slug
+            else:
+                assert c["status"].startswith("ran on Fake GPU") and f"{other}/mine" in c["status"], c["status"]
+    one = validate(C.capture(sweep(), tmp_path / "one", ncu=ncu, python=py, echo=lambda s: None), open_reports=False)
+    assert set(ran) == {r for r, s in _cases(one).items() if s == "ok"} and len(set(ran.values())) == 2
 
 
 def test_a_crashing_case_is_marked_failed_and_the_sweep_goes_on(tools, tmp_path, client):

@@ -929,7 +929,9 @@ def _merged_ncu(results: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 
 def _sharded_manifest(todo: Plan, tmp: Path, stamp: str, results: list[dict[str, Any]], merged: dict[str, Any],
                       ceilings: list[dict[str, Any]], where: dict[str, Any], timings: dict[str, float],
-                      shards_planned: int) -> dict[str, Any]:
+                      shards_planned: int, elsewhere: dict[str, str] | None = None) -> dict[str, Any]:
+    """The manifest of a sharded capture (or of one GPU model's part of a mixed one: ``elsewhere`` says, for each
+    case another model's part holds, where it is)."""
     measured = json.loads((tmp / "ceilings.json").read_text())
     environment = measured["environment"]
     statuses: dict[str, str] = {}
@@ -957,7 +959,8 @@ def _sharded_manifest(todo: Plan, tmp: Path, stamp: str, results: list[dict[str,
         ceilings_measured_by=("this capture" if len(merged["gpus"]) == 1 else
                               f"this capture, once per GPU (gpus[].ceilings; the top-level ones: {_gpu_said(merged['gpus'][0])})"),
         only=todo.only, deep_only=todo.deep_only, sweep=todo.sweep.to_dict(),
-        cases=[{**c.to_json(), "status": statuses.get(c.range, c.status if not c.runnable else "not run"),
+        cases=[{**c.to_json(), "status": statuses.get(c.range, (elsewhere or {}).get(c.range) or
+                                                      (c.status if not c.runnable else "not run")),
                 **({"deep": True} if c.range in deep else {}), **ran_on.get(c.range, {})} for c in todo.cases],
         gpus=merged["gpus"], mixed_models=len(models) > 1,
         cluster={**where, "workers": len({(d["gpu"].get("host"), d["gpu"].get("uuid")) for d in results}),
@@ -1048,17 +1051,24 @@ def capture_sharded(sweep: Sweep | str | None, profiles: str | os.PathLike = "pr
                                                        retries=retries, identify=identify, stop=stop_name, echo=echo)
             engine = type(getattr(cl, "cluster", None)).__name__ if getattr(cl, "cluster", None) is not None else \
                 "a running scheduler"
-        merged = _merge(tmp, results, gpus)
+        info = {"where": (where or Where()).describe() if client is None else "a client given", "engine": engine}
+        parts = _by_model(tmp, profiles, todo.name, stamp, results, gpus, ceilings)
         timings["total"] = time.perf_counter() - t_start
-        man = _sharded_manifest(todo, tmp, stamp, results, merged, ceilings,
-                                {"where": (where or Where()).describe() if client is None else "a client given",
-                                 "engine": engine},
-                                timings, len(results))
-        for leftover in (SHARDS_DIR, GPUS_DIR):
-            shutil.rmtree(tmp / leftover, ignore_errors=True)
-        (tmp / PLAN_FILE).unlink()
-        dest = profiles / gpu_slug(man["gpu"].get("name", "unknown")) / todo.name
-        manifest.publish(tmp, dest, man, replace=replace)
+        placed = []
+        for model, folder, res, gs, ceil in parts:
+            merged = _merge(folder, res, gs)
+            others = {r: f"ran on {m} ({gpu_slug(m)}/{todo.name})" for m, _, rs, _, _ in parts if m != model
+                      for d in rs for r in [*d["statuses"], *d["failed"]]}
+            man = _sharded_manifest(todo, folder, stamp, res, merged, ceil, info, timings, len(results), others)
+            for leftover in (SHARDS_DIR, GPUS_DIR):
+                shutil.rmtree(folder / leftover, ignore_errors=True)
+            (folder / PLAN_FILE).unlink(missing_ok=True)
+            dest = profiles / gpu_slug(man["gpu"].get("name", "unknown")) / todo.name
+            manifest.publish(folder, dest, man, replace=replace)
+            placed.append(dest)
+        if len(parts) > 1:
+            shutil.rmtree(tmp, ignore_errors=True)  # its shards and GPUs went into the parts
+        dest = placed[0]
     except BaseException as exc:
         if isinstance(exc, ClusterError):
             shutil.rmtree(tmp, ignore_errors=True) if resume is None else os.replace(tmp, old)
@@ -1067,8 +1077,37 @@ def capture_sharded(sweep: Sweep | str | None, profiles: str | os.PathLike = "pr
         msg = _keep_failed(exc, todo, tmp, profiles, stamp, done=finished)
         _fail(exc, msg + f" Resume it with: nsightlab capture --resume {todo.name} --profiles {profiles} (only the cases "
                          "left run)", echo)
-    echo(f"captured {todo.name} into {dest} in {timings['total']:.0f} s on {len(gpus)} GPU(s), {len(results)} shard(s)")
+    echo(f"captured {todo.name} into {', '.join(map(str, placed))} in {timings['total']:.0f} s on {len(gpus)} GPU(s), "
+         f"{len(results)} shard(s)" + (f": one capture per GPU model ({len(placed)})" if len(placed) > 1 else ""))
     return dest
+
+
+def _by_model(tmp: Path, profiles: Path, name: str, stamp: str, results: list[dict[str, Any]],
+              gpus: list[dict[str, Any]], ceilings: list[dict[str, Any]]) -> list[tuple[str, Path, list, list, list]]:
+    """A sweep run on GPUs of one model: ``tmp`` whole, one part. Of several models (``--allow-mixed``): one part per
+    model, each a folder of its own under ``profiles`` holding that model's shards and GPUs, so that each becomes a
+    capture of its own in its GPU's folder (its cases, its ceilings, its pages: a roofline drawn at one GPU's peaks);
+    the steps that run whole (nsys, the deep tier, a benchmark) land in the part of the GPU that ran them.
+    (model, folder, results, gpus, ceilings) per part, the first GPU's model first."""
+    models = list(dict.fromkeys(g.get("name", "unknown") for g in gpus))
+    if len(models) == 1:
+        return [(models[0], tmp, results, gpus, ceilings)]
+    parts = []
+    for m in models:
+        gs = [g for g in gpus if g.get("name", "unknown") == m]
+        tags = {g["tag"] for g in gs}
+        res = [d for d in results if d["gpu"].get("name", "unknown") == m]
+        folder = _new_tmp(profiles, name, stamp)
+        for sub, names in ((SHARDS_DIR, [d["folder"] for d in res]), (GPUS_DIR, sorted(tags))):
+            (folder / sub).mkdir()
+            for n in names:
+                os.replace(tmp / sub / n, folder / sub / n)
+        if (tmp / GPUS_DIR / "setup.log").exists():
+            shutil.copyfile(tmp / GPUS_DIR / "setup.log", folder / GPUS_DIR / "setup.log")
+        for f in ("sweep.toml", CASES_FILE):
+            shutil.copyfile(tmp / f, folder / f)
+        parts.append((m, folder, res, gs, [c for c in ceilings if c.get("tag") in tags]))
+    return parts
 
 
 def _run_on(client: Any, todo: Plan, tmp: Path, items: list[Item], done: list[dict[str, Any]], *, python: str | None,
