@@ -31,9 +31,9 @@ from nsightlab.store import captures, read
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = ROOT / "profiles" / "nvidia-h200"
-#: the pages the issue names, rendered with the real notebooks: (capture, notebook)
+#: a representative set, rendered with the real notebooks: (capture, notebook); scripts/check_pages.py reads them all
 PAGES = (("decode", "roofline"), ("triton-example", "roofline"), ("bench", "performance"), ("seqlen", "l2_thrashing"),
-         ("decode", "device"))
+         ("decode", "device"), ("backward", "why"), ("seqlen", "timeline"))
 #: the first figure of a page appears within this many ms in headless Chromium (2 CPU cores)
 FIRST_FIGURE_MS = 3000
 

@@ -27,9 +27,11 @@ WIDTH = 1400
 FIRST_FIGURE = """new MutationObserver(function(ms,o){if(document.querySelector('.plotly-graph-div .main-svg')){
 window.__nslFirstFigure=performance.now();o.disconnect();}}).observe(document,{childList:true,subtree:true});"""
 
-#: the page's widest elements: those whose right edge passes the window, and the boxes that scroll sideways
+#: the page's widest elements: those whose right edge passes the window, and the boxes that scroll sideways (inside
+#: an SVG only the SVG itself counts: plotly clips what lies past its plot area, e.g. a zoomed timeline's bars)
 WIDEST = """(function(){var W=document.documentElement.clientWidth,out=[],seen=0;
-document.querySelectorAll('body *').forEach(function(e){var r=e.getBoundingClientRect();if(!r.width)return;
+document.querySelectorAll('body *').forEach(function(e){if(e.parentElement&&e.parentElement.closest('svg'))return;
+var r=e.getBoundingClientRect();if(!r.width)return;
 var cs=getComputedStyle(e);var scrolls=(cs.overflowX=='auto'||cs.overflowX=='scroll')&&e.scrollWidth>e.clientWidth+1;
 if(r.right>W+1||scrolls){out.push({tag:e.tagName.toLowerCase(),cls:String(e.className).slice(0,60),
 right:Math.round(r.right),scroll:scrolls?e.scrollWidth-e.clientWidth:0,text:(e.innerText||'').slice(0,60)});}});

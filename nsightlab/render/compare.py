@@ -131,10 +131,19 @@ def open_groups(rows: pd.DataFrame, most: int = 4) -> set[str]:
 
 
 def table(df: pd.DataFrame, name: str, wrap: bool = False) -> str:
-    """A comparison table as HTML (:func:`nsightlab.render.page.table_html`), verdicts coloured: numbers
-    right-aligned and never wrapping after the first column (``wrap``: text, left-aligned, wrapping)."""
-    return table_html(df, name=name, collapse=False, right=[] if wrap else list(df.columns[1:]),
+    """A comparison table as HTML (:func:`nsightlab.render.page.table_html`), verdicts coloured: numbers and
+    short values right-aligned and never wrapping after the first column, long text (a kernel's signature)
+    left-aligned and wrapping, so that the table fits the page (``wrap``: every column text)."""
+    def short(col: str) -> bool:
+        return bool(df[col].astype(str).str.len().max() <= SHORT_CELL) if len(df) else True
+
+    right = [] if wrap else [c for c in df.columns[1:] if short(c)]
+    return table_html(df, name=name, collapse=False, right=right,
                       cell_css={"verdict": lambda v: VERDICT_CSS.get(v, "color:#666")})
+
+
+#: a table cell of at most this many characters is a value (right-aligned, never wrapped); longer ones are text
+SHORT_CELL = 24
 
 
 def _moves(r: pd.DataFrame, sign: int, n: int = 5) -> str:

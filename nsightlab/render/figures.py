@@ -90,8 +90,12 @@ def set_plotlyjs(src: str) -> None:
 
 #: draws a page's figures: the first at once, the others when they come within a screen of the window
 #: (IntersectionObserver), and whatever is left one at a time once the page has loaded and the browser is idle, so
-#: that a long page shows its first figure as fast as a short one and is complete soon after
-LOADER = """<script>(function(){if(window.nslFigure)return;var all=[],io=null;
+#: that a long page shows its first figure as fast as a short one and is complete soon after; the page keeps its
+#: vertical scrollbar from the start, so a figure drawn while the page is still short is not left 15 px too wide
+#: (a scrollbar that appears later resizes no window, so plotly does not redraw), and a figure's output area never
+#: scrolls (a figure a pixel taller than its box, from rounding, would give it a scrollbar and a sideways scroll)
+LOADER = """<style>html{overflow-y:scroll}.jp-OutputArea-output:has(>.nsl-fig){overflow:visible}</style>
+<script>(function(){if(window.nslFigure)return;var all=[],io=null;
 function draw(el){if(el.getAttribute('data-drawn')||typeof Plotly==='undefined')return;el.setAttribute('data-drawn','1');
 var f=JSON.parse(document.getElementById(el.id+'-spec').textContent);Plotly.newPlot(el,f.data,f.layout,f.config);}
 function idle(){var next=all.find(function(e){return !e.getAttribute('data-drawn');});if(!next)return;draw(next);

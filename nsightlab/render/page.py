@@ -557,7 +557,7 @@ def _fit_css(uid: str, aligned: list[int], widths: list[tuple[int, str]], column
     """The rules that keep table ``uid`` within the page (about 1180 px): headers wrap between words, text
     cells wrap anywhere a long name, path or message must break (numbers, right-aligned, never wrap), and
     the first column stays in view should the table still scroll sideways. ``widths``: (column, CSS min-width);
-    a table of many ``columns`` has narrower cell padding."""
+    a table of many ``columns`` has narrower cell padding, and past 16 a smaller type."""
     t = f"#T_{uid}"
     rules = [f"{t} thead th{{white-space:normal;overflow-wrap:normal;min-width:3em}}",
              f"{t} td{{overflow-wrap:anywhere}}",
@@ -565,7 +565,9 @@ def _fit_css(uid: str, aligned: list[int], widths: list[tuple[int, str]], column
              f"{t} thead th.col0{{background:#f5f6f9}}"]
     rules += [f"{t} td.col{i}{{text-align:right;white-space:nowrap;overflow-wrap:normal}}" for i in aligned]
     rules += [f"{t} td.col{i}{{min-width:{w}}}" for i, w in widths if w not in ("0em", "0")]
-    if columns > 8:
+    if columns > 16:  # a wide table: a smaller type, so that it still fits at 1400 px
+        rules.append(f"{t} th,{t} td{{padding-left:.3em;padding-right:.3em;font-size:.86em}}")
+    elif columns > 8:
         rules.append(f"{t} th,{t} td{{padding-left:.4em;padding-right:.4em}}")
     return " ".join(rules)
 
