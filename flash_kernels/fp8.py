@@ -29,8 +29,8 @@ from typing import Any
 
 import torch
 
-from . import _build, _ops
-from .hadamard import rotate_qk
+from . import _build, _ops, quantize
+from .hadamard import _check_seed, rotate_qk
 from .registry import unavailable_reason
 from .variants import kernel
 
@@ -242,8 +242,9 @@ def profiled_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     ``flash_wgmma_fp8``): fp16 or bf16 q, k, v are quantized per tensor and Vt made on the first call with these
     tensors (checked as :func:`attention_fp8` checks them), then kept, keyed by the tensors' storage, shape and version, so a
     later call (the one a capture's range holds, after the warm-up) runs the FP8 kernel alone. Output in q's dtype.
-    ``rotate``: Q and K rotated first (:func:`flash_kernels.hadamard.rotate_qk`, seed 0, in fp32) as part of that
-    preparation, so the range holds the same kernel; only the result's error changes."""
+    ``rotate``: Q and K rotated first (Hadamard seed 0) as part of that preparation, so the range holds the same
+    kernel; only the result's error changes. Quantized as :func:`attention_fp8_from` quantizes (the fused kernels
+    wherever they can), so both give the same result."""
     if not isinstance(q, torch.Tensor) or q.dtype not in _OUT_DTYPES:
         raise TypeError(f"profiled_forward takes fp16 or bf16 tensors to quantize; got "
                         f"{q.dtype if isinstance(q, torch.Tensor) else type(q).__name__}")
@@ -253,34 +254,62 @@ def profiled_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     prep = _PREPARED.get(key)
     if prep is None:
         _PREPARED.clear()
-        qq, kk = _rotated(q, k) if rotate else (q, k)
-        (q8, dq), (k8, dk), (v8, dv) = (quantize_e4m3(t) for t in (qq, kk, v))
+        (q8, dq), (k8, dk), (v8, dv) = _quantized(q, k, v, rotate, 0, None)
         prep = _PREPARED[key] = _prepare(q8, k8, v8, dq, dk, dv, causal, scale, q.dtype, 0.0)
     return forward_vt(*prep)[0]
 
 
-def _rotated(q: Any, k: Any, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def _quantized(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rotate: bool, seed: int,
+               fused: bool | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(x8, descale) of q, k, v per tensor, Q and K rotated first with ``rotate``: by the fused Triton kernels
+    (:mod:`flash_kernels.quantize`) unless ``fused`` is False or they cannot take an input (then the torch
+    operations: :func:`_rotated`, :func:`quantize_e4m3`; ``fused`` True refuses that)."""
+    if fused is not None and not isinstance(fused, bool):
+        raise TypeError(f"fused must be None (wherever it can), True or False; got {fused!r}")
+    why = next((f"{n}: {r}" for n, t in (("q", q), ("k", k), ("v", v)) if (r := quantize.fused_reason(t))), None)
+    if fused and why:
+        raise ValueError(f"attention_fp8_from(fused=True): the fused quantization cannot take {why}")
+    if rotate:
+        _rotated(q, k, seed, check_only=True)
+    if fused is not False and why is None:
+        rs = _check_seed(seed) if rotate else None
+        return [quantize.quantize_e4m3_fused(q, rs), quantize.quantize_e4m3_fused(k, rs),
+                quantize.quantize_e4m3_fused(v)]
+    if rotate:
+        q, k = _rotated(q, k, seed)
+    return [quantize_e4m3(t) for t in (q, k, v)]
+
+
+def _rotated(q: Any, k: Any, seed: int = 0, check_only: bool = False) -> Any:
     """rotate_qk's fp32 products, after the kernel's shape check (so that D = 96 is refused as the kernel refuses
-    it, not as a Hadamard size)."""
+    it, not as a Hadamard size); ``check_only``: the checks alone."""
     for name, t in (("q", q), ("k", k)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() != 4 or t.shape[-1] not in _HEAD_DIMS:
             raise ValueError(f"attention_fp8 supports 4-D [B, H, N, D] tensors of head dim {_HEAD_DIMS}; got "
                              f"{name} of shape {tuple(t.shape)}")
+    if check_only:
+        _check_seed(seed)
+        return None
     return rotate_qk(q, k, seed, out_dtype=torch.float32)
 
 
 def attention_fp8_from(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                        scale: float | None = None, rotate: bool = False, seed: int = 0,
-                       out_dtype: torch.dtype | None = None, return_lse: bool = False) -> Any:
+                       out_dtype: torch.dtype | None = None, return_lse: bool = False,
+                       fused: bool | None = None) -> Any:
     """The FP8 forward from unquantized fp32, fp16 or bf16 q, k, v: each quantized per tensor
     (:func:`quantize_e4m3`), then :func:`attention_fp8`. With ``rotate``, Q and K are first multiplied by the
     random orthogonal Hadamard matrix of ``seed`` (:func:`flash_kernels.hadamard.rotate_qk`, in fp32, rounded once
     to e4m3): the attention is the same in exact arithmetic (scale still defaults to 1/sqrt(D)), outliers along D
     are spread out before quantization; V is not rotated. Output in ``out_dtype`` (bf16 or fp16; default q's dtype,
     bf16 for fp32 q), with the LSE if ``return_lse``. Nothing is kept between calls: the quantization, the
-    rotation and Vt are done on every call (a timer of this call times them all with the kernel)."""
+    rotation and Vt are done on every call (a timer of this call times them all with the kernel).
+
+    ``fused`` (default: wherever it can): quantize, and rotate, with :func:`flash_kernels.quantize.quantize_e4m3_fused`
+    (two Triton passes over each 16-bit input, the rotation inside them) instead of the torch operations; False takes
+    the torch path, True refuses inputs the fused kernels cannot take."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -291,8 +320,6 @@ def attention_fp8_from(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
         raise TypeError(f"rotate must be a bool, got {type(rotate).__name__}")
     if out_dtype is None:
         out_dtype = q.dtype if q.dtype in _OUT_DTYPES else torch.bfloat16
-    if rotate:
-        q, k = _rotated(q, k, seed)
-    (q8, dq), (k8, dk), (v8, dv) = (quantize_e4m3(t) for t in (q, k, v))
+    (q8, dq), (k8, dk), (v8, dv) = _quantized(q, k, v, rotate, seed, fused)
     return attention_fp8(q8, k8, v8, dq, dk, dv, causal=causal, scale=scale, out_dtype=out_dtype,
                          return_lse=return_lse)

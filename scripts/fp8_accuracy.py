@@ -83,8 +83,10 @@ def timing_row(D: int, N: int, causal: bool, flush: L2Flusher, hold: GpuHold, a:
     row["kernel_ms"] = _median_ms(lambda: fp8.forward_vt(*prep), flush, hold, a)
     for method in METHODS:
         rotate = method == "rotated"
-        row[f"ms_{method}"] = _median_ms(lambda r=rotate: fp8.attention_fp8_from(q, k, v, causal=causal, rotate=r),
-                                         flush, hold, a)
+        for fused, tail in ((True, ""), (False, "_torch")):  # the fused Triton quantization, and the torch one
+            row[f"ms_{method}{tail}"] = _median_ms(
+                lambda r=rotate, f=fused: fp8.attention_fp8_from(q, k, v, causal=causal, rotate=r, fused=f),
+                flush, hold, a)
     row["ms_ratio"] = row["ms_rotated"] / row["ms_per_tensor"]
     # the work of the rotation alone (two fp32 products along D), for the reader
     row["ms_rotation"] = _median_ms(lambda: hadamard.rotate_qk(q, k, out_dtype=torch.float32), flush, hold, a)
@@ -212,9 +214,11 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # noqa: BLE001
             tim.append({"D": D, "N": N, "causal": c, "status": f"error: {type(e).__name__}: {e}"})
         torch.cuda.empty_cache()
-    print("\nmedian ms per call (quantization + [rotation] + Vt + kernel; L2 flushed; ratio = rotated / per-tensor)")
+    print("\nmedian ms per call (quantization + [rotation] + Vt + kernel; L2 flushed; ratio = rotated / per-tensor, both "
+          "with the fused Triton quantization; *_torch: the torch operations)")
     print(table(tim, ["D", "N", "causal", "B", "H", "kernel_ms", "ms_per_tensor", "ms_rotated", "ms_ratio",
-                      "ms_rotation", "tflops_per_tensor", "status"]), flush=True)
+                      "ms_per_tensor_torch", "ms_rotated_torch", "ms_rotation", "tflops_per_tensor", "status"]),
+          flush=True)
 
     exposed, how = cudnn_fp8_probe()
     cudnn: list[dict[str, Any]] = []

@@ -325,3 +325,19 @@ def test_outlier_normal_is_fa3s_distribution_drawn_in_order():
     assert torch.equal(plain, torch.randn(10, generator=torch.Generator().manual_seed(4)))
     with pytest.raises(ValueError, match="p must be in"):
         hadamard.outlier_normal(3, p=2.0)
+
+
+def test_the_fused_quantization_says_what_it_cannot_take_and_a_forced_one_is_refused():
+    """flash_kernels.quantize takes 16-bit CUDA tensors of head dim 64 or 128 (else the torch path is taken);
+    attention_fp8_from(fused=True) on anything else is refused in one sentence, fused of another type too."""
+    from flash_kernels import quantize
+
+    x = torch.zeros(1, 1, 4, 64, dtype=torch.float16)
+    assert quantize.fused_reason(x) in ("not a CUDA tensor", "triton is not installed")
+    with pytest.raises(ValueError, match="fused=True.*cannot take q"):
+        fp8.attention_fp8_from(x, x, x, fused=True)
+    with pytest.raises(TypeError, match="fused must be None"):
+        fp8.attention_fp8_from(x, x, x, fused="yes")
+    with pytest.raises(ValueError, match="quantize_e4m3_fused"):
+        quantize.quantize_e4m3_fused(x)
+
