@@ -63,7 +63,7 @@ def build(verbose: bool = False, modules: list[str] | tuple[str, ...] | None = N
 def resource_usage(arch: str | None = None) -> list[dict[str, Any]]:
     """ptxas's report per kernel (registers, shared memory, stack, spills), from compiling each .cu
     for ``arch`` (default: the current GPU's, else sm_90); a file of an architecture-specific module
-    (sources.ModuleSpec.arch, e.g. sm_90a) for its own target."""
+    (variants.Kernel.arch, e.g. sm_90a) for its own target."""
     from dataclasses import asdict
 
     from .sources import cu_files, ptxas_reports

@@ -3,7 +3,7 @@
 Each source file is its own module, built on first use; :func:`build_all` builds them all in
 parallel threads (each load_inline runs its own ninja/nvcc subprocesses). Warm loads hit
 load_inline's cache and take milliseconds. A module with an architecture-specific target
-(``ModuleSpec.arch``, e.g. sm_90a for wgmma) is built for that target only, and only on a GPU of
+(``Kernel.arch``, e.g. sm_90a for wgmma) is built for that target only, and only on a GPU of
 its compute capability; :func:`build_all` leaves it out elsewhere.
 """
 

@@ -15,7 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .registry import KERNELS
-from .variants import ARCH_CAPABILITY  # noqa: F401 - the targets' compute capabilities, read from here too
+from .variants import (
+    ARCH_CAPABILITY,  # noqa: F401 - the targets' compute capabilities, read from here too
+    Kernel,
+)
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 REPO = CSRC.parents[1]
@@ -24,25 +27,12 @@ REPO = CSRC.parents[1]
 NVCC_FLAGS: tuple[str, ...] = ("-O3", "-lineinfo", "-std=c++17")
 
 
-@dataclass(frozen=True)
-class ModuleSpec:
-    """One extension module: a .cu file of kernels + a .cpp binding, built by one load_inline call."""
-
-    name: str
-    cu: str
-    cpp: str
-    functions: tuple[str, ...]
-    #: an architecture-specific target (e.g. "sm_90a": wgmma, setmaxnreg) the module is built for
-    #: instead of the GPU's own; such a module runs only on GPUs of that exact compute capability
-    arch: str | None = None
-
-
 #: One module per source file (one file per step of the ladder, in the story's order), so that they
-#: compile in parallel and rebuild independently: made from the kernel modules' contracts (registry.KERNELS:
-#: flash_kernels.variants.KERNELS and any a variant's entry declares).
-MODULES: dict[str, ModuleSpec] = {
-    k.module: ModuleSpec(k.module, k.cu, k.cpp, k.functions, k.arch) for k in KERNELS.values()
-}
+#: compile in parallel and rebuild independently: the kernel modules' contracts themselves (registry.KERNELS:
+#: flash_kernels.variants.KERNELS and any a variant's entry declares), each a :class:`~flash_kernels.variants.Kernel`
+#: (its .cu, its .cpp binding, the functions it exports, and its architecture-specific target, e.g. "sm_90a" for
+#: wgmma and setmaxnreg: such a module runs only on GPUs of that exact compute capability).
+MODULES: dict[str, Kernel] = dict(KERNELS)
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*$', re.MULTILINE)
 
