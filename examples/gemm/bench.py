@@ -139,11 +139,8 @@ def main(argv: list[str] | None = None, measure_fn: Callable[..., dict[str, Any]
     t0 = time.perf_counter()
     todo = [(c, pass_) for c in cases(_ints(a.M), _ints(a.N), _ints(a.K), a.dtype) for pass_ in a.passes.split(",")]
     impls = [_implementation(x.strip()) for x in a.impl.split(",") if x.strip()]
-    if measure_fn is measure:
-        timed = [(c, pass_, measure_fn(c, pass_, a.warmup, a.reps, a.budget_ms, impl=i)) for i in impls
-                 for c, pass_ in todo]
-    else:  # a stand-in measurement (tests): the default implementation
-        timed = [(c, pass_, measure_fn(c, pass_, a.warmup, a.reps, a.budget_ms)) for c, pass_ in todo]
+    timed = [(c, pass_, measure_fn(c, pass_, a.warmup, a.reps, a.budget_ms, impl=i)) for i in impls
+             for c, pass_ in todo]
     from nsightlab.core.environment import environment
 
     path = write(rows(a.suite, timed), Path(a.out), a.suite, {

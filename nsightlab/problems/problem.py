@@ -195,7 +195,12 @@ class Problem:
             raise ValueError(f"problem {self.name}: {unknown} are not among its parameters {names}")
 
     def parameter(self, name: str) -> Parameter:
-        return next(p for p in self.parameters if p.name == name)
+        """The parameter called ``name``; KeyError naming the problem's parameters where it has none."""
+        for p in self.parameters:
+            if p.name == name:
+                return p
+        raise KeyError(f"problem {self.name} has no parameter {name!r}; its parameters: "
+                       f"{[p.name for p in self.parameters]}")
 
     @property
     def key_fields(self) -> tuple[str, ...]:

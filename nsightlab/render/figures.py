@@ -472,13 +472,13 @@ def _bench_axes(d: pd.DataFrame) -> tuple[str, list[str], list[str]]:
 
 
 def _axis_title(d: pd.DataFrame, axis: str) -> str:
-    """``sequence length N`` style: the parameter's description (its first words) and its name."""
+    """``N (query length)`` style: the parameter's name and the first words of its help."""
     try:
-        text = problem_of(d).parameter(axis).description
-    except (StopIteration, KeyError, ValueError, AttributeError):
+        text = problem_of(d).parameter(axis).help
+    except KeyError:  # not one of the problem's parameters
         text = ""
     short = re.split(r"[:;,(]", text or "")[0].strip()
-    return f"{short} {axis}" if short and len(short) <= 40 else axis
+    return f"{axis} ({short})" if short and len(short) <= 40 else axis
 
 
 def _trace_style(d: pd.DataFrame, st: Style, name: str) -> tuple[list[str], dict[str, str], dict[str, str], dict[str, str]]:
@@ -533,7 +533,7 @@ def throughput_vs_n(df: pd.DataFrame, suite: str, dtype: str, title: str, style:
         for i, shp in enumerate(reversed(shapes), 1):  # plotly numbers facet rows from the bottom
             v = ok.loc[ok["shape"] == shp, "tflops"]
             lo, hi = float(v.min()), float(v.max())
-            pad = max(0.04 * hi, 0.5 * (hi - lo) * 0.15)
+            pad = max(0.04 * hi, 0.075 * (hi - lo))
             fig.update_yaxes(range=[max(lo - pad, 0.0), hi + pad], row=i)
     log_axis(fig, "x", ok[axis].min(), ok[axis].max(), pad=1.15)
     fig.update_yaxes(title_text="")
