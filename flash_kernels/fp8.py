@@ -16,6 +16,12 @@ must be positive and finite, as :func:`quantize_e4m3` makes it.
 
     out = fk.fp8.attention_fp8_from(q, k, v, causal=True, rotate=True)   # quantize (+ rotate) and run, one call
 
+Per-block scales (FlashAttention-3's block quantization): ``quantize_e4m3(x, scales="block")`` gives one descale per
+:data:`SCALE_BLOCK` rows of every [N, D] plane, [B, H, ceil(N / 128)]; :func:`attention_fp8` takes such tensors for
+any of the three descales (a per-tensor descale beside them stands for all its blocks), and
+``attention_fp8_from(..., scales="block")`` quantizes that way. A block's rows share one scale, so an outlier costs
+only its own block's resolution.
+
 ``rotate=True`` (:func:`attention_fp8_from`, :func:`profiled_forward`): FlashAttention-3's incoherent processing,
 Q and K multiplied by one random orthogonal Hadamard matrix along D before they are quantized
 (flash_kernels.hadamard); the scores are unchanged in exact arithmetic, outliers are spread over D coordinates.
@@ -45,20 +51,65 @@ _HEAD_DIMS = (64, 128)
 PINGPONG_HEAD_DIMS = (128,)
 #: keys per group of Vt's permuted order (flash_wgmma_fp8.cu: one k32 step of O += P V)
 VT_GROUP = _KERNEL.constants["vt_group"]
+#: rows of a Q, K or V plane that share one descale with scales="block" (the kernel's query block and K/V tile)
+SCALE_BLOCK = _KERNEL.constants["scale_block"]
+#: the choices of scales: one descale per tensor, or one per SCALE_BLOCK rows of each plane
+SCALES = tuple(_KERNEL.field("scales").values)
+#: where O's sum over the K/V tiles is kept: fp32 registers (each tile's P V added by the CUDA cores) or the tensor
+#: cores' accumulator (FlashAttention-3's way; frees 64 registers for the softmax's overlap with P V)
+O_SUMS = tuple(_KERNEL.field("o_sum").values)
+#: attention_fp8_from's and profiled_forward's quantization by default: the issue's rule, the most accurate setting
+#: whose whole call costs under 5 % more than per-tensor's, applied to scripts/fp8_accuracy.py's measurement on an
+#: H200 (profiles/_bench/nvidia-h200/fp8_accuracy.log): per block + rotation, mean error 0.052 against per-tensor's
+#: 0.073 (FlashAttention-3's outlier inputs and standard normal ones), 0.80-0.96x per-tensor's time (per-block
+#: quantization takes one pass over each input, per-tensor two)
+DEFAULT_ROTATE, DEFAULT_SCALES = True, "block"
 _MODULE = _KERNEL.module
 #: the share of the softmax's exponentials computed by a polynomial on the FMA units instead of the SFU, and its
 #: option code (the field exp_on_fma; wgmma_softmax.cuh: exp2_poly)
 EXP_ON_FMA = dict(_KERNEL.field("exp_on_fma").values)
 
 
-def quantize_e4m3(x: torch.Tensor, amax: float | torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x8, descale): x scaled per tensor into e4m3's range (amax -> 448) and rounded; x ~= x8 * descale.
+def check_o_sum(o_sum: Any) -> str:
+    if not isinstance(o_sum, str) or o_sum not in O_SUMS:
+        raise ValueError(f"o_sum must be one of {list(O_SUMS)} (O summed in fp32 registers, or in the tensor cores' "
+                         f"accumulator); got {o_sum!r}")
+    return o_sum
 
-    ``amax`` defaults to max|x| (computed on x's device; no host synchronisation). descale is a 0-d fp32
-    tensor on x's device; an all-zero x gets descale 1."""
+
+def check_scales(scales: Any) -> str:
+    if not isinstance(scales, str) or scales not in SCALES:
+        raise ValueError(f"scales must be one of {list(SCALES)} (one descale per tensor, or per {SCALE_BLOCK} rows "
+                         f"of each plane); got {scales!r}")
+    return scales
+
+
+def block_descales(x: torch.Tensor, descale: torch.Tensor) -> torch.Tensor:
+    """The per-block descale [..., ceil(N / SCALE_BLOCK)] of x [..., N, D] spread over x's rows: [..., N, 1] (so
+    that x8 * block_descales(x8, d) is the dequantized tensor)."""
+    return descale.repeat_interleave(SCALE_BLOCK, dim=-1)[..., : x.shape[-2], None]
+
+
+def quantize_e4m3(x: torch.Tensor, amax: float | torch.Tensor | None = None,
+                  scales: str = "tensor") -> tuple[torch.Tensor, torch.Tensor]:
+    """(x8, descale): x scaled into e4m3's range (amax -> 448) and rounded.
+
+    ``scales="tensor"``: one descale, x ~= x8 * descale; ``amax`` defaults to max|x| (computed on x's device; no
+    host synchronisation); descale is a 0-d fp32 tensor on x's device; an all-zero x gets descale 1.
+    ``scales="block"``: x [..., N, D] (two dimensions at least) gets one descale per :data:`SCALE_BLOCK` rows of
+    each [N, D] plane, from that block's max|x|: descale [..., ceil(N / 128)] fp32, x ~= x8 *
+    :func:`block_descales` (x, descale); ``amax`` is not taken."""
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dtype == torch.float8_e4m3fn:
         got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
         raise TypeError(f"quantize_e4m3 takes a floating-point tensor (fp32, fp16, bf16) to quantize; got {got}")
+    if check_scales(scales) == "block":
+        if amax is not None:
+            raise ValueError("quantize_e4m3(scales='block') takes each block's own max|x|; amax is for "
+                             "scales='tensor'")
+        if x.dim() < 2:
+            raise ValueError(f"quantize_e4m3(scales='block') takes x [..., N, D] (blocks of {SCALE_BLOCK} rows); "
+                             f"got shape {tuple(x.shape)}")
+        return _quantize_blocks(x)
     if amax is None:
         amax_t = x.detach().abs().amax().float()
     elif isinstance(amax, torch.Tensor):
@@ -70,6 +121,19 @@ def quantize_e4m3(x: torch.Tensor, amax: float | torch.Tensor | None = None) -> 
     descale = torch.where(amax_t > 0, amax_t / E4M3_MAX, torch.ones_like(amax_t))
     x8 = (x.float() / descale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
     return x8, descale
+
+
+def _quantize_blocks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """quantize_e4m3(x, scales="block") in torch operations: zero rows pad N to whole blocks, then each block's
+    max|x| sets its descale."""
+    N, D = x.shape[-2:]
+    nb = -(-N // SCALE_BLOCK)
+    xf = torch.nn.functional.pad(x.detach().float(), (0, 0, 0, nb * SCALE_BLOCK - N))
+    xb = xf.reshape(*x.shape[:-2], nb, SCALE_BLOCK, D)
+    amax = xb.abs().amax(dim=(-2, -1))
+    descale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+    x8 = (xb / descale[..., None, None]).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    return x8.reshape(*x.shape[:-2], nb * SCALE_BLOCK, D)[..., :N, :].contiguous(), descale
 
 
 def vt_e4m3(v8: torch.Tensor) -> torch.Tensor:
@@ -112,14 +176,21 @@ def vt_key_of_column(col: int) -> int:
     return g * VT_GROUP + 16 * hh + 8 * j + 2 * t + e
 
 
-def _check_descale(name: str, d: Any) -> None:
+def _check_descale(name: str, d: Any, blocks: tuple[int, int, int]) -> bool:
+    """Whether descale ``d`` is per block (a tensor of shape ``blocks`` = (B, H, ceil(N / 128)) of its tensor), after
+    checking that it is that or a per-tensor one (a positive float, a one-element tensor)."""
     if isinstance(d, torch.Tensor):
-        if d.numel() != 1 or not d.is_floating_point() or d.dtype == torch.float8_e4m3fn:
-            raise ValueError(f"{name} must be a positive float or a one-element floating-point tensor; got a "
-                             f"{d.dtype} tensor of shape {tuple(d.shape)}")
-    elif isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) or d <= 0:
+        if not d.is_floating_point() or d.dtype == torch.float8_e4m3fn or (
+                d.numel() != 1 and tuple(d.shape) != blocks):
+            raise ValueError(f"{name} must be a positive float, a one-element floating-point tensor (per tensor) or "
+                             f"a floating-point tensor of shape {blocks} (per block of {SCALE_BLOCK} rows: "
+                             f"[B, heads, ceil(N / {SCALE_BLOCK})]); got a {d.dtype} tensor of shape "
+                             f"{tuple(d.shape)}")
+        return d.numel() != 1 or tuple(d.shape) == blocks
+    if isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) or d <= 0:
         raise ValueError(f"{name} must be a positive finite float or a one-element tensor (x ~= x8 * descale); "
                          f"got {d!r}")
+    return False
 
 
 @functools.lru_cache(maxsize=64)
@@ -130,13 +201,13 @@ def _descale_floats(values: tuple[float, float, float], device: torch.device) ->
 
 
 def _descale(name: str, d: Any, device: torch.device) -> torch.Tensor:
-    """A checked descale as a one-element fp32 tensor on ``device``."""
+    """A checked descale as an fp32 tensor on ``device`` (one element, or its blocks)."""
     if isinstance(d, torch.Tensor):
         if d.device != device:
             raise ValueError(f"{name} is on {d.device} but q8 is on {device}; a tensor descale must share q8's "
                              f"device")
-        return d.detach().float().reshape(1)
-    return torch.tensor([float(d)], dtype=torch.float32, device=device)
+        return d.detach().float()
+    return torch.tensor(float(d), dtype=torch.float32, device=device)
 
 
 def _check(q8: Any, k8: Any, v8: Any, out_dtype: Any) -> tuple[int, ...]:
@@ -163,14 +234,16 @@ def _check(q8: Any, k8: Any, v8: Any, out_dtype: Any) -> tuple[int, ...]:
 def attention_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, descale_q: Any, descale_k: Any,
                   descale_v: Any, causal: bool = False, scale: float | None = None,
                   out_dtype: torch.dtype = torch.bfloat16, return_lse: bool = False,
-                  exp_on_fma: float = 0.0) -> Any:
+                  exp_on_fma: float = 0.0, o_sum: str = "fp32") -> Any:
     """softmax(scale * (q8 dq)(k8 dk)^T) (v8 dv) from e4m3 inputs; the output in ``out_dtype`` (bf16 or fp16),
     with the fp32 LSE [B, H, Nq] (natural log of the row sums of exp(scale * real scores)) if ``return_lse``.
     scale defaults to 1/sqrt(D); causal masking is top-left aligned (query i sees keys j <= i). ``exp_on_fma``
     (0, 0.25 or 0.5): the share of the softmax's exponentials computed by a degree-3 polynomial on the FMA
-    units instead of the SFU (relative error <= 1.8e-4, below e4m3's rounding of P)."""
+    units instead of the SFU (relative error <= 1.8e-4, below e4m3's rounding of P). ``o_sum`` (:data:`O_SUMS`):
+    where O's sum over the K/V tiles is kept, "fp32" registers or the "tensor" cores' accumulator."""
+    check_o_sum(o_sum)
     out, lse = forward_vt(*_prepare(q8, k8, v8, descale_q, descale_k, descale_v, causal, scale, out_dtype,
-                                     exp_on_fma))
+                                     exp_on_fma), o_sum=o_sum)
     return (out, lse) if return_lse else out
 
 
@@ -185,16 +258,21 @@ def _prepare(q8: Any, k8: Any, v8: Any, descale_q: Any, descale_k: Any, descale_
     if isinstance(exp_on_fma, bool) or exp_on_fma not in EXP_ON_FMA:
         raise ValueError(f"exp_on_fma must be one of {sorted(EXP_ON_FMA)}; got {exp_on_fma!r}")
     names, ds = ("descale_q", "descale_k", "descale_v"), (descale_q, descale_k, descale_v)
-    for name, d in zip(names, ds, strict=True):
-        _check_descale(name, d)
+    nb = (-(-Nq // SCALE_BLOCK), -(-Nk // SCALE_BLOCK))
+    shapes = ((B, H, nb[0]), (B, Hkv, nb[1]), (B, Hkv, nb[1]))
+    per_block = [_check_descale(name, d, blk) for name, d, blk in zip(names, ds, shapes, strict=True)]
     _ops._check_devices(("q8", "k8", "v8"), (q8, k8, v8))
     why = unavailable_reason("flash_wgmma", torch.cuda.get_device_capability(q8.device))
     if why is not None:
         raise ValueError(why.replace("flash_wgmma", "attention_fp8 (flash_wgmma's FP8 path)", 1))
-    if not any(isinstance(d, torch.Tensor) for d in ds):  # floats: one cached device tensor, no copy per call
+    descale: torch.Tensor | tuple[torch.Tensor, ...]
+    if any(per_block):  # three [planes * blocks] fp32 arrays; a per-tensor descale stands for all its blocks
+        descale = tuple(_descale(n, d, q8.device).expand(blk).contiguous().reshape(-1)
+                        for n, d, blk in zip(names, ds, shapes, strict=True))
+    elif not any(isinstance(d, torch.Tensor) for d in ds):  # floats: one cached device tensor, no copy per call
         descale = _descale_floats(tuple(float(d) for d in ds), q8.device)
     else:
-        descale = torch.cat([_descale(n, d, q8.device) for n, d in zip(names, ds, strict=True)])
+        descale = torch.cat([_descale(n, d, q8.device).reshape(1) for n, d in zip(names, ds, strict=True)])
     q8, k8 = q8.contiguous(), k8.contiguous()
     if sc < 0:  # the kernel's softmax keeps the running max of the raw scores (scale > 0): flip q's sign bit
         q8 = (q8.view(torch.uint8) ^ 0x80).view(torch.float8_e4m3fn)
@@ -202,11 +280,13 @@ def _prepare(q8: Any, k8: Any, v8: Any, descale_q: Any, descale_k: Any, descale_
     return q8, k8, vt_e4m3(v8.contiguous()), descale, causal, sc, out_dtype, exp_on_fma
 
 
-def forward_vt(q8: torch.Tensor, k8: torch.Tensor, vt: torch.Tensor, descale: torch.Tensor, causal: bool,
-               scale: float, out_dtype: torch.dtype, exp_on_fma: float = 0.0,
-               pingpong: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def forward_vt(q8: torch.Tensor, k8: torch.Tensor, vt: torch.Tensor, descale: torch.Tensor | tuple[torch.Tensor, ...],
+               causal: bool, scale: float, out_dtype: torch.dtype, exp_on_fma: float = 0.0,
+               pingpong: bool | None = None, o_sum: str = "fp32") -> tuple[torch.Tensor, torch.Tensor]:
     """The kernel alone, unchecked: q8, k8 contiguous e4m3, vt = :func:`vt_e4m3` (v8), descale = fp32
-    [dq, dk, dv] on the device, scale > 0. For benchmarks that time the kernel without Vt's preparation;
+    [dq, dk, dv] on the device (per tensor) or a tuple of the three contiguous fp32 block arrays (per block:
+    [B, H, ceil(Nq / 128)] and twice [B, Hkv, ceil(Nk / 128)]), scale > 0. For benchmarks that time the kernel
+    without Vt's preparation;
     :func:`attention_fp8` is the checked entry point. ``pingpong``: the two consumer warpgroups take turns to
     issue their products; None: where it was measured faster (:data:`PINGPONG_HEAD_DIMS`, flash_wgmma_fp8.cu's
     header)."""
@@ -215,8 +295,10 @@ def forward_vt(q8: torch.Tensor, k8: torch.Tensor, vt: torch.Tensor, descale: to
     lse = _ops._alloc((B, H, Nq), torch.float32, q8.device)
     if pingpong is None:
         pingpong = D in PINGPONG_HEAD_DIMS
-    code = _KERNEL.encode(out_dtype=_OUT_DTYPES[out_dtype], exp_on_fma=exp_on_fma, pingpong=bool(pingpong))
-    _build.load(_MODULE).fwd(code, q8, k8, vt, o, lse, [descale], scale, causal)
+    per_block = isinstance(descale, tuple)
+    code = _KERNEL.encode(out_dtype=_OUT_DTYPES[out_dtype], exp_on_fma=exp_on_fma, pingpong=bool(pingpong),
+                          scales="block" if per_block else "tensor", o_sum=o_sum)
+    _build.load(_MODULE).fwd(code, q8, k8, vt, o, lse, list(descale) if per_block else [descale], scale, causal)
     return o, lse
 
 
@@ -237,31 +319,37 @@ _PREPARED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
 
 def profiled_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-                     scale: float | None = None, rotate: bool = False) -> torch.Tensor:
+                     scale: float | None = None, rotate: bool = DEFAULT_ROTATE, scales: str = DEFAULT_SCALES,
+                     o_sum: str = "fp32") -> torch.Tensor:
     """The FP8 forward as an implementation of nsightlab's attention problem (flash_kernels.study registers it as
-    ``flash_wgmma_fp8``): fp16 or bf16 q, k, v are quantized per tensor and Vt made on the first call with these
+    ``flash_wgmma_fp8``): fp16 or bf16 q, k, v are quantized (by default as :func:`attention_fp8_from` does) and Vt
+    made on the first call with these
     tensors (checked as :func:`attention_fp8` checks them), then kept, keyed by the tensors' storage, shape and version, so a
     later call (the one a capture's range holds, after the warm-up) runs the FP8 kernel alone. Output in q's dtype.
-    ``rotate``: Q and K rotated first (Hadamard seed 0) as part of that preparation, so the range holds the same
-    kernel; only the result's error changes. Quantized as :func:`attention_fp8_from` quantizes (the fused kernels
-    wherever they can), so both give the same result."""
+    ``rotate`` (default True): Q and K rotated first (Hadamard seed 0) as part of that preparation, so the range holds the same
+    kernel; only the result's error changes. ``scales``: per tensor, or per block (the kernel's per-block
+    variant). Quantized as :func:`attention_fp8_from` quantizes (the fused kernels wherever they can), so both give
+    the same result."""
     if not isinstance(q, torch.Tensor) or q.dtype not in _OUT_DTYPES:
         raise TypeError(f"profiled_forward takes fp16 or bf16 tensors to quantize; got "
                         f"{q.dtype if isinstance(q, torch.Tensor) else type(q).__name__}")
     if not isinstance(rotate, bool):
         raise TypeError(f"rotate must be a bool, got {type(rotate).__name__}")
-    key = tuple((t.data_ptr(), tuple(t.shape), t.dtype, t._version) for t in (q, k, v)) + (causal, scale, rotate)
+    check_scales(scales)
+    check_o_sum(o_sum)
+    key = tuple((t.data_ptr(), tuple(t.shape), t.dtype, t._version) for t in (q, k, v)) + (causal, scale, rotate,
+                                                                                          scales)
     prep = _PREPARED.get(key)
     if prep is None:
         _PREPARED.clear()
-        (q8, dq), (k8, dk), (v8, dv) = _quantized(q, k, v, rotate, 0, None)
+        (q8, dq), (k8, dk), (v8, dv) = _quantized(q, k, v, rotate, 0, None, scales)
         prep = _PREPARED[key] = _prepare(q8, k8, v8, dq, dk, dv, causal, scale, q.dtype, 0.0)
-    return forward_vt(*prep)[0]
+    return forward_vt(*prep, o_sum=o_sum)[0]
 
 
 def _quantized(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rotate: bool, seed: int,
-               fused: bool | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(x8, descale) of q, k, v per tensor, Q and K rotated first with ``rotate``: by the fused Triton kernels
+               fused: bool | None, scales: str = "tensor") -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(x8, descale) of q, k, v per tensor or per block (``scales``), Q and K rotated first with ``rotate``: by the fused Triton kernels
     (:mod:`flash_kernels.quantize`) unless ``fused`` is False or they cannot take an input (then the torch
     operations: :func:`_rotated`, :func:`quantize_e4m3`; ``fused`` True refuses that)."""
     if fused is not None and not isinstance(fused, bool):
@@ -273,11 +361,11 @@ def _quantized(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rotate: bool, 
         _rotated(q, k, seed, check_only=True)
     if fused is not False and why is None:
         rs = _check_seed(seed) if rotate else None
-        return [quantize.quantize_e4m3_fused(q, rs), quantize.quantize_e4m3_fused(k, rs),
-                quantize.quantize_e4m3_fused(v)]
+        return [quantize.quantize_e4m3_fused(q, rs, scales), quantize.quantize_e4m3_fused(k, rs, scales),
+                quantize.quantize_e4m3_fused(v, None, scales)]
     if rotate:
         q, k = _rotated(q, k, seed)
-    return [quantize_e4m3(t) for t in (q, k, v)]
+    return [quantize_e4m3(t, scales=scales) for t in (q, k, v)]
 
 
 def _rotated(q: Any, k: Any, seed: int = 0, check_only: bool = False) -> Any:
@@ -296,11 +384,13 @@ def _rotated(q: Any, k: Any, seed: int = 0, check_only: bool = False) -> Any:
 
 
 def attention_fp8_from(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-                       scale: float | None = None, rotate: bool = False, seed: int = 0,
+                       scale: float | None = None, rotate: bool = DEFAULT_ROTATE, seed: int = 0,
                        out_dtype: torch.dtype | None = None, return_lse: bool = False,
-                       fused: bool | None = None) -> Any:
-    """The FP8 forward from unquantized fp32, fp16 or bf16 q, k, v: each quantized per tensor
-    (:func:`quantize_e4m3`), then :func:`attention_fp8`. With ``rotate``, Q and K are first multiplied by the
+                       fused: bool | None = None, scales: str = DEFAULT_SCALES, o_sum: str = "fp32") -> Any:
+    """The FP8 forward from unquantized fp32, fp16 or bf16 q, k, v: each quantized (:func:`quantize_e4m3`) per
+    block of 128 rows (``scales="block"``, the default) or per tensor, then :func:`attention_fp8`. With ``rotate``
+    (the default; the defaults are :data:`DEFAULT_ROTATE`, :data:`DEFAULT_SCALES`, chosen by measurement), Q and K
+    are first multiplied by the
     random orthogonal Hadamard matrix of ``seed`` (:func:`flash_kernels.hadamard.rotate_qk`, in fp32, rounded once
     to e4m3): the attention is the same in exact arithmetic (scale still defaults to 1/sqrt(D)), outliers along D
     are spread out before quantization; V is not rotated. Output in ``out_dtype`` (bf16 or fp16; default q's dtype,
@@ -318,8 +408,10 @@ def attention_fp8_from(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
                             f"attention_fp8); got {name} in {t.dtype}")
     if not isinstance(rotate, bool):
         raise TypeError(f"rotate must be a bool, got {type(rotate).__name__}")
+    check_scales(scales)
     if out_dtype is None:
         out_dtype = q.dtype if q.dtype in _OUT_DTYPES else torch.bfloat16
-    (q8, dq), (k8, dk), (v8, dv) = _quantized(q, k, v, rotate, seed, fused)
+    check_o_sum(o_sum)
+    (q8, dq), (k8, dk), (v8, dv) = _quantized(q, k, v, rotate, seed, fused, scales)
     return attention_fp8(q8, k8, v8, dq, dk, dv, causal=causal, scale=scale, out_dtype=out_dtype,
-                         return_lse=return_lse)
+                         return_lse=return_lse, o_sum=o_sum)

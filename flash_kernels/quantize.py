@@ -1,7 +1,8 @@
-"""Per-tensor e4m3 quantization in two passes over the tensor, with the Hadamard rotation fused into both.
+"""e4m3 quantization with the Hadamard rotation fused in: per tensor in two passes over the tensor, per block in one.
 
     x8, descale = quantize_e4m3_fused(x)                       # x ~= x8 * descale, as fp8.quantize_e4m3
     q8, dq = quantize_e4m3_fused(q, rotate_seed=0)             # (q @ M) ~= q8 * dq, M = hadamard_rotation(D, 0)
+    x8, d = quantize_e4m3_fused(x, scales="block")             # one descale per 128 rows of each plane
 
 :func:`flash_kernels.fp8.quantize_e4m3` is written in torch operations: max|x|, then x in fp32 divided by the
 descale, clamped and cast, each a pass over memory (the fp32 copy twice the input's bytes); with the rotation
@@ -9,7 +10,8 @@ descale, clamped and cast, each a pass over memory (the fp32 copy twice the inpu
 kernels read the 16-bit input once each: the first takes max|x M| per block of rows into one float (an atomic
 max), the second writes (x M) * 448 / max as e4m3. The rotation is a tensor-core product of each [rows, D] block
 with the +-1 matrix diag(s) H (exact in fp16 and bf16), accumulated in fp32 and scaled by 1/sqrt(D) in fp32: the
-same M as :func:`flash_kernels.hadamard.hadamard_rotation` with no rounding of its entries. Inputs must be fp16 or
+same M as :func:`flash_kernels.hadamard.hadamard_rotation` with no rounding of its entries. Per block, one program
+per block of 128 rows of a plane takes the block's max, writes its descale and its e4m3 rows: one pass. Inputs must be fp16 or
 bf16 on a CUDA device with a last dimension of 64 or 128; anything else takes the torch path.
 """
 
@@ -21,11 +23,14 @@ from typing import Any
 import torch
 
 from .hadamard import signs, sylvester
+from .variants import kernel
 
 #: the largest finite e4m3 (float8_e4m3fn) value
 E4M3_MAX = 448.0
-#: rows of x per program
+#: rows of x per program (per tensor)
 BLOCK_ROWS = 64
+#: rows of a plane that share one descale per block (flash_wgmma_fp8's scale_block: its query block and K/V tile)
+SCALE_BLOCK = kernel("flash_wgmma_fp8").constants["scale_block"]
 #: the head dims the kernels take (the FP8 kernel's; a block of rows and the D x D sign matrix stay on chip)
 FUSED_DIMS = (64, 128)
 
@@ -66,6 +71,28 @@ if triton is not None:
         tl.store(out_ptr + r[:, None].to(tl.int64) * D + d[None, :], q.to(tl.float8e4nv), mask=mask)
 
 
+    @triton.jit
+    def _block_kernel(x_ptr, h_ptr, out_ptr, descale_ptr, N, nb, D: tl.constexpr, BLOCK: tl.constexpr,
+                      ROTATE: tl.constexpr, INV_SQRT_D):
+        pid = tl.program_id(0)  # block pid % nb of plane pid // nb
+        plane, blk = pid // nb, pid % nb
+        r = blk * BLOCK + tl.arange(0, BLOCK)
+        d = tl.arange(0, D)
+        mask = r[:, None] < N
+        offs = (plane.to(tl.int64) * N + r[:, None]) * D + d[None, :]
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+        if ROTATE:
+            h = tl.load(h_ptr + d[:, None] * D + d[None, :])
+            y = tl.dot(x, h) * INV_SQRT_D
+        else:
+            y = x.to(tl.float32)
+        amax = tl.max(tl.max(tl.abs(y), axis=1), axis=0)
+        scale = tl.where(amax > 0, 448.0 / amax, 1.0)
+        q = tl.minimum(tl.maximum(y * scale, -448.0), 448.0)
+        tl.store(out_ptr + offs, q.to(tl.float8e4nv), mask=mask)
+        tl.store(descale_ptr + pid, tl.where(amax > 0, amax / 448.0, 1.0))
+
+
 _SIGNED: dict[tuple[int, int, torch.device, torch.dtype], torch.Tensor] = {}
 
 
@@ -90,19 +117,35 @@ def fused_reason(x: Any) -> str | None:
     return None
 
 
-def quantize_e4m3_fused(x: torch.Tensor, rotate_seed: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x8, descale) with x8 * descale ~= x (or x @ M, M = hadamard_rotation(D, rotate_seed), with a seed): per
-    tensor, max|.| -> 448, as :func:`flash_kernels.fp8.quantize_e4m3` makes them, in two passes over x with no
-    host synchronisation. x8 has x's shape (contiguous); descale is a 0-d fp32 tensor on x's device (1 for an
-    all-zero x). ValueError where :func:`fused_reason` says the kernels cannot take x."""
+def quantize_e4m3_fused(x: torch.Tensor, rotate_seed: int | None = None,
+                        scales: str = "tensor") -> tuple[torch.Tensor, torch.Tensor]:
+    """(x8, descale) with x8 * descale ~= x (or x @ M, M = hadamard_rotation(D, rotate_seed), with a seed), max|.|
+    -> 448, as :func:`flash_kernels.fp8.quantize_e4m3` makes them (``scales``: "tensor", in two passes over x,
+    descale a 0-d fp32 tensor; "block", in one pass, descale [..., ceil(N / 128)] for x [..., N, D]), with no host
+    synchronisation. x8 has x's shape (contiguous); an all-zero x (block) gets descale 1. ValueError where
+    :func:`fused_reason` says the kernels cannot take x."""
     why = fused_reason(x)
     if why is not None:
         raise ValueError(f"quantize_e4m3_fused: {why}")
+    if scales not in ("tensor", "block"):
+        raise ValueError(f"quantize_e4m3_fused: scales must be 'tensor' or 'block'; got {scales!r}")
     D = x.shape[-1]
     xc = x.contiguous()
     rows = xc.numel() // D
     rotate = rotate_seed is not None
     h = _signed_hadamard(D, int(rotate_seed), x.device, x.dtype) if rotate else xc  # unused without rotation
+    if scales == "block":
+        if x.dim() < 2:
+            raise ValueError(f"quantize_e4m3_fused(scales='block') takes x [..., N, D]; got shape {tuple(x.shape)}")
+        N = x.shape[-2]
+        nb = -(-N // SCALE_BLOCK)
+        planes = rows // N if N else 0
+        out = torch.empty(xc.shape, device=x.device, dtype=torch.float8_e4m3fn)
+        descale = torch.empty((*x.shape[:-2], nb), device=x.device, dtype=torch.float32)
+        if planes * nb:
+            _block_kernel[(planes * nb,)](xc, h, out, descale, N, nb, D=D, BLOCK=SCALE_BLOCK, ROTATE=rotate,
+                                          INV_SQRT_D=1.0 / math.sqrt(D), num_warps=8)
+        return out, descale
     amax = torch.zeros((), device=x.device, dtype=torch.float32)
     out = torch.empty(xc.shape, device=x.device, dtype=torch.float8_e4m3fn)
     grid = (triton.cdiv(rows, BLOCK_ROWS),)

@@ -70,7 +70,7 @@ def main() -> None:
                         if "backward" in var.passes:
                             fk.backward(q, k, v, o, lse, g, variant=name, causal=causal, **opts)
                         launches += 1
-        if name == "flash_wgmma":  # its FP8 forward (flash_kernels.fp8), both head dims and output dtypes
+        if name == "flash_wgmma":  # its FP8 forward (flash_kernels.fp8): head dims, output dtypes, per-tensor and per-block scales
             for D in var.head_dims:
                 for H, Hkv, Nq, Nk in [(2, 2, 75, 75), (4, 1, 130, 75)]:
                     q, k, v, _ = random_attention_inputs(1, H, Nq, D, torch.float32, Hkv=Hkv, Nk=Nk, seed=1)
@@ -82,6 +82,11 @@ def main() -> None:
                     fp8.forward_vt(q8, k8, fp8.vt_e4m3(v8), torch.stack([dq, dk, dv]).float(), True, D ** -0.5,
                                    torch.bfloat16, pingpong=True)
                     launches += 1
+                    xb = [fk.quantize_e4m3(t, scales="block") for t in (q, k, v)]  # a descale per 128 rows
+                    for causal in (False, True):
+                        for o_sum in fp8.O_SUMS:
+                            fk.attention_fp8(*(x for x, _ in xb), *(d for _, d in xb), causal=causal, o_sum=o_sum)
+                            launches += 1
     torch.cuda.synchronize()
     print(f"sanitize_case: ran {launches} forward/backward cases")
 

@@ -115,15 +115,17 @@ def _fp8_supports(p: Mapping[str, Any], pass_: str) -> str | None:
     return None if p["D"] in (64, 128) else f"flash_wgmma_fp8 supports head dims (64, 128), not {p['D']}"
 
 
-#: flash_wgmma's FP8 forward (flash_kernels.fp8): the range's dtype is that of the inputs it quantizes, per tensor,
-#: before the range (the warm-up call); the range holds the e4m3 kernel alone
+#: flash_wgmma's FP8 forward (flash_kernels.fp8): the range's dtype is that of the inputs it quantizes (per block of
+#: 128 rows, Q and K rotated: fp8.profiled_forward's defaults) before the range (the warm-up call); the range holds the
+#: e4m3 kernel alone
 FP8 = Implementation(
     "flash_wgmma_fp8", "flash_kernels.fp8:profiled_forward", attention.NAME, ("forward",),
     WorkModel(attention.WORK.source + "; FP8: Q, K, V read as 1-byte e4m3 (quantized before the range), O in the "
               "inputs' dtype", attention.flops, _fp8_bytes, _fp8_bytes),
     _fp8_supports, None,
     {"materializes": False, "engine": "tensor cores (e4m3)", "needs_warmup": True},
-    "flash_wgmma's FP8 forward: e4m3 Q, K, V with per-tensor scales on wgmma's 8-bit path, V transposed, O in fp32",
+    "flash_wgmma's FP8 forward: e4m3 Q, K, V with a scale per block of 128 rows on wgmma's 8-bit path, V transposed, "
+    "O in fp32",
     setup=_build_kernels)
 
 

@@ -65,6 +65,39 @@ def test_quantize_scales_amax_to_448_and_round_trips():
     assert math.isclose(float(d2), 100.0 / 448.0, rel_tol=1e-6)
 
 
+@pytest.mark.parametrize("N", [1, 127, 128, 129, 300])
+def test_quantize_per_block_scales_each_block_to_448_and_round_trips(N):
+    """scales="block": one descale per 128 rows of every [N, D] plane (the last block ragged), each block's max -> 448;
+    a block that stands out (x 1000) leaves the others their own resolution; a zero block gets descale 1."""
+    gen = torch.Generator().manual_seed(2)
+    x = (torch.randn(2, 3, N, 64, generator=gen) + 0.5) * 3.0
+    x[0, 1, : min(N, 5)] *= 1000.0
+    x[1, 2] = 0.0
+    x8, d = fp8.quantize_e4m3(x, scales="block")
+    nb = -(-N // fp8.SCALE_BLOCK)
+    assert fp8.SCALE_BLOCK == 128 and x8.shape == x.shape and d.shape == (2, 3, nb) and d.dtype == torch.float32
+    for b in range(nb):
+        blk = x[..., b * 128:(b + 1) * 128, :]
+        want = torch.where(blk.abs().amax((-2, -1)) > 0, blk.abs().amax((-2, -1)) / 448.0, torch.ones(()))
+        assert torch.allclose(d[..., b], want, rtol=1e-6)
+        assert float(x8[0, 0, b * 128:(b + 1) * 128].float().abs().max()) == 448.0
+    assert float(d[1, 2].max()) == 1.0 and not x8[1, 2].float().any()
+    back = x8.float() * fp8.block_descales(x8, d)
+    err = (back - x).abs()
+    assert bool((err <= x.abs() * 2.0**-4 + 2.0**-10 * fp8.block_descales(x8, d) + 1e-12).all())
+    if N > 128:  # the outlier block's descale is ~1000x its neighbours'; the next block keeps its own
+        assert float(d[0, 1, 0]) > 100 * float(d[0, 1, 1])
+
+
+def test_quantize_per_block_refuses_what_it_cannot_take():
+    with pytest.raises(ValueError, match=r"scales must be one of \['tensor', 'block'\]"):
+        fp8.quantize_e4m3(torch.ones(2, 2), scales="row")
+    with pytest.raises(ValueError, match="takes each block's own max"):
+        fp8.quantize_e4m3(torch.ones(2, 2), amax=1.0, scales="block")
+    with pytest.raises(ValueError, match=r"takes x \[..., N, D\]"):
+        fp8.quantize_e4m3(torch.ones(4), scales="block")
+
+
 @pytest.mark.parametrize("bad, match", [
     (torch.arange(4), "floating-point tensor"),
     ([1.0, 2.0], "floating-point tensor"),
@@ -112,8 +145,13 @@ def test_attention_fp8_rejects_bad_options_before_touching_a_device():
     for bad in (0.0, -2.0, float("inf"), True):
         with pytest.raises(ValueError, match="descale_k must be a positive finite float"):
             fp8.attention_fp8(q, k, v, 1.0, bad, 1.0)
-    with pytest.raises(ValueError, match="descale_v must be a positive float or a one-element"):
+    with pytest.raises(ValueError, match="descale_v must be a positive float, a one-element"):
         fp8.attention_fp8(q, k, v, 1.0, 1.0, torch.ones(2))
+    # per block: [B, heads, ceil(N / 128)] of its own tensor, named in the error
+    with pytest.raises(ValueError, match=r"descale_k .* tensor of shape \(1, 2, 1\) \(per block of 128 rows"):
+        fp8.attention_fp8(q, k, v, 1.0, torch.ones(1, 2, 2), 1.0)
+    with pytest.raises(ValueError, match="scales must be one of"):
+        fp8.attention_fp8_from(q.float(), k.float(), v.float(), scales="blocks")
     # everything checked, the CPU tensors are the one thing left to refuse
     with pytest.raises(ValueError, match="flash_kernels runs on CUDA tensors only"):
         fp8.attention_fp8(q, k, v, 1.0, 1.0, torch.ones(()))

@@ -1,26 +1,27 @@
-// flash_wgmma FP8 forward (sm_90a): attention over e4m3 Q, K, V with per-tensor scales, on wgmma's 8-bit path
-// (m64nNk32 e4m3 x e4m3 -> fp32: twice the 16-bit dense rate on Hopper), output fp16 or bf16.
+// flash_wgmma FP8 forward (sm_90a): attention over e4m3 Q, K, V with per-tensor or per-block scales, on wgmma's
+// 8-bit path (m64nNk32 e4m3 x e4m3 -> fp32: twice the 16-bit dense rate on Hopper), output fp16 or bf16.
 //
 // The arrangement is flash_wgmma's warp-specialised forward (flash_wgmma_fwd.cu): a producer warpgroup issues
-// every TMA copy into a ring of full/empty mbarriers; two consumer warpgroups of 64 rows (BM = 128, BN = 128)
-// issue S_t = Q K_t^T and O += P_{t-1} V_{t-1} together and run the softmax of S_t under O += P V; at D = 128 they
-// also take turns (ping-pong). K/V tiles are visited last to first, as in the 16-bit kernels: the consumers run
-// the same OverlapMainloop (wgmma_fwd_consumer.cuh) with the e4m3 operands of WgmmaE4m3 below. What differs:
-// - 8-bit wgmma operands must be K-major, so V arrives transposed: Vt [B * Hkv][D][Nk rounded up to 32], made by
-//   flash_kernels/fp8.py before the launch.
-// - P goes to registers as the A operand of O += P V (P is in [0, 1], e4m3 suffices, no scale). Rather than move
-//   values between threads, the keys inside every 32-key group are permuted so that S's accumulators are P's A
-//   fragments (A slot 16 hh + 4 t + i of k-step kk holds key 32 kk + 16 hh + 8 (i >> 1) + 2 t + (i & 1)), and Vt's
-//   columns are stored in the same order (fp8.py: vt_fp8). Masking uses the true key index.
-// - Scales: real values are x8 * descale (3 fp32 on the device, so a caller never syncs). descale_q * descale_k is
-//   folded into the softmax's exp2 scale (the LSE is that of the real scores); descale_v multiplies O.
-// - O is summed in fp32 registers: each tile's O_t = P_t V_t comes from the tensor cores into a fresh accumulator
-//   and is added by the CUDA cores, because the FP8 tensor cores' sums keep fewer bits than fp32 and O summed by
-//   them over all keys lost accuracy as N grew. S = Q K^T sums at most 4 k-steps and stays in the tensor cores.
-// - Q and K rows are D bytes: the 128-byte swizzle at D = 128, the 64-byte one at D = 64; Vt rows are 128 bytes.
-//   O (16-bit) is staged in a buffer of its own.
-// - Option exp_on_fma (option >> 4): a quarter or half of the exponentials by a polynomial on the FMA units
-//   (wgmma_softmax.cuh: exp2_poly); not the default (slower where measured).
+// every TMA copy into a ring of full/empty mbarriers; two consumer warpgroups of 64 rows (BM = BN = 128) issue
+// S_t = Q K_t^T and O += P_{t-1} V_{t-1} together and run the softmax of S_t under O += P V; at D = 128 they also
+// take turns (ping-pong). K/V tiles go last to first; the consumers run the shared OverlapMainloop
+// (wgmma_fwd_consumer.cuh) with the e4m3 operands below. What differs from the 16-bit kernels:
+// - 8-bit operands must be K-major: V arrives transposed, Vt [B * Hkv][D][Nk rounded up to 32] (fp8.py).
+// - P goes to registers as the A operand of O += P V (P in [0, 1]: e4m3, no scale). The keys of every 32-key group
+//   are permuted so that S's accumulators are P's A fragments (A slot 16 hh + 4 t + i of k-step kk holds key
+//   32 kk + 16 hh + 8 (i >> 1) + 2 t + (i & 1)); Vt's columns are in the same order. Masks use the true key.
+// - Scales (option scales), fp32 on the device (a caller never syncs). Per tensor: dq * dk joins the softmax's
+//   exp2 scale, dv multiplies O at the end. Per block (FlashAttention-3's block quantization, one descale per 128
+//   rows of each plane = the tile): Q's block descale joins the exp2 scale; K tile t's is the factor of S_t, so the
+//   running max is kept in exp2 units (softmax_scores' SCALED_M); V tile t's multiplies P_t V_t as it is added.
+//   The producer writes each tile's {dk, dv} beside its ring stage in shared memory (BlockScaledRows).
+// - O's sum over the tiles (option o_sum). fp32 (default): each P_t V_t lands in a fresh accumulator and the CUDA
+//   cores add it, because the FP8 tensor cores' sums keep fewer bits than fp32; the fresh accumulator's 64
+//   registers (D = 128) leave ptxas no room to run the softmax under O += P V. tensor: O += P V in the accumulator
+//   (FlashAttention-3's way), O kept in the units of the V tile being added (rescaled by alpha * sv_done / sv_next
+//   with the softmax's rescale); faster by little, less accurate on long rows (docs/kernels.md).
+// - Q and K rows are D bytes (128-byte swizzle at D = 128, 64-byte at D = 64); Vt rows 128 bytes; O staged apart.
+// - Option exp_on_fma: part of the exponentials by a polynomial on the FMA units (wgmma_softmax.cuh), not default.
 // Limits: forward only; sm_90a; D = 64 or 128; the softmax, not the tensor cores, sets the pace (docs/kernels.md).
 #include "wgmma_fwd_consumer.cuh"
 #include "wgmma_fwd_epilogue.cuh"
@@ -29,6 +30,8 @@
 namespace fk {
 
 constexpr int kFp8BM = 128, kFp8BN = 128, kFp8Stages = 4;
+static_assert(kFp8BM == codes::flash_wgmma_fp8::kScaleBlock && kFp8BN == codes::flash_wgmma_fp8::kScaleBlock,
+              "a descale block is one Q block and one K/V tile");
 
 // Two fp32 -> two e4m3 (round to nearest, saturating to +-448): lo in the low byte.
 __device__ __forceinline__ uint32_t cvt_e4m3x2(float lo, float hi) {
@@ -70,26 +73,48 @@ __device__ __forceinline__ void issue_scores_e4m3(float (&s)[BN / 2], uint64_t d
   wgmma_commit();
 }
 
-// Issue O_t = P V_t (no wait) into a fresh accumulator: BN / 32 k-steps of 32 keys, 32 bytes inside Vt's
-// 128-byte rows; the caller adds O_t to O in fp32 (see the kernel: the tensor cores' FP8 sums are not
-// full fp32, so they are kept short).
-template <int D, int BN>
+// Issue O_t = P V_t (no wait): BN / 32 k-steps of 32 keys, 32 bytes inside Vt's 128-byte rows. ACC false: into
+// a fresh accumulator, which the caller adds to O in fp32 (o_sum = fp32: the tensor cores' FP8 sums are not full
+// fp32, so they are kept short); ACC true: added to the accumulator in place (o_sum = tensor).
+template <int D, int BN, bool ACC = false>
 __device__ __forceinline__ void issue_pv_e4m3(float (&ot)[D / 2], uint32_t (&pf)[BN / 32][4], uint64_t dV) {
 #pragma unroll
   for (int kk = 0; kk < BN / 32; ++kk) fence_regs(pf[kk]);
   fence_regs(ot);
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < BN / 32; ++kk) wgmma_rs_e4m3<D>(ot, pf[kk], desc_add(dV, kk * 32), kk > 0);
+  for (int kk = 0; kk < BN / 32; ++kk) wgmma_rs_e4m3<D>(ot, pf[kk], desc_add(dV, kk * 32), ACC || kk > 0);
   wgmma_commit();
 }
 
-// O += O_t in fp32 registers.
+// O += O_t * sv in fp32 registers (sv: V tile t's descale per block, 1 per tensor).
 template <int NO>
-__device__ __forceinline__ void add_o(float (&o)[NO], const float (&ot)[NO]) {
+__device__ __forceinline__ void add_o(float (&o)[NO], const float (&ot)[NO], float sv) {
 #pragma unroll
-  for (int i = 0; i < NO; ++i) o[i] += ot[i];
+  for (int i = 0; i < NO; ++i) o[i] = fmaf(ot[i], sv, o[i]);
 }
+
+// The rows of a warpgroup with a descale per K and V block (option scales = block): sl2 = the softmax's exp2
+// scale times Q's block descale; the producer writes each K/V tile's two descales {dk, dv} (8 bytes per ring
+// stage, at scl) before it arrives on the stage's K barrier, so a consumer reads them from shared memory once the
+// K stage is full (no pointers or global loads held in the consumers' registers). m is kept in exp2 units
+// (SCALED_M).
+struct BlockScaledRows {
+  int Nk, causal, wg_row0, row0, lane;
+  float sl2;
+  uint32_t scl;
+  __device__ __forceinline__ void tile_scales(int st, float& sk, float& sv) const {
+    float k;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(k), "=f"(sv) : "r"(scl + 8 * st));
+    sk = sl2 * k;
+  }
+  __device__ __forceinline__ float lse_scale() const { return 1.f; }
+  template <int BN, MaskMode MASK, int EMU>
+  __device__ __forceinline__ bool apply(float (&s)[BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                        int j0, float sk) const {
+    return softmax_scores<BN, MASK, EMU, true>(s, m, l, alpha, j0, Nk, causal, wg_row0, row0, lane, sk);
+  }
+};
 
 // The e4m3 operands of the shared consumer loop (wgmma_fwd_consumer.cuh: OverlapMainloop): K [BN][D] and Vt
 // [D][BN] both K-major, P V_t into the fresh accumulator ot, added to O in fp32 once its stage is released; the
@@ -107,23 +132,63 @@ struct WgmmaE4m3 {
   }
   __device__ __forceinline__ void pv(float (&)[NO], Frag& pf, int st) { issue_pv_e4m3<D, BN>(ot, pf, desc_add(dV, st * TV)); }
   __device__ __forceinline__ void pv_landed(float (&)[NO]) { fence_regs(ot); }
-  __device__ __forceinline__ void pv_add(float (&o)[NO]) { add_o(o, ot); }
+  __device__ __forceinline__ void pv_add(float (&o)[NO], float sv) { add_o(o, ot, sv); }
+  __device__ __forceinline__ void after_pv(float (&o)[NO], const float (&alpha)[2], bool grew, float sv, float) {
+    add_o(o, ot, sv);
+    if (grew) rescale_o(o, alpha);
+  }
+  __device__ __forceinline__ void last_pv(float (&o)[NO], float sv) { add_o(o, ot, sv); }
+  __device__ __forceinline__ static void pack(const float (&s)[NS], Frag& pf) { pack_p_e4m3<BN>(s, pf); }
+};
+
+// o_sum = tensor: O += P V_t in the accumulator itself, O kept in the units of the V tile being added (sv: that
+// tile's descale, 1 per tensor).
+template <int D, int BN_, int EMU_>
+struct WgmmaE4m3InPlace {
+  static constexpr int BN = BN_, NS = BN / 2, NO = D / 2, KB = BN / 32, EMU = EMU_;
+  static constexpr uint32_t TK = BN * D, TV = D * BN;
+  using Frag = uint32_t[KB][4];
+  uint64_t dK, dV;
+  __device__ __forceinline__ WgmmaE4m3InPlace(uint32_t sK, uint32_t sV) : dK(desc_rows<D>(sK)), dV(desc_kmajor(sV)) {}
+  __device__ __forceinline__ void scores(float (&s)[NS], uint64_t dQ, int st) const {
+    issue_scores_e4m3<D, BN>(s, dQ, desc_add(dK, st * TK));
+  }
+  __device__ __forceinline__ void pv(float (&o)[NO], Frag& pf, int st) {
+    issue_pv_e4m3<D, BN, true>(o, pf, desc_add(dV, st * TV));
+  }
+  __device__ __forceinline__ void pv_landed(float (&o)[NO]) { fence_regs(o); }
+  // O in sv_done's units -> sv_next's, with the rescale for the new row max (alpha = 1 where it did not grow)
+  __device__ __forceinline__ void after_pv(float (&o)[NO], const float (&alpha)[2], bool grew, float sv_done,
+                                           float sv_next) {
+    const float r = __fdividef(sv_done, sv_next);  // no IEEE division: its slow path is a branch in the loop
+    if (grew || r != 1.f) {
+      const float a[2] = {alpha[0] * r, alpha[1] * r};
+      rescale_o(o, a);
+    }
+  }
+  __device__ __forceinline__ void last_pv(float (&o)[NO], float sv) {
+#pragma unroll
+    for (int i = 0; i < NO; ++i) o[i] *= sv;
+  }
   __device__ __forceinline__ static void pack(const float (&s)[NS], Frag& pf) { pack_p_e4m3<BN>(s, pf); }
 };
 
 template <int D, int STAGES>
 constexpr int fp8_smem() {
-  // Q, the K and Vt rings, O's staging (2 x 64 rows of 16-bit), 1 KB of alignment slack, the mbarriers
-  return kFp8BM * D + 2 * STAGES * kFp8BN * D + kFp8BM * D * 2 + 1024 + 8 * (1 + 4 * STAGES);
+  // Q, the K and Vt rings, O's staging (2 x 64 rows of 16-bit), 1 KB of alignment slack, the mbarriers, the
+  // per-stage block descales {dk, dv}
+  return kFp8BM * D + 2 * STAGES * kFp8BN * D + kFp8BM * D * 2 + 1024 + 8 * (1 + 4 * STAGES) + 8 * STAGES;
 }
 
 // One block per (query block of 128 rows, head); heaviest query block first when causal.
 constexpr int kFp8TurnBar = 4;  // named barriers 4, 5: the ping-pong turns (1, 2: store_rows; 0: __syncthreads)
-template <typename TO, int D, int STAGES, int EMU, bool PINGPONG>
+// Descales: BLOCK: dq [B * H][cdiv(Nq, 128)], dk and dv [B * Hkv][cdiv(Nk, 128)]; else one float each.
+template <typename TO, int D, int STAGES, int EMU, bool PINGPONG, bool BLOCK, bool TSUM>
 __global__ void __launch_bounds__(3 * 128, 1)
 flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                                const __grid_constant__ CUtensorMap tmV, TO* __restrict__ O, float* __restrict__ LSE,
-                               Dims dm, const float* __restrict__ descale, float scale_log2, int causal) {
+                               Dims dm, const float* __restrict__ dq_s, const float* __restrict__ dk_s,
+                               const float* __restrict__ dv_s, float scale_log2, int causal) {
   constexpr int BM = kFp8BM, BN = kFp8BN, NWG = 2;
   constexpr int NO = D / 2;
   constexpr uint32_t TQ = BM * D, TK = BN * D, TV = D * BN, TSTAGE_O = 64 * D * 2;
@@ -137,6 +202,7 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
   const uint32_t full_q = sO + NWG * TSTAGE_O;
   const uint32_t full_k = full_q + 8, full_v = full_k + 8 * STAGES;
   const uint32_t empty_k = full_v + 8 * STAGES, empty_v = empty_k + 8 * STAGES;
+  const uint32_t scl = empty_v + 8 * STAGES;  // [STAGES][2] fp32: the stage's K and V block descales (BLOCK)
   uint8_t* const smem = smem_raw + (sQ - raw);
 
   const int tid = threadIdx.x, wg = tid >> 7;
@@ -165,9 +231,17 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
       tma_load_3d(sQ, &tmQ, full_q, 0, q0, bh);
       int st = 0;
       uint32_t ph = 0;
+      const long kb = BLOCK ? long(kvh) * ((Nk + BN - 1) / BN) : 0;  // the K/V plane's first block descale
       for (int i = 0; i < n_kv; ++i) {
         const int t = n_kv - 1 - i;  // last K/V tile first (the consumers' order)
+        float sk = 0.f, sv = 0.f;
+        if constexpr (BLOCK) {  // loaded before the wait: in flight while the stage drains
+          sk = __ldg(dk_s + kb + t);
+          sv = __ldg(dv_s + kb + t);
+        }
         if (i >= STAGES) mbar_wait(empty_k + 8 * st, ph ^ 1);
+        if constexpr (BLOCK)  // read by the consumers after full_k (the arrival below releases this store)
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(scl + 8 * st), "f"(sk), "f"(sv) : "memory");
         mbar_arrive_expect_tx(full_k + 8 * st, TK);
         tma_load_3d(sK + st * TK, &tmK, full_k + 8 * st, 0, t * BN, kvh);
         if (i >= STAGES) mbar_wait(empty_v + 8 * st, ph ^ 1);
@@ -183,14 +257,12 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
     // ---------------------------------------------------------------- consumers
     setmaxnreg_inc<240>();
     const int c = wg - 1, t128 = tid & 127, warp = t128 >> 5, lane = tid & 31;
-    const float dq_dk = descale[0] * descale[1], dv = descale[2];
-    const float sl2 = scale_log2 * dq_dk;  // exp2 scale of the raw e4m3 dot products
     const int wg_row0 = q0 + c * 64;
     const int row0 = wg_row0 + warp * 16 + (lane >> 2);
     // rows all past Nq (the last block of a ragged Nq): no tile to compute (flash_wgmma_fwd.cu)
     const int n_wg = wg_row0 >= Nq ? 0 : causal ? min(n_kv, (wg_row0 + 64 + BN - 1) / BN) : n_kv;
     const uint64_t dQ = desc_rows<D>(sQ + c * 64 * D);
-    WgmmaE4m3<D, BN, EMU> ops(sK, sV);
+    std::conditional_t<TSUM, WgmmaE4m3InPlace<D, BN, EMU>, WgmmaE4m3<D, BN, EMU>> ops(sK, sV);
     // PINGPONG: the two consumers take turns to issue their products (as flash_wgmma_fwd.cu's tma-ws-pingpong)
     using Turns = std::conditional_t<PINGPONG, PingPongTurns<kFp8TurnBar, NWG>, NoTurns>;
     RingPos<STAGES> pos;
@@ -204,22 +276,33 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
     mbar_wait(full_q, 0);
     ring.skip(n_kv - n_wg);
     if (n_wg == 0) return;  // warpgroup-uniform; no block-wide barrier follows
-    OverlapMainloop::tiles(ops, ring, o, m, l, dQ, n_wg, SoftmaxRows{Nk, causal, wg_row0, row0, lane, sl2});
+    uint8_t* const stage = smem + (sO - sQ) + c * TSTAGE_O;
+    if constexpr (BLOCK) {
+      const float dq = __ldg(dq_s + long(bh) * ((Nq + BM - 1) / BM) + q0 / BM);
+      const BlockScaledRows rows{Nk, causal, wg_row0, row0, lane, scale_log2 * dq, scl};
+      OverlapMainloop::tiles(ops, ring, o, m, l, dQ, n_wg, rows);
+      store_rows<TO, D, 64>(o, m, l, stage, 0, 1 + c, wg_row0, Nq, bh, O, LSE, rows.lse_scale());
+    } else {
+      const float sl2 = scale_log2 * __ldg(dq_s) * __ldg(dk_s);  // exp2 scale of the raw e4m3 dot products
+      OverlapMainloop::tiles(ops, ring, o, m, l, dQ, n_wg, SoftmaxRows{Nk, causal, wg_row0, row0, lane, sl2});
+      const float dv = __ldg(dv_s);
 #pragma unroll
-    for (int k = 0; k < NO; ++k) o[k] *= dv;
-    store_rows<TO, D, 64>(o, m, l, smem + (sO - sQ) + c * TSTAGE_O, 0, 1 + c, wg_row0, Nq, bh, O, LSE, sl2);
+      for (int k = 0; k < NO; ++k) o[k] *= dv;
+      store_rows<TO, D, 64>(o, m, l, stage, 0, 1 + c, wg_row0, Nq, bh, O, LSE, sl2);
+    }
   }
 }
 
 // q, k: [B * H][Nq][D], [B * Hkv][Nk][D] e4m3; v: Vt [B * Hkv][D][Nk rounded up to 32] e4m3 in the permuted
-// key order; a.ws[0]: descale {q, k, v} fp32 on the device; option bit 0: output fp16 (1) or bf16 (0); bits 4..:
-// the exponentials' split (fp8_forward_emu).
-template <typename TO, int D, int EMU, bool PINGPONG>
+// key order; descales fp32 on the device: per tensor a.ws[0] = {q, k, v}, per block a.ws[0..2] = q, k, v blocks
+// (the kernel's header); the option's fields (option_codes.h): the output's dtype, the exponentials' split
+// (fp8_forward_emu), ping-pong, the scales.
+template <typename TO, int D, int EMU, bool PINGPONG, bool BLOCK, bool TSUM>
 cudaError_t fp8_forward_launch(const AttnArgs& a, cudaStream_t stream) {
   constexpr int STAGES = kFp8Stages;
   constexpr int smem = fp8_smem<D, STAGES>();
   static_assert(smem <= 227 * 1024, "shared memory of a block");
-  auto kernel = flash_wgmma_fp8_forward_kernel<TO, D, STAGES, EMU, PINGPONG>;
+  auto kernel = flash_wgmma_fp8_forward_kernel<TO, D, STAGES, EMU, PINGPONG, BLOCK, TSUM>;
   const int npad = (a.Nk + 31) / 32 * 32;
   const CUtensorMapSwizzle qk_swizzle = D == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
   const CUtensorMapDataType u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
@@ -230,22 +313,40 @@ cudaError_t fp8_forward_launch(const AttnArgs& a, cudaStream_t stream) {
     err = make_map(&maps[2], u8, 1, a.v, a.B * a.Hkv, D, npad, D, kFp8BN, CU_TENSOR_MAP_SWIZZLE_128B);
   if (err == cudaSuccess) err = allow_smem(kernel, smem);
   if (err != cudaSuccess) return err;
-  if (a.ws[0] == nullptr) return cudaErrorInvalidValue;
+  if (a.ws[0] == nullptr || (BLOCK && (a.ws[1] == nullptr || a.ws[2] == nullptr))) return cudaErrorInvalidValue;
+  const float* dq = a.ws[0];
+  const float* dk = BLOCK ? a.ws[1] : a.ws[0] + 1;
+  const float* dv = BLOCK ? a.ws[2] : a.ws[0] + 2;
   kernel<<<dim3(cdiv(a.Nq, kFp8BM), a.B * a.H), 3 * 128, smem, stream>>>(
-      maps[0], maps[1], maps[2], static_cast<TO*>(a.o), a.lse, dims_of(a), a.ws[0], a.scale * kLog2e, a.causal);
+      maps[0], maps[1], maps[2], static_cast<TO*>(a.o), a.lse, dims_of(a), dq, dk, dv, a.scale * kLog2e, a.causal);
   return cudaGetLastError();
+}
+
+template <typename TO, int D, int EMU, bool PINGPONG, bool TSUM>
+cudaError_t fp8_forward_scales(const AttnArgs& a, cudaStream_t stream) {
+  namespace oc = codes::flash_wgmma_fp8;
+  return oc::scales(a.option) == oc::kScalesBlock ? fp8_forward_launch<TO, D, EMU, PINGPONG, true, TSUM>(a, stream)
+                                                  : fp8_forward_launch<TO, D, EMU, PINGPONG, false, TSUM>(a, stream);
+}
+
+template <typename TO, int D, int EMU, bool PINGPONG>
+cudaError_t fp8_forward_osum(const AttnArgs& a, cudaStream_t stream) {
+  namespace oc = codes::flash_wgmma_fp8;
+  return oc::o_sum(a.option) == oc::kOSumTensor ? fp8_forward_scales<TO, D, EMU, PINGPONG, true>(a, stream)
+                                                : fp8_forward_scales<TO, D, EMU, PINGPONG, false>(a, stream);
 }
 
 // option >> 4: the share of the softmax's exponentials computed without the SFU (softmax_scores' EMU):
 // 0 = none, 1 = every 4th 8-column block (a quarter), 2 = every 2nd (half)
-// option bit 8: the consumers' ping-pong (PINGPONG)
+// option bit 8: the consumers' ping-pong (PINGPONG); bit 9: descales per block (BLOCK); bit 10: O summed in the
+// tensor cores (TSUM)
 template <typename TO, int D, bool PINGPONG>
 cudaError_t fp8_forward_emu(const AttnArgs& a, cudaStream_t stream) {
   namespace oc = codes::flash_wgmma_fp8;
   switch (oc::exp_on_fma(a.option)) {
-    case oc::kExpOnFma0: return fp8_forward_launch<TO, D, 0, PINGPONG>(a, stream);
-    case oc::kExpOnFma0p25: return fp8_forward_launch<TO, D, 4, PINGPONG>(a, stream);
-    case oc::kExpOnFma0p5: return fp8_forward_launch<TO, D, 2, PINGPONG>(a, stream);
+    case oc::kExpOnFma0: return fp8_forward_osum<TO, D, 0, PINGPONG>(a, stream);
+    case oc::kExpOnFma0p25: return fp8_forward_osum<TO, D, 4, PINGPONG>(a, stream);
+    case oc::kExpOnFma0p5: return fp8_forward_osum<TO, D, 2, PINGPONG>(a, stream);
     default: return cudaErrorInvalidValue;
   }
 }

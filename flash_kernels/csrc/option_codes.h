@@ -109,7 +109,16 @@ constexpr int kExpOnFma0p5 = 2;
 constexpr int pingpong(int option) { return (option >> 8) & 0x1; }
 constexpr int kPingpongOff = 0;
 constexpr int kPingpongOn = 1;
+// scales: bits 9..9 -- descales per tensor, or per block of scale_block rows of Q, K and V
+constexpr int scales(int option) { return (option >> 9) & 0x1; }
+constexpr int kScalesTensor = 0;
+constexpr int kScalesBlock = 1;
+// o_sum: bits 10..10 -- where O's sum over K/V tiles is kept: fp32 registers (each tile's P V added by the CUDA cores) or the tensor cores' accumulator
+constexpr int o_sum(int option) { return (option >> 10) & 0x1; }
+constexpr int kOSumFp32 = 0;
+constexpr int kOSumTensor = 1;
 constexpr int kVtGroup = 32;
+constexpr int kScaleBlock = 128;
 }  // namespace flash_wgmma_fp8
 
 // flash_decode (flash_decode.cu): tensor cores (mma.sync)

@@ -56,14 +56,23 @@ __device__ __forceinline__ bool softmax_tile(float (&s)[BN / 2], uint32_t (&pf)[
   return grew;
 }
 
-// The rows a warpgroup's softmax sees: keys below Nk (and, causal, up to the row), exp2 scale.
+// The rows a warpgroup's softmax sees: keys below Nk (and, causal, up to the row), exp2 scale. The mainloops ask
+// for a K/V tile's scales once its K stage is full and before it is released: tile_scales(st, sk, sv) gives sk, the
+// exp2 scale of its raw scores, and sv, the factor of its P V as it is added to O (Ops::after_pv, last_pv), from
+// ring stage st (a Rows type with scales per tile reads them where the producer wrote them beside the stage);
+// lse_scale() is the factor of m in the LSE (store_rows). SoftmaxRows: one scale for every tile, P V as it comes.
 struct SoftmaxRows {
   int Nk, causal, wg_row0, row0, lane;
   float scale_log2;
+  __device__ __forceinline__ void tile_scales(int, float& sk, float& sv) const {
+    sk = scale_log2;
+    sv = 1.f;
+  }
+  __device__ __forceinline__ float lse_scale() const { return scale_log2; }
   template <int BN, MaskMode MASK, int EMU>
   __device__ __forceinline__ bool apply(float (&s)[BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
-                                        int j0) const {
-    return softmax_scores<BN, MASK, EMU>(s, m, l, alpha, j0, Nk, causal, wg_row0, row0, lane, scale_log2);
+                                        int j0, float sl2) const {
+    return softmax_scores<BN, MASK, EMU>(s, m, l, alpha, j0, Nk, causal, wg_row0, row0, lane, sl2);
   }
 };
 
@@ -83,7 +92,13 @@ struct Wgmma16 {
   }
   __device__ __forceinline__ void pv(float (&o)[NO], Frag& pf, int st) { issue_pv<T, D, BN>(o, pf, desc_add(dV, st * TV)); }
   __device__ __forceinline__ void pv_landed(float (&o)[NO]) { fence_regs(o); }  // after its wgmma_wait
-  __device__ __forceinline__ void pv_add(float (&)[NO]) {}                       // after the stage's release
+  __device__ __forceinline__ void pv_add(float (&)[NO], float) {}                // after the stage's release
+  // OverlapMainloop, after P V_{t+1} landed and its stage was released: O rescaled for S_t's new row max; last
+  // after the final tile (Ops with per-tile V scales use sv_done / sv_next)
+  __device__ __forceinline__ void after_pv(float (&o)[NO], const float (&alpha)[2], bool grew, float, float) {
+    if (grew) rescale_o(o, alpha);
+  }
+  __device__ __forceinline__ void last_pv(float (&)[NO], float) {}
   __device__ __forceinline__ static void pack(const float (&s)[NS], Frag& pf) { pack_p<T, BN>(s, pf); }
 };
 
@@ -155,16 +170,19 @@ struct ConsumerRing {
 
 // tma-ws: tiles n_wg - 1 .. 0, each S, softmax (masked if the tile needs it), O += P V, waited for.
 struct PlainMainloop {
-  template <class Ops, class Ring>
+  template <class Ops, class Ring, class Rows>
   __device__ __forceinline__ static void run(Ops& ops, Ring& ring, float (&o)[Ops::NO], float (&m)[2], float (&l)[2],
-                                             uint64_t dQ, int n_wg, const SoftmaxRows& rows) {
+                                             uint64_t dQ, int n_wg, const Rows& rows) {
     for (int t = n_wg - 1; t >= 0; --t) {
       typename Ops::Frag pf;
+      float sk, sv;
+      ring.wait_k();
+      rows.tile_scales(ring.pos.st, sk, sv);
       {
         float s[Ops::NS];
         ring.scores_waited(ops, s, dQ);
         float alpha[2];
-        const bool grew = rows.apply<Ops::BN, kMaskIfNeeded, Ops::EMU>(s, m, l, alpha, t * Ops::BN);
+        const bool grew = rows.template apply<Ops::BN, kMaskIfNeeded, Ops::EMU>(s, m, l, alpha, t * Ops::BN, sk);
         Ops::pack(s, pf);
         if (grew) rescale_o(o, alpha);
       }
@@ -173,7 +191,7 @@ struct PlainMainloop {
       wgmma_wait<0>();
       ops.pv_landed(o);
       ring.release_v(ring.pos);
-      ops.pv_add(o);
+      ops.pv_add(o, sv);
       ring.advance();
     }
   }
@@ -182,45 +200,50 @@ struct PlainMainloop {
 // tma-ws-overlap and up: the first tile (n_wg - 1) as above but its P V left for the next step; then per tile
 // t < n_wg - 1, S_t under O += P_{t+1} V_{t+1}, unmasked; then the last P V.
 struct OverlapMainloop {
-  template <class Ops, class Ring>
+  template <class Ops, class Ring, class Rows>
   __device__ __forceinline__ static void run(Ops& ops, Ring& ring, float (&o)[Ops::NO], float (&m)[2], float (&l)[2],
-                                             uint64_t dQ, int n_wg, const SoftmaxRows& rows) {
+                                             uint64_t dQ, int n_wg, const Rows& rows) {
     if (n_wg > 0) tiles(ops, ring, o, m, l, dQ, n_wg, rows);
   }
 
   // n_wg >= 1
-  template <class Ops, class Ring>
+  template <class Ops, class Ring, class Rows>
   __device__ __forceinline__ static void tiles(Ops& ops, Ring& ring, float (&o)[Ops::NO], float (&m)[2],
-                                               float (&l)[2], uint64_t dQ, int n_wg, const SoftmaxRows& rows) {
+                                               float (&l)[2], uint64_t dQ, int n_wg, const Rows& rows) {
     constexpr int BN = Ops::BN;
-    // P_{t+1} (in pf) waits for V_{t+1} at v while S_t is computed
+    // P_{t+1} (in pf) waits for V_{t+1} at v while S_t is computed; sv: V_{t+1}'s scale
     typename Ops::Frag pf;
+    float sk, sv;
+    ring.wait_k();
+    rows.tile_scales(ring.pos.st, sk, sv);
     {
       float s[Ops::NS];
       ring.scores_waited(ops, s, dQ);
       float alpha[2];
-      rows.apply<BN, kMaskIfNeeded, Ops::EMU>(s, m, l, alpha, (n_wg - 1) * BN);  // O = 0: no rescale
+      rows.template apply<BN, kMaskIfNeeded, Ops::EMU>(s, m, l, alpha, (n_wg - 1) * BN, sk);  // O = 0: no rescale
       Ops::pack(s, pf);
     }
     auto v = ring.pos;
     ring.advance();
-    for (int t = n_wg - 2; t >= 0; --t) step(ops, ring, v, pf, o, m, l, dQ, t * BN, rows);
+    for (int t = n_wg - 2; t >= 0; --t) step(ops, ring, v, pf, sv, o, m, l, dQ, t, rows);
     ring.wait_v(v);
     ops.pv(o, pf, v.st);
     wgmma_wait<0>();
     ops.pv_landed(o);
     ring.release_v(v);
-    ops.pv_add(o);
+    ops.last_pv(o, sv);
   }
 
   // One tile t < n_wg - 1 (no mask). Between wgmma_wait<1> and wgmma_wait<0> the code must not branch (see the
   // header). S is a fresh array per tile (not loop-carried).
-  template <class Ops, class Ring, class Pos>
-  __device__ __forceinline__ static void step(Ops& ops, Ring& ring, Pos& v, typename Ops::Frag& pf,
-                                              float (&o)[Ops::NO], float (&m)[2], float (&l)[2], uint64_t dQ, int j0,
-                                              const SoftmaxRows& rows) {
+  template <class Ops, class Ring, class Pos, class Rows>
+  __device__ __forceinline__ static void step(Ops& ops, Ring& ring, Pos& v, typename Ops::Frag& pf, float& sv,
+                                              float (&o)[Ops::NO], float (&m)[2], float (&l)[2], uint64_t dQ, int t,
+                                              const Rows& rows) {
     float s[Ops::NS];
     ring.wait_k();
+    float sk, sv_t;
+    rows.tile_scales(ring.pos.st, sk, sv_t);
     ring.turns.wait();
     ops.scores(s, dQ, ring.pos.st);  // S_t
     ring.wait_v(v);
@@ -230,7 +253,7 @@ struct OverlapMainloop {
     fence_regs(s);
     ring.release_k();
     float alpha[2];
-    const bool grew = rows.apply<Ops::BN, kMaskNever, Ops::EMU>(s, m, l, alpha, j0);
+    const bool grew = rows.template apply<Ops::BN, kMaskNever, Ops::EMU>(s, m, l, alpha, t * Ops::BN, sk);
     fence_regs(s);  // the softmax is computed here, while O += P V runs, not sunk past the wait
     fence_regs(l);
     fence_regs(alpha);
@@ -239,9 +262,9 @@ struct OverlapMainloop {
 #pragma unroll
     for (int kk = 0; kk < Ops::KB; ++kk) fence_regs(pf[kk]);  // P_{t+1} is read until here
     ring.release_v(v);
-    ops.pv_add(o);
-    if (grew) rescale_o(o, alpha);
+    ops.after_pv(o, alpha, grew, sv, sv_t);
     Ops::pack(s, pf);
+    sv = sv_t;
     v = ring.pos;
     ring.advance();
   }

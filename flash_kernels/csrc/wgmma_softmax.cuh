@@ -32,8 +32,11 @@ __device__ __forceinline__ float exp2_poly(float x) {
 
 // EMU > 0: the exponentials of every EMU-th 8-column block of the tile (blocks EMU - 1, 2 EMU - 1, ...) by
 // exp2_poly, the others on the SFU (flash_wgmma_fp8.cu); 0: all on the SFU.
+// SCALED_M: m is kept in exp2 units (the largest raw score times scale_log2), so that scale_log2 may change from
+// one tile to the next (FP8 with a scale per K block: flash_wgmma_fp8.cu); the LSE is then m + log2(l) (scale 1).
+// Otherwise m is the largest raw score and scale_log2 must be the same for every tile of a row.
 enum MaskMode { kMaskIfNeeded, kMaskAlways, kMaskNever };
-template <int BN, MaskMode MASK = kMaskIfNeeded, int EMU = 0>
+template <int BN, MaskMode MASK = kMaskIfNeeded, int EMU = 0, bool SCALED_M = false>
 __device__ __forceinline__ bool softmax_scores(float (&s)[BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
                                                int j0, int Nk, int causal, int wg_row0, int row0, int lane,
                                                float scale_log2) {
@@ -60,9 +63,16 @@ __device__ __forceinline__ bool softmax_scores(float (&s)[BN / 2], float (&m)[2]
     for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m[h], mx);
-    const float ms = (m_new == -INFINITY) ? 0.f : m_new * scale_log2;
-    alpha[h] = fast_exp2(m[h] * scale_log2 - ms);
+    float m_new, ms;
+    if constexpr (SCALED_M) {
+      m_new = fmaxf(m[h], mx * scale_log2);  // scale_log2 > 0: -inf stays -inf
+      ms = (m_new == -INFINITY) ? 0.f : m_new;
+      alpha[h] = fast_exp2(m[h] - ms);
+    } else {
+      m_new = fmaxf(m[h], mx);
+      ms = (m_new == -INFINITY) ? 0.f : m_new * scale_log2;
+      alpha[h] = fast_exp2(m[h] * scale_log2 - ms);
+    }
     grew |= m_new != m[h];
     m[h] = m_new;
     float rs = 0.f;

@@ -1,7 +1,8 @@
 """flash_wgmma's FP8 forward (flash_kernels.fp8) against the fp64 reference of its dequantized inputs: every
 head dim, causal and not, both output dtypes, grouped-query and cross attention, ragged sizes (1, odd,
 not multiples of the 128-row / 128-key tiles or of Vt's 32-key groups), outputs poisoned first; and with Q and K
-rotated first (rotate=True, FlashAttention-3's incoherent processing: flash_kernels.hadamard)."""
+rotated first (rotate=True, FlashAttention-3's incoherent processing: flash_kernels.hadamard); and with a descale per
+block of 128 rows (scales="block")."""
 
 import pytest
 import torch
@@ -21,6 +22,11 @@ OUT_REL_L2, OUT_MAX_REL = 1.5e-2, 1e-1
 #: the LSE's error against the same reference, absolute + relative to |LSE|: S = Q K^T is summed by the tensor
 #: cores' FP8 path, which keeps fewer bits than fp32 (flash_wgmma_fp8.cu's header)
 LSE_ABS, LSE_REL = 2e-3, 2e-4
+#: the output bound on inputs whose 128-row blocks differ in magnitude (the per-block tests: _blocky)
+OUT_REL_L2_BLOCKY = 2e-2
+#: o_sum="tensor" (O summed by the FP8 tensor cores, which keep fewer bits than fp32) on rows of more than LONG_ROW
+#: keys: measured 1.9-5.5 % at N = 8192 on an H200, against 1.2-1.6 % with O in fp32
+LONG_ROW, TSUM_LONG_REL_L2 = 4096, 8e-2
 
 SHAPES = [  # B, H, Hkv, Nq, Nk
     (1, 1, 1, 1, 1),
@@ -144,10 +150,10 @@ def test_profiled_forward_is_the_kernel_on_inputs_prepared_once(dtype):
     """nsightlab's flash_wgmma_fp8 (fp8.profiled_forward): the first call quantizes and makes Vt, later calls with
     the same tensors launch the FP8 kernel alone (the capture's range), with the checked call's result."""
     q, k, v, _ = random_attention_inputs(2, 4, 300, 128, dtype, Hkv=2, Nk=333, seed=13)
-    o1 = fp8.profiled_forward(q, k, v, causal=True)
+    o1 = fp8.profiled_forward(q, k, v, causal=True, rotate=False, scales="tensor")
     prepared = next(iter(fp8._PREPARED.values()))
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        o2 = fp8.profiled_forward(q, k, v, causal=True)
+        o2 = fp8.profiled_forward(q, k, v, causal=True, rotate=False, scales="tensor")
         torch.cuda.synchronize()
     kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     assert next(iter(fp8._PREPARED.values())) is prepared
@@ -180,7 +186,7 @@ def test_fp8_rotated_forward_against_reference(shape, causal, D):
     x8, descale, real = _rotated_quantized(q, k, v)
     ref_o, ref_lse = reference_forward(*real, causal=causal)
     with poisoned_outputs():
-        o, lse = fp8.attention_fp8_from(q, k, v, causal=causal, rotate=True, return_lse=True)
+        o, lse = fp8.attention_fp8_from(q, k, v, causal=causal, rotate=True, scales="tensor", return_lse=True)
     assert o.dtype == torch.bfloat16 and o.shape == q.shape and lse.shape == q.shape[:3]
     m = error_metrics(o, ref_o)
     assert m["nonfinite"] == 0, "unwritten or non-finite outputs"
@@ -196,7 +202,7 @@ def test_fp8_rotated_error_against_the_unquantized_inputs_is_quantization_sized(
     unrotated fp32 inputs' attention (rotation must not change what is computed)."""
     q, k, v, _ = random_attention_inputs(2, 8, 1024, D, torch.float32, Hkv=4, seed=23)
     with poisoned_outputs():
-        o = fp8.attention_fp8_from(q, k, v, causal=causal, rotate=True)
+        o = fp8.attention_fp8_from(q, k, v, causal=causal, rotate=True, scales="tensor")
     ref_x, _ = reference_forward(q, k, v, causal=causal)
     m = error_metrics(o, ref_x)
     assert m["nonfinite"] == 0 and m["rel_l2"] <= 3 * OUT_REL_L2, m
@@ -219,7 +225,7 @@ def test_fp8_rotation_lowers_the_error_on_outliers(mean, causal, D):
     errs = {}
     for rotate in (False, True):
         with poisoned_outputs():
-            o = fp8.attention_fp8_from(q, k, v, causal=causal, rotate=rotate)
+            o = fp8.attention_fp8_from(q, k, v, causal=causal, rotate=rotate, scales="tensor")
         m = error_metrics(o, ref)
         assert m["nonfinite"] == 0, (rotate, m)
         errs[rotate] = m["rel_l2"]
@@ -239,8 +245,8 @@ def test_profiled_forward_rotated_is_the_kernel_on_rotated_inputs_prepared_once(
     assert len(kernels) == 1 and "fp8" in kernels[0], kernels
     ref = fp8.attention_fp8_from(q, k, v, causal=True, rotate=True)
     assert o1.dtype == dtype and torch.equal(o1, ref) and torch.equal(o2, ref)
-    plain = fp8.profiled_forward(q, k, v, causal=True)  # rotate=False is a different preparation
-    assert torch.equal(plain, fp8.attention_fp8_from(q, k, v, causal=True))
+    plain = fp8.profiled_forward(q, k, v, causal=True, rotate=False)  # a different preparation
+    assert torch.equal(plain, fp8.attention_fp8_from(q, k, v, causal=True, rotate=False))
 
 
 @pytest.mark.parametrize("rotate", [False, True], ids=["per-tensor", "rotated"])
@@ -269,10 +275,160 @@ def test_fused_quantization_matches_the_torch_path(shape, D, dtype, rotate):
         # at near-ties the two conversions round apart (measured: at most 1.3 % of the values, bf16 inputs)
         assert float((a != b).float().mean()) < 3e-2
     with poisoned_outputs():
-        o_f = fp8.attention_fp8_from(q, k, v, rotate=rotate, fused=True)
-    o_t = fp8.attention_fp8_from(q, k, v, rotate=rotate, fused=False)
+        o_f = fp8.attention_fp8_from(q, k, v, rotate=rotate, fused=True, scales="tensor")
+    o_t = fp8.attention_fp8_from(q, k, v, rotate=rotate, fused=False, scales="tensor")
     ref, _ = reference_forward(q.float(), k.float(), v.float())
     for o in (o_f, o_t):
         m = error_metrics(o, ref)
         assert m["nonfinite"] == 0 and m["rel_l2"] <= 3 * OUT_REL_L2, m
     assert error_metrics(o_f, o_t.double())["rel_l2"] <= OUT_REL_L2
+
+
+# --------------------------------------------------------------------------- per-block scales (scales="block")
+
+
+def _blocky(B, H, Hkv, Nq, Nk, D, seed):
+    """Inputs whose 128-row blocks differ in magnitude (x 1/4 .. x 2, by block), so that per-block descales differ
+    from block to block and from the per-tensor one."""
+    q, k, v, _ = random_attention_inputs(B, H, Nq, D, torch.float32, Hkv=Hkv, Nk=Nk, seed=seed, mean=0.5)
+    out = []
+    for t in (q, k, v):
+        rows = torch.arange(t.shape[-2], device=t.device)
+        out.append(t * (2.0 ** ((rows // fp8.SCALE_BLOCK) % 4 - 2)).view(-1, 1))
+    return out
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-H{}-Hkv{}-Nq{}-Nk{}".format(*s))
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("D", [64, 128])
+def test_fp8_per_block_forward_against_reference(shape, causal, D):
+    """scales="block": the kernel's per-block variant (Q's block descale in the exp2 scale, K's per tile with the
+    running max in exp2 units, V's on each tile's P V) against the fp64 attention of its dequantized inputs, at the
+    per-tensor bounds; outputs poisoned first."""
+    q, k, v = _blocky(*shape, D, seed=31)
+    x8, ds = zip(*(fp8.quantize_e4m3(t, scales="block") for t in (q, k, v)), strict=True)
+    assert ds[0].shape == (*q.shape[:2], -(-q.shape[2] // 128)) and ds[1].shape == (*k.shape[:2], -(-k.shape[2] // 128))
+    real = [x.double() * fp8.block_descales(x, d).double() for x, d in zip(x8, ds, strict=True)]
+    ref_o, ref_lse = reference_forward(*real, causal=causal)
+    with poisoned_outputs():
+        o, lse = fk.attention_fp8(*x8, *ds, causal=causal, return_lse=True)
+    m = error_metrics(o, ref_o)
+    assert m["nonfinite"] == 0, "unwritten or non-finite outputs"
+    # the blocks' larger scores (up to 4x) make the softmax sharper, so P's e4m3 rounding weighs more: measured up
+    # to 1.6 % at N = 8192 (H200); a wrong block descale costs far more
+    assert m["rel_l2"] <= OUT_REL_L2_BLOCKY and m["max_rel"] <= OUT_MAX_REL, m
+    # the LSE: S = Q K^T is summed by the FP8 tensor cores, whose error grows with the scores (here up to 4x the
+    # per-tensor test's); per block it must stay within the per-tensor kernel's own error on the same inputs
+    t8, td = zip(*(fp8.quantize_e4m3(t) for t in (q, k, v)), strict=True)
+    _, t_lse = fk.attention_fp8(*t8, *td, causal=causal, return_lse=True)
+    _, t_ref = reference_forward(*(x.double() * d.double() for x, d in zip(t8, td, strict=True)), causal=causal)
+    err_b, err_t = float((lse.double() - ref_lse).abs().max()), float((t_lse.double() - t_ref).abs().max())
+    assert err_b <= 2 * err_t + LSE_ABS, (err_b, err_t)
+
+
+def test_fp8_per_tensor_descales_beside_per_block_ones_stand_for_all_their_blocks():
+    """A per-tensor descale (float or one-element tensor) beside per-block ones is expanded to its blocks: the same
+    bits as the call with every descale given per block."""
+    q, k, v = _blocky(2, 4, 2, 300, 519, 128, seed=33)
+    (q8, dq), (k8, dk) = (fp8.quantize_e4m3(t, scales="block") for t in (q, k))
+    v8, dv = fp8.quantize_e4m3(v)
+    with poisoned_outputs():
+        mixed = fk.attention_fp8(q8, k8, v8, dq, dk, float(dv), causal=True)
+    full = fk.attention_fp8(q8, k8, v8, dq, dk, dv.expand(2, 2, 5).contiguous(), causal=True)
+    assert torch.equal(mixed, full)
+    # all per tensor, given as per-block arrays of equal descales: the per-tensor kernel's result to rounding
+    (q8, dq), (k8, dk) = (fp8.quantize_e4m3(t) for t in (q, k))
+    a = fk.attention_fp8(q8, k8, v8, dq, dk, dv)
+    b = fk.attention_fp8(q8, k8, v8, dq.expand(2, 4, 3).contiguous(), dk, dv)
+    assert error_metrics(a, b.double())["rel_l2"] <= 1e-3
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp8_per_block_keeps_blocks_that_a_loud_block_would_flush(causal):
+    """One block of query rows 10^5 times louder than the rest: per tensor, the other rows of Q fall below e4m3's
+    subnormals (most round to 0 or one step of 2^-9) and their scores, so their outputs, are far off; per block each
+    block keeps its own range. Against the unquantized inputs' attention. (At 10^4 the quiet rows' rounding errors,
+    uncorrelated over D, still averaged out: 1.2-2.2 % against per-block's 0.9-1.7 %, measured on an H200.)"""
+    q, k, v, _ = random_attention_inputs(1, 4, 640, 128, torch.float32, Hkv=4, seed=35, mean=0.5)
+    q[:, :, 256:384] *= 1e5
+    ref, _ = reference_forward(q, k, v, causal=causal)
+    with poisoned_outputs():
+        blk = fp8.attention_fp8_from(q, k, v, causal=causal, scales="block", rotate=False)
+    per_tensor = fp8.attention_fp8_from(q, k, v, causal=causal, scales="tensor", rotate=False)
+    # the loud rows' softmax is one-hot on their largest score (ill-conditioned for any quantization): the other rows
+    quiet = torch.cat([torch.arange(0, 256), torch.arange(384, 640)]).cuda()
+    ref_q = ref[:, :, quiet]
+    e_blk = error_metrics(blk[:, :, quiet], ref_q)["rel_l2"]
+    e_t = error_metrics(per_tensor[:, :, quiet], ref_q)["rel_l2"]
+    assert e_blk <= 0.08 and e_blk * 3 < e_t, (e_blk, e_t)
+
+
+@pytest.mark.parametrize("rotate", [False, True], ids=["plain", "rotated"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1, 1), (2, 8, 2, 300, 519), (1, 4, 1, 1000, 1000)],
+                         ids=lambda s: "B{}-H{}-Hkv{}-Nq{}-Nk{}".format(*s))
+def test_fused_per_block_quantization_matches_the_torch_path(shape, D, dtype, rotate):
+    """quantize_e4m3_fused(scales="block") (one Triton pass, the rotation inside) against quantize_e4m3(scales=
+    "block") on rotate_qk's fp32 product: the same descales to fp32 rounding, every e4m3 value within one step; and
+    attention_fp8_from(scales="block") fused or not within the bounds of each other."""
+    from flash_kernels import quantize
+
+    B, H, Hkv, Nq, Nk = shape
+    q, k, v = (t.to(dtype) for t in _blocky(B, H, Hkv, Nq, Nk, D, seed=43))
+    for t in (q, k, v):
+        seed = 0 if rotate and t is not v else None
+        with poisoned_outputs():
+            x8f, df = quantize.quantize_e4m3_fused(t, seed, "block")
+        src = hadamard.rotate_qk(t, t, 0, out_dtype=torch.float32)[0] if seed is not None else t
+        x8t, dt = fp8.quantize_e4m3(src, scales="block")
+        assert x8f.shape == t.shape and df.shape == dt.shape
+        assert bool(((df / dt - 1).abs() < 1e-5).all())
+        a, b = x8f.float(), x8t.float()
+        assert bool(((a - b).abs() <= 0.125 * torch.maximum(a.abs(), b.abs()) + 2.0 ** -9).all())
+        assert int((a != b).sum()) <= max(8, 0.03 * a.numel())  # near-ties round apart (a count: N = 1 has 64 values)
+    with poisoned_outputs():
+        o_f = fp8.attention_fp8_from(q, k, v, rotate=rotate, fused=True, scales="block")
+    o_t = fp8.attention_fp8_from(q, k, v, rotate=rotate, fused=False, scales="block")
+    # a one-key output is one V row: the few values that round apart (one e4m3 step, up to 6 %) are all of it
+    assert error_metrics(o_f, o_t.double())["rel_l2"] <= 3 * OUT_REL_L2
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_profiled_forward_per_block_is_the_kernel_on_inputs_prepared_once(dtype):
+    q, k, v, _ = random_attention_inputs(2, 4, 300, 128, dtype, Hkv=2, Nk=333, seed=45)
+    o1 = fp8.profiled_forward(q, k, v, causal=True, scales="block")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        o2 = fp8.profiled_forward(q, k, v, causal=True, scales="block")
+        torch.cuda.synchronize()
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert len(kernels) == 1 and "fp8" in kernels[0], kernels
+    ref = fp8.attention_fp8_from(q, k, v, causal=True, scales="block")
+    assert torch.equal(o1, ref) and torch.equal(o2, ref)
+
+
+# --------------------------------------------------------------------------- O summed in the tensor cores (o_sum)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-H{}-Hkv{}-Nq{}-Nk{}".format(*s))
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("scales", ["tensor", "block"])
+def test_fp8_o_summed_in_the_tensor_cores_against_reference(shape, causal, D, scales):
+    """o_sum="tensor": O += P V in the wgmma accumulator (per-block V descales through O's units, rescaled from tile
+    to tile), held to the same bounds against the fp64 attention of the dequantized inputs up to 4096 keys, and to
+    TSUM_LONG_REL_L2 on longer rows (its measured cost)."""
+    q, k, v = _blocky(*shape, D, seed=51) if scales == "block" else _quantized(*shape, D, seed=51)[0]
+    x8, ds = zip(*(fp8.quantize_e4m3(t, scales=scales) for t in (q, k, v)), strict=True)
+    real = [x.double() * (fp8.block_descales(x, d) if scales == "block" else d).double()
+            for x, d in zip(x8, ds, strict=True)]
+    ref_o, _ = reference_forward(*real, causal=causal)
+    with poisoned_outputs():
+        o = fk.attention_fp8(*x8, *ds, causal=causal, o_sum="tensor")
+    m = error_metrics(o, ref_o)
+    assert m["nonfinite"] == 0, "unwritten or non-finite outputs"
+    if shape[4] > LONG_ROW:  # the tensor cores' short sums lose accuracy as rows grow: the cost of this option
+        assert m["rel_l2"] <= TSUM_LONG_REL_L2, m
+    else:
+        bound = OUT_REL_L2_BLOCKY if scales == "block" else OUT_REL_L2
+        assert m["rel_l2"] <= bound and m["max_rel"] <= OUT_MAX_REL, m
