@@ -88,8 +88,9 @@ def _check_sizes(names: tuple[str, ...], tensors: tuple[Any, ...], B: int, H: in
                          f"(grouped-query attention: each k/v head serves H / Hkv query heads)")
 
 
-def _check_tensors(variant: Variant, names: tuple[str, ...], tensors: tuple[Any, ...]) -> tuple[int, ...]:
-    """:func:`_check_layout`, then what ``variant`` accepts. Returns (B, H, Nq, D, Hkv, Nk)."""
+def _check_tensors(variant: Variant, names: tuple[str, ...], tensors: tuple[Any, ...],
+                   pass_: str = "forward") -> tuple[int, ...]:
+    """:func:`_check_layout`, then what ``variant`` accepts for ``pass_``. Returns (B, H, Nq, D, Hkv, Nk)."""
     B, H, Nq, D, Hkv, Nk = _check_layout(names, tensors)
     q = tensors[0]
     if q.dtype not in _DTYPES or _DTYPES[q.dtype] not in variant.dtypes:
@@ -97,6 +98,9 @@ def _check_tensors(variant: Variant, names: tuple[str, ...], tensors: tuple[Any,
                         f"{', '.join('torch.' + d for d in variant.dtypes)}")
     if D not in variant.head_dims:
         raise ValueError(f"{variant.name} does not support head dim {D}; accepted: {variant.head_dims}")
+    if D not in variant.head_dims_of(pass_):
+        raise ValueError(f"{variant.name}'s {pass_} does not support head dim {D}; accepted: "
+                         f"{variant.head_dims_of(pass_)} (head dims {variant.head_dims} forward)")
     _check_sizes(names, tensors, B, H, Nq, Hkv, Nk)
     if Hkv != H and not variant.grouped_query:
         raise ValueError(f"{variant.name} takes k/v with as many heads as q (got H={H}, Hkv={Hkv}); variants "
@@ -172,7 +176,7 @@ def _prepare(variant_name: str, names: tuple[str, ...], tensors: tuple[Any, ...]
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     if causal and not variant.causal:
         raise ValueError(f"{variant.name} does not support causal=True")
-    B, H, _, D, Hkv, _ = _check_tensors(variant, names, tensors)
+    B, H, _, D, Hkv, _ = _check_tensors(variant, names, tensors, pass_)
     opts = variant.resolve_options(options, D)
     check = _OPTION_CHECKS.get(variant.name)
     Nq = tensors[0].shape[2]
@@ -562,4 +566,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, variant: str
         have = ", ".join(_variants_where(lambda v: "backward" in v.passes))
         raise ValueError(f"{var.name} has no backward pass, but an input requires grad; use torch.no_grad() or "
                          f"one of: {have}")
+    D = q.shape[-1]
+    if needs_grad and D not in var.head_dims_of("backward"):
+        raise ValueError(f"{var.name}'s backward does not support head dim {D} (accepted: "
+                         f"{var.head_dims_of('backward')}), but an input requires grad; use torch.no_grad() for its "
+                         f"forward")
     return _Attention.apply(q, k, v, var, causal, sc, opts)

@@ -61,6 +61,12 @@ def convention() -> list[Config]:
     return out
 
 
+def d256() -> list[Config]:
+    """Head dim 256 at the convention's scale: B*N = 16384 tokens, H*D = 2048 (H = 8), causal and not."""
+    return [Config(f"D256-N{N}-{'causal' if causal else 'full'}", 16384 // N, 8, N, 256, causal)
+            for causal in (False, True) for N in (512, 1024, 2048, 4096, 8192, 16384)]
+
+
 def gqa() -> list[Config]:
     """Grouped-query and multi-query attention at the convention's scale: H = 32 query heads, D = 128,
     Hkv = 32 (plain multi-head), 8 and 1 key/value heads, B*N = 16384, causal and not."""
@@ -88,6 +94,8 @@ SUITES: dict[str, tuple[list[Config], tuple[str, ...], str]] = {
     "d128": (d128(), ("float16",), "head dim 128 against N (B*N = 16384, H = 16), fp16"),
     "convention": (convention(), ("float16", "bfloat16"), "FlashAttention convention sweep, fp16 and bf16, causal "
                    "and not"),
+    "d256": (d256(), ("float16", "bfloat16"), "head dim 256 at the convention's scale (B*N = 16384, H = 8), fp16 and "
+             "bf16, causal and not, forward (flash_wgmma's backward takes D = 64 and 128)"),
     "gqa": (gqa(), ("float16",), "grouped-query / multi-query attention: H=32, D=128, Hkv = 32, 8, 1, "
             "B*N = 16384, fp16, causal and not"),
     "decode": (decode(), ("float16", "bfloat16"), "KV-cache decode: Nq = 1, 4, 16 queries against Nk = 1024-65536 "
@@ -97,8 +105,8 @@ SUITES: dict[str, tuple[list[Config], tuple[str, ...], str]] = {
 
 
 #: the passes a suite times, where not both: a decode step is inference (forward only), and its backward
-#: references at Nk = 64k cost more device time than every other suite together
-SUITE_PASSES: dict[str, tuple[str, ...]] = {"decode": ("forward",)}
+#: references at Nk = 64k cost more device time than every other suite together; d256: flash_wgmma's forward only
+SUITE_PASSES: dict[str, tuple[str, ...]] = {"decode": ("forward",), "d256": ("forward",)}
 
 
 def suite_passes(name: str, passes: list[str]) -> list[str]:

@@ -46,7 +46,8 @@ E4M3_MAX = 448.0
 _KERNEL = kernel("flash_wgmma_fp8")
 #: output dtypes of the kernel and their choice of its option field out_dtype
 _OUT_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
-_HEAD_DIMS = (64, 128)
+#: the FP8 kernel's head dims
+HEAD_DIMS = _HEAD_DIMS = (64, 128)
 #: head dims whose default schedule is the consumers' ping-pong (measured at D = 128 only: +7-11 %, H200)
 PINGPONG_HEAD_DIMS = (128,)
 #: keys per group of Vt's permuted order (flash_wgmma_fp8.cu: one k32 step of O += P V)

@@ -75,6 +75,14 @@ class Variant:
     #: (:class:`~flash_kernels.variants.Kernel`). A variant whose _ops dispatch is not written out runs the one
     #: module that exports the pass (``fwd`` / ``bwd``), its option code encoded from the options of its fields' names.
     kernels: tuple[Kernel | str, ...] = ()
+    #: a pass's head dims where they are fewer than head_dims (flash_wgmma: D = 256 forward only)
+    pass_head_dims: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def head_dims_of(self, pass_: str) -> tuple[int, ...]:
+        """The head dims ``pass_`` ("forward" / "backward") takes; none for a pass the variant does not have."""
+        if pass_ not in self.passes:
+            return ()
+        return tuple(self.pass_head_dims.get(pass_, self.head_dims))
 
     def resolve_options(self, options: Mapping[str, Any], head_dim: int) -> dict[str, Any]:
         unknown = sorted(set(options) - set(self.options))
@@ -92,8 +100,10 @@ _GROUP_SPLIT = Option(
     "backward, grouped-query attention: the H/Hkv query heads that share a key block are split over this many "
     "thread blocks (dK, dV summed by fp32 atomics; must divide H/Hkv); auto: the fewest that give 2 blocks per SM "
     "(4 when causal)",
-    default={64: "auto", 128: "auto"},
+    default={64: "auto", 128: "auto", 256: "auto"},
 )
+#: flash_wgmma's head dim 256: its forward on the 128x64 tile of the one-tile-per-block warp-specialised pipelines
+_WG_D256 = (64, 128)
 
 #: the CUDA-core flash tile (csrc/simt.cuh), shared by flash_fa1 and flash_simt
 _SIMT_BLOCK_SIZE = Option(
@@ -167,13 +177,15 @@ VARIANTS: dict[str, Variant] = {
             "own 128 keys with dK, dV in registers, every product a wgmma (P^T, dS^T as register A "
             "operands), dQ = dS K from dS^T in shared memory, added by fp32 atomics or (bwd_pipeline tma-ws, with a "
             "TMA producer warpgroup) by the copy engine's bulk reduce-add",
-            ("float16", "bfloat16"), _HD, PASSES, True, grouped_query=True, cross=True, arch="sm_90a",
-            kernels=("flash_wgmma_fwd", "flash_wgmma_bwd"),
+            ("float16", "bfloat16"), (64, 128, 256), PASSES, True, grouped_query=True, cross=True, arch="sm_90a",
+            kernels=("flash_wgmma_fwd", "flash_wgmma_bwd"), pass_head_dims={"backward": _HD},
             options={
                 "wg_tile": Option(
                     "wg_tile", ("128x128", "128x64", "192x128", "192x64"),
-                    "query rows x keys per K/V tile (one consumer warpgroup per 64 rows: 2 or 3)",
-                    default={64: "192x128", 128: "192x128"},
+                    "query rows x keys per K/V tile (one consumer warpgroup per 64 rows: 2 or 3); D = 256: 128x64 "
+                    "(O takes 128 registers of a consumer thread, a K/V stage 32 KB)",
+                    default={64: "192x128", 128: "192x128", 256: "128x64"},
+                    head_dims={"128x128": _WG_D256, "192x128": _WG_D256, "192x64": _WG_D256},
                 ),
                 "pipeline": Option(
                     "pipeline", ("cp.async", "tma", "tma-ws", "tma-ws-overlap", "tma-ws-pingpong", "tma-ws-persistent",
@@ -187,8 +199,11 @@ VARIANTS: dict[str, Variant] = {
                     "barriers), one's softmax under the other's GEMMs; tma-ws-persistent = tma-ws-overlap with one "
                     "block per SM looping over work tiles handed out by a global counter (the K/V ring running on "
                     "from one tile to the next; two Q buffers, or one where that buys a third K/V stage); "
-                    "tma-ws-persistent-pingpong = both",
-                    default={64: "tma-ws-persistent-pingpong", 128: "tma-ws-persistent-pingpong"},
+                    "tma-ws-persistent-pingpong = both. D = 256: tma-ws, tma-ws-overlap, tma-ws-pingpong",
+                    default={64: "tma-ws-persistent-pingpong", 128: "tma-ws-persistent-pingpong",
+                             256: "tma-ws-pingpong"},
+                    head_dims={"cp.async": _WG_D256, "tma": _WG_D256, "tma-ws-persistent": _WG_D256,
+                               "tma-ws-persistent-pingpong": _WG_D256},
                 ),
                 "tail": Option(
                     "tail", ("none", "auto"),
@@ -199,12 +214,12 @@ VARIANTS: dict[str, Variant] = {
                     "none = each head's query blocks heaviest first, one head after another; auto = the heads in "
                     "groups whose K and V fit in 16 MiB of L2, each group's tiles heaviest first across its heads, "
                     "so that the last tiles handed out are light ones (step 8). cp.async and tma ignore it",
-                    default={64: "auto", 128: "auto"},
+                    default={64: "auto", 128: "auto", 256: "auto"},
                 ),
                 "wg_bwd_tile": Option(
                     "wg_bwd_tile", ("64x128", "128x128"),
                     "backward tile: query rows per step x keys per block (two warpgroups of 64 keys)",
-                    default={64: "128x128", 128: "64x128"},
+                    default={64: "128x128", 128: "64x128", 256: "64x128"},
                     head_dims={"128x128": (64,)},
                 ),
                 "bwd_pipeline": Option(
@@ -214,7 +229,7 @@ VARIANTS: dict[str, Variant] = {
                     "a producer warpgroup loads them (TMA, cp.async on an mbarrier ring) for two consumer "
                     "warpgroups (setmaxnreg), each of which adds its dQ piece from shared memory with one bulk "
                     "reduce-add of the copy engine (step 2)",
-                    default={64: "tma-ws", 128: "tma-ws"},
+                    default={64: "tma-ws", 128: "tma-ws", 256: "tma-ws"},
                 ),
                 "group_split": _GROUP_SPLIT,
             },

@@ -219,6 +219,41 @@ def tile_step_table(gpu: Path, tiles: tuple[str, ...] = ("128x32", "128x64")) ->
     return _md(pd.DataFrame(rows))
 
 
+def d256_file(gpu: Path) -> Path | None:
+    """flash_wgmma's head dim 256 benchmark CSV (profiles/_bench/<gpu>/flash_wgmma_d256.csv), if this GPU has one."""
+    return find_file(gpu.parent / LOOSE / gpu.name, "flash_wgmma_d256.csv")
+
+
+#: flash_wgmma's forward at D = 256 against cuDNN in the same run
+D256_TARGET = 1.0
+
+
+def d256_table(gpu: Path) -> str:
+    """flash_wgmma's forward at D = 256 (d256 suite: ``python -m flash_kernels.bench --suite d256 --variants
+    flash_wgmma --refs sdpa_flash,sdpa_cudnn --passes forward``): cuDNN's and SDPA flash's time over its time per N,
+    its TFLOP/s, and how many rows meet D256_TARGET against cuDNN."""
+    path = d256_file(gpu)
+    if path is None:
+        return "(no head dim 256 benchmark CSV for this GPU)"
+    df = pd.read_csv(path)
+    df = df[(df["status"] == "ok") & (df["pass"] == "forward")]
+    ms = df.pivot_table(index=["dtype", "causal", "N"], columns="impl", values="ms").reset_index()
+    tf = df[df["impl"] == "flash_wgmma"].set_index(["dtype", "causal", "N"])["tflops"]
+    rows = []
+    for (dtype, causal), g in ms.groupby(["dtype", "causal"], sort=False):
+        g = g.sort_values("N")
+        for ref, label in (("sdpa_cudnn", "× cuDNN"), ("sdpa_flash", "× SDPA flash")):
+            ratio = g[ref] / g["flash_wgmma"]
+            row = {"dtype": dtype, "causal": "yes" if causal else "no", "speed": label}
+            row.update({f"N={n}": _ratio_cell(r, D256_TARGET if ref == "sdpa_cudnn" else float("nan"))
+                        for n, r in zip(g["N"], ratio, strict=True)})
+            t = tf.loc[[(dtype, causal, n) for n in g["N"]]]
+            row["flash_wgmma TFLOP/s"] = f"{t.min():.0f}–{t.max():.0f}"
+            row["met"] = f"{int((ratio >= D256_TARGET).sum())} of {len(g)}" if ref == "sdpa_cudnn" else "—"
+            rows.append(row)
+    return _md(pd.DataFrame(rows))
+
+
 def fp8_file(gpu: Path) -> Path | None:
     """The FP8 forward's benchmark CSV (profiles/_bench/<gpu>/fp8_forward.csv), if this GPU has one."""
     return find_file(gpu.parent / LOOSE / gpu.name, "fp8_forward.csv")
@@ -408,6 +443,12 @@ def gpu_sections(gpu: Path) -> list[str]:
                         tile_step_table(gpu), _cite(*tiles),
                         "Reference time over flash_mma's time in the same run, per tile; the 128×64 tile is "
                         "the default at D=128.")
+    d256 = d256_file(gpu)
+    if d256 is not None:
+        out += _section("flash_wgmma's forward at head dim 256 (d256 suite: B·N = 16384, H = 8)", d256_table(gpu),
+                        _cite(d256, d256.parent / "flash_wgmma_d256.manifest.json"),
+                        "Reference time over flash_wgmma's (tma-ws-pingpong, 128×64 tile) in the same run, L2 flushed, "
+                        f"medians; the target: ≥ {D256_TARGET:.1f} × cuDNN. Its backward takes D = 64 and 128.")
     fp8 = fp8_file(gpu)
     if fp8 is not None:
         out += _section("FP8 forward (`fk.attention_fp8`): e4m3 inputs, per-tensor scales", fp8_table(gpu), _cite(fp8),

@@ -20,7 +20,7 @@ def test_suites_hold_the_documented_configurations():
     assert len(conv) == 24 and all(c.B * c.N == 16384 and c.H * c.D == 2048 for c in conv)
     with pytest.raises(ValueError, match="known suites"):
         get_suite("nope")
-    assert set(SUITES) == {"mixed", "d128", "convention", "gqa", "decode"}
+    assert set(SUITES) == {"mixed", "d128", "convention", "gqa", "decode", "d256"}
     assert all(c.Hkv is None and c.Nk is None for c in [*mixed, *d128, *conv])
 
 
@@ -535,3 +535,12 @@ def test_the_garbage_collector_is_off_while_calls_are_timed(monkeypatch):
     finally:
         gc.enable()
     assert math.isnan(bench.time_gpu(call, lambda: None, warmup=1, reps=3, budget_ms=1e9, hold=None).hold_ms)
+
+
+def test_d256_suite_is_the_convention_at_head_dim_256_forward_only():
+    cfgs, dtypes, desc = get_suite("d256")
+    assert dtypes == ("float16", "bfloat16") and "256" in desc
+    assert len(cfgs) == 12 and all(c.D == 256 and c.H == 8 and c.B * c.N == 16384 for c in cfgs)
+    assert {(c.N, c.causal) for c in cfgs} == {(n, causal) for n in (512, 1024, 2048, 4096, 8192, 16384)
+                                               for causal in (False, True)}
+    assert suite_passes("d256", ["forward", "backward"]) == ["forward"]

@@ -52,7 +52,17 @@ def test_describe_is_plain_data():
 def test_flash_wgmma_is_a_hopper_variant():
     v = get_variant("flash_wgmma")
     assert v.passes == ("forward", "backward") and v.arch == "sm_90a" and v.dtypes == ("float16", "bfloat16")
-    assert v.grouped_query and v.cross and v.causal and v.head_dims == (64, 128)
+    assert v.grouped_query and v.cross and v.causal and v.head_dims == (64, 128, 256)
+    assert v.head_dims_of("forward") == (64, 128, 256) and v.head_dims_of("backward") == (64, 128)
+    # a pass the variant lacks has no head dims; one without a narrower list has the variant's
+    assert get_variant("flash_fa1").head_dims_of("backward") == () and get_variant("flash_mma").head_dims_of(
+        "backward") == get_variant("flash_mma").head_dims
+    # D = 256: the 128x64 tile of the one-tile-per-block warp-specialised pipelines, nothing else
+    assert v.resolve_options({}, 256)["wg_tile"] == "128x64" and v.resolve_options({}, 256)["pipeline"] == "tma-ws-pingpong"
+    for bad in ({"wg_tile": "128x128"}, {"wg_tile": "192x128"}, {"pipeline": "tma"},
+                {"pipeline": "tma-ws-persistent-pingpong"}):
+        with pytest.raises(ValueError, match=r"supports head dim \(64, 128\), not 256"):
+            v.resolve_options(bad, 256)
     assert v.resolve_options({}, 128) == {"wg_tile": "192x128", "pipeline": "tma-ws-persistent-pingpong",
                                           "tail": "auto", "wg_bwd_tile": "64x128", "bwd_pipeline": "tma-ws",
                                           "group_split": "auto"}
@@ -91,3 +101,16 @@ def test_arch_modules_build_for_their_own_target():
     assert cu_arch(MODULES["flash_wgmma_fwd"].cu, "sm_80") == "sm_90a" and cu_arch("flash_mma_fwd.cu", "sm_80") == "sm_80"
     for v in VARIANTS.values():  # a variant's arch is one the build knows
         assert v.arch is None or v.arch in ARCH_CAPABILITY
+
+
+def test_a_pass_that_lacks_a_head_dim_is_refused_by_name_before_any_device():
+    """flash_wgmma's backward does not take D = 256 (its forward does): fk.backward says which pass and which head
+    dims, and attention() refuses inputs that require grad at that head dim before running the forward."""
+    import torch
+
+    q = torch.zeros(1, 2, 16, 256, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"flash_wgmma's backward does not support head dim 256; accepted: \(64, 128\)"):
+        fk.backward(q, q, q, q, torch.zeros(1, 2, 16), q, variant="flash_wgmma")
+    # the forward passes the head-dim check and stops at the device (this machine's tensors are on the CPU)
+    with pytest.raises(ValueError, match="CUDA tensors only"):
+        fk.forward(q, q, q, variant="flash_wgmma")

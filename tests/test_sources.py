@@ -67,8 +67,9 @@ def test_flash_wgmma_compiles_for_sm90a_only(compiled):
     # tma-ws-overlap without the overlap: one kernel for both
     ws = [r for r in rows if r.kernel.startswith("flash_wgmma_ws_forward_kernel<")]
     # tma-ws-pingpong, tma-ws-persistent(-pingpong): 16 more each (the 192x128 tile at D=128 without
-    # the overlap: 8 of them shared)
-    assert len(ws) == 78, [r.kernel for r in ws]
+    # the overlap: 8 of them shared); D = 256: the 128x64 tile of tma-ws, -overlap, -pingpong (2 dtypes x 3)
+    assert len(ws) == 78 + 6, [r.kernel for r in ws]
+    assert sum(",256," in r.kernel for r in ws) == 6, [r.kernel for r in ws if ",256," in r.kernel]
     assert all(r.registers <= (128 if ",192," in r.kernel else 168) for r in ws), [(r.kernel, r.registers) for r in ws]
     # the same instructions in the backward's file, which compiles in a fifth of the time
     with pytest.raises(RuntimeError, match="wgmma"):

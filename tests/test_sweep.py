@@ -117,7 +117,7 @@ def test_bad_files(tmp_path):
      "flash_mma: option bwd_tile='128x128' supports head dim (64,), not 128"),
     ({"impl": "flash_mma", "pass": "forward", "N": 128, "options": {"tile": "1x1"}}, "is not supported; accepted:"),
     ({"impl": "flash_mma", "pass": "forward", "N": 128, "dtype": "float32"}, "flash_mma supports dtypes"),
-    ({"impl": "flash_mma", "pass": "forward", "N": 128, "D": 96}, "flash_mma supports head dims"),
+    ({"impl": "flash_mma", "pass": "forward", "N": 128, "D": 96}, "flash_mma's forward supports head dims"),
     ({"impl": "flash_fa1", "pass": "backward", "N": 128}, "flash_fa1 has no backward pass (it has forward)"),
     ({"impl": "tiled_uncoalesced", "pass": "forward", "N": 128}, "tiled_uncoalesced's forward is tiled's"),
 ])

@@ -23,8 +23,9 @@
 // Option `tail` ("auto", persistent pipelines): not causal, the last round's query blocks are split into 128-row
 // tiles by a list-scheduling plan (_ops._wg_tail_plan); causal, heads are dealt in groups whose K/V fit in 16 MiB
 // of L2, heaviest tiles first.
-// Limits: sm_90a only; D = 64 or 128; one block per SM for the warp-specialised tiles; 192x128 runs without the
-// overlap at D = 128 (registers). Defaults, measurements and design notes: docs/kernels.md, docs/results.md.
+// Limits: sm_90a only; D = 64 or 128, and D = 256 on the 128x64 tile of tma-ws, -overlap and -pingpong
+// (wgmma_forward_d256); one block per SM for the warp-specialised tiles; 192x128 runs without the overlap at
+// D = 128 (registers). Defaults, measurements and design notes: docs/kernels.md, docs/results.md.
 #include "wgmma_fwd_consumer.cuh"
 #include "wgmma_fwd_epilogue.cuh"
 #include "wgmma_fwd_producer.cuh"
@@ -294,7 +295,8 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
                               const __grid_constant__ CUtensorMap tmV, T* __restrict__ O, float* __restrict__ LSE,
                               Dims dm, int batch_heads, float scale_log2, int causal,
                               int* __restrict__ next_tile, int main_qb) {
-  static_assert(BM % 64 == 0 && (BN == 64 || BN == 128) && (D == 64 || D == 128), "tile shape");
+  static_assert(BM % 64 == 0 && (BN == 64 || BN == 128) &&
+                    (D == 64 || D == 128 || (D == 256 && BM == 128 && BN == 64 && !PERSIST)), "tile shape");
   static_assert(STAGES >= 2 && (QBUF == 1 || (QBUF == 2 && PERSIST)), "K/V ring, Q buffers");
   constexpr int NWG = BM / 64;  // consumer warpgroups
   // the register file (64 K) split: 128 producer threads x PRODUCER_REGS + NWG x 128 x CONSUMER_REGS
@@ -443,9 +445,28 @@ cudaError_t wgmma_forward_tiles(const AttnArgs& a, cudaStream_t stream) {
   }
 }
 
+// D = 256: the 128x64 tile of the one-tile-per-block warp-specialised pipelines. O is 128 registers of a consumer
+// thread; a K/V stage is 64 keys x 256 columns (32 KB each), two stages beside Q's 64 KB.
+template <typename T>
+cudaError_t wgmma_forward_d256(const AttnArgs& a, cudaStream_t stream) {
+  namespace oc = codes::flash_wgmma_fwd;
+  if (oc::tile(a.option) != oc::kTile128x64) return cudaErrorInvalidValue;
+  switch (oc::pipeline(a.option)) {
+    case oc::kPipelineTmaWs: return wgmma_ws_forward_launch<T, 256, 128, 64, false>(a, stream);
+    case oc::kPipelineTmaWsOverlap: return wgmma_ws_forward_launch<T, 256, 128, 64, true>(a, stream);
+    case oc::kPipelineTmaWsPingpong: return wgmma_ws_forward_launch<T, 256, 128, 64, true, true>(a, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 }  // namespace fk
 
 int flash_wgmma_forward(const fk::AttnArgs& a, cudaStream_t stream) {
+  if (a.D == 256) {
+    if (a.dtype == fk::kF16) return fk::wgmma_forward_d256<__half>(a, stream);
+    if (a.dtype == fk::kBF16) return fk::wgmma_forward_d256<__nv_bfloat16>(a, stream);
+    return cudaErrorInvalidValue;
+  }
   return fk::dispatch_dtype_hdim</*fp32=*/false>(a, [&](auto t, auto d) {
     return fk::wgmma_forward_tiles<typename decltype(t)::type, decltype(d)::value>(a, stream);
   });

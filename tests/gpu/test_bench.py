@@ -70,7 +70,9 @@ def test_the_gpu_hold_keeps_host_overhead_out_of_the_timed_interval():
     flush = bench.L2Flusher()
     free = bench.time_gpu(call, flush, warmup=2, reps=5, budget_ms=100.0)
     held = bench.time_gpu(call, flush, warmup=2, reps=5, budget_ms=100.0, hold=bench.GpuHold())
-    assert min(free.ms) > 1.5, free
+    # un-held, a repeat times the host's 2 ms whenever the GPU is otherwise idle (under other processes' kernels,
+    # as with pytest -n, the start event can itself wait past the launch: so at least one, not every one)
+    assert max(free.ms) > 1.5, free
     assert max(held.ms) < 0.5, held
     assert min(held.host_ms) > 1.9 and len(held.host_ms) == len(held.ms)
 

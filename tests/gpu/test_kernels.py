@@ -68,7 +68,7 @@ def test_against_reference(variant: str, dtype: str, D: int, causal: bool, N: in
     tol = TOLERANCES[dtype]
     q, k, v, g = random_qkv(B, H, N, D, DTYPES[dtype], seed=N * 7 + D, n=4)
     o, lse = _forward_checked(variant, q, k, v, causal, tol)
-    if "backward" not in fk.VARIANTS[variant].passes:
+    if D not in fk.VARIANTS[variant].head_dims_of("backward"):  # forward only (or not at this head dim)
         return
     ref_grads = reference_backward(q, k, v, g, causal=causal)
     with poisoned_outputs():
@@ -100,7 +100,7 @@ def test_every_option(variant: str, option: str, choice: object, D: int, causal:
     with poisoned_outputs():
         o, lse = fk.forward(q, k, v, variant=variant, causal=causal, **{option: choice})
     _assert_close("O", o, ref_o, tol["out_rel_l2"], tol["out_max_rel"])
-    if "backward" not in fk.VARIANTS[variant].passes:
+    if D not in fk.VARIANTS[variant].head_dims_of("backward"):  # forward only (or not at this head dim)
         return
     with poisoned_outputs():
         grads = fk.backward(q, k, v, o, lse, g, variant=variant, causal=causal, **{option: choice})
@@ -216,7 +216,7 @@ def test_grouped_query_and_cross_against_reference(variant: str, dtype: str, D: 
     tol = TOLERANCES[dtype]
     q, k, v, g = random_attention_inputs(B, H, Nq, D, DTYPES[dtype], Hkv=Hkv, Nk=Nk, seed=Nq * 31 + Nk + D)
     o, lse = _forward_checked(variant, q, k, v, causal, tol)
-    if "backward" not in fk.VARIANTS[variant].passes:
+    if D not in fk.VARIANTS[variant].head_dims_of("backward"):  # forward only (or not at this head dim)
         return
     with poisoned_outputs():
         dq, dk, dv = fk.backward(q, k, v, o, lse, g, variant=variant, causal=causal)
@@ -318,13 +318,22 @@ WGMMA_SHAPES = [
 ]
 
 
-_WS = [p for p in fk.VARIANTS["flash_wgmma"].options["pipeline"].choices if p.startswith("tma-ws")]
+_WG = fk.VARIANTS["flash_wgmma"]
+_WS = [p for p in _WG.options["pipeline"].choices if p.startswith("tma-ws")]
 
 
-@pytest.mark.parametrize("pipeline", _WS)
-@pytest.mark.parametrize("wg_tile", ["128x128", "192x128"])
-@pytest.mark.parametrize("dtype", fk.VARIANTS["flash_wgmma"].dtypes)
-@pytest.mark.parametrize("D", fk.VARIANTS["flash_wgmma"].head_dims)
+def _wg_combos(pipelines, tiles):
+    """(pipeline, wg_tile, D) for every head dim both choices take (D = 256: the 128x64 tile of the
+    one-tile-per-block warp-specialised pipelines)."""
+    def takes(option, choice):
+        return _WG.options[option].head_dims.get(choice, _WG.head_dims)
+    return [(p, t, D) for p in pipelines for t in tiles for D in _WG.head_dims
+            if D in takes("pipeline", p) and D in takes("wg_tile", t)]
+
+
+@pytest.mark.parametrize("pipeline,wg_tile,D", [c for c in _wg_combos(_WS, ["128x128", "192x128", "128x64"])
+                                                 if c[1] != "128x64" or c[2] == 256])  # D = 256's one tile
+@pytest.mark.parametrize("dtype", _WG.dtypes)
 def test_flash_wgmma_causal_head_groups(pipeline: str, wg_tile: str, dtype: str, D: int) -> None:
     """Causal, tail="auto" (step 8): the heads dealt in groups whose K and V fit in 16 MiB, each group's tiles
     heaviest first across its heads. Keys long enough that a group holds fewer heads than the call, and the
@@ -349,10 +358,8 @@ def test_flash_wgmma_causal_head_groups(pipeline: str, wg_tile: str, dtype: str,
 
 
 @pytest.mark.parametrize("variant", ["flash_wgmma"])
-@pytest.mark.parametrize("pipeline", fk.VARIANTS["flash_wgmma"].options["pipeline"].choices)
-@pytest.mark.parametrize("wg_tile", fk.VARIANTS["flash_wgmma"].options["wg_tile"].choices)
-@pytest.mark.parametrize("dtype", fk.VARIANTS["flash_wgmma"].dtypes)
-@pytest.mark.parametrize("D", fk.VARIANTS["flash_wgmma"].head_dims)
+@pytest.mark.parametrize("pipeline,wg_tile,D", _wg_combos(_WG.options["pipeline"].choices, _WG.options["wg_tile"].choices))
+@pytest.mark.parametrize("dtype", _WG.dtypes)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_flash_wgmma_tiles_on_ragged_gqa_and_cross_shapes(variant: str, pipeline: str, wg_tile: str, dtype: str,
                                                           D: int, causal: bool) -> None:
@@ -374,10 +381,8 @@ def test_flash_wgmma_tiles_on_ragged_gqa_and_cross_shapes(variant: str, pipeline
 _PERSISTENT = [p for p in fk.VARIANTS["flash_wgmma"].options["pipeline"].choices if "persistent" in p]
 
 
-@pytest.mark.parametrize("pipeline", _PERSISTENT)
-@pytest.mark.parametrize("wg_tile", fk.VARIANTS["flash_wgmma"].options["wg_tile"].choices)
-@pytest.mark.parametrize("dtype", fk.VARIANTS["flash_wgmma"].dtypes)
-@pytest.mark.parametrize("D", fk.VARIANTS["flash_wgmma"].head_dims)
+@pytest.mark.parametrize("pipeline,wg_tile,D", _wg_combos(_PERSISTENT, _WG.options["wg_tile"].choices))
+@pytest.mark.parametrize("dtype", _WG.dtypes)
 def test_flash_wgmma_tail_tiles(monkeypatch, pipeline: str, wg_tile: str, dtype: str, D: int) -> None:
     """tail="auto" with the plan forced (whatever this GPU's SM count would choose): every head's rows from
     query block m on cut into tiles of 64 rows fewer, handed out after all whole blocks, for m = 0 (tail tiles
@@ -425,7 +430,7 @@ _WG_BWD = fk.VARIANTS["flash_wgmma"].options["wg_bwd_tile"]
 
 @pytest.mark.parametrize("variant", ["flash_wgmma"])
 @pytest.mark.parametrize("wg_bwd_tile,D", [(t, D) for t in _WG_BWD.choices
-                                           for D in _WG_BWD.head_dims.get(t, fk.VARIANTS["flash_wgmma"].head_dims)])
+                                           for D in _WG_BWD.head_dims.get(t, _WG.head_dims_of("backward"))])
 @pytest.mark.parametrize("bwd_pipeline", fk.VARIANTS["flash_wgmma"].options["bwd_pipeline"].choices)
 @pytest.mark.parametrize("dtype", fk.VARIANTS["flash_wgmma"].dtypes)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
