@@ -39,14 +39,14 @@ def backward(*args: Any, **kwargs: Any) -> Any:
 
 
 def attention_fp8(*args: Any, **kwargs: Any) -> Any:
-    """FP8 (e4m3) forward with per-tensor scales on Hopper (flash_kernels.fp8.attention_fp8)."""
+    """FP8 (e4m3) forward with per-tensor or per-block scales on Hopper (flash_kernels.fp8.attention_fp8)."""
     from .fp8 import attention_fp8 as _impl
 
     return _impl(*args, **kwargs)
 
 
 def quantize_e4m3(*args: Any, **kwargs: Any) -> Any:
-    """x -> (x8, descale), per-tensor e4m3 quantization (flash_kernels.fp8.quantize_e4m3)."""
+    """x -> (x8, descale), e4m3 quantization per tensor or per block of 128 rows (flash_kernels.fp8.quantize_e4m3)."""
     from .fp8 import quantize_e4m3 as _impl
 
     return _impl(*args, **kwargs)

@@ -204,6 +204,8 @@ def _kernel_call(impl: str, cfg: Config, inputs: Inputs, pass_: str, options: di
         raise Skip(f"materializes {scores(cfg):.2e} scores > --max-score-elems")
     own = {k_: v_ for k_, v_ in options.items() if k_ in var.options}  # --option applies where it exists
     try:
+        # the pass's own checks (a head dim its backward lacks), then the forward's tensors for the call
+        _ops._check_tensors(var, ("q", "k", "v"), (q, k, v), pass_)
         variant, (q, k, v), scale, opts = _ops._prepare(impl, ("q", "k", "v"), (q, k, v), cfg.causal, None, own,
                                                         "forward")
     except ValueError as exc:  # a shape (grouped-query, cross), causal mode or option this variant refuses

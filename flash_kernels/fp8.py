@@ -10,9 +10,9 @@ k and v [B, Hkv, Nk, D] (grouped-query and cross attention), D = 64 or 128, sm_9
 The kernel needs V transposed (8-bit wgmma operands are K-major), so each call first writes
 Vt = :func:`vt_e4m3` (v8): [B, Hkv, D, Nk rounded up to 32], with the keys of every 32-key group in the
 order the kernel's register fragments want them (see the .cu header); :func:`attention_fp8` times it with
-the kernel. The scales are per tensor: real values are ``x8 * descale``. A descale is a Python float
-(checked here) or a one-element CUDA tensor, which is never read on the host (no synchronisation): it
-must be positive and finite, as :func:`quantize_e4m3` makes it.
+the kernel. Real values are ``x8 * descale``; a descale is per tensor (a Python float, checked here, or a
+one-element CUDA tensor) or per block (below). A tensor descale is never read on the host (no synchronisation):
+its values must be positive and finite, as :func:`quantize_e4m3` makes them.
 
     out = fk.fp8.attention_fp8_from(q, k, v, causal=True, rotate=True)   # quantize (+ rotate) and run, one call
 
@@ -201,6 +201,11 @@ def _descale_floats(values: tuple[float, float, float], device: torch.device) ->
     return torch.tensor(values, dtype=torch.float32, device=device)
 
 
+def d_numel(d: Any) -> int:
+    """Elements of a descale: a float is one."""
+    return d.numel() if isinstance(d, torch.Tensor) else 1
+
+
 def _descale(name: str, d: Any, device: torch.device) -> torch.Tensor:
     """A checked descale as an fp32 tensor on ``device`` (one element, or its blocks)."""
     if isinstance(d, torch.Tensor):
@@ -268,7 +273,8 @@ def _prepare(q8: Any, k8: Any, v8: Any, descale_q: Any, descale_k: Any, descale_
         raise ValueError(why.replace("flash_wgmma", "attention_fp8 (flash_wgmma's FP8 path)", 1))
     descale: torch.Tensor | tuple[torch.Tensor, ...]
     if any(per_block):  # three [planes * blocks] fp32 arrays; a per-tensor descale stands for all its blocks
-        descale = tuple(_descale(n, d, q8.device).expand(blk).contiguous().reshape(-1)
+        descale = tuple(_descale(n, d, q8.device).reshape(() if d_numel(d) == 1 else blk).expand(blk)
+                        .contiguous().reshape(-1)
                         for n, d, blk in zip(names, ds, shapes, strict=True))
     elif not any(isinstance(d, torch.Tensor) for d in ds):  # floats: one cached device tensor, no copy per call
         descale = _descale_floats(tuple(float(d) for d in ds), q8.device)
@@ -329,7 +335,7 @@ def profiled_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     later call (the one a capture's range holds, after the warm-up) runs the FP8 kernel alone. Output in q's dtype.
     ``rotate`` (default True): Q and K rotated first (Hadamard seed 0) as part of that preparation, so the range holds the same
     kernel; only the result's error changes. ``scales``: per tensor, or per block (the kernel's per-block
-    variant). Quantized as :func:`attention_fp8_from` quantizes (the fused kernels wherever they can), so both give
+    variant); ``o_sum`` as :func:`attention_fp8`'s. Quantized as :func:`attention_fp8_from` quantizes (the fused kernels wherever they can), so both give
     the same result."""
     if not isinstance(q, torch.Tensor) or q.dtype not in _OUT_DTYPES:
         raise TypeError(f"profiled_forward takes fp16 or bf16 tensors to quantize; got "

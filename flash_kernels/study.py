@@ -59,8 +59,9 @@ def _supports(var: Variant) -> Callable[[Mapping[str, Any], str], str | None]:
             return f"{var.name}'s forward is {var.forward_of}'s"
         if p["dtype"] not in var.dtypes:
             return f"{var.name} supports dtypes {', '.join(var.dtypes)}, not {p['dtype']}"
-        if pass_ in var.passes and p["D"] not in var.head_dims_of(pass_):
-            return f"{var.name}'s {pass_} supports head dims {var.head_dims_of(pass_)}, not {p['D']}"
+        dims = var.head_dims_of(pass_) or var.head_dims  # a pass it lacks is refused by the implementation's passes
+        if p["D"] not in dims:
+            return f"{var.name}'s {pass_} supports head dims {dims}, not {p['D']}"
         if p.get("Hkv") is not None and not var.grouped_query:
             return f"{var.name} takes k/v with as many heads as q (Hkv = H)"
         if p.get("Nk") is not None and not var.cross:

@@ -5,7 +5,7 @@
 #   STEPS="build test" bash scripts/gpu_node.sh                 # the GPU test suite (tests/gpu, examples)
 #   STEPS="build test sanitize bench capture" bash scripts/gpu_node.sh
 #   (each step also alone: info build test sanitize bench capture cluster example gemm foreign hang ab probe passes
-#   full live; cluster: scripts/cluster_bench.py, --gpus all against --gpus 0, CLUSTER_N the lengths)
+#   full live report-scaling; cluster: scripts/cluster_bench.py, --gpus all against --gpus 0, CLUSTER_N the lengths)
 # Settings (environment):
 #   OUT (/tmp/fk_out)              where logs, CSVs and captures (one tarball each, split in 15 MiB parts) go
 #   CUDA_HOME (/usr/local/cuda)    its bin/ is put first on PATH (nvcc, compute-sanitizer)
@@ -17,11 +17,12 @@
 #   GEMM_SWEEP                     STEPS=gemm: the GEMM example's sweep (examples/gemm/sweep.toml)
 #   HANG_ARGS                      STEPS=hang: the Nsight Compute sections a case stalls under (nsightlab.run.hang)
 #   AB_CMD, AB_ROUNDS, AB_MODULES  STEPS=ab: the working tree against .ab/base (made by `make ab-base`)
+#   REPORT_JOBS, REPORT_CAPTURES   STEPS=report-scaling: --jobs 1 against REPORT_JOBS (4), over these captures (all)
 #   BUILD_PTXAS=0                  the build step skips ptxas.json (every .cu compiled again for its report)
 #   DEADLINE_S (590), DEADLINE_EPOCH, DEADLINE_MARGIN_S (60): test, bench, capture and ab stop (SIGINT) the margin
 #     before the deadline, so that what they have is kept, for machines that kill a call after a fixed time;
 #     DEADLINE_S=0: no deadline. A command that chains several runs exports DEADLINE_EPOCH once.
-# Wheels in .whl/ and Debian packages in .deb/ (libdw1, libelf1 for Nsight Systems' importer), where present, are
+# .carry/site-report.txz (the report packages and ncu-report unpacked, xz-compressed to fit beside the tree), wheels in .whl/ and Debian packages in .deb/ (libdw1, libelf1 for Nsight Systems' importer), where present, are
 # installed under /tmp first, for machines without network access.
 set -uo pipefail
 OUT=${OUT:-/tmp/fk_out}
@@ -37,6 +38,10 @@ export FLASH_KERNELS_BUILD_DIR=${FLASH_KERNELS_BUILD_DIR:-$PWD/build/fk}  # git-
 export PATH=${CUDA_HOME:-/usr/local/cuda}/bin:$PATH
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export NSIGHTLAB_PLUGINS=${NSIGHTLAB_PLUGINS:-flash_kernels.study}  # no pip install here, so no entry points
+if [ -f .carry/site-report.txz ]; then  # the report's packages unpacked ahead (ncu-report included), xz: fits a carry
+  mkdir -p /tmp/site && tar xJf .carry/site-report.txz -C /tmp/site \
+    && export PYTHONPATH=$PYTHONPATH:/tmp/site JUPYTER_PATH=/tmp/site/share/jupyter || { echo "site unpack failed"; exit 1; }
+fi
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=$PYTHONPATH:/tmp/site JUPYTER_PATH=/tmp/site/share/jupyter || { echo "wheel install failed"; exit 1; }
@@ -303,6 +308,18 @@ print(f"live roofline notebook: {time.perf_counter() - t:.0f} s -> {out}")
 PY
       [ "${PIPESTATUS[0]}" = 0 ] || status=1
       cp /tmp/profiles_live/*/seqlen/manifest.json "$OUT/live_manifest.json" 2>/dev/null ;;
+    report-scaling)
+      # issue 52: `nsightlab report` with --jobs 1 against --jobs REPORT_JOBS on this host's cores (no GPU used),
+      # every file compared (scripts/report_scaling.py); REPORT_CAPTURES (gpu/capture ...) renders only those
+      step report-scaling
+      prof=profiles
+      if [ -n "${REPORT_CAPTURES:-}" ]; then
+        prof=/tmp/report_profiles; rm -rf "$prof"
+        for c in $REPORT_CAPTURES; do mkdir -p "$prof/$(dirname "$c")" && cp -r "profiles/$c" "$prof/$c"; done
+      fi
+      until_deadline python3 scripts/report_scaling.py --profiles "$prof" --jobs 1 ${REPORT_JOBS:-4} \
+        --out "$OUT/report_scaling.json" 2>&1 | tee "$OUT/report_scaling.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     *) echo "unknown step $s"; status=2 ;;
   esac
 done

@@ -379,3 +379,11 @@ def test_the_fused_quantization_says_what_it_cannot_take_and_a_forced_one_is_ref
     with pytest.raises(ValueError, match="quantize_e4m3_fused"):
         quantize.quantize_e4m3_fused(x)
 
+
+
+def test_o_sum_is_checked_by_name():
+    with pytest.raises(ValueError, match=r"o_sum must be one of \['fp32', 'tensor'\]"):
+        fp8.check_o_sum("fp16")
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="o_sum must be one of"):
+        fp8.attention_fp8(q, k, v, 1.0, 1.0, 1.0, o_sum="registers")

@@ -105,7 +105,7 @@ def test_arch_modules_build_for_their_own_target():
 
 def test_a_pass_that_lacks_a_head_dim_is_refused_by_name_before_any_device():
     """flash_wgmma's backward does not take D = 256 (its forward does): fk.backward says which pass and which head
-    dims, and attention() refuses inputs that require grad at that head dim before running the forward."""
+    dims before looking at the device (the forward gets as far as the device)."""
     import torch
 
     q = torch.zeros(1, 2, 16, 256, dtype=torch.float16)

@@ -98,7 +98,9 @@ __device__ __forceinline__ void add_o(float (&o)[NO], const float (&ot)[NO], flo
 // scale times Q's block descale; the producer writes each K/V tile's two descales {dk, dv} (8 bytes per ring
 // stage, at scl) before it arrives on the stage's K barrier, so a consumer reads them from shared memory once the
 // K stage is full (no pointers or global loads held in the consumers' registers). m is kept in exp2 units
-// (SCALED_M).
+// (SCALED_M). Limit: the stage is released by one thread per warpgroup (ConsumerRing), after its wait for S_t, which
+// every warp issues after its read here; without ping-pong's 256-thread barrier between them, nothing but that
+// issue order keeps a slow warp's read ahead of the producer's next write to the slot.
 struct BlockScaledRows {
   int Nk, causal, wg_row0, row0, lane;
   float sl2;
