@@ -49,7 +49,7 @@ DISTS = ("normal", "outlier")
 #: method -> (rotate, scales)
 METHODS = {"per_tensor": (False, "tensor"), "rotated": (True, "tensor"), "per_block": (False, "block"),
            "per_block_rotated": (True, "block")}
-#: the most a setting may add to the per-tensor call's median time to be the default (the issue's 5 %)
+#: the most a setting may add to the per-tensor call's median time to be the default (5 %)
 DEFAULT_COST = 1.05
 
 
@@ -119,7 +119,7 @@ def timing_row(D: int, N: int, causal: bool, flush: L2Flusher, hold: GpuHold, a:
 
 
 def choose_default(acc: list[dict[str, Any]], tim: list[dict[str, Any]]) -> dict[str, Any]:
-    """The issue's rule: the most accurate setting (lowest mean relative L2 error over every measured row) among
+    """The defaults' rule: the most accurate setting (lowest mean relative L2 error over every measured row) among
     those whose whole call costs at most DEFAULT_COST x per-tensor's at every timed shape."""
     ok_acc = [r for r in acc if r.get("status") == "ok"]
     ok_tim = [r for r in tim if r.get("status") == "ok" and not r.get("kernels_only")]
