@@ -276,6 +276,40 @@ def test_mixed_models_give_one_capture_per_model(tools, tmp_path, client):
     assert set(ran) == {r for r, s in _cases(one).items() if s == "ok"} and len(set(ran.values())) == 2
 
 
+def test_mixed_models_failing_after_the_split_stay_whole_and_resume(tools, tmp_path, client, monkeypatch):
+    """A mixed-model capture whose second part fails while it is merged: no part is published, no temporary part is
+    left behind, and the one .failed-* folder holds every shard, so --resume (running nothing again) gives the two
+    captures an uninterrupted run gives."""
+    py, ncu = tools
+    profiles = tmp_path / "p"
+    real_merge, calls = C._merge, []
+
+    def merge(folder, res, gs):
+        calls.append(folder)
+        if len(calls) == 2:
+            raise RuntimeError("a part that cannot be merged")
+        return real_merge(folder, res, gs)
+
+    monkeypatch.setattr(C, "_merge", merge)
+    with pytest.raises(C.CaptureError, match="--resume mine"):
+        C.capture_sharded(sweep(), profiles, client=client, ncu=ncu, python=py, identify=mixed_gpu, allow_mixed=True,
+                          echo=lambda s: None)
+    assert len(calls) == 2
+    assert not list(profiles.glob(".tmp-*")) and not list(profiles.glob("*/mine")), "a part was left or published"
+    (failed,) = profiles.glob(".failed-mine-*")
+    shards = [json.loads(f.read_text()) for f in failed.glob(".shards/*/shard.json")]
+    assert sum(len(d["statuses"]) + len(d["failed"]) for d in shards) == 8
+    monkeypatch.setattr(C, "_merge", real_merge)
+    lines: list[str] = []
+    C.capture_sharded(None, profiles, client=client, ncu=ncu, python=py, identify=mixed_gpu, resume="mine",
+                      allow_mixed=True, echo=lines.append)
+    assert not [p for p in profiles.iterdir() if p.name.startswith(".")]
+    parts = {p.parent.name: validate(p, open_reports=False) for p in sorted(profiles.glob("*/mine"))}
+    assert set(parts) == {"fake-gpu-x", "fake-gpu-y"}
+    ran = [c["range"] for man in parts.values() for c in man["cases"] if c["status"] == "ok"]
+    assert len(ran) == len(set(ran)) == 8 and f"{len(shards)} shard(s) already done" in lines[0]
+
+
 def test_a_crashing_case_is_marked_failed_and_the_sweep_goes_on(tools, tmp_path, client):
     profiles = tmp_path / "p"
     profiles.mkdir()

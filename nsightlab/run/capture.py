@@ -1054,12 +1054,19 @@ def capture_sharded(sweep: Sweep | str | None, profiles: str | os.PathLike = "pr
         info = {"where": (where or Where()).describe() if client is None else "a client given", "engine": engine}
         parts = _by_model(tmp, profiles, todo.name, stamp, results, gpus, ceilings)
         timings["total"] = time.perf_counter() - t_start
+        ready = []
+        try:  # every part merged before any is published: a part that fails puts the shards back into tmp
+            for model, folder, res, gs, ceil in parts:
+                merged = _merge(folder, res, gs)
+                others = {r: f"ran on {m} ({gpu_slug(m)}/{todo.name})" for m, _, rs, _, _ in parts if m != model
+                          for d in rs for r in [*d["statuses"], *d["failed"]]}
+                ready.append((folder, _sharded_manifest(todo, folder, stamp, res, merged, ceil, info, timings,
+                                                        len(results), others)))
+        except BaseException:
+            _unsplit(tmp, parts)
+            raise
         placed = []
-        for model, folder, res, gs, ceil in parts:
-            merged = _merge(folder, res, gs)
-            others = {r: f"ran on {m} ({gpu_slug(m)}/{todo.name})" for m, _, rs, _, _ in parts if m != model
-                      for d in rs for r in [*d["statuses"], *d["failed"]]}
-            man = _sharded_manifest(todo, folder, stamp, res, merged, ceil, info, timings, len(results), others)
+        for folder, man in ready:
             for leftover in (SHARDS_DIR, GPUS_DIR):
                 shutil.rmtree(folder / leftover, ignore_errors=True)
             (folder / PLAN_FILE).unlink(missing_ok=True)
@@ -1108,6 +1115,19 @@ def _by_model(tmp: Path, profiles: Path, name: str, stamp: str, results: list[di
             shutil.copyfile(tmp / f, folder / f)
         parts.append((m, folder, res, gs, [c for c in ceilings if c.get("tag") in tags]))
     return parts
+
+
+def _unsplit(tmp: Path, parts: list[tuple[str, Path, list, list, list]]) -> None:
+    """:func:`_by_model` undone: every part's shards and GPUs moved back into ``tmp`` and the parts' folders removed,
+    so that a capture that fails after the split is kept whole (one resumable ``.failed-*`` folder, no stray parts)."""
+    for _, folder, *_ in parts:
+        if folder == tmp:
+            continue
+        for sub in (SHARDS_DIR, GPUS_DIR):
+            for entry in sorted((folder / sub).iterdir()) if (folder / sub).is_dir() else []:
+                if not (tmp / sub / entry.name).exists():  # setup.log: a copy of tmp's own
+                    os.replace(entry, tmp / sub / entry.name)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _run_on(client: Any, todo: Plan, tmp: Path, items: list[Item], done: list[dict[str, Any]], *, python: str | None,
