@@ -119,44 +119,50 @@ struct BlockScaledRows {
 };
 
 // The e4m3 operands of the shared consumer loop (wgmma_fwd_consumer.cuh: OverlapMainloop): K [BN][D] and Vt
-// [D][BN] both K-major, P V_t into the fresh accumulator ot, added to O in fp32 once its stage is released; the
-// softmax's exponentials split as EMU says.
+// [D][BN] both K-major, the softmax's exponentials split as EMU says. What the two ways of summing O share:
 template <int D, int BN_, int EMU_>
-struct WgmmaE4m3 {
+struct E4m3Operands {
   static constexpr int BN = BN_, NS = BN / 2, NO = D / 2, KB = BN / 32, EMU = EMU_;
   static constexpr uint32_t TK = BN * D, TV = D * BN;  // stage bytes
   using Frag = uint32_t[KB][4];
   uint64_t dK, dV;  // stage 0
-  float ot[NO];     // O_t = P_t V_t of one tile from the tensor cores
-  __device__ __forceinline__ WgmmaE4m3(uint32_t sK, uint32_t sV) : dK(desc_rows<D>(sK)), dV(desc_kmajor(sV)) {}
+  __device__ __forceinline__ E4m3Operands(uint32_t sK, uint32_t sV) : dK(desc_rows<D>(sK)), dV(desc_kmajor(sV)) {}
   __device__ __forceinline__ void scores(float (&s)[NS], uint64_t dQ, int st) const {
     issue_scores_e4m3<D, BN>(s, dQ, desc_add(dK, st * TK));
   }
-  __device__ __forceinline__ void pv(float (&)[NO], Frag& pf, int st) { issue_pv_e4m3<D, BN>(ot, pf, desc_add(dV, st * TV)); }
+  __device__ __forceinline__ static void pack(const float (&s)[NS], Frag& pf) { pack_p_e4m3<BN>(s, pf); }
+};
+
+// o_sum = fp32: P V_t into the fresh accumulator ot, added to O in fp32 once its stage is released (sv: the V
+// tile's descale, 1 per tensor).
+template <int D, int BN_, int EMU_>
+struct WgmmaE4m3 : E4m3Operands<D, BN_, EMU_> {
+  using Base = E4m3Operands<D, BN_, EMU_>;
+  using typename Base::Frag;
+  using Base::Base;
+  static constexpr int NO = Base::NO;
+  float ot[NO];  // O_t = P_t V_t of one tile from the tensor cores
+  __device__ __forceinline__ void pv(float (&)[NO], Frag& pf, int st) {
+    issue_pv_e4m3<D, Base::BN>(ot, pf, desc_add(this->dV, st * Base::TV));
+  }
   __device__ __forceinline__ void pv_landed(float (&)[NO]) { fence_regs(ot); }
-  __device__ __forceinline__ void pv_add(float (&o)[NO], float sv) { add_o(o, ot, sv); }
   __device__ __forceinline__ void after_pv(float (&o)[NO], const float (&alpha)[2], bool grew, float sv, float) {
     add_o(o, ot, sv);
     if (grew) rescale_o(o, alpha);
   }
   __device__ __forceinline__ void last_pv(float (&o)[NO], float sv) { add_o(o, ot, sv); }
-  __device__ __forceinline__ static void pack(const float (&s)[NS], Frag& pf) { pack_p_e4m3<BN>(s, pf); }
 };
 
 // o_sum = tensor: O += P V_t in the accumulator itself, O kept in the units of the V tile being added (sv: that
 // tile's descale, 1 per tensor).
 template <int D, int BN_, int EMU_>
-struct WgmmaE4m3InPlace {
-  static constexpr int BN = BN_, NS = BN / 2, NO = D / 2, KB = BN / 32, EMU = EMU_;
-  static constexpr uint32_t TK = BN * D, TV = D * BN;
-  using Frag = uint32_t[KB][4];
-  uint64_t dK, dV;
-  __device__ __forceinline__ WgmmaE4m3InPlace(uint32_t sK, uint32_t sV) : dK(desc_rows<D>(sK)), dV(desc_kmajor(sV)) {}
-  __device__ __forceinline__ void scores(float (&s)[NS], uint64_t dQ, int st) const {
-    issue_scores_e4m3<D, BN>(s, dQ, desc_add(dK, st * TK));
-  }
+struct WgmmaE4m3InPlace : E4m3Operands<D, BN_, EMU_> {
+  using Base = E4m3Operands<D, BN_, EMU_>;
+  using typename Base::Frag;
+  using Base::Base;
+  static constexpr int NO = Base::NO;
   __device__ __forceinline__ void pv(float (&o)[NO], Frag& pf, int st) {
-    issue_pv_e4m3<D, BN, true>(o, pf, desc_add(dV, st * TV));
+    issue_pv_e4m3<D, Base::BN, true>(o, pf, desc_add(this->dV, st * Base::TV));
   }
   __device__ __forceinline__ void pv_landed(float (&o)[NO]) { fence_regs(o); }
   // O in sv_done's units -> sv_next's, with the rescale for the new row max (alpha = 1 where it did not grow)
@@ -172,7 +178,6 @@ struct WgmmaE4m3InPlace {
 #pragma unroll
     for (int i = 0; i < NO; ++i) o[i] *= sv;
   }
-  __device__ __forceinline__ static void pack(const float (&s)[NS], Frag& pf) { pack_p_e4m3<BN>(s, pf); }
 };
 
 template <int D, int STAGES>
