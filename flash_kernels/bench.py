@@ -46,7 +46,7 @@ from nsightlab.run.timing import time_gpu as _timing_time_gpu
 from nsightlab.store.captures import write_bench
 
 from . import _ops, model
-from .bench_suites import SUITES, Config, get_suite, suite_passes
+from .bench_suites import FP8_IMPLS, SUITES, Config, get_suite, suite_impls, suite_passes
 from .reference import reference_backward, reference_forward
 from .registry import VARIANTS, get_variant
 from .testing import error_metrics, random_attention_inputs
@@ -278,14 +278,52 @@ def _cpu_call(cfg: Config, inputs: Inputs, pass_: str, max_cpu_elems: int) -> Ca
     return bwd
 
 
+def _fp8_call(impl: str, cfg: Config, inputs: Inputs, pass_: str) -> tuple[Callable[[], Any], dict[str, Any]]:
+    """One of the FP8 forward's calls (bench_suites.FP8_IMPLS) on the fp16 or bf16 ``inputs``, quantized as
+    attention_fp8_from quantizes them by default: ``flash_wgmma_fp8`` the kernel alone (quantized, rotated and V
+    transposed before the timed call), ``flash_wgmma_fp8_vt`` attention_fp8 on the quantized inputs (V's transpose
+    and the checks in the call), ``flash_wgmma_fp8_call`` attention_fp8_from (everything in the call). The output
+    is in the inputs' dtype, so its error is against the same fp64 reference as the fp16 calls'."""
+    from . import fp8
+
+    q, k, v, _ = inputs
+    if pass_ != "forward":
+        raise Skip("the FP8 path is forward only")
+    opts = {"rotate": fp8.DEFAULT_ROTATE, "scales": fp8.DEFAULT_SCALES}
+    try:
+        if impl == "flash_wgmma_fp8_call":
+            def whole() -> Any:
+                return fp8.attention_fp8_from(q, k, v, causal=cfg.causal, **opts)
+
+            whole()  # its checks, before the call is timed
+            return whole, opts
+        (q8, dq), (k8, dk), (v8, dv) = fp8._quantized(q, k, v, opts["rotate"], 0, None, opts["scales"])
+        if impl == "flash_wgmma_fp8_vt":
+            def with_vt() -> Any:
+                return fp8.attention_fp8(q8, k8, v8, dq, dk, dv, causal=cfg.causal, out_dtype=q.dtype)
+
+            with_vt()
+            return with_vt, opts
+        prepared = fp8._prepare(q8, k8, v8, dq, dk, dv, cfg.causal, None, q.dtype, 0.0)
+    except (ValueError, TypeError) as exc:  # a head dim, dtype or GPU the FP8 path refuses
+        raise Skip(" ".join(str(exc).split())) from None
+
+    def kernel_alone() -> Any:
+        return fp8.forward_vt(*prepared)
+
+    return kernel_alone, opts
+
+
 def implementation_call(impl: str, cfg: Config, inputs: Inputs, pass_: str, options: dict[str, Any],
                         limits: Limits) -> tuple[Callable[[], Any], dict[str, Any]]:
-    """One pass of ``impl`` (a registry variant, one of SDPA's backends, or torch_cpu) on ``inputs`` as a
+    """One pass of ``impl`` (a registry variant, one of the FP8 calls, one of SDPA's backends, or torch_cpu) on ``inputs`` as a
     call with no argument checks left in it, and the variant options it resolved to (empty for the
     references; ``options`` apply where the variant has them). Raises Skip saying why a combination
     does not run (pass, dtype, shape, size over ``limits``, a backend that refuses it)."""
     if impl in VARIANTS:
         return _kernel_call(impl, cfg, inputs, pass_, options, limits.max_score_elems)
+    if impl in FP8_IMPLS:
+        return _fp8_call(impl, cfg, inputs, pass_)
     if impl == "torch_cpu":
         return _cpu_call(cfg, inputs, pass_, limits.max_cpu_elems), {}
     return _sdpa_call(impl, cfg, inputs, pass_, limits.max_score_elems), {}
@@ -325,7 +363,7 @@ def _worst(metrics: list[dict[str, float]]) -> dict[str, float]:
 
 def _row(suite: str, cfg: Config, dtype: str, impl: str, pass_: str) -> dict[str, Any]:
     """A result row's identifying columns; its status is ok until a step says otherwise."""
-    kind = "kernel" if impl in VARIANTS else ("cpu" if impl == "torch_cpu" else "sdpa")
+    kind = "kernel" if impl in VARIANTS or impl in FP8_IMPLS else ("cpu" if impl == "torch_cpu" else "sdpa")
     return {"suite": suite, "config": cfg.name, "B": cfg.B, "H": cfg.H, "Hkv": cfg.kv_heads, "N": cfg.N,
             "Nk": cfg.keys, "D": cfg.D, "causal": cfg.causal, "dtype": dtype, "impl": impl, "kind": kind,
             "pass": pass_, "options": "", "status": "ok"}
@@ -546,13 +584,16 @@ def run(suite: str, variants: list[str], refs: list[str], passes: list[str], dty
         cfgs = [c for c in cfgs if c.name in configs]
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1 (1: each implementation timed in one go); got {rounds}")
+    impls = suite_impls(suite, [*variants, *refs])
+    if impls != [*variants, *refs]:
+        log(f"{suite}: implementations {', '.join(impls) or 'none'} only (bench_suites.SUITE_IMPLS, FP8_IMPLS)")
     state = _Run(suite, options or {}, Timing(warmup, reps, budget_ms, rounds),
                  Limits(max_score_elems, max_cpu_elems, max_call_ms), L2Flusher(flush), SlowCases(), GpuHold())
     rows: list[dict[str, Any]] = []
     try:
         for dtype in dtypes or list(suite_dtypes):
             for cfg in cfgs:
-                rows += _run_config(state, cfg, dtype, [*variants, *refs], passes, log)
+                rows += _run_config(state, cfg, dtype, impls, passes, log)
     except KeyboardInterrupt:
         _add_ratios(rows)
         raise Interrupted(rows) from None
@@ -605,7 +646,9 @@ def _parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="python -m flash_kernels.bench", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", default="convention", help=f"one of {', '.join(SUITES)} (comma-separated for several)")
-    p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated registry names")
+    p.add_argument("--variants", default=",".join([*VARIANTS, *FP8_IMPLS]),
+                   help=f"comma-separated registry names, and the FP8 forward's calls ({', '.join(FP8_IMPLS)}: the "
+                        f"suites that time them only)")
     p.add_argument("--refs", default=",".join(REFERENCES), help=f"comma-separated, from {', '.join(REFERENCES)}")
     p.add_argument("--passes", default="forward,backward")
     p.add_argument("--dtypes", default="", help="override the suite's dtypes")
@@ -630,8 +673,9 @@ def _parser() -> argparse.ArgumentParser:
 def _selection(a: argparse.Namespace) -> Selection:
     """The command's lists; ValueError naming what is unknown and what is accepted."""
     variants = csv_list(a.variants)
-    for v in variants:
-        get_variant(v)
+    unknown = [v for v in variants if v not in VARIANTS and v not in FP8_IMPLS]
+    if unknown:
+        raise ValueError(f"unknown variant(s) {unknown}; known: {', '.join([*VARIANTS, *FP8_IMPLS])}")
     refs = csv_list(a.refs)
     bad = [r for r in refs if r not in REFERENCES]
     if bad:

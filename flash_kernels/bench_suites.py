@@ -67,6 +67,15 @@ def d256() -> list[Config]:
             for causal in (False, True) for N in (512, 1024, 2048, 4096, 8192, 16384)]
 
 
+def fp8() -> list[Config]:
+    """The FP8 forward at the convention's scale (B*N = 16384 tokens, H*D = 2048): D = 64 and 128 at N = 1024 to
+    16384, and D = 256 at N = 8192 and 16384, causal and not."""
+    return [Config(f"D{D}-N{N}-{'causal' if causal else 'full'}", 16384 // N, 2048 // D, N, D, causal)
+            for D, lengths in ((64, (1024, 2048, 4096, 8192, 16384)), (128, (1024, 2048, 4096, 8192, 16384)),
+                               (256, (8192, 16384)))
+            for causal in (False, True) for N in lengths]
+
+
 def gqa() -> list[Config]:
     """Grouped-query and multi-query attention at the convention's scale: H = 32 query heads, D = 128,
     Hkv = 32 (plain multi-head), 8 and 1 key/value heads, B*N = 16384, causal and not."""
@@ -96,6 +105,8 @@ SUITES: dict[str, tuple[list[Config], tuple[str, ...], str]] = {
                    "and not"),
     "d256": (d256(), ("float16", "bfloat16"), "head dim 256 at the convention's scale (B*N = 16384, H = 8), fp16 and "
              "bf16, causal and not, forward (flash_wgmma's backward takes D = 64 and 128)"),
+    "fp8": (fp8(), ("float16",), "the FP8 forward (e4m3, by attention_fp8_from's defaults) against flash_wgmma and "
+            "SDPA's fp16 backends on the same fp16 inputs: D = 64, 128 (and 256), B*N = 16384, causal and not"),
     "gqa": (gqa(), ("float16",), "grouped-query / multi-query attention: H=32, D=128, Hkv = 32, 8, 1, "
             "B*N = 16384, fp16, causal and not"),
     "decode": (decode(), ("float16", "bfloat16"), "KV-cache decode: Nq = 1, 4, 16 queries against Nk = 1024-65536 "
@@ -106,7 +117,23 @@ SUITES: dict[str, tuple[list[Config], tuple[str, ...], str]] = {
 
 #: the passes a suite times, where not both: a decode step is inference (forward only), and its backward
 #: references at Nk = 64k cost more device time than every other suite together; d256: flash_wgmma's forward only
-SUITE_PASSES: dict[str, tuple[str, ...]] = {"decode": ("forward",), "d256": ("forward",)}
+SUITE_PASSES: dict[str, tuple[str, ...]] = {"decode": ("forward",), "d256": ("forward",), "fp8": ("forward",)}
+
+#: the FP8 forward's timed calls, run in the suites that name them (SUITE_IMPLS) and in no other: the kernel alone
+#: (inputs quantized and V transposed beforehand), with V's transpose (attention_fp8 on the quantized inputs), and
+#: the whole call from the 16-bit inputs (attention_fp8_from: quantize, rotate, transpose V, the kernel)
+FP8_IMPLS = ("flash_wgmma_fp8", "flash_wgmma_fp8_vt", "flash_wgmma_fp8_call")
+
+#: the implementations a suite times, where not every one selected: fp8 compares the FP8 calls with the fp16
+#: forwards that matter to them (flash_wgmma, cuDNN's and FlashAttention-2's), not with the whole ladder
+SUITE_IMPLS: dict[str, tuple[str, ...]] = {"fp8": (*FP8_IMPLS, "flash_wgmma", "sdpa_cudnn", "sdpa_flash")}
+
+
+def suite_impls(name: str, impls: list[str]) -> list[str]:
+    """Of ``impls`` (in their order), those suite ``name`` times: its SUITE_IMPLS where it has them, else all but the
+    FP8 calls."""
+    keep = SUITE_IMPLS.get(name)
+    return [i for i in impls if (i in keep if keep is not None else i not in FP8_IMPLS)]
 
 
 def suite_passes(name: str, passes: list[str]) -> list[str]:

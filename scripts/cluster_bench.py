@@ -3,6 +3,7 @@
 
     OUT=/tmp/out python3 scripts/cluster_bench.py                 # what `STEPS="build cluster" scripts/gpu_node.sh` runs
     CLUSTER_N=1024,2048,4096,8192 python3 scripts/cluster_bench.py   # the 96-case sweep (too long for one 600 s call)
+    CLUSTER_MODE=fixed python3 scripts/cluster_bench.py            # one GPU: a shard's fixed cost and per-case cost
 
 The sweep: ``--impl flash_mma --impl sdpa_flash --impl sdpa_cudnn -B 2 -H 16 -N $CLUSTER_N -D 64,128 --causal both
 --pass forward,backward --tools ncu`` (CLUSTER_N default 1024,2048,4096: 72 cases). ``--gpus all`` runs first (the
@@ -34,6 +35,12 @@ SWEEP = ["--impl", "flash_mma", "--impl", "sdpa_flash", "--impl", "sdpa_cudnn", 
 COUNTED = re.compile(r"(inst_executed|sass_thread_inst_executed_op|__bytes|_bytes\.sum|sectors)")
 NOT_COUNTED = re.compile(r"(per_second|pct|ratio|per_cycle|peak|duration|cycles|clock|device__|launch__)")
 LOG = OUT / "cluster_bench.log"
+#: CLUSTER_MODE=fixed: what one shard costs before its first case and per case, on one GPU with nothing else
+#: running: the sweep's quarter (QUARTER: its D=128, not causal cases, 18 of the 72) and the whole sweep, each one
+#: shard on --gpus 0 under CLUSTER_REPLAY (application: then the quarter under kernel replay too). A shard's ncu step is
+#: fixed + cases x per-case cost, so two sizes give both; the quarter alone is what each of four shards would take
+#: if four GPUs did not slow each other down
+QUARTER = ["-D", "128", "--causal", "false"]
 
 
 def say(line: str) -> None:
@@ -47,9 +54,20 @@ def time_left() -> float:
     return deadline - time.time() - float(os.environ.get("DEADLINE_MARGIN_S", 30))
 
 
-def capture(name: str, gpus: str) -> dict:
+def sweep(*overrides: str) -> list[str]:
+    """SWEEP with the options in ``overrides`` (flag, value pairs) put in place of its own."""
+    out, flags = list(SWEEP), dict(zip(overrides[::2], overrides[1::2], strict=True))
+    for flag, value in flags.items():
+        if flag in out:
+            out[out.index(flag) + 1] = value
+        else:
+            out += [flag, value]
+    return out
+
+
+def capture(name: str, gpus: str, args: list[str] | None = None) -> dict:
     profiles = OUT / "cluster_profiles"
-    cmd = [sys.executable, "-m", "nsightlab.capture", *SWEEP, "--name", name, "--gpus", gpus, "--profiles",
+    cmd = [sys.executable, "-m", "nsightlab.capture", *(args or SWEEP), "--name", name, "--gpus", gpus, "--profiles",
            str(profiles), "--replace"]
     limit = time_left()
     say(f"$ {' '.join(cmd)}   (time left: {limit:.0f} s)")
@@ -111,7 +129,47 @@ def compare(a: dict, b: dict) -> dict:
     return out
 
 
+def fixed_and_per_case(small: dict, large: dict) -> dict | None:
+    """A shard's ncu step as fixed + cases x per case, from one shard of each size (the shard's own seconds)."""
+    try:
+        (a,), (b,) = small["shards"], large["shards"]
+    except (KeyError, ValueError):
+        return None
+    n_a, n_b = small["cases"], large["cases"]
+    per_case = (b["seconds"] - a["seconds"]) / (n_b - n_a)
+    return {"fixed_s": round(a["seconds"] - n_a * per_case, 1), "per_case_s": round(per_case, 3),
+            "cases": [n_a, n_b], "shard_s": [a["seconds"], b["seconds"]]}
+
+
+def main_fixed() -> int:
+    """CLUSTER_MODE=fixed (see QUARTER)."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    LOG.write_text("")
+    say(f"shard cost on one GPU: {' '.join(SWEEP)}; the quarter: {' '.join(QUARTER)}")
+    gpu, replay = GPUS_ONE, os.environ.get("CLUSTER_REPLAY", "application")
+    mode = ("--replay-mode", replay)
+    runs = {"quarter": capture(f"shard-quarter-{replay}", gpu, sweep(*QUARTER, *mode)),
+            "whole": capture(f"shard-whole-{replay}", gpu, sweep(*mode))}
+    if replay == "application":
+        runs["quarter_kernel_replay"] = capture("shard-quarter-kernel", gpu, sweep(*QUARTER, "--replay-mode", "kernel"))
+    result: dict = {"sweep": SWEEP, "quarter": QUARTER, "replay_mode": replay, "runs": runs}
+    fit = fixed_and_per_case(runs["quarter"], runs["whole"]) if all(
+        r.get("returncode") == 0 for r in (runs["quarter"], runs["whole"])) else None
+    if fit:
+        result[f"{replay}_replay"] = fit
+        say(f"{replay} replay, one shard on one GPU: {fit['shard_s'][0]} s for {fit['cases'][0]} cases, "
+            f"{fit['shard_s'][1]} s for {fit['cases'][1]}: fixed {fit['fixed_s']} s per shard + "
+            f"{fit['per_case_s']} s per case")
+    k = runs.get("quarter_kernel_replay", {})
+    if k.get("returncode") == 0 and k.get("shards"):
+        say(f"kernel replay, the quarter: {k['shards'][0]['seconds']} s for {k['cases']} cases")
+    (OUT / "cluster_bench.json").write_text(json.dumps(result, indent=1, default=str))
+    return 0 if fit else 1
+
+
 def main() -> int:
+    if os.environ.get("CLUSTER_MODE") == "fixed":
+        return main_fixed()
     OUT.mkdir(parents=True, exist_ok=True)
     LOG.write_text("")
     say(f"cluster benchmark: {' '.join(SWEEP)}")

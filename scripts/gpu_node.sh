@@ -241,7 +241,7 @@ PY
       step cluster
       python3 scripts/cluster_bench.py 2>&1 | tee "$OUT/cluster_step.log"
       [ "${PIPESTATUS[0]}" = 0 ] || status=1
-      for m in "$OUT"/cluster_profiles/*/cluster-*/manifest.json; do
+      for m in "$OUT"/cluster_profiles/*/*/manifest.json; do
         [ -f "$m" ] && cp "$m" "$OUT/$(basename "$(dirname "$m")").manifest.json"
       done
       rm -rf "$OUT/cluster_profiles" "$OUT/cluster_step.log" ;;

@@ -57,9 +57,14 @@ def machine() -> dict[str, Any]:
 def render(profiles: Path, reports: Path, jobs: int, extra: list[str]) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "nsightlab", "report", "--profiles", str(profiles), "--reports", str(reports),
            "--jobs", str(jobs), "--force", *extra]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    seconds = time.perf_counter() - t0
+    # each run from a cold cache of its own: a cache the previous run filled would time parsing once, not twice
+    cache = Path(tempfile.mkdtemp(prefix="report-scaling-cache-"))
+    try:
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "NSIGHTLAB_CACHE": str(cache)})
+        seconds = time.perf_counter() - t0
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
     log = proc.stdout + proc.stderr
     return {"jobs": jobs, "seconds": round(seconds, 2), "returncode": proc.returncode, "command": cmd,
             **page_counts(reports, log), "log_tail": log[-3000:]}
@@ -83,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
     extra = ["--only", a.only] if a.only else []
     work = Path(tempfile.mkdtemp(prefix="report-scaling-"))
-    runs = []
+    runs: list[dict[str, Any]] = []
+    interrupted = False
     try:
         for j in a.jobs:
             out = work / f"jobs{j}"
@@ -91,8 +97,10 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(render(a.profiles, out, j, extra))
             print(f"report_scaling: --jobs {j}: {runs[-1]['seconds']:.1f} s, {runs[-1]['pages']} pages, "
                   f"{runs[-1]['failed']} failed, rc {runs[-1]['returncode']}", flush=True)
-        base = runs[0]
-        for r in runs[1:]:
+            if len(runs) == 1:
+                continue
+            # each run against the baseline as soon as it is done: a deadline may stop the next
+            base, r = runs[0], runs[-1]
             r["speedup"] = round(base["seconds"] / r["seconds"], 3) if r["seconds"] else None
             r["differs_from_baseline"] = tree_diff(work / f"jobs{base['jobs']}", work / f"jobs{r['jobs']}")
             print(f"report_scaling: --jobs {r['jobs']} against --jobs {base['jobs']}: {r['speedup']}x, "
@@ -101,14 +109,18 @@ def main(argv: list[str] | None = None) -> int:
             a.keep.mkdir(parents=True, exist_ok=True)
             for r in runs:
                 shutil.copytree(work / f"jobs{r['jobs']}", a.keep / f"jobs{r['jobs']}", dirs_exist_ok=True)
+    except KeyboardInterrupt:  # a deadline's SIGINT: the runs that finished are still written
+        interrupted = True
+        print(f"report_scaling: interrupted after {len(runs)} run(s)", file=sys.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result = {"machine": machine(), "profiles": str(a.profiles), "runs": runs}
+    result = {"machine": machine(), "profiles": str(a.profiles), "runs": runs,
+              **({"interrupted": f"stopped during the run of --jobs {a.jobs[len(runs)]}"} if interrupted else {})}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = a.out.with_name(a.out.name + ".tmp")
     tmp.write_text(json.dumps(result, indent=1) + "\n")
     tmp.replace(a.out)  # written whole, then moved into place
-    ok = all(r["returncode"] == 0 for r in runs) and not any(r.get("differs_from_baseline") for r in runs[1:])
+    ok = not interrupted and all(r["returncode"] == 0 for r in runs) and not any(r.get("differs_from_baseline") for r in runs[1:])
     print(f"report_scaling: wrote {a.out}")
     return 0 if ok else 1
 

@@ -20,7 +20,7 @@ def test_suites_hold_the_documented_configurations():
     assert len(conv) == 24 and all(c.B * c.N == 16384 and c.H * c.D == 2048 for c in conv)
     with pytest.raises(ValueError, match="known suites"):
         get_suite("nope")
-    assert set(SUITES) == {"mixed", "d128", "convention", "gqa", "decode", "d256"}
+    assert set(SUITES) == {"mixed", "d128", "convention", "gqa", "decode", "d256", "fp8"}
     assert all(c.Hkv is None and c.Nk is None for c in [*mixed, *d128, *conv])
 
 
@@ -544,3 +544,54 @@ def test_d256_suite_is_the_convention_at_head_dim_256_forward_only():
     assert {(c.N, c.causal) for c in cfgs} == {(n, causal) for n in (512, 1024, 2048, 4096, 8192, 16384)
                                                for causal in (False, True)}
     assert suite_passes("d256", ["forward", "backward"]) == ["forward"]
+
+
+def test_fp8_suite_times_the_fp8_calls_beside_the_fp16_forwards_that_matter_to_them():
+    from flash_kernels.bench_suites import FP8_IMPLS, SUITE_IMPLS, suite_impls
+
+    cfgs, dtypes, desc = get_suite("fp8")
+    assert dtypes == ("float16",) and "FP8" in desc
+    assert all(c.B * c.N == 16384 and c.H * c.D == 2048 for c in cfgs)
+    assert {c.D for c in cfgs} == {64, 128, 256} and {c.causal for c in cfgs} == {False, True}
+    assert {c.N for c in cfgs if c.D == 128} == {1024, 2048, 4096, 8192, 16384}
+    assert suite_passes("fp8", ["forward", "backward"]) == ["forward"]
+    every = [*bench.VARIANTS, *FP8_IMPLS, *bench.REFERENCES]
+    assert suite_impls("fp8", every) == [i for i in every if i in SUITE_IMPLS["fp8"]]
+    assert set(suite_impls("fp8", every)) == {*FP8_IMPLS, "flash_wgmma", "sdpa_cudnn", "sdpa_flash"}
+    # every other suite leaves the FP8 calls out, whatever the selection
+    assert suite_impls("convention", every) == [*bench.VARIANTS, *bench.REFERENCES]
+
+
+def test_the_fp8_calls_are_selectable_and_an_unknown_name_lists_them():
+    a = bench._parser().parse_args(["--suite", "fp8", "--variants", "flash_wgmma_fp8,flash_wgmma"])
+    assert bench._selection(a).variants == ["flash_wgmma_fp8", "flash_wgmma"]
+    assert "flash_wgmma_fp8_call" in bench._parser().parse_args([]).variants  # the default selects them
+    with pytest.raises(ValueError, match="flash_wgmma_fp8_call") as exc:
+        bench._selection(bench._parser().parse_args(["--variants", "flash_wgmma_fp9"]))
+    assert "flash_wgmma_fp9" in str(exc.value)
+
+
+def test_an_fp8_call_the_device_or_pass_refuses_is_a_skip_saying_why():
+    cfg = get_suite("fp8")[0][0]
+    inputs = random_attention_inputs(1, 2, 64, 64, torch.float16, device="cpu")
+    for impl in bench.FP8_IMPLS:
+        with pytest.raises(bench.Skip, match="forward only"):
+            bench._fp8_call(impl, cfg, inputs, "backward")
+        with pytest.raises(bench.Skip, match="CUDA tensors only"):
+            bench.implementation_call(impl, cfg, inputs, "forward", {}, bench.Limits())
+
+
+def test_run_times_only_the_suites_implementations_and_says_so(monkeypatch):
+    seen = []
+    monkeypatch.setattr(bench, "L2Flusher", lambda mode="read": None)
+    monkeypatch.setattr(bench, "GpuHold", lambda: None)
+    monkeypatch.setattr(bench, "_run_config", lambda run, cfg, dtype, impls, passes, log: seen.append(impls) or [])
+    lines: list[str] = []
+    bench.run("fp8", ["flash_mma", "flash_wgmma", *bench.FP8_IMPLS], ["sdpa_cudnn", "sdpa_math"], ["forward"],
+              configs=["D128-N8192-full"], log=lines.append)
+    assert seen == [["flash_wgmma", *bench.FP8_IMPLS, "sdpa_cudnn"]]
+    assert any("only (bench_suites.SUITE_IMPLS" in line for line in lines)
+    seen.clear()
+    bench.run("d128", ["flash_wgmma", *bench.FP8_IMPLS], ["sdpa_cudnn"], ["forward"], configs=["B2-H16-N8192-D128"],
+              log=lines.append)
+    assert seen == [["flash_wgmma", "sdpa_cudnn"]]

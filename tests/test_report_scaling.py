@@ -47,3 +47,26 @@ def test_a_folder_without_captures_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         rs.main(["--profiles", str(tmp_path), "--out", str(tmp_path / "o.json")])
     assert "holds no captures" in capsys.readouterr().err
+
+
+def test_each_render_starts_from_a_cold_cache_of_its_own(tmp_path, monkeypatch):
+    """The baseline would otherwise fill the parse cache that the parallel run then reads: its speedup would count
+    the parsing once instead of twice."""
+    seen = []
+
+    def fake_run(cmd, **kw):
+        cache = Path(kw["env"]["NSIGHTLAB_CACHE"])
+        seen.append((cache, cache.is_dir() and not any(cache.iterdir())))
+        (cache / "parsed").write_text("x")  # what a render leaves there
+
+        class Done:
+            returncode, stdout, stderr = 0, "", ""
+        return Done()
+
+    monkeypatch.setattr(rs.subprocess, "run", fake_run)
+    monkeypatch.setenv("NSIGHTLAB_CACHE", str(tmp_path / "shared"))
+    for jobs in (1, 4):
+        rs.render(tmp_path / "profiles", tmp_path / f"out{jobs}", jobs, [])
+    assert [empty for _, empty in seen] == [True, True]
+    assert seen[0][0] != seen[1][0] and all(not c.exists() for c, _ in seen)
+    assert not (tmp_path / "shared").exists()
