@@ -37,6 +37,7 @@ import torch
 
 from . import _build, _ops, quantize
 from .hadamard import _check_seed, rotate_qk
+from .model import FP8_FLOP_PER_SM_CYCLE, fp8_dense_peak_tflops  # noqa: F401 - this module's names too
 from .registry import unavailable_reason
 from .variants import kernel
 
@@ -307,18 +308,6 @@ def forward_vt(q8: torch.Tensor, k8: torch.Tensor, vt: torch.Tensor, descale: to
                           scales="block" if per_block else "tensor", o_sum=o_sum)
     _build.load(_MODULE).fwd(code, q8, k8, vt, o, lse, list(descale) if per_block else [descale], scale, causal)
     return o, lse
-
-
-#: dense e4m3 wgmma FLOP per SM per cycle on Hopper: twice fp16's 4,096 (NVIDIA's H100 whitepaper: 1,979
-#: dense FP8 TFLOP/s = 8,192 x 132 SMs x 1.83 GHz, the clock of its published rates)
-FP8_FLOP_PER_SM_CYCLE = 8192
-
-
-def fp8_dense_peak_tflops(sms: int, clock_ghz: float = 1.83) -> float:
-    """The dense FP8 tensor peak in TFLOP/s of a Hopper GPU with ``sms`` SMs at ``clock_ghz``."""
-    if sms < 1 or not clock_ghz > 0:
-        raise ValueError(f"sms must be >= 1 and clock_ghz > 0; got {sms}, {clock_ghz}")
-    return FP8_FLOP_PER_SM_CYCLE * sms * clock_ghz * 1e9 / 1e12
 
 
 #: profiled_forward's prepared inputs: one set (captures run one case after another)

@@ -16,6 +16,17 @@ from nsightlab.problems import attention
 
 DTYPE_BYTES = attention.DTYPE_BYTES
 
+#: dense e4m3 wgmma FLOP per SM per cycle on Hopper: twice fp16's 4,096 (NVIDIA's H100 whitepaper: 1,979
+#: dense FP8 TFLOP/s = 8,192 x 132 SMs x 1.83 GHz, the clock of its published rates)
+FP8_FLOP_PER_SM_CYCLE = 8192
+
+
+def fp8_dense_peak_tflops(sms: int, clock_ghz: float = 1.83) -> float:
+    """The dense FP8 tensor peak in TFLOP/s of a Hopper GPU with ``sms`` SMs at ``clock_ghz``."""
+    if sms < 1 or not clock_ghz > 0:
+        raise ValueError(f"sms must be >= 1 and clock_ghz > 0; got {sms}, {clock_ghz}")
+    return FP8_FLOP_PER_SM_CYCLE * sms * clock_ghz * 1e9 / 1e12
+
 
 def _check_pass(pass_: str) -> None:
     if pass_ not in ("forward", "backward"):

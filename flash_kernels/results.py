@@ -7,6 +7,7 @@ kernel is generated from a capture and names the file it comes from. ``python -m
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -15,10 +16,14 @@ import pandas as pd
 
 from nsightlab.analysis import counters, l2, perf, timeline
 from nsightlab.analysis.roofline import flop_check
+from nsightlab.core.errors import ProfileError
 from nsightlab.parse.ncu import ncu_frame
 from nsightlab.parse.nsys import nsys_tables
 from nsightlab.store.captures import bench_csvs, cases, find_file, load_bench, load_manifest
 from nsightlab.store.read import capture_schemas, tools_of
+
+from . import model
+from .registry import get_variant
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the page, and the profiles folder it is rendered from
@@ -404,6 +409,171 @@ def _gpu_line(gpu: Path) -> str:
     return ", ".join(bits)
 
 
+def fp8_suite_file(gpu: Path) -> Path | None:
+    """The fp8 benchmark suite's CSV (``python -m flash_kernels.bench --suite fp8``, kept as
+    profiles/_bench/<gpu>/fp8.csv), if this GPU has one."""
+    return find_file(gpu.parent / LOOSE / gpu.name, "fp8.csv")
+
+
+#: the fp8 suite's FP8 calls: the kernel alone, with V's transpose in the call, the whole call from fp16
+FP8_KERNEL, FP8_VT, FP8_CALL = "flash_wgmma_fp8", "flash_wgmma_fp8_vt", "flash_wgmma_fp8_call"
+
+
+def _fp8_suite(path: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The fp8 suite's rows: every row, and the ok rows' ms, TFLOP/s and rel_l2 by (D, causal, N) x impl."""
+    df = pd.read_csv(path)
+    ok = df[(df["status"] == "ok") & (df["pass"] == "forward")]
+    piv = {v: ok.pivot_table(index=["D", "causal", "N"], columns="impl", values=v) for v in ("ms", "tflops", "rel_l2")}
+    return df, piv["ms"], piv["tflops"], piv["rel_l2"]
+
+
+def _span(values: pd.Series, fmt: str = "{:.2f}") -> str:
+    lo, hi = fmt.format(values.min()), fmt.format(values.max())
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def fp8_suite_table(gpu: Path) -> str:
+    """The fp8 suite: per head dim and mask, the FP8 kernel's TFLOP/s at each N (in brackets: the share of the
+    dense FP8 peak at the published clock), the FP8 call with V's transpose against cuDNN's and flash_wgmma's fp16
+    forwards, the whole call from fp16 against flash_wgmma's, and the error of FP8 and of fp16 against fp64."""
+    path = fp8_suite_file(gpu)
+    if path is None:
+        return "(no fp8 suite CSV for this GPU)"
+    df, ms, tf, err = _fp8_suite(path)
+    man = json.loads(path.with_name("fp8.manifest.json").read_text()) if path.with_name("fp8.manifest.json").exists() \
+        else {}
+    sms = ((man.get("environment") or {}).get("gpu") or {}).get("sm_count")
+    peak = model.fp8_dense_peak_tflops(sms) if sms else None
+    rows = []
+    for (D, causal), g in ms.groupby(level=["D", "causal"], sort=True):
+        if FP8_KERNEL not in g or g[FP8_KERNEL].isna().all():
+            continue
+        g = g.dropna(subset=[FP8_KERNEL])
+        t = tf.loc[g.index]
+        row: dict[str, str] = {"D": str(D), "causal": "yes" if causal else "no"}
+        row.update({f"N={n}": f"{v:.0f}" + (f" ({100 * v / peak:.0f} %)" if peak else "")
+                    for (_, _, n), v in t[FP8_KERNEL].items()})
+        row["with Vt × cuDNN fp16"] = _span(g["sdpa_cudnn"] / g[FP8_VT])
+        row["with Vt × flash_wgmma fp16"] = _span(g["flash_wgmma"] / g[FP8_VT])
+        row["whole call × flash_wgmma fp16"] = _span(g["flash_wgmma"] / g[FP8_CALL])
+        e = err.loc[g.index]
+        row["rel. L2 error: FP8 / fp16"] = f"{_span(e[FP8_KERNEL], '{:.1e}')} / {_span(e['flash_wgmma'], '{:.1e}')}"
+        rows.append(row)
+    out = _md(pd.DataFrame(rows).fillna("—"))
+    refused = df[(df["impl"] == FP8_KERNEL) & df["status"].str.startswith("skipped")]
+    for D, g in refused.groupby("D"):
+        out += f"\n\nHead dim {D}: the FP8 path refuses it ({g['status'].iloc[0].removeprefix('skipped: ')})."
+    return out
+
+
+def fp8_accuracy_file(gpu: Path) -> Path | None:
+    """scripts/fp8_accuracy.py's results (profiles/_bench/<gpu>/fp8_accuracy.json), if this GPU has them."""
+    return find_file(gpu.parent / LOOSE / gpu.name, "fp8_accuracy.json")
+
+
+def why_sentence(capture: Path, a: str, b: str, case: str = "") -> str:
+    """``nsightlab why``'s verdict on the deep capture: why ``a`` takes the time it does against ``b`` (their
+    longest launches), one computed sentence; or why it cannot be said here."""
+    from nsightlab.analysis import bottleneck as B
+    from nsightlab.analysis import why
+    from nsightlab.store import find
+
+    try:
+        path, schemas = find.deep_report(capture)
+        deep = B.load(path, schemas)
+        _, sa, sb = why.pick_sides(deep, None, a, b, B.parse_case(case), find.report_tags(path, path), "",
+                                   strict=True)
+        if sb is None:
+            return f"(no {b} in {capture.name})"
+        return B.verdict(sa.name, sb.name, B.explain(deep, sa.launch, sb.deep, sb.launch),
+                         B.metric_gaps(deep, sa.launch, sb.deep, sb.launch))
+    except (ProfileError, ValueError, OSError, ImportError) as exc:
+        return f"({capture.name}'s deep report could not be read here: {' '.join(str(exc).split())[:200]})"
+
+
+#: the marks of the Hopper rung: FlashAttention-3's FP8 forward (about 1.2 PFLOP/s reported) and cuDNN's speed
+FP8_TFLOPS_MARK = {False: 1000.0, True: 900.0}
+BACKWARD_MARKS = {"flash_wgmma": ("sdpa_cudnn", 1.0, 2048), "flash_mma": ("sdpa_flash", 0.95, 8192)}
+#: the deep capture whose why page explains both backwards, and its case
+BACKWARD_WHY = ("backward-n8192-deep", "N=8192,D=128,pass=backward")
+
+
+def _met(ok: pd.Series) -> str:
+    return f"{int(ok.sum())} of {len(ok)}"
+
+
+def anchors_table(gpu: Path) -> str:
+    """Each mark of the Hopper rung against what this GPU's captures measured: met in how many rows, or missed by
+    how much, and, where a deep capture holds both sides, why (``nsightlab why``'s verdict)."""
+    rows: list[dict[str, str]] = []
+
+    def add(mark: str, measured: str, met: str, why_: str) -> None:
+        rows.append({"mark": mark, "measured": measured, "met": met, "why / what it needs": why_})
+
+    fp8 = fp8_suite_file(gpu)
+    if fp8 is not None:
+        df, ms, tf, _ = _fp8_suite(fp8)
+        for causal, mark in FP8_TFLOPS_MARK.items():
+            t = tf.xs((128, causal), level=["D", "causal"])
+            t = t[t.index >= 8192][FP8_VT]
+            ok = t >= mark
+            add(f"FP8 forward ≥ {mark:.0f} TFLOP/s, D=128, N ≥ 8k, {'causal' if causal else 'not causal'} "
+                "(V's transpose counted)", f"{_span(t, '{:.0f}')} TFLOP/s", _met(ok),
+                f"short by {100 * (1 - t.min() / mark):.0f} % at worst; the softmax's instruction count bounds it "
+                "(docs/kernels.md, from the SASS)" if not ok.all() else "—")
+        refused = df[(df["impl"] == FP8_KERNEL) & (df["D"] == 256)]
+        if not refused.empty:
+            add("FP8 forward at D=256", "refused" if refused["status"].str.startswith("skipped").all() else "runs",
+                "0 of 1" if refused["status"].str.startswith("skipped").all() else "1 of 1",
+                "O in fp32 registers beside each tile's fresh P V accumulator is 256 registers per thread at "
+                "D=256; O summed in the tensor cores (o_sum=\"tensor\") halves that")
+        g = ms[ms.index.get_level_values("N") >= 2048].dropna(subset=[FP8_VT])
+        ratio = g["flash_wgmma"] / g[FP8_VT]
+        worst = ratio.idxmin()
+        add("FP8 forward ≥ our fp16 forward at every N ≥ 2048 (V's transpose counted)", f"{_span(ratio)}×",
+            _met(ratio >= 1.0), f"the worst: D={worst[0]}, N={worst[2]}, {'causal' if worst[1] else 'not causal'}; "
+            f"every row at D=64 misses ({_span(ratio[ratio.index.get_level_values('D') == 64])}×)"
+            if (ratio[ratio.index.get_level_values("D") == 64] < 1.0).all() else
+            f"the worst: D={worst[0]}, N={worst[2]}, {'causal' if worst[1] else 'not causal'}")
+    acc = fp8_accuracy_file(gpu)
+    if acc is not None:
+        rows_ = [r for r in json.loads(acc.read_text())["accuracy"] if r.get("status") == "ok"]
+        if rows_:
+            mean = {k: sum(r[f"rel_l2_{k}"] for r in rows_) / len(rows_) for k in ("per_tensor", "per_block_rotated")}
+            gain = mean["per_tensor"] / mean["per_block_rotated"]
+            add("FP8 error: per-block scales + Hadamard rotation against per tensor (FlashAttention-3: 2.6× lower)",
+                f"mean rel. L2 {mean['per_tensor']:.3f} → {mean['per_block_rotated']:.3f} over {len(rows_)} shapes",
+                f"{gain:.1f}× lower", "the default (fp8.DEFAULT_ROTATE, DEFAULT_SCALES), chosen by "
+                "scripts/fp8_accuracy.py's rule; cuDNN's FP8 attention is not exposed by this PyTorch")
+    d256 = d256_file(gpu)
+    if d256 is not None:
+        df = pd.read_csv(d256)
+        df = df[(df["status"] == "ok") & (df["pass"] == "forward")]
+        p = df.pivot_table(index=["dtype", "causal", "N"], columns="impl", values="ms")
+        ratio = p["sdpa_cudnn"] / p["flash_wgmma"]
+        add(f"Forward at D=256 ≥ {D256_TARGET:.1f}× cuDNN", f"{_span(ratio)}×", _met(ratio >= D256_TARGET),
+            "—" if (ratio >= D256_TARGET).all() else f"short by {100 * (1 - ratio.min()):.0f} % at worst")
+    dims = get_variant("flash_wgmma").head_dims_of("backward")
+    if 256 not in dims:
+        add("Backward at D=256", "not built", "0 of 1", f"flash_wgmma's backward takes D={', '.join(map(str, dims))}: "
+            "dK and dV of 64 keys × 256 columns are 256 registers per thread")
+    bench = gpu / "bench"
+    if bench.is_dir():
+        df, _ = load_bench(bench)
+        deep = gpu / BACKWARD_WHY[0]
+        for impl, (ref, mark, min_n) in BACKWARD_MARKS.items():
+            t = perf.target_table(df[df["D"] == 128] if impl == "flash_wgmma" else df, impl, ref, {"backward": mark},
+                                  min_n=min_n, suite="convention")
+            t = t[(t["pass"] == "backward") & ((t["N"] == min_n) if impl == "flash_mma" else True)]
+            if t.empty:
+                continue
+            why_ = why_sentence(deep, impl, ref, BACKWARD_WHY[1]) if deep.is_dir() else "—"
+            where = f"D=128, N ≥ {min_n}" if impl == "flash_wgmma" else f"N = {min_n}"
+            add(f"{impl} backward ≥ {mark:.2f}× {ref} ({where})", f"{_span(t['ratio'])}×",
+                _met(t["ratio"] >= mark), why_ if not t["met"].all() else "—")
+    return _md(pd.DataFrame(rows)) if rows else "(no captures of the Hopper rung's marks for this GPU)"
+
+
 def _section(title: str, body: str, source: str, note: str = "") -> list[str]:
     return [f"### {title}", "", *([note, ""] if note else []), body, "", source, ""]
 
@@ -449,6 +619,24 @@ def gpu_sections(gpu: Path) -> list[str]:
                         _cite(d256, d256.parent / "flash_wgmma_d256.manifest.json"),
                         "Reference time over flash_wgmma's (tma-ws-pingpong, 128×64 tile) in the same run, L2 flushed, "
                         f"medians; the target: ≥ {D256_TARGET:.1f} × cuDNN. Its backward takes D = 64 and 128.")
+    fp8s = fp8_suite_file(gpu)
+    if fp8s is not None:
+        out += _section("FP8 forward (fp8 suite: B·N = 16384, H·D = 2048; e4m3 by `attention_fp8_from`'s defaults, per "
+                        "block + rotation)", fp8_suite_table(gpu), _cite(fp8s, fp8s.with_name("fp8.manifest.json")),
+                        "TFLOP/s of the FP8 kernel alone (inputs quantized and V transposed before the call; in "
+                        "brackets: the share of the dense FP8 peak at the published 1.83 GHz), then the FP8 call "
+                        "with V's transpose and the whole call from fp16 inputs (quantize, rotate, transpose, the "
+                        "kernel) against the fp16 forwards, all in one run on the same fp16 inputs, L2 flushed, "
+                        "medians. Both errors are against fp64 attention of the fp16 inputs.")
+    if fp8s is not None:  # the marks are the H200's (FlashAttention-3's FP8 and cuDNN's numbers there)
+        files = [fp8s, fp8_accuracy_file(gpu), d256_file(gpu),
+                 *(c for c in bench_csvs(gpu / "bench") if c.name.startswith("convention.")),
+                 find_file(gpu / BACKWARD_WHY[0], "manifest.json")]
+        out += _section("The Hopper rung against its marks: FlashAttention-3's FP8 and head dim 256, cuDNN's backward",
+                        anchors_table(gpu), _cite(*files),
+                        "Each mark, what the captures measured, in how many rows it is met, and, where one is missed, "
+                        "by how much and why: for the backwards, `nsightlab why`'s verdict on the deep capture that "
+                        "holds both sides.")
     fp8 = fp8_file(gpu)
     if fp8 is not None:
         out += _section("FP8 forward (`fk.attention_fp8`): e4m3 inputs, per-tensor scales", fp8_table(gpu), _cite(fp8),

@@ -61,3 +61,64 @@ def test_documents_are_written_atomically_once_and_a_failure_is_reported(tmp_pat
                                                    (1.0498, 1.05, "1.0498"), (0.895, float("nan"), "0.90")])
 def test_a_ratio_prints_with_as_many_digits_as_tell_whether_it_meets_its_target(r, target, cell):
     assert results._ratio_cell(r, target) == cell
+
+
+H200 = ROOT / "profiles" / "nvidia-h200"
+
+
+def _marks(gpu: Path) -> dict[str, dict[str, str]]:
+    lines = [line for line in results.anchors_table(gpu).splitlines()[2:]]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+    return {c[0]: {"measured": c[1], "met": c[2], "why": c[3]} for c in cells}
+
+
+def test_the_marks_table_is_computed_from_the_fp8_suite_and_the_bench_capture():
+    import pandas as pd
+
+    marks = _marks(H200)
+    df = pd.read_csv(results.fp8_suite_file(H200))
+    vt = df[(df["impl"] == results.FP8_VT) & (df["status"] == "ok") & (df["D"] == 128) & (df["N"] >= 8192)]
+    for causal, mark in results.FP8_TFLOPS_MARK.items():
+        t = vt[vt["causal"] == causal]["tflops"]
+        row = marks[f"FP8 forward ≥ {mark:.0f} TFLOP/s, D=128, N ≥ 8k, {'causal' if causal else 'not causal'} "
+                    "(V's transpose counted)"]
+        assert row["measured"] == f"{t.min():.0f}–{t.max():.0f} TFLOP/s"
+        assert row["met"] == f"{int((t >= mark).sum())} of {len(t)}"
+    assert marks["FP8 forward at D=256"]["measured"] == "refused"
+    conv = pd.read_csv(H200 / "bench" / "convention.csv.xz")
+    conv = conv[(conv["status"] == "ok") & (conv["pass"] == "backward") & (conv["D"] == 128) & (conv["N"] >= 2048)]
+    ms = conv.pivot_table(index=["dtype", "causal", "N"], columns="impl", values="ms")
+    ratio = ms["sdpa_cudnn"] / ms["flash_wgmma"]
+    row = marks["flash_wgmma backward ≥ 1.00× sdpa_cudnn (D=128, N ≥ 2048)"]
+    assert row["measured"] == f"{ratio.min():.2f}–{ratio.max():.2f}×"
+    assert row["met"] == f"{int((ratio >= 1.0).sum())} of {len(ratio)}"
+    # a missed backward mark says why, from the deep capture that holds both sides (nsightlab why's verdict)
+    assert row["why"].startswith("flash_wgmma takes ") and "x the time of sdpa_cudnn" in row["why"]
+
+
+def test_why_sentence_says_when_a_capture_has_no_deep_report(tmp_path):
+    (tmp_path / "cap").mkdir()
+    text = results.why_sentence(tmp_path / "cap", "flash_wgmma", "sdpa_cudnn")
+    assert text.startswith("(cap's deep report could not be read here: ")
+
+
+def test_the_fp8_suite_table_gives_the_kernels_share_of_the_peak_and_says_what_the_path_refuses(tmp_path):
+    import json
+
+    import pandas as pd
+
+    gpu = tmp_path / "profiles" / "gpu"
+    loose = tmp_path / "profiles" / results.LOOSE / "gpu"
+    loose.mkdir(parents=True)
+    rows = []
+    for impl, ms in (("flash_wgmma_fp8", 1.0), ("flash_wgmma_fp8_vt", 1.1), ("flash_wgmma_fp8_call", 1.2),
+                     ("flash_wgmma", 1.32), ("sdpa_cudnn", 1.21), ("sdpa_flash", 2.4)):
+        rows.append({"D": 128, "causal": False, "N": 8192, "impl": impl, "pass": "forward", "status": "ok", "ms": ms,
+                     "tflops": 1000.0 / ms, "rel_l2": 3e-3 if "fp8" in impl else 2e-4})
+    rows.append({"D": 256, "causal": False, "N": 8192, "impl": "flash_wgmma_fp8", "pass": "forward",
+                 "status": "skipped: attention_fp8 supports head dim (64, 128)"})
+    pd.DataFrame(rows).to_csv(loose / "fp8.csv", index=False)
+    (loose / "fp8.manifest.json").write_text(json.dumps({"environment": {"gpu": {"sm_count": 132}}}))
+    table = results.fp8_suite_table(gpu)
+    assert "| 128 | no | 1000 (51 %) | 1.10 | 1.20 | 1.10 | 3.0e-03 / 2.0e-04 |" in table  # 1000 of 1979 TFLOP/s
+    assert table.endswith("Head dim 256: the FP8 path refuses it (attention_fp8 supports head dim (64, 128)).")
