@@ -418,3 +418,15 @@ def test_two_captures_into_one_profiles_folder_at_once(tools, tmp_path):
     assert len(good) == 1 and len(refused) == 1 and "already exists" in str(refused[0]), got
     validate(good[0], open_reports=False)
     assert not list(profiles.glob(".tmp-*"))
+
+
+def test_a_sharded_light_tier_under_application_replay_says_what_each_shard_pays():
+    from nsightlab.run.capture import replay_note
+
+    note = replay_note("application", 4, ncu=True)
+    assert "each of the 4 shards restarts the workload once per Nsight Compute replay pass" in note
+    assert "--replay-mode kernel" in note
+    # one shard, kernel replay, or no Nsight Compute in the capture: nothing to say
+    assert replay_note("application", 1, ncu=True) is None
+    assert replay_note("kernel", 4, ncu=True) is None
+    assert replay_note("application", 4, ncu=False) is None
