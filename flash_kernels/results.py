@@ -225,8 +225,9 @@ def tile_step_table(gpu: Path, tiles: tuple[str, ...] = ("128x32", "128x64")) ->
 
 
 def d256_file(gpu: Path) -> Path | None:
-    """flash_wgmma's head dim 256 benchmark CSV (profiles/_bench/<gpu>/flash_wgmma_d256.csv), if this GPU has one."""
-    return find_file(gpu.parent / LOOSE / gpu.name, "flash_wgmma_d256.csv")
+    """The head dim 256 benchmark CSV: the bench capture's d256 suite, else the one kept apart
+    (profiles/_bench/<gpu>/flash_wgmma_d256.csv), if this GPU has one."""
+    return find_file(gpu / "bench", "d256.csv") or find_file(gpu.parent / LOOSE / gpu.name, "flash_wgmma_d256.csv")
 
 
 #: flash_wgmma's forward at D = 256 against cuDNN in the same run
@@ -410,9 +411,9 @@ def _gpu_line(gpu: Path) -> str:
 
 
 def fp8_suite_file(gpu: Path) -> Path | None:
-    """The fp8 benchmark suite's CSV (``python -m flash_kernels.bench --suite fp8``, kept as
-    profiles/_bench/<gpu>/fp8.csv), if this GPU has one."""
-    return find_file(gpu.parent / LOOSE / gpu.name, "fp8.csv")
+    """The fp8 benchmark suite's CSV (``python -m flash_kernels.bench --suite fp8``): the bench-fp8 capture's, else
+    the one kept apart (profiles/_bench/<gpu>/fp8.csv), if this GPU has one."""
+    return find_file(gpu / "bench-fp8", "fp8.csv") or find_file(gpu.parent / LOOSE / gpu.name, "fp8.csv")
 
 
 #: the fp8 suite's FP8 calls: the kernel alone, with V's transpose in the call, the whole call from fp16
@@ -616,7 +617,8 @@ def gpu_sections(gpu: Path) -> list[str]:
     d256 = d256_file(gpu)
     if d256 is not None:
         out += _section("flash_wgmma's forward at head dim 256 (d256 suite: B·N = 16384, H = 8)", d256_table(gpu),
-                        _cite(d256, d256.parent / "flash_wgmma_d256.manifest.json"),
+                        _cite(d256, d256.parent / ("d256.manifest.json" if d256.parent.name == "bench"
+                                                   else "flash_wgmma_d256.manifest.json")),
                         "Reference time over flash_wgmma's (tma-ws-pingpong, 128×64 tile) in the same run, L2 flushed, "
                         f"medians; the target: ≥ {D256_TARGET:.1f} × cuDNN. Its backward takes D = 64 and 128.")
     fp8s = fp8_suite_file(gpu)

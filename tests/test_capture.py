@@ -658,6 +658,7 @@ def test_a_sweep_that_would_run_no_case_exits_2_saying_why(capsys, monkeypatch):
     assert exc.value.code == 2 and "no case would run: sweep seqlen matching --only 'zzz' has no case" in \
         capsys.readouterr().err
     assert _main(["--suite", "bench", "--list"], monkeypatch) == 0  # a benchmark-only sweep has no cases to run
+    assert _main(["--suite", "bench-fp8", "--list"], monkeypatch) == 0
 
 
 def test_store_validation_errors(tmp_path):

@@ -122,3 +122,18 @@ def test_the_fp8_suite_table_gives_the_kernels_share_of_the_peak_and_says_what_t
     table = results.fp8_suite_table(gpu)
     assert "| 128 | no | 1000 (51 %) | 1.10 | 1.20 | 1.10 | 3.0e-03 / 2.0e-04 |" in table  # 1000 of 1979 TFLOP/s
     assert table.endswith("Head dim 256: the FP8 path refuses it (attention_fp8 supports head dim (64, 128)).")
+
+
+def test_a_suite_the_bench_capture_holds_is_read_from_there_before_the_file_kept_apart(tmp_path):
+    gpu = tmp_path / "profiles" / "gpu"
+    loose = tmp_path / "profiles" / results.LOOSE / "gpu"
+    for folder, name in ((loose, "flash_wgmma_d256.csv"), (loose, "fp8.csv")):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("x\n")
+    assert results.d256_file(gpu) == loose / "flash_wgmma_d256.csv"
+    assert results.fp8_suite_file(gpu) == loose / "fp8.csv"
+    for folder, name in ((gpu / "bench", "d256.csv.xz"), (gpu / "bench-fp8", "fp8.csv.xz")):
+        folder.mkdir(parents=True)
+        (folder / name).write_bytes(b"")
+    assert results.d256_file(gpu) == gpu / "bench" / "d256.csv.xz"
+    assert results.fp8_suite_file(gpu) == gpu / "bench-fp8" / "fp8.csv.xz"
