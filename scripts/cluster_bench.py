@@ -167,9 +167,98 @@ def main_fixed() -> int:
     return 0 if fit else 1
 
 
+#: CLUSTER_MODE=fault's sweep: SDPA's backends only (nothing to build), kernel replay (short), 32 cases
+FAULT_SWEEP = ["--impl", "sdpa_flash", "--impl", "sdpa_cudnn", "-B", "2", "-H", "16", "-N", "1024,2048", "-D", "64,128",
+               "--causal", "both", "--pass", "forward,backward", "--tools", "ncu", "--replay-mode", "kernel"]
+
+
+def _run_watched(cmd: list[str], log: Path, when: str | None = None, act=None) -> int | str:
+    """``cmd`` with its output in ``log``; ``act(proc)`` once, at the first output line that holds ``when``."""
+    limit = time_left()
+    if limit < 30:
+        return "not started: no time left in this call"
+    done = False
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+        t0 = time.monotonic()
+        for line in proc.stdout:
+            fh.write(line)
+            if not done and when is not None and when in line:
+                done = True
+                fh.write(f"### cluster_bench: {act(proc)}\n")
+            if time.monotonic() - t0 > limit:
+                proc.kill()
+                return "timeout"
+        return proc.wait()
+
+
+def main_fault() -> int:
+    """CLUSTER_MODE=fault: faults on a one-GPU node. A Dask cluster of two worker processes (nannies) that both see
+    GPU 0 stands for two GPUs. (1) A sharded capture whose worker processes are known: once a case has finished under
+    Nsight Compute, one worker process is killed (SIGKILL); the nanny restarts it, Dask runs its shard again, and the
+    capture must be complete. (2) The same sweep interrupted (SIGINT) once a shard is done, then --resume. (3) The
+    sweep uninterrupted on --gpus 0. The counted metrics of (1) and (2) are compared with (3)'s."""
+    import signal
+
+    from distributed import Client, LocalCluster
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    LOG.write_text("")
+    profiles = OUT / "cluster_profiles"
+    say(f"faults on one GPU: {' '.join(FAULT_SWEEP)}")
+    result: dict = {"sweep": FAULT_SWEEP}
+    env_gpu = {**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0")}
+    os.environ.update(env_gpu)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc, \
+            Client(lc) as client:
+        base = [sys.executable, "-m", "nsightlab.capture", "--scheduler", lc.scheduler_address, "--profiles",
+                str(profiles)]
+        pids = sorted(client.run(os.getpid).values())
+
+        def kill(_proc) -> str:
+            os.kill(pids[0], signal.SIGKILL)
+            return f"killed worker process {pids[0]} (SIGKILL)"
+
+        rc = _run_watched([*base, *FAULT_SWEEP, "--name", "fault-killed", "--replace"], OUT / "cluster_fault-killed.log",
+                          "[ncu] [1/", kill)
+        client.wait_for_workers(2, timeout=60)
+        result["killed"] = {"returncode": rc, "workers_before": pids,
+                            "workers_after": sorted(client.run(os.getpid).values())}
+        say(f"fault-killed: exit {rc}; worker processes {pids} -> {result['killed']['workers_after']}")
+
+        def interrupt(proc) -> str:
+            proc.send_signal(signal.SIGINT)
+            return "interrupted (SIGINT)"
+
+        rc1 = _run_watched([*base, *FAULT_SWEEP, "--name", "fault-resumed", "--replace", "--shards-per-gpu", "2"],
+                           OUT / "cluster_fault-interrupted.log", "shards done", interrupt)
+        left = sorted(p.name for p in profiles.glob(".failed-fault-resumed-*"))
+        rc2 = _run_watched([*base, "--resume", "fault-resumed"], OUT / "cluster_fault-resumed.log")
+        result["resumed"] = {"interrupted_returncode": rc1, "failed_folders": left, "resume_returncode": rc2}
+        say(f"fault-resumed: interrupted with exit {rc1}, left {left}; --resume exit {rc2}")
+    whole = capture("fault-whole", GPUS_ONE, FAULT_SWEEP)
+    for name in ("fault-killed", "fault-resumed"):
+        found = sorted(profiles.glob(f"*/{name}/manifest.json"))
+        if not found or whole.get("returncode") != 0:
+            say(f"{name}: no complete capture to compare")
+            continue
+        man = json.loads(found[0].read_text())
+        statuses = sorted({c["status"] for c in man["cases"]})
+        c = compare({"folder": str(found[0].parent)}, whole)
+        result[name + "_compare"] = {"cases": len(man["cases"]), "statuses": statuses, **c}
+        say(f"{name}: {len(man['cases'])} cases ({', '.join(statuses)}); counted metrics: {c['identical_metrics']} of "
+            f"{c['metrics']} identical against the uninterrupted capture ({c['cases_kernels'][2]} case x kernel rows)")
+        for m, d in c["unequal"].items():
+            say(f"  differs: {m}: {d['rows']} rows, largest relative difference {d['max_rel']:.2e}")
+    (OUT / "cluster_bench.json").write_text(json.dumps(result, indent=1, default=str))
+    return 0 if all(k + "_compare" in result for k in ("fault-killed", "fault-resumed")) else 1
+
+
 def main() -> int:
     if os.environ.get("CLUSTER_MODE") == "fixed":
         return main_fixed()
+    if os.environ.get("CLUSTER_MODE") == "fault":
+        return main_fault()
     OUT.mkdir(parents=True, exist_ok=True)
     LOG.write_text("")
     say(f"cluster benchmark: {' '.join(SWEEP)}")

@@ -6,7 +6,8 @@
 #   STEPS="build test sanitize bench capture" bash scripts/gpu_node.sh
 #   (each step also alone: info build test sanitize bench capture cluster example gemm foreign hang ab probe passes
 #   full live report-scaling; cluster: scripts/cluster_bench.py, --gpus all against --gpus 0, CLUSTER_N the lengths;
-#   CLUSTER_MODE=fixed: one shard's fixed and per-case cost on one GPU, CLUSTER_REPLAY its replay mode)
+#   CLUSTER_MODE=fixed: one shard's fixed and per-case cost on one GPU, CLUSTER_REPLAY its replay mode;
+#   CLUSTER_MODE=fault: on one GPU, two workers: one killed mid-sweep, an interrupted capture resumed)
 # Settings (environment):
 #   OUT (/tmp/fk_out)              where logs, CSVs and captures (one tarball each, split in 15 MiB parts) go
 #   CUDA_HOME (/usr/local/cuda)    its bin/ is put first on PATH (nvcc, compute-sanitizer)
