@@ -89,9 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     extra = ["--only", a.only] if a.only else []
     work = Path(tempfile.mkdtemp(prefix="report-scaling-"))
     runs: list[dict[str, Any]] = []
-    interrupted = False
+    interrupted: str | None = None
+    step = "starting"
     try:
         for j in a.jobs:
+            step = f"the run of --jobs {j}"
             out = work / f"jobs{j}"
             print(f"report_scaling: --jobs {j} ...", flush=True)
             runs.append(render(a.profiles, out, j, extra))
@@ -100,22 +102,24 @@ def main(argv: list[str] | None = None) -> int:
             if len(runs) == 1:
                 continue
             # each run against the baseline as soon as it is done: a deadline may stop the next
+            step = f"the comparison of --jobs {j} with the baseline"
             base, r = runs[0], runs[-1]
             r["speedup"] = round(base["seconds"] / r["seconds"], 3) if r["seconds"] else None
             r["differs_from_baseline"] = tree_diff(work / f"jobs{base['jobs']}", work / f"jobs{r['jobs']}")
             print(f"report_scaling: --jobs {r['jobs']} against --jobs {base['jobs']}: {r['speedup']}x, "
                   f"{len(r['differs_from_baseline'])} files differ", flush=True)
         if a.keep is not None:
+            step = "the copy of the rendered folders (--keep)"
             a.keep.mkdir(parents=True, exist_ok=True)
             for r in runs:
                 shutil.copytree(work / f"jobs{r['jobs']}", a.keep / f"jobs{r['jobs']}", dirs_exist_ok=True)
     except KeyboardInterrupt:  # a deadline's SIGINT: the runs that finished are still written
-        interrupted = True
-        print(f"report_scaling: interrupted after {len(runs)} run(s)", file=sys.stderr)
+        interrupted = f"stopped during {step}"
+        print(f"report_scaling: interrupted after {len(runs)} run(s), {interrupted}", file=sys.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result = {"machine": machine(), "profiles": str(a.profiles), "runs": runs,
-              **({"interrupted": f"stopped during the run of --jobs {a.jobs[len(runs)]}"} if interrupted else {})}
+              **({"interrupted": interrupted} if interrupted else {})}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = a.out.with_name(a.out.name + ".tmp")
     tmp.write_text(json.dumps(result, indent=1) + "\n")

@@ -595,3 +595,41 @@ def test_run_times_only_the_suites_implementations_and_says_so(monkeypatch):
     bench.run("d128", ["flash_wgmma", *bench.FP8_IMPLS], ["sdpa_cudnn"], ["forward"], configs=["B2-H16-N8192-D128"],
               log=lines.append)
     assert seen == [["flash_wgmma", "sdpa_cudnn"]]
+
+
+def test_each_fp8_call_times_what_its_name_says(monkeypatch):
+    """The kernel alone: quantized, rotated and V transposed once, outside the call; with Vt: attention_fp8 on the
+    quantized inputs in the call; the whole call: attention_fp8_from in the call. All by attention_fp8_from's
+    defaults."""
+    from flash_kernels import fp8
+
+    calls: list[str] = []
+
+    def spy(name, result=None):
+        def fn(*a, **kw):
+            calls.append(name)
+            if name == "_quantized":
+                assert (a[3], a[6]) == (fp8.DEFAULT_ROTATE, fp8.DEFAULT_SCALES)
+            if name == "attention_fp8_from":
+                assert (kw["rotate"], kw["scales"]) == (fp8.DEFAULT_ROTATE, fp8.DEFAULT_SCALES)
+            return result
+        return fn
+
+    pair = (torch.zeros(1), 1.0)
+    monkeypatch.setattr(fp8, "_quantized", spy("_quantized", [pair, pair, pair]))
+    monkeypatch.setattr(fp8, "_prepare", spy("_prepare", ("prepared",)))
+    monkeypatch.setattr(fp8, "forward_vt", spy("forward_vt"))
+    monkeypatch.setattr(fp8, "attention_fp8", spy("attention_fp8"))
+    monkeypatch.setattr(fp8, "attention_fp8_from", spy("attention_fp8_from"))
+    cfg = get_suite("fp8")[0][0]
+    inputs = random_attention_inputs(1, 2, 64, 64, torch.float16, device="cpu")
+    timed = {}
+    for impl in bench.FP8_IMPLS:
+        calls.clear()
+        fn, opts = bench._fp8_call(impl, cfg, inputs, "forward")
+        assert opts == {"rotate": fp8.DEFAULT_ROTATE, "scales": fp8.DEFAULT_SCALES}
+        calls.clear()
+        fn()
+        timed[impl] = list(calls)
+    assert timed == {"flash_wgmma_fp8": ["forward_vt"], "flash_wgmma_fp8_vt": ["attention_fp8"],
+                     "flash_wgmma_fp8_call": ["attention_fp8_from"]}

@@ -424,7 +424,7 @@ def test_a_sharded_light_tier_under_application_replay_says_what_each_shard_pays
     from nsightlab.run.capture import replay_note
 
     note = replay_note("application", 4, ncu=True)
-    assert "each of the 4 shards restarts the workload once per Nsight Compute replay pass" in note
+    assert "each of the 4 light-tier shards restarts the workload once per Nsight Compute replay pass" in note
     assert "--replay-mode kernel" in note
     # one shard, kernel replay, or no Nsight Compute in the capture: nothing to say
     assert replay_note("application", 1, ncu=True) is None

@@ -70,3 +70,21 @@ def test_each_render_starts_from_a_cold_cache_of_its_own(tmp_path, monkeypatch):
     assert [empty for _, empty in seen] == [True, True]
     assert seen[0][0] != seen[1][0] and all(not c.exists() for c, _ in seen)
     assert not (tmp_path / "shared").exists()
+
+
+def test_a_deadline_keeps_the_runs_that_finished_and_says_where_it_stopped(tmp_path, monkeypatch):
+    import json
+
+    def fake_render(profiles, reports, jobs, extra):
+        if jobs == 4:
+            raise KeyboardInterrupt
+        (reports / "gpu").mkdir(parents=True)
+        (reports / "gpu" / "page.html").write_text("same")
+        return {"jobs": jobs, "seconds": 10.0 / jobs, "returncode": 0, "pages": 1, "failed": 0}
+
+    monkeypatch.setattr(rs, "render", fake_render)
+    out = tmp_path / "o.json"
+    assert rs.main(["--jobs", "1", "2", "4", "--out", str(out), "--profiles", str(ROOT / "profiles")]) == 1
+    data = json.loads(out.read_text())
+    assert [r["jobs"] for r in data["runs"]] == [1, 2] and data["interrupted"] == "stopped during the run of --jobs 4"
+    assert data["runs"][1]["speedup"] == 2.0 and data["runs"][1]["differs_from_baseline"] == []

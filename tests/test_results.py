@@ -137,3 +137,40 @@ def test_a_suite_the_bench_capture_holds_is_read_from_there_before_the_file_kept
         (folder / name).write_bytes(b"")
     assert results.d256_file(gpu) == gpu / "bench" / "d256.csv.xz"
     assert results.fp8_suite_file(gpu) == gpu / "bench-fp8" / "fp8.csv.xz"
+
+
+def _fp8_rows(spec):
+    """fp8 suite rows from {(D, causal, N): {impl: ms}} (TFLOP/s: 1000 / ms, so a row's numbers are easy to check)."""
+    rows = []
+    for (D, causal, N), times in spec.items():
+        for impl, ms in times.items():
+            rows.append({"D": D, "causal": causal, "N": N, "impl": impl, "pass": "forward", "status": "ok", "ms": ms,
+                         "tflops": 1000.0 / ms, "rel_l2": 1e-3})
+    return rows
+
+
+def test_the_targets_say_by_how_much_a_miss_misses_and_which_rows(tmp_path):
+    import pandas as pd
+
+    gpu = tmp_path / "profiles" / "gpu"
+    loose = tmp_path / "profiles" / results.LOOSE / "gpu"
+    loose.mkdir(parents=True)
+    fp16 = {"flash_wgmma": 1.0, "sdpa_cudnn": 1.1}
+    spec = {(128, False, 8192): {**fp16, results.FP8_VT: 1.25},      # 800 TFLOP/s: 20 % short of 1000
+            (128, False, 16384): {**fp16, results.FP8_VT: 0.9},      # 1111: met
+            (128, True, 8192): {**fp16, results.FP8_VT: 0.8},        # 1250 causal: met
+            (64, False, 2048): {**fp16, results.FP8_VT: 1.25},       # 0.8x fp16
+            (64, True, 4096): {**fp16, results.FP8_VT: 1.1}}         # 0.91x fp16
+    pd.DataFrame(_fp8_rows(spec)).to_csv(loose / "fp8.csv", index=False)
+    marks = _marks(gpu)
+    full = marks["FP8 forward ≥ 1000 TFLOP/s, D=128, N ≥ 8k, not causal (V's transpose counted)"]
+    assert full["measured"] == "800–1111 TFLOP/s" and full["met"] == "1 of 2"
+    assert full["why"].startswith("short by 20 % at worst")
+    causal = marks["FP8 forward ≥ 900 TFLOP/s, D=128, N ≥ 8k, causal (V's transpose counted)"]
+    assert causal["met"] == "1 of 1" and causal["why"] == "—"
+    fp16_mark = marks["FP8 forward ≥ our fp16 forward at every N ≥ 2048 (V's transpose counted)"]
+    assert fp16_mark["met"] == "2 of 5" and fp16_mark["measured"] == "0.80–1.25×"
+    assert fp16_mark["why"] == "the worst: D=64, N=2048, not causal; every row at D=64 misses (0.80–0.91×)"
+    # a partial run without D=128 rows gives no FP8-rate rows, not an error
+    pd.DataFrame(_fp8_rows({(64, False, 2048): {**fp16, results.FP8_VT: 1.25}})).to_csv(loose / "fp8.csv", index=False)
+    assert not any(k.startswith("FP8 forward ≥ 1000") for k in _marks(gpu))

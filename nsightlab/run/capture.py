@@ -809,14 +809,14 @@ def run_setup(root: str, python: str | None, env: dict[str, str], only: str | No
 
 
 def replay_note(replay_mode: str, shards: int, ncu: bool) -> str | None:
-    """The line a sharded light tier under application replay prints: each shard pays the workload's restart once
-    per replay pass (about 52 s per shard on an H200 node for the attention sweep, docs/capture.md), which kernel
-    replay pays once per shard."""
+    """The line a light tier split over ``shards`` shards prints under application replay: each of them restarts
+    the workload once per replay pass (docs/capture.md, "Plan past one node": 52 s per shard for the attention sweep
+    on an H200 node), which kernel replay does once per shard."""
     if not ncu or shards < 2 or replay_mode != "application":
         return None
-    return (f"note: under application replay each of the {shards} shards restarts the workload once per Nsight Compute "
-            "replay pass; where a shard profiles few launches (fewer than about 70 on an H200), --replay-mode kernel "
-            "starts it once per shard (docs/capture.md: Plan past one node)")
+    return (f"note: under application replay each of the {shards} light-tier shards restarts the workload once per "
+            "Nsight Compute replay pass; where a shard profiles few launches, --replay-mode kernel starts it once per "
+            "shard (docs/capture.md: Plan past one node)")
 
 
 def _items(todo: Plan, *, replay_mode: str) -> list[Item]:
@@ -1173,7 +1173,7 @@ def _run_on(client: Any, todo: Plan, tmp: Path, items: list[Item], done: list[di
                              first_index=max((d["index"] for d in done), default=-1) + 1)
     echo(f"{len(shards)} shard(s) over {len(workers)} worker(s) ({', '.join(g['tag'] for g in gpus)}); estimated costs "
          f"{', '.join(f'{s.cost:.0f}' for s in shards)} (work model x replay passes)")
-    note = replay_note(replay_mode, len(shards), ncu is not None)
+    note = replay_note(replay_mode, sum(any(i.kind == "ncu" for i in s.items) for s in shards), ncu is not None)
     if note:
         echo(note)
     jobs = [ShardJob(str(tmp), s, python, ncu, nsys, clock_control, replay_mode, nsys_iters, env, identify, stop)
