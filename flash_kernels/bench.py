@@ -278,38 +278,54 @@ def _cpu_call(cfg: Config, inputs: Inputs, pass_: str, max_cpu_elems: int) -> Ca
     return bwd
 
 
-def _fp8_call(impl: str, cfg: Config, inputs: Inputs, pass_: str) -> tuple[Callable[[], Any], dict[str, Any]]:
+#: the --option keys the FP8 calls take: where O is summed (all three), the consumers' ping-pong (0 or 1: the
+#: kernel alone; the other two take the default for the head dim, fp8.PINGPONG_HEAD_DIMS)
+FP8_OPTIONS = ("o_sum", "pingpong")
+
+
+def _fp8_call(impl: str, cfg: Config, inputs: Inputs, pass_: str,
+              options: Mapping[str, Any] | None = None) -> tuple[Callable[[], Any], dict[str, Any]]:
     """One of the FP8 forward's calls (bench_suites.FP8_IMPLS) on the fp16 or bf16 ``inputs``, quantized as
     attention_fp8_from quantizes them by default: ``flash_wgmma_fp8`` the kernel alone (quantized, rotated and V
     transposed before the timed call), ``flash_wgmma_fp8_vt`` attention_fp8 on the quantized inputs (V's transpose
     and the checks in the call), ``flash_wgmma_fp8_call`` attention_fp8_from (everything in the call). The output
-    is in the inputs' dtype, so its error is against the same fp64 reference as the fp16 calls'."""
+    is in the inputs' dtype, so its error is against the same fp64 reference as the fp16 calls'. ``options``: the
+    run's --option values; those in :data:`FP8_OPTIONS` apply (and are recorded in the row)."""
     from . import fp8
 
     q, k, v, _ = inputs
     if pass_ != "forward":
         raise Skip("the FP8 path is forward only")
-    opts = {"rotate": fp8.DEFAULT_ROTATE, "scales": fp8.DEFAULT_SCALES}
+    opts: dict[str, Any] = {"rotate": fp8.DEFAULT_ROTATE, "scales": fp8.DEFAULT_SCALES}
+    given = {key: val for key, val in (options or {}).items() if key in FP8_OPTIONS}
+    o_sum = given.get("o_sum", "fp32")
+    pingpong = given.get("pingpong")  # checked with the command line (_selection)
+    opts.update({"o_sum": o_sum} if "o_sum" in given else {})
+    if impl == "flash_wgmma_fp8" and pingpong is not None:
+        opts["pingpong"] = pingpong
     try:
         if impl == "flash_wgmma_fp8_call":
             def whole() -> Any:
-                return fp8.attention_fp8_from(q, k, v, causal=cfg.causal, **opts)
+                return fp8.attention_fp8_from(q, k, v, causal=cfg.causal, rotate=opts["rotate"], scales=opts["scales"],
+                                              o_sum=o_sum)
 
             whole()  # its checks, before the call is timed
             return whole, opts
         (q8, dq), (k8, dk), (v8, dv) = fp8._quantized(q, k, v, opts["rotate"], 0, None, opts["scales"])
         if impl == "flash_wgmma_fp8_vt":
             def with_vt() -> Any:
-                return fp8.attention_fp8(q8, k8, v8, dq, dk, dv, causal=cfg.causal, out_dtype=q.dtype)
+                return fp8.attention_fp8(q8, k8, v8, dq, dk, dv, causal=cfg.causal, out_dtype=q.dtype, o_sum=o_sum)
 
             with_vt()
             return with_vt, opts
         prepared = fp8._prepare(q8, k8, v8, dq, dk, dv, cfg.causal, None, q.dtype, 0.0)
-    except (ValueError, TypeError) as exc:  # a head dim, dtype or GPU the FP8 path refuses
+        fp8.check_o_sum(o_sum)
+    except (ValueError, TypeError) as exc:  # a head dim, dtype, GPU or option the FP8 path refuses
         raise Skip(" ".join(str(exc).split())) from None
+    flag = None if pingpong is None else bool(pingpong)
 
     def kernel_alone() -> Any:
-        return fp8.forward_vt(*prepared)
+        return fp8.forward_vt(*prepared, pingpong=flag, o_sum=o_sum)
 
     return kernel_alone, opts
 
@@ -323,7 +339,7 @@ def implementation_call(impl: str, cfg: Config, inputs: Inputs, pass_: str, opti
     if impl in VARIANTS:
         return _kernel_call(impl, cfg, inputs, pass_, options, limits.max_score_elems)
     if impl in FP8_IMPLS:
-        return _fp8_call(impl, cfg, inputs, pass_)
+        return _fp8_call(impl, cfg, inputs, pass_, options)
     if impl == "torch_cpu":
         return _cpu_call(cfg, inputs, pass_, limits.max_cpu_elems), {}
     return _sdpa_call(impl, cfg, inputs, pass_, limits.max_score_elems), {}
@@ -653,7 +669,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--passes", default="forward,backward")
     p.add_argument("--dtypes", default="", help="override the suite's dtypes")
     p.add_argument("--configs", default="", help="only these config names")
-    p.add_argument("--option", action="append", default=[], help="variant option, e.g. --option block_size=32")
+    p.add_argument("--option", action="append", default=[],
+                   help="variant option, e.g. --option block_size=32; the FP8 calls take o_sum=fp32|tensor and "
+                        "pingpong=0|1 (the kernel alone)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--budget-ms", type=float, default=400.0, help="time budget per case for the timed repeats")
@@ -690,6 +708,13 @@ def _selection(a: argparse.Namespace) -> Selection:
     for o in a.option:
         key, _, val = o.partition("=")
         options[key] = option_value(val)
+    if options.get("pingpong", 0) not in (0, 1):
+        raise ValueError(f"--option pingpong takes 0 or 1 (the FP8 kernel's consumers taking turns); got "
+                         f"{options['pingpong']!r}")
+    if "o_sum" in options:
+        from .fp8 import check_o_sum
+
+        check_o_sum(options["o_sum"])
     suites = csv_list(a.suite)
     for s in suites:
         get_suite(s)

@@ -633,3 +633,26 @@ def test_each_fp8_call_times_what_its_name_says(monkeypatch):
         timed[impl] = list(calls)
     assert timed == {"flash_wgmma_fp8": ["forward_vt"], "flash_wgmma_fp8_vt": ["attention_fp8"],
                      "flash_wgmma_fp8_call": ["attention_fp8_from"]}
+
+
+def test_fp8_options_reach_the_calls_that_take_them_and_bad_values_are_refused(monkeypatch):
+    from flash_kernels import fp8
+
+    seen = {}
+    pair = (torch.zeros(1), 1.0)
+    monkeypatch.setattr(fp8, "_quantized", lambda *a, **kw: [pair, pair, pair])
+    monkeypatch.setattr(fp8, "_prepare", lambda *a, **kw: ("prepared",))
+    monkeypatch.setattr(fp8, "forward_vt", lambda *a, **kw: seen.setdefault("forward_vt", kw))
+    monkeypatch.setattr(fp8, "attention_fp8", lambda *a, **kw: seen.setdefault("attention_fp8", kw))
+    cfg = get_suite("fp8")[0][0]
+    inputs = random_attention_inputs(1, 2, 64, 64, torch.float16, device="cpu")
+    fn, opts = bench._fp8_call("flash_wgmma_fp8", cfg, inputs, "forward", {"pingpong": 1, "o_sum": "tensor",
+                                                                            "block_size": 32})
+    fn()
+    assert seen["forward_vt"] == {"pingpong": True, "o_sum": "tensor"}
+    assert opts == {"rotate": fp8.DEFAULT_ROTATE, "scales": fp8.DEFAULT_SCALES, "o_sum": "tensor", "pingpong": 1}
+    fn, opts = bench._fp8_call("flash_wgmma_fp8_vt", cfg, inputs, "forward", {"pingpong": 1})
+    assert "pingpong" not in opts and seen["attention_fp8"]["o_sum"] == "fp32"
+    for bad, match in ((["--option", "pingpong=2"], "pingpong takes 0 or 1"), (["--option", "o_sum=fp16"], "o_sum")):
+        with pytest.raises(ValueError, match=match):
+            bench._selection(bench._parser().parse_args(bad))
