@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The report's Python packages for a machine without network access that already has Python 3.12, numpy, pandas
-# and torch (a lent GPU node, docs/capture.md): pyproject.toml's dependencies, downloaded for CPython 3.12
+# and torch (a lent GPU node, docs/capture.md): pyproject.toml's dependencies (Dask's distributed among them) and
+# nvtx, so that the one file serves the report, a capture and a sharded capture; downloaded for CPython 3.12
 # on manylinux x86_64, unpacked as pip --target would lay them out (site-packages plus share/jupyter), and
 # xz-compressed into one file, about 25 MB, so that it travels beside the tree within a 64 MiB copy.
 # scripts/gpu_node.sh unpacks it into /tmp/site.
@@ -11,8 +12,10 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 deps=$(python3 - <<'PY'
 import re, tomllib
-deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
-# the node's own: numpy and pandas (with torch) come with its Python
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+# the report's dependencies and, of the gpu extra, nvtx (a capture's ranges); the node's own: numpy and pandas
+# (with torch), ninja
+deps = project["dependencies"] + [d for d in project["optional-dependencies"]["gpu"] if d.startswith("nvtx")]
 print(" ".join(d for d in deps if re.split(r"[<>=! ]", d)[0] not in ("numpy", "pandas")))
 PY
 )
@@ -32,6 +35,7 @@ for d in *.data; do
   rm -rf "$d"
 done
 find . -name __pycache__ -prune -exec rm -rf {} +
+rm -rf share/jupyter/labextensions  # JupyterLab's front-end extensions: 5 MB a headless render never loads
 cd - >/dev/null
 mkdir -p "$(dirname "$out")"
 tar cJf "$out.tmp" -C "$work/site" . && mv "$out.tmp" "$out"
