@@ -433,6 +433,10 @@ def _span(values: pd.Series, fmt: str = "{:.2f}") -> str:
     return lo if lo == hi else f"{lo}–{hi}"
 
 
+#: a cell whose repeats spread more than this (fastest to slowest over the median) is named under its table
+SPREAD_NOTE = 0.05
+
+
 def _ratio_span(g: pd.DataFrame, ref: str, impl: str) -> str:
     """The span of ``ref``'s time over ``impl``'s in ``g``'s rows where both ran, or — where none did."""
     if ref not in g or impl not in g:
@@ -470,6 +474,15 @@ def fp8_suite_table(gpu: Path) -> str:
                                             f"{_span(e['flash_wgmma'], '{:.1e}') if 'flash_wgmma' in e else '—'}")
         rows.append(row)
     out = _md(pd.DataFrame(rows).fillna("—"))
+    kernel = df[(df["impl"] == FP8_KERNEL) & (df["status"] == "ok")]
+    if {"ms_min", "ms_max"} <= set(kernel.columns):
+        spread = (kernel["ms_max"] - kernel["ms_min"]) / kernel["ms"]
+        wide = kernel[spread > SPREAD_NOTE].assign(spread=spread)
+        if not wide.empty:
+            cells = ", ".join(f"D={r.D} N={r.N} {'causal' if r.causal else 'not causal'} ({100 * r.spread:.0f} %)"
+                              for r in wide.sort_values(["D", "causal", "N"]).itertuples())
+            out += (f"\n\nThe FP8 kernel's repeats spread more than {100 * SPREAD_NOTE:.0f} % (fastest to slowest, over "
+                    f"the median) at {cells}: read those cells with that margin.")
     refused = df[(df["impl"] == FP8_KERNEL) & df["status"].str.startswith("skipped")]
     for D, g in refused.groupby("D"):
         out += f"\n\nHead dim {D}: the FP8 path refuses it ({g['status'].iloc[0].removeprefix('skipped: ')})."

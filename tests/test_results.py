@@ -174,3 +174,19 @@ def test_the_targets_say_by_how_much_a_miss_misses_and_which_rows(tmp_path):
     # a partial run without D=128 rows gives no FP8-rate rows, not an error
     pd.DataFrame(_fp8_rows({(64, False, 2048): {**fp16, results.FP8_VT: 1.25}})).to_csv(loose / "fp8.csv", index=False)
     assert not any(k.startswith("FP8 forward ≥ 1000") for k in _marks(gpu))
+
+
+def test_an_fp8_cell_whose_repeats_spread_widely_is_named_under_the_table(tmp_path):
+    import pandas as pd
+
+    gpu = tmp_path / "profiles" / "gpu"
+    loose = tmp_path / "profiles" / results.LOOSE / "gpu"
+    loose.mkdir(parents=True)
+    rows = _fp8_rows({(128, False, 8192): {results.FP8_KERNEL: 1.0, results.FP8_VT: 1.1, results.FP8_CALL: 1.2},
+                      (128, False, 16384): {results.FP8_KERNEL: 2.0, results.FP8_VT: 2.1, results.FP8_CALL: 2.2}})
+    for r in rows:  # 2 % around the median at 8k; 9 % at 16k
+        r["ms_min"], r["ms_max"] = (r["ms"] * 0.99, r["ms"] * 1.01) if r["N"] == 8192 else (r["ms"] * 0.95, r["ms"] * 1.04)
+    pd.DataFrame(rows).to_csv(loose / "fp8.csv", index=False)
+    table = results.fp8_suite_table(gpu)
+    assert table.endswith("spread more than 5 % (fastest to slowest, over the median) at D=128 N=16384 not causal "
+                          "(9 %): read those cells with that margin.")
