@@ -24,6 +24,7 @@ from nsightlab.store.read import capture_schemas, tools_of
 
 from . import model
 from .registry import get_variant
+from .variants import kernel
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the page, and the profiles folder it is rendered from
@@ -494,6 +495,23 @@ def fp8_accuracy_file(gpu: Path) -> Path | None:
     return find_file(gpu.parent / LOOSE / gpu.name, "fp8_accuracy.json")
 
 
+def _exp_bound_note(gpu: Path, D: int) -> str:
+    """Why FP8's faster products buy little at head dim ``D``, from the bench capture's measured ceilings: the
+    forward's bound from the MUFU exp2 rate (one exponential per score) beside the fp16 wgmma ceiling; empty where
+    the ceilings lack either."""
+    path = find_file(gpu / "bench", "ceilings.json")
+    if path is None:
+        return ""
+    c = json.loads(path.read_text()).get("ceilings", {})
+    bound = (c.get("mufu_ex2") or {}).get("softmax_bound_flop_per_s", {}).get(f"forward, D={D}")
+    fp16 = (c.get("wgmma_fp16") or {}).get("flop_per_s")
+    if not bound or not fp16:
+        return ""
+    return (f": the measured exp2 rate bounds the forward at D={D} at {bound / 1e12:,.0f} TFLOP/s, "
+            f"{bound / fp16:.2f}× the fp16 wgmma ceiling measured beside it ({fp16 / 1e12:,.0f}), all that faster "
+            "products can gain there")
+
+
 def why_sentence(capture: Path, a: str, b: str, case: str = "") -> str:
     """``nsightlab why``'s verdict on the deep capture: why ``a`` takes the time it does against ``b`` (their
     longest launches), one computed sentence; or why it cannot be said here."""
@@ -562,7 +580,16 @@ def anchors_table(gpu: Path) -> str:
             why_ = f"the worst: D={worst[0]}, N={worst[2]}, {'causal' if worst[1] else 'not causal'}"
             for D, d in ratio.groupby(level="D"):
                 if (d < 1.0).all():
-                    why_ += f"; every row at D={D} misses ({_span(d)}×)"
+                    why_ += f"; every row at D={D} misses ({_span(d)}×)" + _exp_bound_note(gpu, D)
+                    fp16 = df[(df["impl"] == "flash_wgmma") & (df["D"] == D) & (df["status"] == "ok")].get(
+                        "options", pd.Series(dtype=object))
+                    opts = dict(o.split("=", 1) for o in str(fp16.iloc[0]).split(";") if "=" in o) if len(fp16) else {}
+                    if "wg_tile" in opts:
+                        bm = kernel("flash_wgmma_fp8").constants["scale_block"]  # its query tile: one scale block
+                        why_ += (f"; the fp16 forward there runs {opts['wg_tile']} tiles, {opts.get('pipeline', '')} "
+                                 f"(its rows' options), the FP8 kernel {bm}-row tiles with its consumers' ping-pong "
+                                 "by default only where it was measured faster (fp8.PINGPONG_HEAD_DIMS): what to try "
+                                 "is the fp8 suite with --option pingpong=1")
             add("FP8 forward ≥ our fp16 forward at every N ≥ 2048 (V's transpose counted)", f"{_span(ratio)}×",
                 _met(ratio >= 1.0), why_ if not (ratio >= 1.0).all() else "—")
     acc = fp8_accuracy_file(gpu)
@@ -588,7 +615,7 @@ def anchors_table(gpu: Path) -> str:
         add("Backward at D=256", "not built", "0 of 1", f"flash_wgmma's backward takes D={', '.join(map(str, dims))}: "
             "dK and dV of 64 keys × 256 columns are 256 registers per thread")
     bench = gpu / "bench"
-    if bench.is_dir():
+    if bench.is_dir() and bench_csvs(bench):
         df, _ = load_bench(bench)
         deep = gpu / BACKWARD_WHY[0]
         for impl, (ref, mark, min_n) in BACKWARD_MARKS.items():

@@ -190,3 +190,24 @@ def test_an_fp8_cell_whose_repeats_spread_widely_is_named_under_the_table(tmp_pa
     table = results.fp8_suite_table(gpu)
     assert table.endswith("spread more than 5 % (fastest to slowest, over the median) at D=128 N=16384 not causal "
                           "(9 %): read those cells with that margin.")
+
+
+def test_a_head_dim_where_fp8_always_misses_gets_its_exp_bound_and_what_to_try(tmp_path):
+    import json
+
+    import pandas as pd
+
+    gpu = tmp_path / "profiles" / "gpu"
+    loose = tmp_path / "profiles" / results.LOOSE / "gpu"
+    loose.mkdir(parents=True)
+    (gpu / "bench").mkdir(parents=True)
+    (gpu / "bench" / "ceilings.json").write_text(json.dumps({"ceilings": {
+        "mufu_ex2": {"softmax_bound_flop_per_s": {"forward, D=64": 1.0e15}}, "wgmma_fp16": {"flop_per_s": 8.0e14}}}))
+    rows = _fp8_rows({(64, False, 4096): {"flash_wgmma": 1.0, results.FP8_VT: 1.25}})
+    for r in rows:
+        r["options"] = "wg_tile=192x128;pipeline=tma-ws-x" if r["impl"] == "flash_wgmma" else "rotate=True"
+    pd.DataFrame(rows).to_csv(loose / "fp8.csv", index=False)
+    why = _marks(gpu)["FP8 forward ≥ our fp16 forward at every N ≥ 2048 (V's transpose counted)"]["why"]
+    assert "every row at D=64 misses (0.80×): the measured exp2 rate bounds the forward at D=64 at 1,000 TFLOP/s, " \
+           "1.25× the fp16 wgmma ceiling measured beside it (800)" in why
+    assert "the fp16 forward there runs 192x128 tiles, tma-ws-x" in why and why.endswith("--option pingpong=1")
