@@ -17,7 +17,6 @@ from nsightlab.core.ranges import register as register_schema
 from nsightlab.problems import attention
 from nsightlab.problems.impls import Implementation, WorkModel
 from nsightlab.problems.impls import register as register_impl
-from nsightlab.problems.problem import register_style
 from nsightlab.render.documents import Document
 from nsightlab.render.documents import register as register_document
 from nsightlab.run.sweep import register_sweeps
@@ -131,13 +130,6 @@ FP8 = Implementation(
     setup=_build_kernels)
 
 
-#: the FP8 forward's colours and markers on every figure: its range (the kernel alone) and the benchmark's two other
-#: FP8 calls (flash_kernels.bench_suites.FP8_IMPLS), each at least ΔE 39 (CIELAB) from the attention problem's colours
-#: and from one another
-FP8_STYLES = {"flash_wgmma_fp8": ("#651FFF", "hexagram-open"), "flash_wgmma_fp8_vt": ("#000000", "diamond-open"),
-              "flash_wgmma_fp8_call": ("#E040FB", "star-open")}
-
-
 def _results_page(profiles: Path) -> str:
     from .results import render
 
@@ -153,8 +145,6 @@ def register() -> None:
     for var in VARIANTS.values():
         register_impl(implementation(var))
     register_impl(FP8)
-    for name, (color, symbol) in FP8_STYLES.items():
-        register_style(name, color, symbol)
     register_sweeps(SWEEPS)
     register_document(RESULTS)
 

@@ -419,3 +419,12 @@ def test_one_implementation_in_two_captures_reads_apart():
     assert style[after] == own and style[before] == {"color": F.BEFORE_COLOR, "symbol": own["symbol"]}
     assert style["sdpa_cudnn"] == F.impl_style("sdpa_cudnn")
     assert F.BEFORE_COLOR not in {c for c, _ in F.IMPL_STYLE.values()} | set(F.SPARE_COLORS)
+
+
+def test_the_fp8_calls_have_colours_of_their_own_on_every_page():
+    """Registered with the attention problem, as flash_kernels' other implementations are, so a page's kernel (which
+    loads no plug-in) draws them in them: none of flash_wgmma's or a spare colour."""
+    fp8 = ("flash_wgmma_fp8", "flash_wgmma_fp8_vt", "flash_wgmma_fp8_call")
+    colours = {F.impl_style(n)["color"] for n in fp8}
+    assert len(colours) == 3 and not colours & set(F.SPARE_COLORS)
+    assert F.impl_style("flash_wgmma")["color"] not in colours

@@ -215,6 +215,12 @@ STYLES: dict[str, tuple[str, str]] = {
     "flash_mma": ("#8C564B", "x"),
     "flash_wgmma": ("#00897B", "hexagram"),
     "flash_decode": ("#F9A825", "bowtie"),
+    # its FP8 forward: the range (the kernel alone) and the benchmark's two other calls (flash_kernels.bench_suites:
+    # with V's transpose, the whole call from fp16), each at least ΔE 30 (CIELAB) from the colours here and 22 from
+    # figures.SPARE_COLORS and the before-grey
+    "flash_wgmma_fp8": ("#0022CC", "hexagram-open"),
+    "flash_wgmma_fp8_vt": ("#A55200", "diamond-open"),
+    "flash_wgmma_fp8_call": ("#00CC00", "star-open"),
     # the references and other libraries
     "sdpa_flash": ("#E377C2", "triangle-down"),
     "sdpa_cudnn": ("#1A237E", "pentagon"),
