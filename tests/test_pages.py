@@ -271,3 +271,34 @@ def test_the_report_counts_a_page_whose_figure_breaks_a_check_as_failed(tmp_path
 if __name__ == "__main__":
     shot = asyncio.run(measure(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else None))
     print(json.dumps(shot, indent=1))
+
+
+def test_a_page_loads_the_plug_ins_its_capture_names_even_for_a_built_in_problem(tmp_path, monkeypatch):
+    """An attention capture (a problem nsightlab registers itself) naming a plug-in: preparing its page imports the
+    plug-in, so the colours it registers reach the figures (before, only a capture of an unregistered problem
+    loaded its plug-ins, and a user's colours fell back to spare ones)."""
+    import json
+    import shutil
+    import sys
+
+    from nsightlab.render import figures
+    from nsightlab.render import page as nb
+
+    (tmp_path / "my_colours_plugin.py").write_text(
+        "from nsightlab.problems.problem import register_style\n"
+        "register_style('my_fast_attention', '#123456', 'circle')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cap = tmp_path / "profiles" / "gpu" / "bench"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "profiles" / "nvidia-h200" / "bench", cap)
+    man = json.loads((cap / "manifest.json").read_text())
+    man["plugins"], man["problem"] = ["my_colours_plugin"], "attention"
+    (cap / "manifest.json").write_text(json.dumps(man))
+    assert figures.impl_style("my_fast_attention")["color"] in figures.SPARE_COLORS
+    try:
+        nb.prepare(str(cap))
+        assert figures.impl_style("my_fast_attention") == {"color": "#123456", "symbol": "circle"}
+    finally:
+        from nsightlab.problems import problem
+
+        problem._STYLES.pop("my_fast_attention", None)
+        sys.modules.pop("my_colours_plugin", None)

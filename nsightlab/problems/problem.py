@@ -364,11 +364,11 @@ def _named_in(manifest: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _load_for(manifest: Mapping[str, Any]) -> None:
+def load_named(manifest: Mapping[str, Any]) -> None:
     """Import the plug-ins a manifest names (``plugins``, its sweep's ``plugins``) and the modules of its sweep's
-    implementations (registering its problem);
-    modules that do not import are passed over (the capture is then read as the default problem's or by its
-    fields)."""
+    implementations (registering its problem, its implementations and their colours); modules that do not import
+    are passed over (the capture is then read as the default problem's or by its fields, its implementations drawn
+    in spare colours)."""
     import importlib
 
     sweep = manifest.get("sweep") if isinstance(manifest.get("sweep"), Mapping) else {}
@@ -394,7 +394,7 @@ def of_manifest(manifest: Mapping[str, Any] | None, fields: Iterable[str] = (), 
     man = manifest if isinstance(manifest, Mapping) else {}
     name = _named_in(man)
     if name is None and load and man:
-        _load_for(man)
+        load_named(man)
         name = _named_in(man)
     if name is not None:
         return _PROBLEMS[name]

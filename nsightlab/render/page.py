@@ -252,7 +252,10 @@ def prepare(capture: str, plotlyjs: str = "inline", mode: str = "replay", suite:
         if not (path / "manifest.json").exists():
             raise ParameterError(f"capture={capture!r}: {path} holds no manifest.json (not a capture folder)")
     manifest = load_manifest(path)
-    problems.of_manifest(manifest)  # loads the plug-in the capture names: its implementations' colours, its axis
+    # the plug-ins the capture names, also where its problem is registered already (a built-in one): their
+    # implementations' colours reach every page; then its problem (its axis)
+    problems.load_named(manifest)
+    problems.of_manifest(manifest)
     return path, manifest
 
 
