@@ -276,8 +276,7 @@ def fp8_table(gpu: Path) -> str:
     df = pd.read_csv(path)
 
     def span(g: pd.DataFrame, col: str, fmt: str = "{:.2f}") -> str:
-        lo, hi = fmt.format(g[col].min()), fmt.format(g[col].max())
-        return lo if lo == hi else f"{lo}–{hi}"
+        return _span(g[col], fmt)
 
     rows = []
     for (D, causal), g in df.groupby(["D", "causal"], sort=True):
@@ -475,10 +474,10 @@ def fp8_suite_table(gpu: Path) -> str:
                                             f"{_span(e['flash_wgmma'], '{:.1e}') if 'flash_wgmma' in e else '—'}")
         rows.append(row)
     out = _md(pd.DataFrame(rows).fillna("—"))
-    kernel = df[(df["impl"] == FP8_KERNEL) & (df["status"] == "ok")]
-    if {"ms_min", "ms_max"} <= set(kernel.columns):
-        spread = (kernel["ms_max"] - kernel["ms_min"]) / kernel["ms"]
-        wide = kernel[spread > SPREAD_NOTE].assign(spread=spread)
+    timed = df[(df["impl"] == FP8_KERNEL) & (df["status"] == "ok")]
+    if {"ms_min", "ms_max"} <= set(timed.columns):
+        spread = (timed["ms_max"] - timed["ms_min"]) / timed["ms"]
+        wide = timed[spread > SPREAD_NOTE].assign(spread=spread)
         if not wide.empty:
             cells = ", ".join(f"D={r.D} N={r.N} {'causal' if r.causal else 'not causal'} ({100 * r.spread:.0f} %)"
                               for r in wide.sort_values(["D", "causal", "N"]).itertuples())
@@ -517,17 +516,13 @@ def why_sentence(capture: Path, a: str, b: str, case: str = "") -> str:
     longest launches), one computed sentence; or why it cannot be said here."""
     from nsightlab.analysis import bottleneck as B
     from nsightlab.analysis import why
-    from nsightlab.store import find
 
     try:
-        path, schemas = find.deep_report(capture)
-        deep = B.load(path, schemas)
-        _, sa, sb = why.pick_sides(deep, None, a, b, B.parse_case(case), find.report_tags(path, path), "",
-                                   strict=True)
+        sa, sb, _ = why.sides_in(capture, a, b, case)
         if sb is None:
             return f"(no {b} in {capture.name})"
-        return B.verdict(sa.name, sb.name, B.explain(deep, sa.launch, sb.deep, sb.launch),
-                         B.metric_gaps(deep, sa.launch, sb.deep, sb.launch))
+        return B.verdict(sa.name, sb.name, B.explain(sa.deep, sa.launch, sb.deep, sb.launch),
+                         B.metric_gaps(sa.deep, sa.launch, sb.deep, sb.launch))
     except (ProfileError, ValueError, OSError, ImportError) as exc:
         return f"({capture.name}'s deep report could not be read here: {' '.join(str(exc).split())[:200]})"
 

@@ -207,8 +207,7 @@ def main_fault() -> int:
     profiles = OUT / "cluster_profiles"
     say(f"faults on one GPU: {' '.join(FAULT_SWEEP)}")
     result: dict = {"sweep": FAULT_SWEEP}
-    env_gpu = {**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0")}
-    os.environ.update(env_gpu)
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")  # both workers inherit it: the one GPU
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc, \
             Client(lc) as client:
         base = [sys.executable, "-m", "nsightlab.capture", "--scheduler", lc.scheduler_address, "--profiles",

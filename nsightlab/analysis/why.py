@@ -6,9 +6,11 @@ the terminal text is nsightlab.cli.why's."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
+from ..store import find
 from . import bottleneck as B
 
 
@@ -138,3 +140,18 @@ def per_side(frame_of, sides: list[Side]) -> pd.DataFrame:
     compared launch, with ``variant`` set to the side's name."""
     return pd.concat([(f := frame_of(s.deep))[f["launch"] == s.launch].assign(variant=s.name) for s in sides],
                      ignore_index=True)
+
+
+def sides_in(capture: str | Path, a: str, b: str = "", case: str = "", b_capture: str | Path | None = None,
+             kernel: str = "") -> tuple[Side, Side | None, tuple[Path, Path]]:
+    """Side a and side b of ``capture``'s deep report (side b from ``b_capture``'s where given), picked as
+    :func:`pick_sides` picks them (strictly) for ``case`` (``field=value,...``); and the two reports' paths.
+    ProfileError where a capture holds no deep report; ValueError where the case picks no side."""
+    path_a, schemas_a = find.deep_report(capture)
+    path_b, schemas_b = find.deep_report(b_capture) if b_capture else (path_a, schemas_a)
+    deep_a = B.load(path_a, schemas_a)
+    deep_b = None if path_b == path_a else B.load(path_b, schemas_b)
+    _, side_a, side_b = pick_sides(deep_a, deep_b, a, b, B.parse_case(case), find.report_tags(path_a, path_b), kernel,
+                                   strict=True)
+    return side_a, side_b, (path_a, path_b)
+

@@ -179,16 +179,11 @@ def main(argv: list[str] | None = None, prog: str = "nsightlab why") -> int:
     if args.b is None and args.b_capture is None:
         p.error("give --b (another implementation) and/or --b-capture (the same one in another capture)")
     try:
-        case = B.parse_case(args.case)
-        path_a, schemas_a = find.deep_report(args.capture)
-        path_b, schemas_b = find.deep_report(args.b_capture) if args.b_capture else (path_a, schemas_a)
-        a = B.load(path_a, schemas_a)
-        b = None if path_b == path_a else B.load(path_b, schemas_b)
-        _, side_a, side_b = why.pick_sides(a, b, args.a, args.b or "", case, find.report_tags(path_a, path_b),
-                                           args.kernel, strict=True)
+        side_a, side_b, (path_a, path_b) = why.sides_in(args.capture, args.a, args.b or "", args.case,
+                                                        args.b_capture, args.kernel)
         if side_b is None:
             raise ValueError(f"{args.a} is the only implementation in {path_a}; give --b-capture to compare it")
-        text = render(side_a.name, side_b.name, a, side_a.sel, side_b.deep, side_b.sel, args.top,
+        text = render(side_a.name, side_b.name, side_a.deep, side_a.sel, side_b.deep, side_b.sel, args.top,
                       (side_a.launch, side_b.launch), full=args.full,
                       commits=(find.report_commit(path_a), find.report_commit(path_b)))
     except (ProfileError, ValueError) as exc:
