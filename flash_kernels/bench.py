@@ -298,7 +298,7 @@ def _fp8_call(impl: str, cfg: Config, inputs: Inputs, pass_: str,
         raise Skip("the FP8 path is forward only")
     opts: dict[str, Any] = {"rotate": fp8.DEFAULT_ROTATE, "scales": fp8.DEFAULT_SCALES}
     given = {key: val for key, val in (options or {}).items() if key in FP8_OPTIONS}
-    o_sum = given.get("o_sum", "fp32")
+    o_sum = given.get("o_sum")  # None: the head dim's default (fp8.o_sum_for)
     pingpong = given.get("pingpong")  # checked with the command line (_selection)
     opts.update({"o_sum": o_sum} if "o_sum" in given else {})
     if impl == "flash_wgmma_fp8" and pingpong is not None:

@@ -6,7 +6,8 @@
     out = fk.attention_fp8(q8, k8, v8, dq, dk, dv, causal=True)   # bf16 [B, H, Nq, D]
 
 Forward only (float8 tensors carry no gradient). Shapes as :func:`flash_kernels.attention`: q [B, H, Nq, D],
-k and v [B, Hkv, Nk, D] (grouped-query and cross attention), D = 64 or 128, sm_90a GPUs (H100 / H200).
+k and v [B, Hkv, Nk, D] (grouped-query and cross attention), D = 64, 128 or 256 (at 256 O is summed in the tensor
+cores: ``o_sum="tensor"``, the default there), sm_90a GPUs (H100 / H200).
 The kernel needs V transposed (8-bit wgmma operands are K-major), so each call first writes
 Vt = :func:`vt_e4m3` (v8): [B, Hkv, D, Nk rounded up to 32], with the keys of every 32-key group in the
 order the kernel's register fragments want them (see the .cu header); :func:`attention_fp8` times it with
@@ -48,7 +49,10 @@ _KERNEL = kernel("flash_wgmma_fp8")
 #: output dtypes of the kernel and their choice of its option field out_dtype
 _OUT_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
 #: the FP8 kernel's head dims
-HEAD_DIMS = _HEAD_DIMS = (64, 128)
+HEAD_DIMS = _HEAD_DIMS = (64, 128, 256)
+#: head dims whose O is summed one way only: at D = 256 the tensor cores' accumulator (a fresh fp32 accumulator beside
+#: O would be 256 registers per thread), with every exponential on the SFU (exp_on_fma 0)
+O_SUM_ONLY = {256: "tensor"}
 #: head dims whose default schedule is the consumers' ping-pong (measured at D = 128 only: +7-11 %, H200)
 PINGPONG_HEAD_DIMS = (128,)
 #: keys per group of Vt's permuted order (flash_wgmma_fp8.cu: one k32 step of O += P V)
@@ -72,10 +76,23 @@ _MODULE = _KERNEL.module
 EXP_ON_FMA = dict(_KERNEL.field("exp_on_fma").values)
 
 
-def check_o_sum(o_sum: Any) -> str:
-    if not isinstance(o_sum, str) or o_sum not in O_SUMS:
+def check_o_sum(o_sum: Any) -> str | None:
+    """``o_sum`` checked: one of :data:`O_SUMS`, or None (the head dim's default, :func:`o_sum_for`)."""
+    if o_sum is not None and (not isinstance(o_sum, str) or o_sum not in O_SUMS):
         raise ValueError(f"o_sum must be one of {list(O_SUMS)} (O summed in fp32 registers, or in the tensor cores' "
-                         f"accumulator); got {o_sum!r}")
+                         f"accumulator) or None (the head dim's default); got {o_sum!r}")
+    return o_sum
+
+
+def o_sum_for(o_sum: str | None, D: int) -> str:
+    """Where O is summed at head dim ``D``: ``o_sum``, or by default fp32 registers (the tensor cores' accumulator
+    where :data:`O_SUM_ONLY` fixes it); ValueError where ``D`` takes only the other."""
+    only = O_SUM_ONLY.get(D)
+    if o_sum is None:
+        return only or "fp32"
+    if only is not None and check_o_sum(o_sum) != only:
+        raise ValueError(f"at head dim {D} the FP8 kernel sums O in the tensor cores only (o_sum={only!r}: an fp32 "
+                         f"accumulator beside O would take 256 registers per thread); got o_sum={o_sum!r}")
     return o_sum
 
 
@@ -241,16 +258,17 @@ def _check(q8: Any, k8: Any, v8: Any, out_dtype: Any) -> tuple[int, ...]:
 def attention_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, descale_q: Any, descale_k: Any,
                   descale_v: Any, causal: bool = False, scale: float | None = None,
                   out_dtype: torch.dtype = torch.bfloat16, return_lse: bool = False,
-                  exp_on_fma: float = 0.0, o_sum: str = "fp32") -> Any:
+                  exp_on_fma: float = 0.0, o_sum: str | None = None) -> Any:
     """softmax(scale * (q8 dq)(k8 dk)^T) (v8 dv) from e4m3 inputs; the output in ``out_dtype`` (bf16 or fp16),
     with the fp32 LSE [B, H, Nq] (natural log of the row sums of exp(scale * real scores)) if ``return_lse``.
     scale defaults to 1/sqrt(D); causal masking is top-left aligned (query i sees keys j <= i). ``exp_on_fma``
     (0, 0.25 or 0.5): the share of the softmax's exponentials computed by a degree-3 polynomial on the FMA
     units instead of the SFU (relative error <= 1.8e-4, below e4m3's rounding of P). ``o_sum`` (:data:`O_SUMS`):
-    where O's sum over the K/V tiles is kept, "fp32" registers or the "tensor" cores' accumulator."""
+    where O's sum over the K/V tiles is kept, "fp32" registers or the "tensor" cores' accumulator (None: fp32, at
+    D = 256 the tensor cores, the only way there)."""
     check_o_sum(o_sum)
-    out, lse = forward_vt(*_prepare(q8, k8, v8, descale_q, descale_k, descale_v, causal, scale, out_dtype,
-                                     exp_on_fma), o_sum=o_sum)
+    prepared = _prepare(q8, k8, v8, descale_q, descale_k, descale_v, causal, scale, out_dtype, exp_on_fma)
+    out, lse = forward_vt(*prepared, o_sum=o_sum_for(o_sum, prepared[0].shape[-1]))
     return (out, lse) if return_lse else out
 
 
@@ -264,6 +282,8 @@ def _prepare(q8: Any, k8: Any, v8: Any, descale_q: Any, descale_k: Any, descale_
     sc = _ops._scale(scale, D)
     if isinstance(exp_on_fma, bool) or exp_on_fma not in EXP_ON_FMA:
         raise ValueError(f"exp_on_fma must be one of {sorted(EXP_ON_FMA)}; got {exp_on_fma!r}")
+    if D in O_SUM_ONLY and exp_on_fma:
+        raise ValueError(f"at head dim {D} every exponential runs on the SFU: exp_on_fma must be 0; got {exp_on_fma!r}")
     names, ds = ("descale_q", "descale_k", "descale_v"), (descale_q, descale_k, descale_v)
     nb = (-(-Nq // SCALE_BLOCK), -(-Nk // SCALE_BLOCK))
     shapes = ((B, H, nb[0]), (B, Hkv, nb[1]), (B, Hkv, nb[1]))
@@ -290,7 +310,7 @@ def _prepare(q8: Any, k8: Any, v8: Any, descale_q: Any, descale_k: Any, descale_
 
 def forward_vt(q8: torch.Tensor, k8: torch.Tensor, vt: torch.Tensor, descale: torch.Tensor | tuple[torch.Tensor, ...],
                causal: bool, scale: float, out_dtype: torch.dtype, exp_on_fma: float = 0.0,
-               pingpong: bool | None = None, o_sum: str = "fp32") -> tuple[torch.Tensor, torch.Tensor]:
+               pingpong: bool | None = None, o_sum: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernel alone, unchecked: q8, k8 contiguous e4m3, vt = :func:`vt_e4m3` (v8), descale = fp32
     [dq, dk, dv] on the device (per tensor) or a tuple of the three contiguous fp32 block arrays (per block:
     [B, H, ceil(Nq / 128)] and twice [B, Hkv, ceil(Nk / 128)]), scale > 0. For benchmarks that time the kernel
@@ -305,7 +325,7 @@ def forward_vt(q8: torch.Tensor, k8: torch.Tensor, vt: torch.Tensor, descale: to
         pingpong = D in PINGPONG_HEAD_DIMS
     per_block = isinstance(descale, tuple)
     code = _KERNEL.encode(out_dtype=_OUT_DTYPES[out_dtype], exp_on_fma=exp_on_fma, pingpong=bool(pingpong),
-                          scales="block" if per_block else "tensor", o_sum=o_sum)
+                          scales="block" if per_block else "tensor", o_sum=o_sum_for(o_sum, D))
     _build.load(_MODULE).fwd(code, q8, k8, vt, o, lse, list(descale) if per_block else [descale], scale, causal)
     return o, lse
 
@@ -316,7 +336,7 @@ _PREPARED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
 def profiled_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                      scale: float | None = None, rotate: bool = DEFAULT_ROTATE, scales: str = DEFAULT_SCALES,
-                     o_sum: str = "fp32") -> torch.Tensor:
+                     o_sum: str | None = None) -> torch.Tensor:
     """The FP8 forward as an implementation of nsightlab's attention problem (flash_kernels.study registers it as
     ``flash_wgmma_fp8``): fp16 or bf16 q, k, v are quantized (by default as :func:`attention_fp8_from` does) and Vt
     made on the first call with these
@@ -382,7 +402,7 @@ def _rotated(q: Any, k: Any, seed: int = 0, check_only: bool = False) -> Any:
 def attention_fp8_from(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                        scale: float | None = None, rotate: bool = DEFAULT_ROTATE, seed: int = 0,
                        out_dtype: torch.dtype | None = None, return_lse: bool = False,
-                       fused: bool | None = None, scales: str = DEFAULT_SCALES, o_sum: str = "fp32") -> Any:
+                       fused: bool | None = None, scales: str = DEFAULT_SCALES, o_sum: str | None = None) -> Any:
     """The FP8 forward from unquantized fp32, fp16 or bf16 q, k, v: each quantized (:func:`quantize_e4m3`) per
     block of 128 rows (``scales="block"``, the default) or per tensor, then :func:`attention_fp8`. With ``rotate``
     (the default; the defaults are :data:`DEFAULT_ROTATE`, :data:`DEFAULT_SCALES`, chosen by measurement), Q and K
@@ -408,6 +428,8 @@ def attention_fp8_from(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
     if out_dtype is None:
         out_dtype = q.dtype if q.dtype in _OUT_DTYPES else torch.bfloat16
     check_o_sum(o_sum)
+    if q.dim() == 4:  # a head dim that takes one way of summing O refuses the other before anything is quantized
+        o_sum_for(o_sum, q.shape[-1])
     (q8, dq), (k8, dk), (v8, dv) = _quantized(q, k, v, rotate, seed, fused, scales)
     return attention_fp8(q8, k8, v8, dq, dk, dv, causal=causal, scale=scale, out_dtype=out_dtype,
                          return_lse=return_lse, o_sum=o_sum)

@@ -113,7 +113,7 @@ def _fp8_supports(p: Mapping[str, Any], pass_: str) -> str | None:
         return why
     if p["dtype"] not in ("float16", "bfloat16"):
         return f"flash_wgmma_fp8 quantizes fp16 or bf16 inputs, not {p['dtype']}"
-    return None if p["D"] in (64, 128) else f"flash_wgmma_fp8 supports head dims (64, 128), not {p['D']}"
+    return None if p["D"] in (64, 128, 256) else f"flash_wgmma_fp8 supports head dims (64, 128, 256), not {p['D']}"
 
 
 #: flash_wgmma's FP8 forward (flash_kernels.fp8): the range's dtype is that of the inputs it quantizes (per block of

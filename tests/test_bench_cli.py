@@ -652,7 +652,7 @@ def test_fp8_options_reach_the_calls_that_take_them_and_bad_values_are_refused(m
     assert seen["forward_vt"] == {"pingpong": True, "o_sum": "tensor"}
     assert opts == {"rotate": fp8.DEFAULT_ROTATE, "scales": fp8.DEFAULT_SCALES, "o_sum": "tensor", "pingpong": 1}
     fn, opts = bench._fp8_call("flash_wgmma_fp8_vt", cfg, inputs, "forward", {"pingpong": 1})
-    assert "pingpong" not in opts and seen["attention_fp8"]["o_sum"] == "fp32"
+    assert "pingpong" not in opts and seen["attention_fp8"]["o_sum"] is None  # the head dim's default
     for bad, match in ((["--option", "pingpong=2"], "pingpong takes 0 or 1"), (["--option", "o_sum=fp16"], "o_sum")):
         with pytest.raises(ValueError, match=match):
             bench._selection(bench._parser().parse_args(bad))

@@ -122,7 +122,7 @@ def _qkv(B=1, H=2, N=16, D=64, Hkv=None, Nk=None, dtype=torch.float8_e4m3fn):
 
 @pytest.mark.parametrize("kwargs, err, match", [
     ({"dtype": torch.float16}, TypeError, "must be torch.float8_e4m3fn"),
-    ({"D": 96}, ValueError, r"head dim \(64, 128\)"),
+    ({"D": 96}, ValueError, r"head dim \(64, 128, 256\)"),
     ({"H": 3, "Hkv": 2}, ValueError, "multiple of k8/v8's 2 heads"),
 ])
 def test_attention_fp8_rejects_bad_tensors(kwargs, err, match):
@@ -178,7 +178,7 @@ def test_fp8_is_an_attention_implementation_of_the_study():
     assert impl.work.bytes(p, "forward") == 3 * qkv + 2 * qkv + 4 * 2 * 4 * 100
     assert impl.work.flops(p, "forward") == attention.flops(p, "forward")
     assert "float32" in impl.why_not({**p, "dtype": "float32"}, "forward")
-    assert "head dims (64, 128)" in impl.why_not({**p, "D": 96}, "forward")
+    assert "head dims (64, 128, 256)" in impl.why_not({**p, "D": 96}, "forward")
     assert "no backward pass" in impl.why_not(p, "backward")
     assert "flash_wgmma_fp8" in (study.SWEEPS / "fp8.toml").read_text()
 
@@ -332,10 +332,13 @@ def test_attention_fp8_from_refuses_before_touching_a_device():
         fp8.attention_fp8_from(q.to(torch.float8_e4m3fn), q, q)
     with pytest.raises(TypeError, match="rotate must be a bool"):
         fp8.attention_fp8_from(q, q, q, rotate=1)
-    for bad in (torch.zeros(1, 2, 16, 96), torch.zeros(1, 2, 16, 256)):
-        with pytest.raises(ValueError, match=r"head dim \(64, 128\)"):
+    for bad in (torch.zeros(1, 2, 16, 96), torch.zeros(1, 2, 16, 512)):
+        with pytest.raises(ValueError, match=r"head dim \(64, 128, 256\)"):
             fp8.attention_fp8_from(bad, bad, bad, rotate=True)
-    with pytest.raises(ValueError, match=r"head dim \(64, 128\)"):
+    d256 = torch.zeros(1, 2, 16, 256)
+    with pytest.raises(ValueError, match="at head dim 256 the FP8 kernel sums O in the tensor cores only"):
+        fp8.attention_fp8_from(d256, d256, d256, o_sum="fp32")
+    with pytest.raises(ValueError, match=r"head dim \(64, 128, 256\)"):
         bad = torch.zeros(1, 2, 16, 96)
         fp8.attention_fp8_from(bad, bad, bad)
     for rotate in (False, True):  # everything checked, the CPU tensors are the one thing left to refuse

@@ -55,21 +55,26 @@ __device__ __forceinline__ void pack_p_e4m3(const float (&s)[BN / 2], uint32_t (
     }
 }
 
-// The K-major descriptor of a tile whose rows are ROW_BYTES (128: SW128, 64: SW64) long.
+// The K-major descriptor of a tile whose rows are ROW_BYTES (128: SW128, 64: SW64) long; rows of 256 bytes are
+// two SW128 column blocks of 128 bytes (each a [rows][128] tile, one after the other).
 template <int ROW_BYTES>
 __device__ __forceinline__ uint64_t desc_rows(uint32_t addr) {
-  static_assert(ROW_BYTES == 128 || ROW_BYTES == 64, "e4m3 rows of 64 or 128 bytes");
-  if constexpr (ROW_BYTES == 128) return desc_kmajor(addr);
+  static_assert(ROW_BYTES == 256 || ROW_BYTES == 128 || ROW_BYTES == 64, "e4m3 rows of 64, 128 or 256 bytes");
+  if constexpr (ROW_BYTES >= 128) return desc_kmajor(addr);
   else return desc_kmajor_sw64(addr);
 }
 
-// Issue S = Q K_t^T (no wait): D / 32 k-steps of 32 bytes inside the rows.
-template <int D, int BN>
+// Issue S = Q K_t^T (no wait): D / 32 k-steps of 32 bytes inside the rows; k-step kd reads column block kd / 4
+// (D = 256: Q's blocks are QROWS * 128 bytes apart, K's BN * 128).
+template <int D, int BN, int QROWS>
 __device__ __forceinline__ void issue_scores_e4m3(float (&s)[BN / 2], uint64_t dQ, uint64_t dK) {
   fence_regs(s);
   wgmma_fence();
 #pragma unroll
-  for (int kd = 0; kd < D / 32; ++kd) wgmma_ss_e4m3<BN>(s, desc_add(dQ, kd * 32), desc_add(dK, kd * 32), kd > 0);
+  for (int kd = 0; kd < D / 32; ++kd) {
+    const uint32_t off = (kd & 3) * 32, cb = kd >> 2;
+    wgmma_ss_e4m3<BN>(s, desc_add(dQ, cb * (QROWS * 128) + off), desc_add(dK, cb * (BN * 128) + off), kd > 0);
+  }
   wgmma_commit();
 }
 
@@ -120,7 +125,7 @@ struct BlockScaledRows {
 
 // The e4m3 operands of the shared consumer loop (wgmma_fwd_consumer.cuh: OverlapMainloop): K [BN][D] and Vt
 // [D][BN] both K-major, the softmax's exponentials split as EMU says. What the two ways of summing O share:
-template <int D, int BN_, int EMU_>
+template <int D, int BN_, int EMU_, int QROWS>
 struct E4m3Operands {
   static constexpr int BN = BN_, NS = BN / 2, NO = D / 2, KB = BN / 32, EMU = EMU_;
   static constexpr uint32_t TK = BN * D, TV = D * BN;  // stage bytes
@@ -128,16 +133,16 @@ struct E4m3Operands {
   uint64_t dK, dV;  // stage 0
   __device__ __forceinline__ E4m3Operands(uint32_t sK, uint32_t sV) : dK(desc_rows<D>(sK)), dV(desc_kmajor(sV)) {}
   __device__ __forceinline__ void scores(float (&s)[NS], uint64_t dQ, int st) const {
-    issue_scores_e4m3<D, BN>(s, dQ, desc_add(dK, st * TK));
+    issue_scores_e4m3<D, BN, QROWS>(s, dQ, desc_add(dK, st * TK));
   }
   __device__ __forceinline__ static void pack(const float (&s)[NS], Frag& pf) { pack_p_e4m3<BN>(s, pf); }
 };
 
 // o_sum = fp32: P V_t into the fresh accumulator ot, added to O in fp32 once its stage is released (sv: the V
 // tile's descale, 1 per tensor).
-template <int D, int BN_, int EMU_>
-struct WgmmaE4m3 : E4m3Operands<D, BN_, EMU_> {
-  using Base = E4m3Operands<D, BN_, EMU_>;
+template <int D, int BN_, int EMU_, int QROWS>
+struct WgmmaE4m3 : E4m3Operands<D, BN_, EMU_, QROWS> {
+  using Base = E4m3Operands<D, BN_, EMU_, QROWS>;
   using typename Base::Frag;
   using Base::Base;
   static constexpr int NO = Base::NO;
@@ -155,9 +160,9 @@ struct WgmmaE4m3 : E4m3Operands<D, BN_, EMU_> {
 
 // o_sum = tensor: O += P V_t in the accumulator itself, O kept in the units of the V tile being added (sv: that
 // tile's descale, 1 per tensor).
-template <int D, int BN_, int EMU_>
-struct WgmmaE4m3InPlace : E4m3Operands<D, BN_, EMU_> {
-  using Base = E4m3Operands<D, BN_, EMU_>;
+template <int D, int BN_, int EMU_, int QROWS>
+struct WgmmaE4m3InPlace : E4m3Operands<D, BN_, EMU_, QROWS> {
+  using Base = E4m3Operands<D, BN_, EMU_, QROWS>;
   using typename Base::Frag;
   using Base::Base;
   static constexpr int NO = Base::NO;
@@ -199,7 +204,10 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
   constexpr int BM = kFp8BM, BN = kFp8BN, NWG = 2;
   constexpr int NO = D / 2;
   constexpr uint32_t TQ = BM * D, TK = BN * D, TV = D * BN, TSTAGE_O = 64 * D * 2;
-  static_assert(D == 64 || D == 128, "head dim");
+  static_assert(D == 64 || D == 128 || D == 256, "head dim");
+  static_assert(D != 256 || TSUM, "at D = 256 O is summed in the tensor cores (a fresh fp32 accumulator beside O would "
+                                  "be 256 registers per thread)");
+  constexpr int CB = D > 128 ? D / 128 : 1, CB_BYTES = D > 128 ? 128 : D;  // TMA column blocks of Q and K rows
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t sQ = (raw + 1023u) & ~1023u;  // [BM][D] bytes
@@ -235,7 +243,8 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
       tma_prefetch_map(&tmK);
       tma_prefetch_map(&tmV);
       mbar_arrive_expect_tx(full_q, TQ);
-      tma_load_3d(sQ, &tmQ, full_q, 0, q0, bh);
+#pragma unroll
+      for (int cb = 0; cb < CB; ++cb) tma_load_3d(sQ + cb * BM * CB_BYTES, &tmQ, full_q, cb * CB_BYTES, q0, bh);
       int st = 0;
       uint32_t ph = 0;
       const long kb = BLOCK ? long(kvh) * ((Nk + BN - 1) / BN) : 0;  // the K/V plane's first block descale
@@ -250,7 +259,9 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
         if constexpr (BLOCK)  // read by the consumers after full_k (the arrival below releases this store)
           asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(scl + 8 * st), "f"(sk), "f"(sv) : "memory");
         mbar_arrive_expect_tx(full_k + 8 * st, TK);
-        tma_load_3d(sK + st * TK, &tmK, full_k + 8 * st, 0, t * BN, kvh);
+#pragma unroll
+        for (int cb = 0; cb < CB; ++cb)
+          tma_load_3d(sK + st * TK + cb * BN * CB_BYTES, &tmK, full_k + 8 * st, cb * CB_BYTES, t * BN, kvh);
         if (i >= STAGES) mbar_wait(empty_v + 8 * st, ph ^ 1);
         mbar_arrive_expect_tx(full_v + 8 * st, TV);
         tma_load_3d(sV + st * TV, &tmV, full_v + 8 * st, t * BN, 0, kvh);
@@ -268,8 +279,8 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
     const int row0 = wg_row0 + warp * 16 + (lane >> 2);
     // rows all past Nq (the last block of a ragged Nq): no tile to compute (flash_wgmma_fwd.cu)
     const int n_wg = wg_row0 >= Nq ? 0 : causal ? min(n_kv, (wg_row0 + 64 + BN - 1) / BN) : n_kv;
-    const uint64_t dQ = desc_rows<D>(sQ + c * 64 * D);
-    std::conditional_t<TSUM, WgmmaE4m3InPlace<D, BN, EMU>, WgmmaE4m3<D, BN, EMU>> ops(sK, sV);
+    const uint64_t dQ = desc_rows<D>(sQ + c * 64 * CB_BYTES);  // the warpgroup's rows of column block 0
+    std::conditional_t<TSUM, WgmmaE4m3InPlace<D, BN, EMU, BM>, WgmmaE4m3<D, BN, EMU, BM>> ops(sK, sV);
     // PINGPONG: the two consumers take turns to issue their products (as flash_wgmma_fwd.cu's tma-ws-pingpong)
     using Turns = std::conditional_t<PINGPONG, PingPongTurns<kFp8TurnBar, NWG>, NoTurns>;
     RingPos<STAGES> pos;
@@ -306,16 +317,17 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
 // (fp8_forward_emu), ping-pong, the scales.
 template <typename TO, int D, int EMU, bool PINGPONG, bool BLOCK, bool TSUM>
 cudaError_t fp8_forward_launch(const AttnArgs& a, cudaStream_t stream) {
-  constexpr int STAGES = kFp8Stages;
+  constexpr int STAGES = D == 256 ? 2 : kFp8Stages;  // D = 256: two 64 KB K/V stages beside Q's 32 KB and O's 64 KB
   constexpr int smem = fp8_smem<D, STAGES>();
   static_assert(smem <= 227 * 1024, "shared memory of a block");
   auto kernel = flash_wgmma_fp8_forward_kernel<TO, D, STAGES, EMU, PINGPONG, BLOCK, TSUM>;
   const int npad = (a.Nk + 31) / 32 * 32;
-  const CUtensorMapSwizzle qk_swizzle = D == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+  const CUtensorMapSwizzle qk_swizzle = D >= 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+  constexpr int box = D > 128 ? 128 : D;  // Q and K rows in boxes of at most 128 bytes (SW128's width)
   const CUtensorMapDataType u8 = CU_TENSOR_MAP_DATA_TYPE_UINT8;
   CUtensorMap maps[3];
-  cudaError_t err = make_map(&maps[0], u8, 1, a.q, a.B * a.H, a.Nq, D, kFp8BM, D, qk_swizzle);
-  if (err == cudaSuccess) err = make_map(&maps[1], u8, 1, a.k, a.B * a.Hkv, a.Nk, D, kFp8BN, D, qk_swizzle);
+  cudaError_t err = make_map(&maps[0], u8, 1, a.q, a.B * a.H, a.Nq, D, kFp8BM, box, qk_swizzle);
+  if (err == cudaSuccess) err = make_map(&maps[1], u8, 1, a.k, a.B * a.Hkv, a.Nk, D, kFp8BN, box, qk_swizzle);
   if (err == cudaSuccess)
     err = make_map(&maps[2], u8, 1, a.v, a.B * a.Hkv, D, npad, D, kFp8BN, CU_TENSOR_MAP_SWIZZLE_128B);
   if (err == cudaSuccess) err = allow_smem(kernel, smem);
@@ -339,8 +351,13 @@ cudaError_t fp8_forward_scales(const AttnArgs& a, cudaStream_t stream) {
 template <typename TO, int D, int EMU, bool PINGPONG>
 cudaError_t fp8_forward_osum(const AttnArgs& a, cudaStream_t stream) {
   namespace oc = codes::flash_wgmma_fp8;
-  return oc::o_sum(a.option) == oc::kOSumTensor ? fp8_forward_scales<TO, D, EMU, PINGPONG, true>(a, stream)
-                                                : fp8_forward_scales<TO, D, EMU, PINGPONG, false>(a, stream);
+  if constexpr (D == 256) {  // O in the tensor cores only (the kernel's static_assert), every exponential on MUFU
+    if (oc::o_sum(a.option) != oc::kOSumTensor || EMU != 0) return cudaErrorInvalidValue;
+    return fp8_forward_scales<TO, D, EMU, PINGPONG, true>(a, stream);
+  } else {
+    return oc::o_sum(a.option) == oc::kOSumTensor ? fp8_forward_scales<TO, D, EMU, PINGPONG, true>(a, stream)
+                                                  : fp8_forward_scales<TO, D, EMU, PINGPONG, false>(a, stream);
+  }
 }
 
 // option >> 4: the share of the softmax's exponentials computed without the SFU (softmax_scores' EMU):
@@ -365,6 +382,9 @@ cudaError_t fp8_forward_hdim(const AttnArgs& a, cudaStream_t stream) {
     case 64: return pingpong ? fp8_forward_emu<TO, 64, true>(a, stream) : fp8_forward_emu<TO, 64, false>(a, stream);
     case 128:
       return pingpong ? fp8_forward_emu<TO, 128, true>(a, stream) : fp8_forward_emu<TO, 128, false>(a, stream);
+    case 256:
+      if (codes::flash_wgmma_fp8::exp_on_fma(a.option) != codes::flash_wgmma_fp8::kExpOnFma0) return cudaErrorInvalidValue;
+      return pingpong ? fp8_forward_osum<TO, 256, 0, true>(a, stream) : fp8_forward_osum<TO, 256, 0, false>(a, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -414,11 +434,12 @@ __global__ void __launch_bounds__(256) vt_e4m3_kernel(const uint8_t* __restrict_
 int flash_wgmma_fp8_vt(const void* v, void* vt, int planes, int Nk, int D, cudaStream_t stream) {
   const int npad = (Nk + 31) / 32 * 32;
   const dim3 grid(fk::cdiv(npad, 128), planes);
-  if (planes > 65535 || (D != 64 && D != 128)) return cudaErrorInvalidValue;
-  if (D == 64)
-    fk::vt_e4m3_kernel<64><<<grid, 256, 0, stream>>>(static_cast<const uint8_t*>(v), static_cast<uint8_t*>(vt), Nk, npad);
-  else
-    fk::vt_e4m3_kernel<128><<<grid, 256, 0, stream>>>(static_cast<const uint8_t*>(v), static_cast<uint8_t*>(vt), Nk, npad);
+  if (planes > 65535 || (D != 64 && D != 128 && D != 256)) return cudaErrorInvalidValue;
+  const auto* src = static_cast<const uint8_t*>(v);
+  auto* dst = static_cast<uint8_t*>(vt);
+  if (D == 64) fk::vt_e4m3_kernel<64><<<grid, 256, 0, stream>>>(src, dst, Nk, npad);
+  else if (D == 128) fk::vt_e4m3_kernel<128><<<grid, 256, 0, stream>>>(src, dst, Nk, npad);
+  else fk::vt_e4m3_kernel<256><<<grid, 256, 0, stream>>>(src, dst, Nk, npad);
   return cudaGetLastError();
 }
 

@@ -266,9 +266,10 @@ __device__ __forceinline__ void wgmma_ss_e4m3(float (&d)[N / 2], uint64_t da, ui
 // D[64 x N] (+)= A[64 x 32] B[32 x N] in e4m3, A in registers (the fragment above), B K-major in shared memory.
 template <int N>
 __device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, int scale_d) {
-  static_assert(N == 64 || N == 128, "wgmma_rs_e4m3: N = 64 or 128");
+  static_assert(N == 64 || N == 128 || N == 256, "wgmma_rs_e4m3: N = 64, 128 or 256");
   if constexpr (N == 64) FK_WGMMA_RS8(64, "32", "33", "34", "35", "36", "37");
-  else FK_WGMMA_RS8(128, "64", "65", "66", "67", "68", "69");
+  else if constexpr (N == 128) FK_WGMMA_RS8(128, "64", "65", "66", "67", "68", "69");
+  else FK_WGMMA_RS8(256, "128", "129", "130", "131", "132", "133");
 }
 
 #undef FK_DEFINE_WGMMA

@@ -103,7 +103,7 @@ def test_fp8_error_against_the_unquantized_inputs_is_quantization_sized():
     assert e_q <= OUT_REL_L2 and e_x <= 3 * OUT_REL_L2, (e_q, e_x)
 
 
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [64, 128, 256])
 @pytest.mark.parametrize("Nk", [1, 31, 32, 100, 129, 1000])
 def test_vt_kernel_matches_the_torch_reference(D, Nk):
     v = torch.randn(2, 3, Nk, D, device="cuda") + 0.5
@@ -126,7 +126,7 @@ def test_fp8_exponentials_on_the_fma_units(exp_on_fma, causal):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [64, 128, 256])
 def test_fp8_pingpong_matches_the_free_running_consumers(causal, D):
     """The ping-pong schedule changes when products are issued, not what they compute: the same bits."""
     _, (q8, k8, v8), (dq, dk, dv), _ = _quantized(2, 4, 2, 1000, 777, D, seed=17)
@@ -412,7 +412,7 @@ def test_profiled_forward_per_block_is_the_kernel_on_inputs_prepared_once(dtype)
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-H{}-Hkv{}-Nq{}-Nk{}".format(*s))
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [64, 128, 256])
 @pytest.mark.parametrize("scales", ["tensor", "block"])
 def test_fp8_o_summed_in_the_tensor_cores_against_reference(shape, causal, D, scales):
     """o_sum="tensor": O += P V in the wgmma accumulator (per-block V descales through O's units, rescaled from tile
@@ -432,3 +432,33 @@ def test_fp8_o_summed_in_the_tensor_cores_against_reference(shape, causal, D, sc
     else:
         bound = OUT_REL_L2_BLOCKY if scales == "block" else OUT_REL_L2
         assert m["rel_l2"] <= bound and m["max_rel"] <= OUT_MAX_REL, m
+
+
+# --------------------------------------------------------------------------- head dim 256 (O in the tensor cores only)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp8_head_dim_256_sums_o_in_the_tensor_cores_by_default_and_refuses_the_rest(causal):
+    """At D = 256 the kernel sums O in the tensor cores only: the default call is the o_sum="tensor" one, bit for bit
+    (its accuracy: test_fp8_o_summed_in_the_tensor_cores_against_reference), and o_sum="fp32" or exponentials on the
+    FMA units are refused by name."""
+    (q, k, v), x8, descale, real = _quantized(2, 4, 2, 300, 519, 256, seed=61)
+    with poisoned_outputs():
+        o, lse = fk.attention_fp8(*x8, *descale, causal=causal, return_lse=True)
+        o_t, lse_t = fk.attention_fp8(*x8, *descale, causal=causal, return_lse=True, o_sum="tensor")
+    assert torch.equal(o, o_t) and torch.equal(lse, lse_t)
+    ref_o, ref_lse = reference_forward(*real, causal=causal)
+    m = error_metrics(o, ref_o)
+    assert m["nonfinite"] == 0 and m["rel_l2"] <= OUT_REL_L2 and m["max_rel"] <= OUT_MAX_REL, m
+    _check_lse(lse, ref_lse)
+    with pytest.raises(ValueError, match="sums O in the tensor cores only"):
+        fk.attention_fp8(*x8, *descale, causal=causal, o_sum="fp32")
+    with pytest.raises(ValueError, match="exp_on_fma must be 0"):
+        fk.attention_fp8(*x8, *descale, causal=causal, exp_on_fma=0.25)
+    # the whole call from 16-bit inputs, per block and rotated by default: within the rotated path's bound
+    qh, kh, vh = (t.to(torch.float16) for t in (q, k, v))
+    with poisoned_outputs():
+        o_from = fp8.attention_fp8_from(qh, kh, vh, causal=causal)
+    e = error_metrics(o_from, reference_forward(qh.double(), kh.double(), vh.double(), causal=causal)[0])
+    assert e["nonfinite"] == 0 and e["rel_l2"] <= 3 * OUT_REL_L2, e
+
