@@ -435,6 +435,8 @@ def _span(values: pd.Series, fmt: str = "{:.2f}") -> str:
 
 #: a cell whose repeats spread more than this (fastest to slowest over the median) is named under its table
 SPREAD_NOTE = 0.05
+#: the FP8 kernel's relative L2 error above which the table names the cells and where O was summed
+ERROR_NOTE = 0.02
 
 
 def _ratio_span(g: pd.DataFrame, ref: str, impl: str) -> str:
@@ -483,9 +485,42 @@ def fp8_suite_table(gpu: Path) -> str:
                               for r in wide.sort_values(["D", "causal", "N"]).itertuples())
             out += (f"\n\nThe FP8 kernel's repeats spread more than {100 * SPREAD_NOTE:.0f} % (fastest to slowest, over "
                     f"the median) at {cells}: read those cells with that margin.")
+    out += _fp8_error_note(df)
     refused = df[(df["impl"] == FP8_KERNEL) & df["status"].str.startswith("skipped")]
     for D, g in refused.groupby("D"):
         out += f"\n\nHead dim {D}: the FP8 path refuses it ({g['status'].iloc[0].removeprefix('skipped: ')})."
+    return out
+
+
+def _o_sum(options: str, D: int) -> str:
+    """Where the FP8 kernel summed O in a row: its options' o_sum, else the head dim's default (fp8.o_sum_for)."""
+    from . import fp8
+
+    given = dict(kv.split("=", 1) for kv in str(options or "").split(";") if "=" in kv)
+    where = given.get("o_sum") or fp8.o_sum_for(None, int(D))
+    return {"fp32": "fp32 registers", "tensor": "the tensor cores' accumulator"}.get(where, where)
+
+
+def _fp8_error_note(df: pd.DataFrame) -> str:
+    """The head dims where the FP8 kernel's error passes :data:`ERROR_NOTE`: the error at each N and mask, where O
+    was summed, beside the largest error of the head dims that stay under it."""
+    ok = df[(df["impl"] == FP8_KERNEL) & (df["status"] == "ok")].dropna(subset=["rel_l2"])
+    if ok.empty:
+        return ""
+    ok = ok.assign(o_sum=[_o_sum(o, D) for o, D in zip(ok.get("options", pd.Series("", index=ok.index)), ok["D"],
+                                                             strict=True)])
+    worst = ok.groupby("D")["rel_l2"].max()
+    high, low = worst[worst > ERROR_NOTE], worst[worst <= ERROR_NOTE]
+    out = ""
+    for D in high.index:
+        g = ok[ok["D"] == D].sort_values(["causal", "N"])
+        cells = ", ".join(f"{100 * r.rel_l2:.1f} % at N={r.N}{' causal' if r.causal else ''}" for r in g.itertuples())
+        sums = " and ".join(sorted(set(g["o_sum"])))
+        beside = (f"; at D={', '.join(str(d) for d in low.index)} (O summed in "
+                  f"{' and '.join(sorted(set(ok[ok['D'].isin(low.index)]['o_sum'])))}) it stays at or under "
+                  f"{100 * low.max():.1f} %" if not low.empty else "")
+        out += (f"\n\nThe FP8 error passes {100 * ERROR_NOTE:.0f} % at D={D}, where O is summed in {sums}: {cells}"
+                f"{beside}.")
     return out
 
 

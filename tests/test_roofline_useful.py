@@ -156,7 +156,7 @@ def test_roofline_views_split_a_cross_product_and_keep_a_sweep_of_several_grids_
 def test_a_range_above_every_counted_pipe_gets_no_nearest_roof():
     """The FP8 kernel's useful FLOP/s are 10x the FP32 peak, the only pipe its counters saw (the capture counts the
     fp16 tensor path, not the FP8 one): the page says so instead of naming FP32 its nearest roof."""
-    path = ROOT / "profiles" / "nvidia-h100-80gb-hbm3" / "fp8"
+    path = ROOT / "profiles" / "nvidia-h200" / "fp8"
     man = captures.load_manifest(path)
     work = counters.kernel_work(read.load_ncu(path, man))
     rng = counters.attach_model(counters.per_range(work, by_kernel_if_no_ranges=True), captures.cases(man))
