@@ -290,7 +290,8 @@ def _fp8_call(impl: str, cfg: Config, inputs: Inputs, pass_: str,
     transposed before the timed call), ``flash_wgmma_fp8_vt`` attention_fp8 on the quantized inputs (V's transpose
     and the checks in the call), ``flash_wgmma_fp8_call`` attention_fp8_from (everything in the call). The output
     is in the inputs' dtype, so its error is against the same fp64 reference as the fp16 calls'. ``options``: the
-    run's --option values; those in :data:`FP8_OPTIONS` apply (and are recorded in the row)."""
+    run's --option values; those in :data:`FP8_OPTIONS` apply (and are recorded in the row, o_sum always: the sum
+    the call runs)."""
     from . import fp8
 
     q, k, v, _ = inputs
@@ -300,10 +301,10 @@ def _fp8_call(impl: str, cfg: Config, inputs: Inputs, pass_: str,
     given = {key: val for key, val in (options or {}).items() if key in FP8_OPTIONS}
     o_sum = given.get("o_sum")  # None: the head dim's default (fp8.o_sum_for)
     pingpong = given.get("pingpong")  # checked with the command line (_selection)
-    opts.update({"o_sum": o_sum} if "o_sum" in given else {})
     if impl == "flash_wgmma_fp8" and pingpong is not None:
         opts["pingpong"] = pingpong
     try:
+        opts["o_sum"] = fp8.o_sum_for(o_sum, cfg.D)  # the sum the call runs, given or the head dim's default
         if impl == "flash_wgmma_fp8_call":
             def whole() -> Any:
                 return fp8.attention_fp8_from(q, k, v, causal=cfg.causal, rotate=opts["rotate"], scales=opts["scales"],

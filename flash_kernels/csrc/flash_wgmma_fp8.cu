@@ -107,6 +107,7 @@ __device__ __forceinline__ void add_o(float (&o)[NO], const float (&ot)[NO], flo
 // every warp issues after its read here; without ping-pong's 256-thread barrier between them, nothing but that
 // issue order keeps a slow warp's read ahead of the producer's next write to the slot.
 struct BlockScaledRows {
+  static constexpr bool kScalesPerTile = true;  // read from the stage: the mainloop waits for it first
   int Nk, causal, wg_row0, row0, lane;
   float sl2;
   uint32_t scl;

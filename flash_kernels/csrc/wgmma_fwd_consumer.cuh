@@ -62,6 +62,7 @@ __device__ __forceinline__ bool softmax_tile(float (&s)[BN / 2], uint32_t (&pf)[
 // ring stage st (a Rows type with scales per tile reads them where the producer wrote them beside the stage);
 // lse_scale() is the factor of m in the LSE (store_rows). SoftmaxRows: one scale for every tile, P V as it comes.
 struct SoftmaxRows {
+  static constexpr bool kScalesPerTile = false;  // tile_scales reads nothing: no wait for the K stage ahead of S
   int Nk, causal, wg_row0, row0, lane;
   float scale_log2;
   __device__ __forceinline__ void tile_scales(int, float& sk, float& sv) const {
@@ -176,7 +177,7 @@ struct PlainMainloop {
     for (int t = n_wg - 1; t >= 0; --t) {
       typename Ops::Frag pf;
       float sk, sv;
-      ring.wait_k();
+      if constexpr (Rows::kScalesPerTile) ring.wait_k();  // the scales sit beside the stage; else no second wait
       rows.tile_scales(ring.pos.st, sk, sv);
       {
         float s[Ops::NS];
@@ -214,7 +215,7 @@ struct OverlapMainloop {
     // P_{t+1} (in pf) waits for V_{t+1} at v while S_t is computed; sv: V_{t+1}'s scale
     typename Ops::Frag pf;
     float sk, sv;
-    ring.wait_k();
+    if constexpr (Rows::kScalesPerTile) ring.wait_k();
     rows.tile_scales(ring.pos.st, sk, sv);
     {
       float s[Ops::NS];
