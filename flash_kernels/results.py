@@ -569,6 +569,26 @@ FP8_MARK_HEAD_DIMS = (128, 256)
 BACKWARD_MARKS = {"flash_wgmma": ("sdpa_cudnn", 1.0, 2048), "flash_mma": ("sdpa_flash", 0.95, 8192)}
 #: the deep capture whose why page explains both backwards, and its case
 BACKWARD_WHY = ("backward-n8192-deep", "N=8192,D=128,pass=backward")
+#: the deep capture whose why page puts the FP8 forward beside the fp16 one (D=128), and the two sides
+FP8_WHY = ("fp8", FP8_KERNEL, "flash_wgmma")
+
+
+def fp8_why(gpu: Path) -> str | None:
+    """Why the FP8 forward stays where it is, from the deep capture :data:`FP8_WHY` names: ``nsightlab why``'s
+    verdict against the fp16 forward and the instruction mix beside it; None where this GPU has no such capture."""
+    from nsightlab.analysis import advice
+    from nsightlab.analysis import why
+
+    capture, a, b = gpu / FP8_WHY[0], FP8_WHY[1], FP8_WHY[2]
+    if not capture.is_dir():
+        return None
+    out = why_sentence(capture, a, b)
+    try:
+        sa, sb, _ = why.sides_in(capture, a, b, "")
+        mix = advice.mix_sentence(sa.name, sb.name, advice.instruction_mix(sa.deep, sa.launch, sb.deep, sb.launch))
+    except (ProfileError, ValueError, OSError, ImportError):
+        mix = None
+    return out + (f" {mix}" if mix else "") + f" (the deep tier of the {capture.name} capture)"
 
 
 def _met(ok: pd.Series) -> str:
@@ -586,6 +606,7 @@ def anchors_table(gpu: Path) -> str:
     fp8 = fp8_suite_file(gpu)
     if fp8 is not None:
         df, ms, tf, _ = _fp8_suite(fp8)
+        rate_why = fp8_why(gpu) or "the softmax's instruction count bounds it (docs/kernels.md, from the SASS)"
         for D in FP8_MARK_HEAD_DIMS:
             rows_d = df[(df["impl"] == FP8_KERNEL) & (df["D"] == D)]
             if not rows_d.empty and rows_d["status"].str.startswith("skipped").all():
@@ -602,8 +623,7 @@ def anchors_table(gpu: Path) -> str:
                 ok = t >= mark
                 add(f"FP8 forward ≥ {mark:.0f} TFLOP/s, D={D}, N ≥ 8k, {'causal' if causal else 'not causal'} "
                     "(V's transpose counted)", f"{_span(t, '{:.0f}')} TFLOP/s", _met(ok),
-                    f"short by {100 * (1 - t.min() / mark):.0f} % at worst; the softmax's instruction count bounds it "
-                    "(docs/kernels.md, from the SASS)" if not ok.all() else "—")
+                    f"short by {100 * (1 - t.min() / mark):.0f} % at worst; {rate_why}" if not ok.all() else "—")
         g = ms[ms.index.get_level_values("N") >= 2048]
         ratio = (g["flash_wgmma"] / g[FP8_VT]).dropna() if {"flash_wgmma", FP8_VT} <= set(g.columns) else pd.Series()
         worst = ratio.idxmin() if not ratio.empty else None
@@ -725,7 +745,7 @@ def gpu_sections(gpu: Path) -> list[str]:
         files = [fp8s, fp8_accuracy_file(gpu), d256_file(gpu),
                  *(c for c in (bench_csvs(gpu / "bench") if (gpu / "bench").is_dir() else [])
                    if c.name.startswith("convention.")),
-                 find_file(gpu / BACKWARD_WHY[0], "manifest.json")]
+                 find_file(gpu / FP8_WHY[0], "manifest.json"), find_file(gpu / BACKWARD_WHY[0], "manifest.json")]
         out += _section("The Hopper rung against its targets: FP8, head dim 256, the backward at cuDNN's speed",
                         anchors_table(gpu), _cite(*files),
                         "The targets, set beside what FlashAttention-3 reports (FP8 near 1.2 PFLOP/s, head dim 256) "
