@@ -576,8 +576,7 @@ FP8_WHY = ("fp8", FP8_KERNEL, "flash_wgmma")
 def fp8_why(gpu: Path) -> str | None:
     """Why the FP8 forward stays where it is, from the deep capture :data:`FP8_WHY` names: ``nsightlab why``'s
     verdict against the fp16 forward and the instruction mix beside it; None where this GPU has no such capture."""
-    from nsightlab.analysis import advice
-    from nsightlab.analysis import why
+    from nsightlab.analysis import advice, why
 
     capture, a, b = gpu / FP8_WHY[0], FP8_WHY[1], FP8_WHY[2]
     if not capture.is_dir():
