@@ -126,13 +126,16 @@ if impl:
 # reads passes it: it is drawn as a reference, not a limit.
 
 # %%
-roof = perf.bandwidth_roofs(manifest)
 bound = perf.memory_bound_suites(df, manifest)
+roof = perf.bandwidth_roofs(manifest, perf.best_bytes_per_s(df, bound))
 if not bound:
     nb.say("_No suite of this capture is memory-bound by that measure"
            + ("" if roof else " (the capture measured no copy bandwidth to compare with)") + "._")
 elif not any(r["role"] == "limit" for r in roof):
-    nb.note("This capture predates the DRAM read-stream ceiling and records no HBM peak, so its charts have no "
+    read = next((r for r in roof if "read stream" in r["label"]), None)
+    nb.note("The ceilings step's read-only kernel measured less than these kernels reach (" + read["label"]
+            + "), so the charts have no limit line: the DRAM's read rate lies above both." if read else
+            "This capture predates the DRAM read-stream ceiling and records no HBM peak, so its charts have no "
             "limit line: the copy is only a reference, and the kernels that only read sit above it. A new capture "
             "measures the read stream in its ceilings step.")
 for suite in bound:

@@ -318,10 +318,18 @@ def test_memory_bound_suites_are_drawn_as_bandwidth_against_the_measured_copy(be
     assert set(perf.memory_bound_suites(bench, man, ridge=1e12)) == set(bench["suite"])
     assert perf.memory_bound_suites(bench, man, ridge=0.0) == []
     assert perf.memory_bound_suites(bench, {}) == [] and perf.bandwidth_roof({"ceilings": {}}) is None
-    roofs = perf.bandwidth_roofs(man)  # a committed capture: no read stream yet, so the copy is only a reference
-    assert [r["role"] for r in roofs] == ["reference"] and "not a limit" in roofs[0]["label"]
-    with_read = perf.bandwidth_roofs({**man, "ceilings": {**man["ceilings"], "read_stream": {"bytes_per_s": 4.7e12}}})
-    assert [r["role"] for r in with_read] == ["limit", "reference"]
+    # the capture measured the read stream, and the decode kernels pass it: it is drawn as a reference, not a limit
+    best = perf.best_bytes_per_s(bench, bound)
+    read = man["ceilings"]["read_stream"]["bytes_per_s"]
+    assert best == bench[(bench["suite"] == "decode") & (bench["status"] == "ok")]["gbps"].max() * 1e9
+    assert best > read * perf.ROOF_TOLERANCE
+    roofs = perf.bandwidth_roofs(man, best)
+    assert [r["role"] for r in roofs] == ["reference", "reference"] and "passed by these kernels" in roofs[0]["label"]
+    assert [r["role"] for r in perf.bandwidth_roofs(man, read)] == ["limit", "reference"]  # not passed: a limit
+    no_read = {**man, "ceilings": {k: v for k, v in man["ceilings"].items() if k != "read_stream"}}
+    roofs_old = perf.bandwidth_roofs(no_read)  # a capture from before the read-stream ceiling: the copy alone
+    assert [r["role"] for r in roofs_old] == ["reference"] and "not a limit" in roofs_old[0]["label"]
+    assert perf.best_bytes_per_s(bench.iloc[:0]) is None
     fig = F.bandwidth_vs_config(bench, "decode", "float16", "forward", roofs, F.style_for(bench["impl"].unique()))
     check_figure(fig)
     ok = perf.ok_rows(bench)

@@ -58,7 +58,7 @@ def test_committed_benchmarks_are_correct_to_the_tolerances():
     from flash_kernels.testing import TOLERANCES
 
     df, manifests = load_bench(BENCH)
-    assert set(df["suite"]) == set(manifests) == {"mixed", "d128", "convention", "gqa", "decode"}
+    assert set(df["suite"]) == set(manifests) == {"mixed", "d128", "convention", "gqa", "decode", "d256"}
     ok = df[(df["status"] == "ok") & (df["kind"] == "kernel")]
     assert len(ok) > 300
     for _, r in ok.iterrows():
@@ -93,7 +93,7 @@ def test_compacted_bench_csvs_read_as_the_plain_ones(tmp_path):
             shutil.copy(p, plain / p.name)
     assert any(p.name.endswith(".csv.xz") for p in cap.iterdir()), "the committed bench has a compacted CSV"
     assert [p.name for p in bench_files(cap)] != [p.name for p in bench_files(plain)]
-    assert len(bench_files(cap)) == len(bench_files(plain)) == 5
+    assert len(bench_files(cap)) == len(bench_files(plain)) == 6
     a, ma = load_bench(cap)
     b, mb = load_bench(plain)
     pd.testing.assert_frame_equal(a, b)
