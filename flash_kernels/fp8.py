@@ -38,7 +38,7 @@ import torch
 
 from . import _build, _ops, quantize
 from .hadamard import _check_seed, rotate_qk
-from .model import FP8_FLOP_PER_SM_CYCLE, fp8_dense_peak_tflops  # noqa: F401 - this module's names too
+from .model import FP8_FLOP_PER_SM_CYCLE, FP8_O_SUM_ONLY, fp8_dense_peak_tflops  # noqa: F401 - this module's names too
 from .registry import unavailable_reason
 from .variants import kernel
 
@@ -52,7 +52,7 @@ _OUT_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
 HEAD_DIMS = _HEAD_DIMS = (64, 128, 256)
 #: head dims whose O is summed one way only: at D = 256 the tensor cores' accumulator (a fresh fp32 accumulator beside
 #: O would be 256 registers per thread), with every exponential on the SFU (exp_on_fma 0)
-O_SUM_ONLY = {256: "tensor"}
+O_SUM_ONLY = FP8_O_SUM_ONLY
 #: head dims whose default schedule is the consumers' ping-pong (measured at D = 128 only: +7-11 %, H200)
 PINGPONG_HEAD_DIMS = (128,)
 #: keys per group of Vt's permuted order (flash_wgmma_fp8.cu: one k32 step of O += P V)

@@ -28,6 +28,16 @@ def fp8_dense_peak_tflops(sms: int, clock_ghz: float = 1.83) -> float:
     return FP8_FLOP_PER_SM_CYCLE * sms * clock_ghz * 1e9 / 1e12
 
 
+#: head dims where the FP8 kernel sums O one way only: at D = 256 in the tensor cores' accumulator (an fp32 sum
+#: beside O would take 256 registers per thread); elsewhere fp32 registers by default (flash_kernels.fp8.o_sum_for)
+FP8_O_SUM_ONLY = {256: "tensor"}
+
+
+def fp8_default_o_sum(D: int) -> str:
+    """Where the FP8 kernel sums O at head dim ``D`` unless told: :data:`FP8_O_SUM_ONLY`'s, else fp32 registers."""
+    return FP8_O_SUM_ONLY.get(int(D), "fp32")
+
+
 def _check_pass(pass_: str) -> None:
     if pass_ not in ("forward", "backward"):
         raise ValueError(f"pass must be 'forward' or 'backward', not {pass_!r}")

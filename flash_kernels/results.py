@@ -493,11 +493,9 @@ def fp8_suite_table(gpu: Path) -> str:
 
 
 def _o_sum(options: str, D: int) -> str:
-    """Where the FP8 kernel summed O in a row: its options' o_sum, else the head dim's default (fp8.o_sum_for)."""
-    from . import fp8
-
+    """Where the FP8 kernel summed O in a row: its options' o_sum, else the head dim's default (no torch here)."""
     given = dict(kv.split("=", 1) for kv in str(options or "").split(";") if "=" in kv)
-    where = given.get("o_sum") or fp8.o_sum_for(None, int(D))
+    where = given.get("o_sum") or model.fp8_default_o_sum(D)
     return {"fp32": "fp32 registers", "tensor": "the tensor cores' accumulator"}.get(where, where)
 
 

@@ -212,3 +212,22 @@ def test_a_head_dim_where_fp8_always_misses_gets_its_exp_bound_and_what_to_try(t
     assert "every row at D=64 misses (0.80×): the measured exp2 rate bounds the forward at D=64 at 1,000 TFLOP/s, " \
            "1.25× the fp16 wgmma ceiling measured beside it (800)" in why
     assert "the fp16 forward there runs 192x128 tiles, tma-ws-x" in why and why.endswith("--option pingpong=1")
+
+
+def test_the_fp8_tables_need_no_torch():
+    """The report's environment has no torch (make report): the FP8 tables, their error note included, are read
+    from the committed CSVs with torch made unimportable."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from pathlib import Path\n"
+            "from flash_kernels import results\n"
+            "gpu = Path(sys.argv[1])\n"
+            "print(results.fp8_suite_table(gpu))\n"
+            "print(results._o_sum('', 256), results._o_sum('o_sum=fp32', 256))\n")
+    out = subprocess.run([sys.executable, "-c", code, str(H200)], capture_output=True, text=True, timeout=300,
+                         cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "The FP8 error passes 2 % at D=256, where O is summed in the tensor cores' accumulator" in out.stdout
+    assert out.stdout.rstrip().endswith("the tensor cores' accumulator fp32 registers")
