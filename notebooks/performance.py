@@ -132,9 +132,10 @@ if not bound:
     nb.say("_No suite of this capture is memory-bound by that measure"
            + ("" if roof else " (the capture measured no copy bandwidth to compare with)") + "._")
 elif not any(r["role"] == "limit" for r in roof):
-    read = next((r for r in roof if "read stream" in r["label"]), None)
-    nb.note("The ceilings step's read-only kernel measured less than these kernels reach (" + read["label"]
-            + "), so the charts have no limit line: the DRAM's read rate lies above both." if read else
+    read = next((r for r in roof if "passed_by" in r), None)
+    nb.note(f"The ceilings step's read-only kernel read {read['value'] / 1e12:.2f} TB/s, less than these kernels "
+            f"reach ({read['passed_by'] / 1e12:.2f} TB/s), so it is drawn as a reference and the charts have no limit "
+            "line: the DRAM's read rate lies above both." if read else
             "This capture predates the DRAM read-stream ceiling and records no HBM peak, so its charts have no "
             "limit line: the copy is only a reference, and the kernels that only read sit above it. A new capture "
             "measures the read stream in its ceilings step.")

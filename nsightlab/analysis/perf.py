@@ -350,7 +350,8 @@ def bandwidth_roofs(manifest: dict | None, best: float | None = None) -> list[di
     stream the capture measured, the read-only kernel's roof; the GPU's peak where the manifest records one)
     or a reference (the device-to-device copy: its rate counts reads and writes, so a kernel that only reads
     can pass it). ``best``: the highest bytes per second the chart's kernels reached; a measured read stream
-    they pass (beyond :data:`ROOF_TOLERANCE`) is no limit of theirs, only a reference, and its label says so."""
+    they pass (beyond :data:`ROOF_TOLERANCE`) is no limit of theirs, only a reference (``passed_by``: ``best``), and
+    its label says so."""
     man = manifest if isinstance(manifest, dict) else {}
     ceil = man.get("ceilings") or {}
     out = []
@@ -358,9 +359,9 @@ def bandwidth_roofs(manifest: dict | None, best: float | None = None) -> list[di
     if isinstance(read, dict) and isinstance(read.get("bytes_per_s"), (int, float)) and read["bytes_per_s"] > 0:
         bw = float(read["bytes_per_s"])
         if best is not None and best > bw * ROOF_TOLERANCE:
-            out.append({"value": bw, "role": "reference",
-                        "label": f"measured DRAM read stream ({bw / 1e12:.2f} TB/s; passed by these kernels' "
-                                 f"{best / 1e12:.2f}: a reference, not a limit)"})
+            out.append({"value": bw, "role": "reference", "passed_by": best,
+                        "label": f"measured DRAM read stream (these kernels reach {best / 1e12:.2f} TB/s: a reference, "
+                                 "not a limit)"})
         else:
             out.append({"value": bw, "role": "limit", "label": "measured DRAM read stream (a read-only kernel's roof)"})
     peak = (man.get("gpu") or {}).get("memory_bandwidth_bytes_per_s")
