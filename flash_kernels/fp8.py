@@ -158,7 +158,7 @@ def _quantize_blocks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def vt_e4m3(v8: torch.Tensor) -> torch.Tensor:
     """V [B, Hkv, Nk, D] (e4m3) -> Vt [B, Hkv, D, Npad] (Npad = Nk rounded up to 32, padded with zeros), the
     keys of each group of 32 in the kernel's order: column 16 hh + 4 t + 2 j + e of a group holds key
-    16 hh + 8 j + 2 t + e (flash_wgmma_fp8.cu's header). On a CUDA tensor of head dim 64 or 128, one small
+    16 hh + 8 j + 2 t + e (flash_wgmma_fp8.cu's header). On a CUDA tensor of the kernel's head dims, one small
     kernel of the FP8 module (flash_wgmma_fp8.cu: vt_e4m3_kernel); elsewhere :func:`vt_e4m3_reference`."""
     B, Hkv, Nk, D = v8.shape
     if not v8.is_cuda or D not in _HEAD_DIMS:

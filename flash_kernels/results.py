@@ -569,23 +569,40 @@ BACKWARD_MARKS = {"flash_wgmma": ("sdpa_cudnn", 1.0, 2048), "flash_mma": ("sdpa_
 BACKWARD_WHY = ("backward-n8192-deep", "N=8192,D=128,pass=backward")
 #: the deep capture whose why page puts the FP8 forward beside the fp16 one (D=128), and the two sides
 FP8_WHY = ("fp8", FP8_KERNEL, "flash_wgmma")
+#: the head dim of that capture's deep cases: its why is given for the FP8 marks at this head dim only
+FP8_WHY_D = 128
 
 
 def fp8_why(gpu: Path) -> str | None:
     """Why the FP8 forward stays where it is, from the deep capture :data:`FP8_WHY` names: ``nsightlab why``'s
     verdict against the fp16 forward and the instruction mix beside it; None where this GPU has no such capture."""
     from nsightlab.analysis import advice, why
+    from nsightlab.analysis import bottleneck as B
 
     capture, a, b = gpu / FP8_WHY[0], FP8_WHY[1], FP8_WHY[2]
     if not capture.is_dir():
         return None
-    out = why_sentence(capture, a, b)
     try:
         sa, sb, _ = why.sides_in(capture, a, b, "")
-        mix = advice.mix_sentence(sa.name, sb.name, advice.instruction_mix(sa.deep, sa.launch, sb.deep, sb.launch))
     except (ProfileError, ValueError, OSError, ImportError):
-        mix = None
-    return out + (f" {mix}" if mix else "") + f" (the deep tier of the {capture.name} capture)"
+        return None  # the caller's fallback, not an error message in the table
+    if sb is None:
+        return None
+    out = B.verdict(sa.name, sb.name, B.explain(sa.deep, sa.launch, sb.deep, sb.launch),
+                    B.metric_gaps(sa.deep, sa.launch, sb.deep, sb.launch))
+    mix = advice.mix_sentence(sa.name, sb.name, advice.instruction_mix(sa.deep, sa.launch, sb.deep, sb.launch))
+    return f"{out}{f' {mix}' if mix else ''} From the deep tier of the {capture.name} capture (D={FP8_WHY_D})."
+
+
+def _fp8_error_mark(df: pd.DataFrame, D: int, causal: bool, min_n: int = 8192) -> str:
+    """The why cell of a met FP8 rate mark: — where the kernel's error in the mark's rows (``D``, ``causal``, N at
+    least ``min_n``) stays under :data:`ERROR_NOTE`, else their error span, pointing at the FP8 table's error line."""
+    e = df[(df["impl"] == FP8_KERNEL) & (df["status"] == "ok") & (df["D"] == D) & (df["causal"] == causal)
+           & (df["N"] >= min_n)]["rel_l2"].dropna()
+    if e.empty or e.max() <= ERROR_NOTE:
+        return "—"
+    return (f"met, but the FP8 error at D={D} is {_span(100 * e, '{:.1f}')} % (rel. L2), past {100 * ERROR_NOTE:.0f} %: "
+            "the FP8 table's error line")
 
 
 def _met(ok: pd.Series) -> str:
@@ -603,7 +620,8 @@ def anchors_table(gpu: Path) -> str:
     fp8 = fp8_suite_file(gpu)
     if fp8 is not None:
         df, ms, tf, _ = _fp8_suite(fp8)
-        rate_why = fp8_why(gpu) or "the softmax's instruction count bounds it (docs/kernels.md, from the SASS)"
+        fallback = "the softmax's instruction count bounds it (docs/kernels.md, from the SASS)"
+        rate_why = {FP8_WHY_D: fp8_why(gpu) or fallback}
         for D in FP8_MARK_HEAD_DIMS:
             rows_d = df[(df["impl"] == FP8_KERNEL) & (df["D"] == D)]
             if not rows_d.empty and rows_d["status"].str.startswith("skipped").all():
@@ -620,7 +638,8 @@ def anchors_table(gpu: Path) -> str:
                 ok = t >= mark
                 add(f"FP8 forward ≥ {mark:.0f} TFLOP/s, D={D}, N ≥ 8k, {'causal' if causal else 'not causal'} "
                     "(V's transpose counted)", f"{_span(t, '{:.0f}')} TFLOP/s", _met(ok),
-                    f"short by {100 * (1 - t.min() / mark):.0f} % at worst; {rate_why}" if not ok.all() else "—")
+                    f"short by {100 * (1 - t.min() / mark):.0f} % at worst; {rate_why.get(D, fallback)}"
+                    if not ok.all() else _fp8_error_mark(df, D, causal))
         g = ms[ms.index.get_level_values("N") >= 2048]
         ratio = (g["flash_wgmma"] / g[FP8_VT]).dropna() if {"flash_wgmma", FP8_VT} <= set(g.columns) else pd.Series()
         worst = ratio.idxmin() if not ratio.empty else None

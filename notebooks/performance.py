@@ -121,7 +121,8 @@ if impl:
 # over the measured copy's bytes per second; decoding one query against a long KV cache is far below it) is
 # limited by memory, so its speed is
 # read as the compulsory bytes (each input read once, each output written once) per second. Its roof is what a
-# kernel that only reads can reach: the DRAM read stream the capture measured (solid). The device-to-device copy
+# kernel that only reads can reach: the DRAM read stream the capture measured (solid; dashed, as a reference, where
+# this capture's kernels pass it: then the read-only kernel fell short of the DRAM's rate). The device-to-device copy
 # (dashed) counts the bytes it reads and writes, and writing costs the HBM more than reading, so a kernel that only
 # reads passes it: it is drawn as a reference, not a limit.
 

@@ -86,6 +86,12 @@ def test_the_marks_table_is_computed_from_the_fp8_suite_and_the_bench_capture():
             assert len(t) == 2 and row["measured"] == f"{t.min():.0f}–{t.max():.0f} TFLOP/s"
             assert row["met"] == f"{int((t >= mark).sum())} of {len(t)}"
     assert "FP8 forward at D=256" not in marks  # a refusal's row, only where the suite found the head dim refused
+    d128 = marks["FP8 forward ≥ 1000 TFLOP/s, D=128, N ≥ 8k, not causal (V's transpose counted)"]["why"]
+    assert "flash_wgmma_fp8 takes" in d128 and "tensor pipe is busy" in d128 and d128.endswith("(D=128).")
+    d256 = marks["FP8 forward ≥ 1000 TFLOP/s, D=256, N ≥ 8k, not causal (V's transpose counted)"]["why"]
+    e = df[(df["impl"] == results.FP8_KERNEL) & (df["status"] == "ok") & (df["D"] == 256) & ~df["causal"]
+           & (df["N"] >= 8192)]["rel_l2"]
+    assert d256.startswith(f"met, but the FP8 error at D=256 is {100 * e.min():.1f}–{100 * e.max():.1f} %")
     conv = pd.read_csv(H200 / "bench" / "convention.csv.xz")
     conv = conv[(conv["status"] == "ok") & (conv["pass"] == "backward") & (conv["D"] == 128) & (conv["N"] >= 2048)]
     ms = conv.pivot_table(index=["dtype", "causal", "N"], columns="impl", values="ms")
@@ -225,9 +231,11 @@ def test_the_fp8_tables_need_no_torch():
             "from flash_kernels import results\n"
             "gpu = Path(sys.argv[1])\n"
             "print(results.fp8_suite_table(gpu))\n"
+            "print(results.anchors_table(gpu))\n"
             "print(results._o_sum('', 256), results._o_sum('o_sum=fp32', 256))\n")
     out = subprocess.run([sys.executable, "-c", code, str(H200)], capture_output=True, text=True, timeout=300,
                          cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "The FP8 error passes 2 % at D=256, where O is summed in the tensor cores' accumulator" in out.stdout
     assert out.stdout.rstrip().endswith("the tensor cores' accumulator fp32 registers")
+    assert "From the deep tier of the fp8 capture (D=128)." in out.stdout  # the FP8 marks' why, without torch

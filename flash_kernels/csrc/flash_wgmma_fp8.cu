@@ -15,14 +15,16 @@
 //   rows of each plane = the tile): Q's block descale joins the exp2 scale; K tile t's is the factor of S_t, so the
 //   running max is kept in exp2 units (softmax_scores' SCALED_M); V tile t's multiplies P_t V_t as it is added.
 //   The producer writes each tile's {dk, dv} beside its ring stage in shared memory (BlockScaledRows).
-// - O's sum over the tiles (option o_sum). fp32 (default): each P_t V_t lands in a fresh accumulator and the CUDA
+// - O's sum over the tiles (option o_sum). fp32 (default at D = 64, 128): each P_t V_t lands in a fresh accumulator and the CUDA
 //   cores add it, because the FP8 tensor cores' sums keep fewer bits than fp32; the fresh accumulator's 64
 //   registers (D = 128) leave ptxas no room to run the softmax under O += P V. tensor: O += P V in the accumulator
 //   (FlashAttention-3's way), O kept in the units of the V tile being added (rescaled by alpha * sv_done / sv_next
-//   with the softmax's rescale); faster by little, less accurate on long rows (docs/kernels.md).
-// - Q and K rows are D bytes (128-byte swizzle at D = 128, 64-byte at D = 64); Vt rows 128 bytes; O staged apart.
+//   with the softmax's rescale); faster by little, less accurate on long rows (docs/kernels.md); the only sum at
+//   D = 256, where a fresh accumulator beside O would take 256 registers per thread.
+// - Q and K rows are D bytes (128-byte swizzle at D = 128, 64-byte at D = 64; at D = 256 two 128-byte column
+//   blocks, two TMA boxes each); Vt rows 128 bytes; O staged apart.
 // - Option exp_on_fma: part of the exponentials by a polynomial on the FMA units (wgmma_softmax.cuh), not default.
-// Limits: forward only; sm_90a; D = 64 or 128; the softmax, not the tensor cores, sets the pace (docs/kernels.md).
+// Limits: forward only; sm_90a; D = 64, 128 or 256; the softmax, not the tensor cores, sets the pace (docs/kernels.md).
 #include "wgmma_fwd_consumer.cuh"
 #include "wgmma_fwd_epilogue.cuh"
 #include "option_codes.h"

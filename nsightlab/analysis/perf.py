@@ -341,7 +341,8 @@ def bandwidth_roof(manifest: dict | None) -> tuple[float, str] | None:
     return None
 
 
-#: how far a measured point may pass a measured roof before the roof is no longer drawn as a limit (timing noise)
+#: how far a measured point may pass a measured roof before the roof is no longer drawn as a limit (the page check,
+#: nsightlab.render.checks, holds the limits it draws to the same margin)
 ROOF_TOLERANCE = 1.02
 
 
@@ -360,8 +361,8 @@ def bandwidth_roofs(manifest: dict | None, best: float | None = None) -> list[di
         bw = float(read["bytes_per_s"])
         if best is not None and best > bw * ROOF_TOLERANCE:
             out.append({"value": bw, "role": "reference", "passed_by": best,
-                        "label": f"measured DRAM read stream (these kernels reach {best / 1e12:.2f} TB/s: a reference, "
-                                 "not a limit)"})
+                        "label": f"measured DRAM read stream (this capture's kernels reach {best / 1e12:.2f} TB/s: a "
+                                 "reference, not a limit)"})
         else:
             out.append({"value": bw, "role": "limit", "label": "measured DRAM read stream (a read-only kernel's roof)"})
     peak = (man.get("gpu") or {}).get("memory_bandwidth_bytes_per_s")

@@ -17,9 +17,11 @@ import re
 
 import numpy as np
 
+from ..analysis.perf import ROOF_TOLERANCE
+
 #: how far above a limit a point may sit before it counts (the peaks are medians over launches, the points single
-#: ranges: 2 % absorbs the launch-to-launch spread of the clock)
-TOLERANCE = 1.02
+#: ranges: 2 % absorbs the launch-to-launch spread of the clock); the bandwidth charts demote a roof by the same rule
+TOLERANCE = ROOF_TOLERANCE
 
 _SPEC = re.compile(r'<script[^>]*\bid="fig-[0-9a-f]+-spec"[^>]*>(.*?)</script>', re.S)
 
