@@ -11,6 +11,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -544,18 +545,25 @@ def _exp_bound_note(gpu: Path, D: int) -> str:
             "products can gain there")
 
 
+def _verdict(sa: Any, sb: Any) -> str:
+    """``nsightlab why``'s one-sentence verdict on two sides it loaded (analysis.why.sides_in: their longest
+    launches)."""
+    from nsightlab.analysis import bottleneck as B
+
+    return B.verdict(sa.name, sb.name, B.explain(sa.deep, sa.launch, sb.deep, sb.launch),
+                     B.metric_gaps(sa.deep, sa.launch, sb.deep, sb.launch))
+
+
 def why_sentence(capture: Path, a: str, b: str, case: str = "") -> str:
     """``nsightlab why``'s verdict on the deep capture: why ``a`` takes the time it does against ``b`` (their
     longest launches), one computed sentence; or why it cannot be said here."""
-    from nsightlab.analysis import bottleneck as B
     from nsightlab.analysis import why
 
     try:
         sa, sb, _ = why.sides_in(capture, a, b, case)
         if sb is None:
             return f"(no {b} in {capture.name})"
-        return B.verdict(sa.name, sb.name, B.explain(sa.deep, sa.launch, sb.deep, sb.launch),
-                         B.metric_gaps(sa.deep, sa.launch, sb.deep, sb.launch))
+        return _verdict(sa, sb)
     except (ProfileError, ValueError, OSError, ImportError) as exc:
         return f"({capture.name}'s deep report could not be read here: {' '.join(str(exc).split())[:200]})"
 
@@ -577,7 +585,6 @@ def fp8_why(gpu: Path) -> str | None:
     """Why the FP8 forward stays where it is, from the deep capture :data:`FP8_WHY` names: ``nsightlab why``'s
     verdict against the fp16 forward and the instruction mix beside it; None where this GPU has no such capture."""
     from nsightlab.analysis import advice, why
-    from nsightlab.analysis import bottleneck as B
 
     capture, a, b = gpu / FP8_WHY[0], FP8_WHY[1], FP8_WHY[2]
     if not capture.is_dir():
@@ -588,8 +595,7 @@ def fp8_why(gpu: Path) -> str | None:
         return None  # the caller's fallback, not an error message in the table
     if sb is None:
         return None
-    out = B.verdict(sa.name, sb.name, B.explain(sa.deep, sa.launch, sb.deep, sb.launch),
-                    B.metric_gaps(sa.deep, sa.launch, sb.deep, sb.launch))
+    out = _verdict(sa, sb)
     mix = advice.mix_sentence(sa.name, sb.name, advice.instruction_mix(sa.deep, sa.launch, sb.deep, sb.launch))
     return f"{out}{f' {mix}' if mix else ''} From the deep tier of the {capture.name} capture (D={FP8_WHY_D})."
 
