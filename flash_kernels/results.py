@@ -436,6 +436,8 @@ def _span(values: pd.Series, fmt: str = "{:.2f}") -> str:
 
 #: a cell whose repeats spread more than this (fastest to slowest over the median) is named under its table
 SPREAD_NOTE = 0.05
+#: how far the fp8 suite's fp16 forward may run from the bench capture's at the same shapes before the table says so
+FP16_DRIFT_NOTE = 0.03
 #: the FP8 kernel's relative L2 error above which the table names the cells and where O was summed
 ERROR_NOTE = 0.02
 
@@ -487,10 +489,53 @@ def fp8_suite_table(gpu: Path) -> str:
             out += (f"\n\nThe FP8 kernel's repeats spread more than {100 * SPREAD_NOTE:.0f} % (fastest to slowest, over "
                     f"the median) at {cells}: read those cells with that margin.")
     out += _fp8_error_note(df)
+    out += fp16_drift_note(gpu, path)
     refused = df[(df["impl"] == FP8_KERNEL) & df["status"].str.startswith("skipped")]
     for D, g in refused.groupby("D"):
         out += f"\n\nHead dim {D}: the FP8 path refuses it ({g['status'].iloc[0].removeprefix('skipped: ')})."
     return out
+
+
+def _commit_of(path: Path) -> str:
+    """The commit a benchmark CSV's manifest (``<suite>.manifest.json`` beside it, else the capture's) records."""
+    for m in (path.with_name(path.name.split(".")[0] + ".manifest.json"), path.parent / "manifest.json"):
+        if m.exists():
+            env = json.loads(m.read_text()).get("environment") or {}
+            if env.get("git_commit"):
+                return str(env["git_commit"])
+    return "?"
+
+
+def fp16_drift(gpu: Path, fp8_csv: Path) -> pd.DataFrame:
+    """flash_wgmma's fp16 forward in the fp8 suite's run against the bench capture's convention suite, at the
+    shapes both ran (B, H, N, D, causal): ``ratio`` = the fp8 suite's time over the bench capture's. Empty where
+    this GPU has no bench capture or no shape is shared."""
+    cols = ["B", "H", "N", "D", "causal"]
+    conv = find_file(gpu / "bench", "convention.csv")
+    if conv is None:
+        return pd.DataFrame(columns=[*cols, "ratio"])
+    a = pd.read_csv(fp8_csv)
+    b = pd.read_csv(conv)
+    a = a[(a["impl"] == "flash_wgmma") & (a["status"] == "ok") & (a["pass"] == "forward")]
+    b = b[(b["impl"] == "flash_wgmma") & (b["status"] == "ok") & (b["pass"] == "forward") & (b["dtype"] == "float16")]
+    m = a.merge(b, on=cols, suffixes=("_fp8", "_bench"))
+    return m.assign(ratio=m["ms_fp8"] / m["ms_bench"])[[*cols, "ratio"]]
+
+
+def fp16_drift_note(gpu: Path, fp8_csv: Path) -> str:
+    """A line under the FP8 table where the fp8 suite's fp16 forward ran more than :data:`FP16_DRIFT_NOTE` from the
+    bench capture's at the same shapes: the FP8-to-fp16 ratios are against the suite's own run."""
+    m = fp16_drift(gpu, fp8_csv)
+    off = m[(m["ratio"] - 1).abs() > FP16_DRIFT_NOTE]
+    if off.empty:
+        return ""
+    cells = "; ".join(f"D={D} {'causal' if c else 'not causal'}: {_span(g['ratio'])}×"
+                      for (D, c), g in off.groupby(["D", "causal"]))
+    commits = (f"the suite at {_commit_of(fp8_csv)}, the bench capture at "
+               f"{_commit_of(find_file(gpu / 'bench', 'convention.csv'))}")
+    return (f"\n\nflash_wgmma's fp16 forward in this run took more than {100 * FP16_DRIFT_NOTE:.0f} % longer or "
+            f"shorter than in the bench capture at the same shapes ({cells} its time there; {commits}): the FP8 "
+            "calls' ratios to it above are against this run's fp16 forward.")
 
 
 def _o_sum(options: str, D: int) -> str:
@@ -663,6 +708,8 @@ def anchors_table(gpu: Path) -> str:
                                  f"(its rows' options), the FP8 kernel {bm}-row tiles with its consumers' ping-pong "
                                  "by default only where it was measured faster (fp8.PINGPONG_HEAD_DIMS): what to try "
                                  "is the fp8 suite with --option pingpong=1")
+            if fp16_drift_note(gpu, fp8):
+                why_ += "; against the fp8 suite's own fp16 run, which the note under the FP8 table compares"
             add("FP8 forward ≥ our fp16 forward at every N ≥ 2048 (V's transpose counted)", f"{_span(ratio)}×",
                 _met(ratio >= 1.0), why_ if not (ratio >= 1.0).all() else "—")
     acc = fp8_accuracy_file(gpu)
