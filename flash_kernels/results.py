@@ -531,8 +531,9 @@ def fp16_drift_note(gpu: Path, fp8_csv: Path) -> str:
         return ""
     cells = "; ".join(f"D={D} {'causal' if c else 'not causal'}: {_span(g['ratio'])}×"
                       for (D, c), g in off.groupby(["D", "causal"]))
-    commits = (f"the suite at {_commit_of(fp8_csv)}, the bench capture at "
-               f"{_commit_of(find_file(gpu / 'bench', 'convention.csv'))}")
+    same = _commit_of(fp8_csv) == _commit_of(find_file(gpu / "bench", "convention.csv"))
+    commits = ("both at the same commit" if same else
+               "the two ran different commits, which their manifests name")
     return (f"\n\nflash_wgmma's fp16 forward in this run took more than {100 * FP16_DRIFT_NOTE:.0f} % longer or "
             f"shorter than in the bench capture at the same shapes ({cells} its time there; {commits}): the FP8 "
             "calls' ratios to it above are against this run's fp16 forward.")
