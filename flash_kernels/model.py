@@ -33,6 +33,11 @@ def fp8_dense_peak_tflops(sms: int, clock_ghz: float = 1.83) -> float:
 FP8_O_SUM_ONLY = {256: "tensor"}
 
 
+#: the head dims the fused Triton quantization takes (flash_kernels.quantize: a block of rows and the D x D sign
+#: matrix stay on chip); other head dims quantize with torch operations, several passes over memory
+FP8_FUSED_QUANT_DIMS = (64, 128)
+
+
 def fp8_default_o_sum(D: int) -> str:
     """Where the FP8 kernel sums O at head dim ``D`` unless told: :data:`FP8_O_SUM_ONLY`'s, else fp32 registers."""
     return FP8_O_SUM_ONLY.get(int(D), "fp32")

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from .hadamard import signs, sylvester
+from .model import FP8_FUSED_QUANT_DIMS
 from .variants import kernel
 
 #: the largest finite e4m3 (float8_e4m3fn) value
@@ -31,8 +32,8 @@ E4M3_MAX = 448.0
 BLOCK_ROWS = 64
 #: rows of a plane that share one descale per block (flash_wgmma_fp8's scale_block: its query block and K/V tile)
 SCALE_BLOCK = kernel("flash_wgmma_fp8").constants["scale_block"]
-#: the head dims the kernels take (the FP8 kernel's; a block of rows and the D x D sign matrix stay on chip)
-FUSED_DIMS = (64, 128)
+#: the head dims the kernels take (a block of rows and the D x D sign matrix stay on chip)
+FUSED_DIMS = FP8_FUSED_QUANT_DIMS
 
 try:
     import triton

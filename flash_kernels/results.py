@@ -490,6 +490,11 @@ def fp8_suite_table(gpu: Path) -> str:
                     f"the median) at {cells}: read those cells with that margin.")
     out += _fp8_error_note(df)
     out += fp16_drift_note(gpu, path)
+    torch_quant = sorted(d for d in set(df.loc[df["impl"] == FP8_CALL, "D"]) if d not in model.FP8_FUSED_QUANT_DIMS)
+    if torch_quant:
+        out += (f"\n\nThe whole call at D={', '.join(map(str, torch_quant))} quantizes (and rotates) with torch "
+                f"operations, several passes over each input: the fused Triton quantization takes D = "
+                f"{', '.join(map(str, model.FP8_FUSED_QUANT_DIMS))} (flash_kernels.quantize).")
     refused = df[(df["impl"] == FP8_KERNEL) & df["status"].str.startswith("skipped")]
     for D, g in refused.groupby("D"):
         out += f"\n\nHead dim {D}: the FP8 path refuses it ({g['status'].iloc[0].removeprefix('skipped: ')})."

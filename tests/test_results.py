@@ -239,6 +239,9 @@ def test_the_fp8_tables_need_no_torch():
     assert "The FP8 error passes 2 % at D=256, where O is summed in the tensor cores' accumulator" in out.stdout
     assert out.stdout.rstrip().endswith("the tensor cores' accumulator fp32 registers")
     assert "From the deep tier of the fp8 capture (D=128)." in out.stdout  # the FP8 marks' why, without torch
+    # the whole call's slow column at D = 256 explained: the head dims the fused quantization takes
+    assert "The whole call at D=256 quantizes (and rotates) with torch operations" in out.stdout
+    assert "takes D = 64, 128 (flash_kernels.quantize)" in out.stdout
 
 
 def test_the_fp8_table_says_where_its_fp16_run_drifts_from_the_bench_capture(tmp_path):
