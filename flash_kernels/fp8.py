@@ -38,7 +38,7 @@ import torch
 
 from . import _build, _ops, quantize
 from .hadamard import _check_seed, rotate_qk
-from .model import FP8_FLOP_PER_SM_CYCLE, FP8_O_SUM_ONLY, fp8_dense_peak_tflops  # noqa: F401 - this module's names too
+from .model import FP8_FLOP_PER_SM_CYCLE, FP8_O_SUM_ONLY, fp8_default_o_sum, fp8_dense_peak_tflops  # noqa: F401 - this module's names too
 from .registry import unavailable_reason
 from .variants import kernel
 
@@ -87,9 +87,9 @@ def check_o_sum(o_sum: Any) -> str | None:
 def o_sum_for(o_sum: str | None, D: int) -> str:
     """Where O is summed at head dim ``D``: ``o_sum``, or by default fp32 registers (the tensor cores' accumulator
     where :data:`O_SUM_ONLY` fixes it); ValueError where ``D`` takes only the other."""
-    only = O_SUM_ONLY.get(D)
     if o_sum is None:
-        return only or "fp32"
+        return fp8_default_o_sum(D)
+    only = O_SUM_ONLY.get(D)
     if only is not None and check_o_sum(o_sum) != only:
         raise ValueError(f"at head dim {D} the FP8 kernel sums O in the tensor cores only (o_sum={only!r}: an fp32 "
                          f"accumulator beside O would take 256 registers per thread); got o_sum={o_sum!r}")

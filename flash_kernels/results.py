@@ -20,7 +20,7 @@ from nsightlab.analysis.roofline import flop_check
 from nsightlab.core.errors import ProfileError
 from nsightlab.parse.ncu import ncu_frame
 from nsightlab.parse.nsys import nsys_tables
-from nsightlab.store.captures import bench_csvs, cases, find_file, load_bench, load_manifest
+from nsightlab.store.captures import bench_csvs, bench_manifest, cases, find_file, load_bench, load_manifest
 from nsightlab.store.read import capture_schemas, tools_of
 
 from . import model
@@ -503,7 +503,7 @@ def fp8_suite_table(gpu: Path) -> str:
 
 def _commit_of(path: Path) -> str:
     """The commit a benchmark CSV's manifest (``<suite>.manifest.json`` beside it, else the capture's) records."""
-    for m in (path.with_name(path.name.split(".")[0] + ".manifest.json"), path.parent / "manifest.json"):
+    for m in (bench_manifest(path), path.parent / "manifest.json"):
         if m.exists():
             env = json.loads(m.read_text()).get("environment") or {}
             if env.get("git_commit"):
