@@ -280,7 +280,7 @@ def _cpu_call(cfg: Config, inputs: Inputs, pass_: str, max_cpu_elems: int) -> Ca
 
 #: the --option keys the FP8 calls take: where O is summed (all three), the consumers' ping-pong (0 or 1: the
 #: kernel alone; the other two take the default for the head dim, fp8.PINGPONG_HEAD_DIMS)
-FP8_OPTIONS = ("o_sum", "pingpong")
+FP8_OPTIONS = ("o_sum", "pingpong", "center_v")
 
 
 def _fp8_call(impl: str, cfg: Config, inputs: Inputs, pass_: str,
@@ -301,6 +301,9 @@ def _fp8_call(impl: str, cfg: Config, inputs: Inputs, pass_: str,
     given = {key: val for key, val in (options or {}).items() if key in FP8_OPTIONS}
     o_sum = given.get("o_sum")  # None: the head dim's default (fp8.o_sum_for)
     pingpong = given.get("pingpong")  # checked with the command line (_selection)
+    center = bool(given.get("center_v", 0))  # V's mean row out before quantizing, added back to O in the call
+    if center:
+        opts["center_v"] = 1
     if impl == "flash_wgmma_fp8" and pingpong is not None:
         opts["pingpong"] = pingpong
     try:
@@ -308,14 +311,20 @@ def _fp8_call(impl: str, cfg: Config, inputs: Inputs, pass_: str,
         if impl == "flash_wgmma_fp8_call":
             def whole() -> Any:
                 return fp8.attention_fp8_from(q, k, v, causal=cfg.causal, rotate=opts["rotate"], scales=opts["scales"],
-                                              o_sum=o_sum)
+                                              o_sum=o_sum, center_v=center)
 
             whole()  # its checks, before the call is timed
             return whole, opts
-        (q8, dq), (k8, dk), (v8, dv) = fp8._quantized(q, k, v, opts["rotate"], 0, None, opts["scales"])
+        v_in, mu = fp8.centered_v(v) if center else (v, None)
+        (q8, dq), (k8, dk), (v8, dv) = fp8._quantized(q, k, v_in, opts["rotate"], 0, None, opts["scales"])
+
+        def mean_back(o: Any) -> Any:  # centred: V's mean row added back to O, in the timed call
+            return o if mu is None else fp8.add_v_mean(o, mu)
+
         if impl == "flash_wgmma_fp8_vt":
             def with_vt() -> Any:
-                return fp8.attention_fp8(q8, k8, v8, dq, dk, dv, causal=cfg.causal, out_dtype=q.dtype, o_sum=o_sum)
+                return mean_back(fp8.attention_fp8(q8, k8, v8, dq, dk, dv, causal=cfg.causal, out_dtype=q.dtype,
+                                                   o_sum=o_sum))
 
             with_vt()
             return with_vt, opts
@@ -326,7 +335,7 @@ def _fp8_call(impl: str, cfg: Config, inputs: Inputs, pass_: str,
     flag = None if pingpong is None else bool(pingpong)
 
     def kernel_alone() -> Any:
-        return fp8.forward_vt(*prepared, pingpong=flag, o_sum=o_sum)
+        return mean_back(fp8.forward_vt(*prepared, pingpong=flag, o_sum=o_sum))
 
     return kernel_alone, opts
 
@@ -671,8 +680,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dtypes", default="", help="override the suite's dtypes")
     p.add_argument("--configs", default="", help="only these config names")
     p.add_argument("--option", action="append", default=[],
-                   help="variant option, e.g. --option block_size=32; the FP8 calls take o_sum=fp32|tensor and "
-                        "pingpong=0|1 (the kernel alone)")
+                   help="variant option, e.g. --option block_size=32; the FP8 calls take o_sum=fp32|tensor, "
+                        "pingpong=0|1 (the kernel alone) and center_v=0|1 (V's mean row out before quantizing, "
+                        "added back to O in the timed call)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--budget-ms", type=float, default=400.0, help="time budget per case for the timed repeats")
@@ -712,6 +722,9 @@ def _selection(a: argparse.Namespace) -> Selection:
     if options.get("pingpong", 0) not in (0, 1):
         raise ValueError(f"--option pingpong takes 0 or 1 (the FP8 kernel's consumers taking turns); got "
                          f"{options['pingpong']!r}")
+    if options.get("center_v", 0) not in (0, 1):
+        raise ValueError(f"--option center_v takes 0 or 1 (the FP8 calls: V's mean row out before quantizing, added "
+                         f"back to O); got {options['center_v']!r}")
     if "o_sum" in options:
         from .fp8 import check_o_sum
 

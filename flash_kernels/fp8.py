@@ -384,6 +384,30 @@ def _quantized(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rotate: bool, 
     return [quantize_e4m3(t, scales=scales) for t in (q, k, v)]
 
 
+def centered_v(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(V less its mean row, the mean row): ``mu`` is the mean over the keys of each batch entry and KV head, fp32
+    ``[B, Hkv, 1, D]``; the first is in V's dtype. Attention's rows of weights sum to one, so attention over the
+    centred V plus ``mu`` (:func:`add_v_mean`) is the attention over V, for any mask that leaves a row a key. What it
+    buys: O's sum over thousands of keys no longer carries V's common part, the part an accumulator of few bits
+    (the FP8 tensor cores' own, ``o_sum="tensor"``) loses most of; and e4m3's range goes to what differs."""
+    mu = v.detach().float().mean(dim=-2, keepdim=True)
+    return (v.float() - mu).to(v.dtype), mu
+
+
+def add_v_mean(o: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
+    """``o`` ([B, H, N, D]) plus :func:`centered_v`'s ``mu`` ([B, Hkv, 1, D]) of each query head's KV head (query
+    heads h * Hkv / H .. share KV head h, as the kernels group them), in place, in o's dtype."""
+    H, Hkv = o.shape[1], mu.shape[1]
+    return o.add_((mu.repeat_interleave(H // Hkv, dim=1) if H != Hkv else mu).to(o.dtype))
+
+
+def _check_center_v(center_v: Any) -> bool:
+    if not isinstance(center_v, bool):
+        raise TypeError(f"center_v must be a bool (V's mean row taken out before quantizing and added back to O), "
+                        f"got {type(center_v).__name__}")
+    return center_v
+
+
 def _rotated(q: Any, k: Any, seed: int = 0, check_only: bool = False) -> Any:
     """rotate_qk's fp32 products, after the kernel's shape check (so that D = 96 is refused as the kernel refuses
     it, not as a Hadamard size); ``check_only``: the checks alone."""
@@ -402,7 +426,8 @@ def _rotated(q: Any, k: Any, seed: int = 0, check_only: bool = False) -> Any:
 def attention_fp8_from(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                        scale: float | None = None, rotate: bool = DEFAULT_ROTATE, seed: int = 0,
                        out_dtype: torch.dtype | None = None, return_lse: bool = False,
-                       fused: bool | None = None, scales: str = DEFAULT_SCALES, o_sum: str | None = None) -> Any:
+                       fused: bool | None = None, scales: str = DEFAULT_SCALES, o_sum: str | None = None,
+                       center_v: bool = False) -> Any:
     """The FP8 forward from unquantized fp32, fp16 or bf16 q, k, v: each quantized (:func:`quantize_e4m3`) per
     block of 128 rows (``scales="block"``, the default) or per tensor, then :func:`attention_fp8`. With ``rotate``
     (the default; the defaults are :data:`DEFAULT_ROTATE`, :data:`DEFAULT_SCALES`, chosen by measurement), Q and K
@@ -415,7 +440,11 @@ def attention_fp8_from(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
 
     ``fused`` (default: wherever it can): quantize, and rotate, with :func:`flash_kernels.quantize.quantize_e4m3_fused`
     (two Triton passes over each 16-bit input, the rotation inside them) instead of the torch operations; False takes
-    the torch path, True refuses inputs the fused kernels cannot take."""
+    the torch path, True refuses inputs the fused kernels cannot take.
+
+    ``center_v``: V's mean row over the keys (per batch entry and KV head) is taken out before V is quantized and
+    added back to O after the kernel (:func:`centered_v`, :func:`add_v_mean`; the same attention in exact arithmetic):
+    two more passes over V and one over O, for the accuracy of O summed over long rows in the tensor cores."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -430,6 +459,12 @@ def attention_fp8_from(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
     check_o_sum(o_sum)
     if q.dim() == 4:  # a head dim that takes one way of summing O refuses the other before anything is quantized
         o_sum_for(o_sum, q.shape[-1])
+    mu = None
+    if _check_center_v(center_v) and v.dim() == 4 and v.shape[-2] > 0:  # other shapes: attention_fp8 refuses them
+        v, mu = centered_v(v)
     (q8, dq), (k8, dk), (v8, dv) = _quantized(q, k, v, rotate, seed, fused, scales)
-    return attention_fp8(q8, k8, v8, dq, dk, dv, causal=causal, scale=scale, out_dtype=out_dtype,
-                         return_lse=return_lse, o_sum=o_sum)
+    out = attention_fp8(q8, k8, v8, dq, dk, dv, causal=causal, scale=scale, out_dtype=out_dtype,
+                        return_lse=return_lse, o_sum=o_sum)
+    if mu is not None:
+        add_v_mean(out[0] if return_lse else out, mu)
+    return out

@@ -658,6 +658,17 @@ def test_fp8_options_reach_the_calls_that_take_them_and_bad_values_are_refused(m
     assert bench._fp8_call("flash_wgmma_fp8_vt", d256, inputs, "forward")[1]["o_sum"] == "tensor"
     with pytest.raises(bench.Skip, match="tensor cores only"):  # the sum D = 256 lacks: the row says why
         bench._fp8_call("flash_wgmma_fp8", d256, inputs, "forward", {"o_sum": "fp32"})
-    for bad, match in ((["--option", "pingpong=2"], "pingpong takes 0 or 1"), (["--option", "o_sum=fp16"], "o_sum")):
+    mu_seen = {}
+    monkeypatch.setattr(fp8, "attention_fp8", lambda *a, **kw: torch.zeros(1, 2, 64, 64, dtype=torch.float16))
+    fn, opts = bench._fp8_call("flash_wgmma_fp8_vt", cfg, inputs, "forward", {"center_v": 1})
+    assert opts["center_v"] == 1
+    q, k, v, _ = inputs
+    _, mu = fp8.centered_v(v)
+    mu_seen["out"] = fn()  # the mean row is added back in the timed call
+    assert torch.allclose(mu_seen["out"].float(), mu.repeat_interleave(q.shape[1] // v.shape[1], 1).expand(
+        *mu_seen["out"].shape).half().float())
+    assert "center_v" not in bench._fp8_call("flash_wgmma_fp8_vt", cfg, inputs, "forward")[1]
+    for bad, match in ((["--option", "pingpong=2"], "pingpong takes 0 or 1"), (["--option", "o_sum=fp16"], "o_sum"),
+                       (["--option", "center_v=2"], "center_v takes 0 or 1")):
         with pytest.raises(ValueError, match=match):
             bench._selection(bench._parser().parse_args(bad))

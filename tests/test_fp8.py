@@ -390,3 +390,49 @@ def test_o_sum_is_checked_by_name():
     q, k, v = _qkv()
     with pytest.raises(ValueError, match="o_sum must be one of"):
         fp8.attention_fp8(q, k, v, 1.0, 1.0, 1.0, o_sum="registers")
+
+
+def test_centred_v_gives_the_same_attention_with_its_mean_added_back():
+    """centered_v and add_v_mean: attention over V equals attention over V less its mean row plus that row, for
+    every query head of a KV head (GQA), causal or not, and a ragged N; V with a large common part."""
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(3)
+    B, H, Hkv, N, Nk, D = 2, 4, 2, 37, 53, 64
+    q = torch.randn(B, H, N, D, generator=g, dtype=torch.float64)
+    k = torch.randn(B, Hkv, Nk, D, generator=g, dtype=torch.float64)
+    v = torch.randn(B, Hkv, Nk, D, generator=g, dtype=torch.float64) + 5.0 + torch.arange(D, dtype=torch.float64)
+    vc, mu = fp8.centered_v(v)
+    assert mu.shape == (B, Hkv, 1, D) and mu.dtype == torch.float32 and vc.dtype == v.dtype
+    assert torch.allclose(vc.mean(dim=-2), torch.zeros(B, Hkv, D, dtype=v.dtype), atol=1e-5)
+    assert vc.abs().max() < v.abs().max() / 5  # the common part is gone: e4m3's range goes to what differs
+    rep = H // Hkv
+    for causal in (False, True):
+        want = F.scaled_dot_product_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1),
+                                              is_causal=causal)
+        got = F.scaled_dot_product_attention(q, k.repeat_interleave(rep, 1), vc.repeat_interleave(rep, 1),
+                                             is_causal=causal)
+        got = fp8.add_v_mean(got, mu)
+        assert torch.allclose(got, want, atol=1e-5, rtol=1e-6)
+    o = torch.zeros(B, H, 3, D, dtype=torch.bfloat16)  # each query head gets its own KV head's mean, in o's dtype
+    fp8.add_v_mean(o, mu)
+    assert torch.equal(o[:, 2, 0], mu[:, 1, 0].to(torch.bfloat16)) and torch.equal(o[:, 1, 0], mu[:, 0, 0].to(torch.bfloat16))
+
+
+def test_center_v_is_checked_and_takes_the_mean_out_before_quantizing(monkeypatch):
+    q = torch.randn(1, 2, 8, 64, dtype=torch.float16)
+    with pytest.raises(TypeError, match="center_v must be a bool"):
+        fp8.attention_fp8_from(q, q, q, center_v=1)
+    seen = {}
+
+    def fake_quantized(q, k, v, *a):
+        seen["v"] = v
+        return [(q, 1.0), (k, 1.0), (v, 1.0)]
+
+    monkeypatch.setattr(fp8, "_quantized", fake_quantized)
+    monkeypatch.setattr(fp8, "attention_fp8", lambda *a, **kw: torch.zeros(1, 2, 8, 64, dtype=torch.float16))
+    v = torch.full((1, 2, 8, 64), 3.0, dtype=torch.float16)
+    out = fp8.attention_fp8_from(q, q, v, center_v=True)
+    assert torch.equal(seen["v"], torch.zeros_like(v)) and torch.equal(out, v)  # quantized centred, mean added back
+    out = fp8.attention_fp8_from(q, q, v)
+    assert seen["v"] is v and torch.equal(out, torch.zeros_like(v))
