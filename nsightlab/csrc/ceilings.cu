@@ -241,14 +241,29 @@ __global__ void __launch_bounds__(256) mufu_ex2_kernel(float* __restrict__ out, 
 // a kernel that streams its inputs through), and XORs them: out[thread] is the thread's XOR, so that no load
 // can be dropped and the host can check that every word was read exactly once (the XOR of every thread's
 // result is the XOR of the buffer).
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+// Every 16-byte word of in[0, n16) read once, grid-stride, kReadsInFlight independent loads issued before any is
+// used (a loop of one load per step leaves too few bytes in flight to reach the DRAM's rate), then a tail.
+constexpr int kReadsInFlight = 4;
 __global__ void __launch_bounds__(1024) read_stream_kernel(const uint4* __restrict__ in, size_t n16, uint32_t* __restrict__ out) {
   uint32_t x = 0;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
-#pragma unroll 4
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n16; i += stride) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(in + i));
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; i + (kReadsInFlight - 1) * stride < n16; i += kReadsInFlight * stride) {
+    uint4 v[kReadsInFlight];
+#pragma unroll
+    for (int u = 0; u < kReadsInFlight; ++u) v[u] = ld_stream(in + i + u * stride);
+#pragma unroll
+    for (int u = 0; u < kReadsInFlight; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  for (; i < n16; i += stride) {
+    const uint4 v = ld_stream(in + i);
     x ^= v.x ^ v.y ^ v.z ^ v.w;
   }
   out[size_t(blockIdx.x) * blockDim.x + threadIdx.x] = x;
