@@ -318,8 +318,12 @@ def _fp8_call(impl: str, cfg: Config, inputs: Inputs, pass_: str,
         v_in, mu = fp8.centered_v(v) if center else (v, None)
         (q8, dq), (k8, dk), (v8, dv) = fp8._quantized(q, k, v_in, opts["rotate"], 0, None, opts["scales"])
 
-        def mean_back(o: Any) -> Any:  # centred: V's mean row added back to O, in the timed call
-            return o if mu is None else fp8.add_v_mean(o, mu)
+        def mean_back(out: Any) -> Any:  # centred: V's mean row added back to O, in the timed call
+            if mu is None:
+                return out
+            if isinstance(out, tuple):  # the kernel alone: (O, LSE); the LSE is V's-mean-free already
+                return (fp8.add_v_mean(out[0], mu), *out[1:])
+            return fp8.add_v_mean(out, mu)
 
         if impl == "flash_wgmma_fp8_vt":
             def with_vt() -> Any:

@@ -668,6 +668,10 @@ def test_fp8_options_reach_the_calls_that_take_them_and_bad_values_are_refused(m
     assert torch.allclose(mu_seen["out"].float(), mu.repeat_interleave(q.shape[1] // v.shape[1], 1).expand(
         *mu_seen["out"].shape).half().float())
     assert "center_v" not in bench._fp8_call("flash_wgmma_fp8_vt", cfg, inputs, "forward")[1]
+    lse = torch.full((1, 2, 64), 3.0)  # the kernel alone returns (O, LSE): the mean goes into O, the LSE as it was
+    monkeypatch.setattr(fp8, "forward_vt", lambda *a, **kw: (torch.zeros(1, 2, 64, 64, dtype=torch.float16), lse))
+    o_alone, lse_alone = bench._fp8_call("flash_wgmma_fp8", cfg, inputs, "forward", {"center_v": 1})[0]()
+    assert torch.equal(o_alone, mu_seen["out"]) and lse_alone is lse
     for bad, match in ((["--option", "pingpong=2"], "pingpong takes 0 or 1"), (["--option", "o_sum=fp16"], "o_sum"),
                        (["--option", "center_v=2"], "center_v takes 0 or 1")):
         with pytest.raises(ValueError, match=match):

@@ -105,9 +105,9 @@ __device__ __forceinline__ void add_o(float (&o)[NO], const float (&ot)[NO], flo
 // scale times Q's block descale; the producer writes each K/V tile's two descales {dk, dv} (8 bytes per ring
 // stage, at scl) before it arrives on the stage's K barrier, so a consumer reads them from shared memory once the
 // K stage is full (no pointers or global loads held in the consumers' registers). m is kept in exp2 units
-// (SCALED_M). Limit: the stage is released by one thread per warpgroup (ConsumerRing), after its wait for S_t, which
-// every warp issues after its read here; without ping-pong's 256-thread barrier between them, nothing but that
-// issue order keeps a slow warp's read ahead of the producer's next write to the slot.
+// (SCALED_M). The stage is released by one thread per warpgroup (ConsumerRing), after its wait for S_t; every
+// warp's read here is ordered before that release by a barrier the 128 threads meet (ConsumerRing's SYNC_K), or
+// with ping-pong by the turn's barrier between them.
 struct BlockScaledRows {
   static constexpr bool kScalesPerTile = true;  // read from the stage: the mainloop waits for it first
   int Nk, causal, wg_row0, row0, lane;
@@ -287,7 +287,10 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
     // PINGPONG: the two consumers take turns to issue their products (as flash_wgmma_fwd.cu's tma-ws-pingpong)
     using Turns = std::conditional_t<PINGPONG, PingPongTurns<kFp8TurnBar, NWG>, NoTurns>;
     RingPos<STAGES> pos;
-    ConsumerRing<STAGES, Turns> ring{KvRingBars{full_k, full_v, empty_k, empty_v}, Turns{c}, t128, pos};
+    // per-block scales read from the K stage by every thread: without ping-pong's turns, a warpgroup barrier
+    // (1 + c, as store_rows' later) orders those reads before the stage's release
+    ConsumerRing<STAGES, Turns, BLOCK && !PINGPONG> ring{KvRingBars{full_k, full_v, empty_k, empty_v}, Turns{c}, t128,
+                                                         pos, 1 + c};
     ring.turns.start();
 
     float o[NO];  // O in fp32

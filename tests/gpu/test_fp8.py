@@ -470,16 +470,23 @@ def test_fp8_head_dim_256_sums_o_in_the_tensor_cores_by_default_and_refuses_the_
 @pytest.mark.parametrize("D", [128, 256])
 def test_centred_v_keeps_o_summed_in_the_tensor_cores_accurate_on_long_rows(shape, causal, D):
     """center_v=True (V's mean row out before quantizing, added back to O) with O summed in the tensor cores (the
-    only sum at D = 256): against fp64 attention of the unquantized inputs (mean 0.5, as the benchmarks draw them),
-    the error stays within the fp32 sum's bound on rows of 8192 keys, and no worse than without centring."""
+    only sum at D = 256), against fp64 attention of the unquantized inputs (mean 0.5, as the benchmarks draw them):
+    within the whole call's bound (Q, K and V quantized: 3 x OUT_REL_L2, as above), never worse than without
+    centring, on rows of 8192 keys at most half the uncentred error (the accumulator's loss of V's common part, which
+    grows with the row), and at D = 128 close to O summed in fp32."""
     B, H, Hkv, Nq, Nk = shape
     q, k, v, _ = random_attention_inputs(B, H, Nq, D, torch.float16, Hkv=Hkv, Nk=Nk, seed=5, mean=0.5)
     ref, _ = reference_forward(q.double(), k.double(), v.double(), causal=causal)
     errs = {}
-    for center in (False, True):
+    for center, o_sum in ((False, "tensor"), (True, "tensor")) + (((False, "fp32"),) if D == 128 else ()):
         with poisoned_outputs():
-            o = fp8.attention_fp8_from(q, k, v, causal=causal, o_sum="tensor", center_v=center)
+            o = fp8.attention_fp8_from(q, k, v, causal=causal, o_sum=o_sum, center_v=center)
         assert o.dtype == torch.float16 and torch.isfinite(o).all()
-        errs[center] = error_metrics(o.double(), ref)["rel_l2"]
-    assert errs[True] <= OUT_REL_L2, errs
-    assert errs[True] <= errs[False] * 1.1 + 1e-4, errs
+        errs[(center, o_sum)] = error_metrics(o.double(), ref)["rel_l2"]
+    centred, plain = errs[(True, "tensor")], errs[(False, "tensor")]
+    assert centred <= 3 * OUT_REL_L2, errs
+    assert centred <= plain * 1.1 + 1e-4, errs
+    if Nk >= 8192:
+        assert centred <= 0.5 * plain, errs
+    if D == 128:
+        assert centred <= 1.25 * errs[(False, "fp32")] + 2e-3, errs
