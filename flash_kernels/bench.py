@@ -301,13 +301,14 @@ def _fp8_call(impl: str, cfg: Config, inputs: Inputs, pass_: str,
     given = {key: val for key, val in (options or {}).items() if key in FP8_OPTIONS}
     o_sum = given.get("o_sum")  # None: the head dim's default (fp8.o_sum_for)
     pingpong = given.get("pingpong")  # checked with the command line (_selection)
-    center = bool(given.get("center_v", 0))  # V's mean row out before quantizing, added back to O in the call
-    if center:
-        opts["center_v"] = 1
+    center_v = given.get("center_v")  # V's mean row out before quantizing, added back in the kernel's epilogue
     if impl == "flash_wgmma_fp8" and pingpong is not None:
         opts["pingpong"] = pingpong
     try:
         opts["o_sum"] = fp8.o_sum_for(o_sum, cfg.D)  # the sum the call runs, given or the head dim's default
+        center = fp8.center_v_for(None if center_v is None else bool(center_v), o_sum, cfg.D)
+        if center:  # recorded where the call centres V (given, or the default where O is summed in the tensor cores)
+            opts["center_v"] = 1
         if impl == "flash_wgmma_fp8_call":
             def whole() -> Any:
                 return fp8.attention_fp8_from(q, k, v, causal=cfg.causal, rotate=opts["rotate"], scales=opts["scales"],
@@ -318,28 +319,22 @@ def _fp8_call(impl: str, cfg: Config, inputs: Inputs, pass_: str,
         v_in, mu = fp8.centered_v(v) if center else (v, None)
         (q8, dq), (k8, dk), (v8, dv) = fp8._quantized(q, k, v_in, opts["rotate"], 0, None, opts["scales"])
 
-        def mean_back(out: Any) -> Any:  # centred: V's mean row added back to O, in the timed call
-            if mu is None:
-                return out
-            if isinstance(out, tuple):  # the kernel alone: (O, LSE); the LSE is V's-mean-free already
-                return (fp8.add_v_mean(out[0], mu), *out[1:])
-            return fp8.add_v_mean(out, mu)
-
         if impl == "flash_wgmma_fp8_vt":
             def with_vt() -> Any:
-                return mean_back(fp8.attention_fp8(q8, k8, v8, dq, dk, dv, causal=cfg.causal, out_dtype=q.dtype,
-                                                   o_sum=o_sum))
+                return fp8.attention_fp8(q8, k8, v8, dq, dk, dv, causal=cfg.causal, out_dtype=q.dtype, o_sum=o_sum,
+                                         v_mean=mu)
 
             with_vt()
             return with_vt, opts
         prepared = fp8._prepare(q8, k8, v8, dq, dk, dv, cfg.causal, None, q.dtype, 0.0)
+        mean = fp8._check_v_mean(mu, v.shape[0], v.shape[1], v.shape[-1], v.device)
         fp8.check_o_sum(o_sum)
     except (ValueError, TypeError) as exc:  # a head dim, dtype, GPU or option the FP8 path refuses
         raise Skip(" ".join(str(exc).split())) from None
     flag = None if pingpong is None else bool(pingpong)
 
     def kernel_alone() -> Any:
-        return mean_back(fp8.forward_vt(*prepared, pingpong=flag, o_sum=o_sum))
+        return fp8.forward_vt(*prepared, pingpong=flag, o_sum=o_sum, v_mean=mean)
 
     return kernel_alone, opts
 
@@ -686,7 +681,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--option", action="append", default=[],
                    help="variant option, e.g. --option block_size=32; the FP8 calls take o_sum=fp32|tensor, "
                         "pingpong=0|1 (the kernel alone) and center_v=0|1 (V's mean row out before quantizing, "
-                        "added back to O in the timed call)")
+                        "added back to O in the kernel's epilogue; default: where O is summed in the tensor cores)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--budget-ms", type=float, default=400.0, help="time budget per case for the timed repeats")

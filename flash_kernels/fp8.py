@@ -258,17 +258,20 @@ def _check(q8: Any, k8: Any, v8: Any, out_dtype: Any) -> tuple[int, ...]:
 def attention_fp8(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, descale_q: Any, descale_k: Any,
                   descale_v: Any, causal: bool = False, scale: float | None = None,
                   out_dtype: torch.dtype = torch.bfloat16, return_lse: bool = False,
-                  exp_on_fma: float = 0.0, o_sum: str | None = None) -> Any:
+                  exp_on_fma: float = 0.0, o_sum: str | None = None, v_mean: torch.Tensor | None = None) -> Any:
     """softmax(scale * (q8 dq)(k8 dk)^T) (v8 dv) from e4m3 inputs; the output in ``out_dtype`` (bf16 or fp16),
     with the fp32 LSE [B, H, Nq] (natural log of the row sums of exp(scale * real scores)) if ``return_lse``.
     scale defaults to 1/sqrt(D); causal masking is top-left aligned (query i sees keys j <= i). ``exp_on_fma``
     (0, 0.25 or 0.5): the share of the softmax's exponentials computed by a degree-3 polynomial on the FMA
     units instead of the SFU (relative error <= 1.8e-4, below e4m3's rounding of P). ``o_sum`` (:data:`O_SUMS`):
     where O's sum over the K/V tiles is kept, "fp32" registers or the "tensor" cores' accumulator (None: fp32, at
-    D = 256 the tensor cores, the only way there)."""
+    D = 256 the tensor cores, the only way there). ``v_mean``: None, or the mean row that was taken out of V
+    before it was quantized (:func:`centered_v`'s ``mu``, [B, Hkv, 1, D] or [B, Hkv, D]), added to O's rows in
+    the kernel's epilogue."""
     check_o_sum(o_sum)
     prepared = _prepare(q8, k8, v8, descale_q, descale_k, descale_v, causal, scale, out_dtype, exp_on_fma)
-    out, lse = forward_vt(*prepared, o_sum=o_sum_for(o_sum, prepared[0].shape[-1]))
+    mean = _check_v_mean(v_mean, k8.shape[0], k8.shape[1], q8.shape[-1], q8.device)
+    out, lse = forward_vt(*prepared, o_sum=o_sum_for(o_sum, prepared[0].shape[-1]), v_mean=mean)
     return (out, lse) if return_lse else out
 
 
@@ -310,11 +313,13 @@ def _prepare(q8: Any, k8: Any, v8: Any, descale_q: Any, descale_k: Any, descale_
 
 def forward_vt(q8: torch.Tensor, k8: torch.Tensor, vt: torch.Tensor, descale: torch.Tensor | tuple[torch.Tensor, ...],
                causal: bool, scale: float, out_dtype: torch.dtype, exp_on_fma: float = 0.0,
-               pingpong: bool | None = None, o_sum: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+               pingpong: bool | None = None, o_sum: str | None = None,
+               v_mean: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernel alone, unchecked: q8, k8 contiguous e4m3, vt = :func:`vt_e4m3` (v8), descale = fp32
     [dq, dk, dv] on the device (per tensor) or a tuple of the three contiguous fp32 block arrays (per block:
-    [B, H, ceil(Nq / 128)] and twice [B, Hkv, ceil(Nk / 128)]), scale > 0. For benchmarks that time the kernel
-    without Vt's preparation;
+    [B, H, ceil(Nq / 128)] and twice [B, Hkv, ceil(Nk / 128)]), scale > 0; ``v_mean``: None, or fp32 with
+    B * Hkv * D elements (:func:`centered_v`'s mean rows), added to O's rows in the kernel's epilogue. For
+    benchmarks that time the kernel without Vt's preparation;
     :func:`attention_fp8` is the checked entry point. ``pingpong``: the two consumer warpgroups take turns to
     issue their products; None: where it was measured faster (:data:`PINGPONG_HEAD_DIMS`, flash_wgmma_fp8.cu's
     header)."""
@@ -326,7 +331,10 @@ def forward_vt(q8: torch.Tensor, k8: torch.Tensor, vt: torch.Tensor, descale: to
     per_block = isinstance(descale, tuple)
     code = _KERNEL.encode(out_dtype=_OUT_DTYPES[out_dtype], exp_on_fma=exp_on_fma, pingpong=bool(pingpong),
                           scales="block" if per_block else "tensor", o_sum=o_sum_for(o_sum, D))
-    _build.load(_MODULE).fwd(code, q8, k8, vt, o, lse, list(descale) if per_block else [descale], scale, causal)
+    ws = list(descale) if per_block else [descale] * 3  # a per-tensor descale holds all three in ws[0]
+    if v_mean is not None:
+        ws.append(v_mean.reshape(-1))  # ws[3]: the epilogue's row to add
+    _build.load(_MODULE).fwd(code, q8, k8, vt, o, lse, ws, scale, causal)
     return o, lse
 
 
@@ -336,7 +344,7 @@ _PREPARED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
 def profiled_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                      scale: float | None = None, rotate: bool = DEFAULT_ROTATE, scales: str = DEFAULT_SCALES,
-                     o_sum: str | None = None) -> torch.Tensor:
+                     o_sum: str | None = None, center_v: bool | None = None) -> torch.Tensor:
     """The FP8 forward as an implementation of nsightlab's attention problem (flash_kernels.study registers it as
     ``flash_wgmma_fp8``): fp16 or bf16 q, k, v are quantized (by default as :func:`attention_fp8_from` does) and Vt
     made on the first call with these
@@ -344,8 +352,8 @@ def profiled_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     later call (the one a capture's range holds, after the warm-up) runs the FP8 kernel alone. Output in q's dtype.
     ``rotate`` (default True): Q and K rotated first (Hadamard seed 0) as part of that preparation, so the range holds the same
     kernel; only the result's error changes. ``scales``: per tensor, or per block (the kernel's per-block
-    variant); ``o_sum`` as :func:`attention_fp8`'s. Quantized as :func:`attention_fp8_from` quantizes (the fused kernels wherever they can), so both give
-    the same result."""
+    variant); ``o_sum`` as :func:`attention_fp8`'s, ``center_v`` as :func:`attention_fp8_from`'s. Quantized as
+    :func:`attention_fp8_from` quantizes (the fused kernels wherever they can), so both give the same result."""
     if not isinstance(q, torch.Tensor) or q.dtype not in _OUT_DTYPES:
         raise TypeError(f"profiled_forward takes fp16 or bf16 tensors to quantize; got "
                         f"{q.dtype if isinstance(q, torch.Tensor) else type(q).__name__}")
@@ -353,14 +361,17 @@ def profiled_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
         raise TypeError(f"rotate must be a bool, got {type(rotate).__name__}")
     check_scales(scales)
     check_o_sum(o_sum)
+    center = center_v_for(center_v, o_sum, q.shape[-1])
     key = tuple((t.data_ptr(), tuple(t.shape), t.dtype, t._version) for t in (q, k, v)) + (causal, scale, rotate,
-                                                                                          scales)
+                                                                                          scales, center)
     prep = _PREPARED.get(key)
     if prep is None:
         _PREPARED.clear()
-        (q8, dq), (k8, dk), (v8, dv) = _quantized(q, k, v, rotate, 0, None, scales)
-        prep = _PREPARED[key] = _prepare(q8, k8, v8, dq, dk, dv, causal, scale, q.dtype, 0.0)
-    return forward_vt(*prep, o_sum=o_sum)[0]
+        v_in, mu = centered_v(v) if center else (v, None)
+        (q8, dq), (k8, dk), (v8, dv) = _quantized(q, k, v_in, rotate, 0, None, scales)
+        prepared = _prepare(q8, k8, v8, dq, dk, dv, causal, scale, q.dtype, 0.0)
+        prep = _PREPARED[key] = (prepared, _check_v_mean(mu, v.shape[0], v.shape[1], v.shape[-1], v.device))
+    return forward_vt(*prep[0], o_sum=o_sum, v_mean=prep[1])[0]
 
 
 def _quantized(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rotate: bool, seed: int,
@@ -401,11 +412,30 @@ def add_v_mean(o: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
     return o.add_((mu.repeat_interleave(H // Hkv, dim=1) if H != Hkv else mu).to(o.dtype))
 
 
-def _check_center_v(center_v: Any) -> bool:
-    if not isinstance(center_v, bool):
-        raise TypeError(f"center_v must be a bool (V's mean row taken out before quantizing and added back to O), "
-                        f"got {type(center_v).__name__}")
-    return center_v
+def _check_v_mean(v_mean: Any, B: int, Hkv: int, D: int, device: torch.device) -> torch.Tensor | None:
+    """attention_fp8's ``v_mean`` as the kernel takes it (contiguous fp32 [B * Hkv * D] on the inputs' device), or
+    None; a clear error for anything else."""
+    if v_mean is None:
+        return None
+    if not isinstance(v_mean, torch.Tensor):
+        raise TypeError(f"v_mean must be a torch.Tensor (V's mean row per batch entry and KV head, fp32 [B, Hkv, 1, D] "
+                        f"or [B, Hkv, D]) or None, got {type(v_mean).__name__}")
+    if tuple(v_mean.shape) not in ((B, Hkv, 1, D), (B, Hkv, D)):
+        raise ValueError(f"v_mean must have shape [B, Hkv, 1, D] or [B, Hkv, D] = {[B, Hkv, 1, D]}; got "
+                         f"{list(v_mean.shape)}")
+    if v_mean.device != device:
+        raise ValueError(f"v_mean must be on the inputs' device ({device}); got {v_mean.device}")
+    return v_mean.to(torch.float32).contiguous().reshape(-1)
+
+
+def center_v_for(center_v: Any, o_sum: str | None, D: int) -> bool:
+    """Whether V is centred (:func:`centered_v`): ``center_v``, or by default (None) wherever O is summed in the
+    tensor cores (:func:`o_sum_for`), whose accumulator loses V's common part over long rows; a clear error for
+    anything but None or a bool."""
+    if center_v is not None and not isinstance(center_v, bool):
+        raise TypeError(f"center_v must be None (where O is summed in the tensor cores) or a bool (V's mean row taken "
+                        f"out before quantizing and added back to O), got {type(center_v).__name__}")
+    return o_sum_for(o_sum, D) == "tensor" if center_v is None else center_v
 
 
 def _rotated(q: Any, k: Any, seed: int = 0, check_only: bool = False) -> Any:
@@ -427,7 +457,7 @@ def attention_fp8_from(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
                        scale: float | None = None, rotate: bool = DEFAULT_ROTATE, seed: int = 0,
                        out_dtype: torch.dtype | None = None, return_lse: bool = False,
                        fused: bool | None = None, scales: str = DEFAULT_SCALES, o_sum: str | None = None,
-                       center_v: bool = False) -> Any:
+                       center_v: bool | None = None) -> Any:
     """The FP8 forward from unquantized fp32, fp16 or bf16 q, k, v: each quantized (:func:`quantize_e4m3`) per
     block of 128 rows (``scales="block"``, the default) or per tensor, then :func:`attention_fp8`. With ``rotate``
     (the default; the defaults are :data:`DEFAULT_ROTATE`, :data:`DEFAULT_SCALES`, chosen by measurement), Q and K
@@ -442,9 +472,10 @@ def attention_fp8_from(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
     (two Triton passes over each 16-bit input, the rotation inside them) instead of the torch operations; False takes
     the torch path, True refuses inputs the fused kernels cannot take.
 
-    ``center_v``: V's mean row over the keys (per batch entry and KV head) is taken out before V is quantized and
-    added back to O after the kernel (:func:`centered_v`, :func:`add_v_mean`; the same attention in exact arithmetic):
-    two more passes over V and one over O, for the accuracy of O summed over long rows in the tensor cores."""
+    ``center_v`` (default: where O is summed in the tensor cores, :func:`center_v_for`): V's mean row over the keys
+    (per batch entry and KV head) is taken out before V is quantized and added back to O in the kernel's epilogue
+    (:func:`centered_v`; the same attention in exact arithmetic, as :func:`add_v_mean` says with torch
+    operations): two more passes over V, for the accuracy of O summed over long rows in the tensor cores."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -460,11 +491,9 @@ def attention_fp8_from(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
     if q.dim() == 4:  # a head dim that takes one way of summing O refuses the other before anything is quantized
         o_sum_for(o_sum, q.shape[-1])
     mu = None
-    if _check_center_v(center_v) and v.dim() == 4 and v.shape[-2] > 0:  # other shapes: attention_fp8 refuses them
+    center = center_v_for(center_v, o_sum, q.shape[-1]) if q.dim() == 4 else center_v_for(center_v, "fp32", 0)
+    if center and v.dim() == 4 and v.shape[-2] > 0:  # other shapes: attention_fp8 refuses them
         v, mu = centered_v(v)
     (q8, dq), (k8, dk), (v8, dv) = _quantized(q, k, v, rotate, seed, fused, scales)
-    out = attention_fp8(q8, k8, v8, dq, dk, dv, causal=causal, scale=scale, out_dtype=out_dtype,
-                        return_lse=return_lse, o_sum=o_sum)
-    if mu is not None:
-        add_v_mean(out[0] if return_lse else out, mu)
-    return out
+    return attention_fp8(q8, k8, v8, dq, dk, dv, causal=causal, scale=scale, out_dtype=out_dtype,
+                         return_lse=return_lse, o_sum=o_sum, v_mean=mu)

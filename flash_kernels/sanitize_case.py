@@ -82,7 +82,7 @@ def main() -> None:
                         launches += 1
                     (q8, dq), (k8, dk), (v8, dv) = x8
                     fp8.forward_vt(q8, k8, fp8.vt_e4m3(v8), torch.stack([dq, dk, dv]).float(), True, D ** -0.5,
-                                   torch.bfloat16, pingpong=True)
+                                   torch.bfloat16, pingpong=True, v_mean=v.mean(dim=-2).float().reshape(-1))
                     launches += 1
                     xb = [fk.quantize_e4m3(t, scales="block") for t in (q, k, v)]  # a descale per 128 rows
                     for causal in (False, True):

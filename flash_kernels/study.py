@@ -126,7 +126,7 @@ FP8 = Implementation(
     _fp8_supports, None,
     {"materializes": False, "engine": "tensor cores (e4m3)", "needs_warmup": True},
     "flash_wgmma's FP8 forward: e4m3 Q, K, V with a scale per block of 128 rows on wgmma's 8-bit path, V transposed, "
-    "O summed in fp32 (in the tensor cores at D = 256)",
+    "O summed in fp32 (in the tensor cores at D = 256, V centred there: its mean row added back in the epilogue)",
     setup=_build_kernels)
 
 

@@ -649,8 +649,15 @@ def test_fp8_options_reach_the_calls_that_take_them_and_bad_values_are_refused(m
     fn, opts = bench._fp8_call("flash_wgmma_fp8", cfg, inputs, "forward", {"pingpong": 1, "o_sum": "tensor",
                                                                             "block_size": 32})
     fn()
-    assert seen["forward_vt"] == {"pingpong": True, "o_sum": "tensor"}
-    assert opts == {"rotate": fp8.DEFAULT_ROTATE, "scales": fp8.DEFAULT_SCALES, "o_sum": "tensor", "pingpong": 1}
+    _, mu = fp8.centered_v(inputs[2])  # O summed in the tensor cores: V centred by default, its mean to the epilogue
+    assert seen["forward_vt"].keys() == {"pingpong", "o_sum", "v_mean"} and torch.equal(seen["forward_vt"]["v_mean"],
+                                                                                         mu.reshape(-1))
+    assert seen.pop("forward_vt")["pingpong"] is True
+    assert opts == {"rotate": fp8.DEFAULT_ROTATE, "scales": fp8.DEFAULT_SCALES, "o_sum": "tensor", "pingpong": 1,
+                    "center_v": 1}
+    fn, opts = bench._fp8_call("flash_wgmma_fp8", cfg, inputs, "forward", {"o_sum": "tensor", "center_v": 0})
+    fn()
+    assert seen.pop("forward_vt")["v_mean"] is None and "center_v" not in opts
     fn, opts = bench._fp8_call("flash_wgmma_fp8_vt", cfg, inputs, "forward", {"pingpong": 1})
     assert "pingpong" not in opts and seen["attention_fp8"]["o_sum"] is None  # the head dim's default
     assert opts["o_sum"] == "fp32"  # recorded as the call runs it
@@ -658,20 +665,16 @@ def test_fp8_options_reach_the_calls_that_take_them_and_bad_values_are_refused(m
     assert bench._fp8_call("flash_wgmma_fp8_vt", d256, inputs, "forward")[1]["o_sum"] == "tensor"
     with pytest.raises(bench.Skip, match="tensor cores only"):  # the sum D = 256 lacks: the row says why
         bench._fp8_call("flash_wgmma_fp8", d256, inputs, "forward", {"o_sum": "fp32"})
-    mu_seen = {}
-    monkeypatch.setattr(fp8, "attention_fp8", lambda *a, **kw: torch.zeros(1, 2, 64, 64, dtype=torch.float16))
+    seen.clear()
     fn, opts = bench._fp8_call("flash_wgmma_fp8_vt", cfg, inputs, "forward", {"center_v": 1})
     assert opts["center_v"] == 1
-    q, k, v, _ = inputs
+    _, _, v, _ = inputs
     _, mu = fp8.centered_v(v)
-    mu_seen["out"] = fn()  # the mean row is added back in the timed call
-    assert torch.allclose(mu_seen["out"].float(), mu.repeat_interleave(q.shape[1] // v.shape[1], 1).expand(
-        *mu_seen["out"].shape).half().float())
+    fn()  # the mean row goes to the kernel (its epilogue adds it), inside the timed call
+    assert torch.equal(seen["attention_fp8"]["v_mean"], mu)
     assert "center_v" not in bench._fp8_call("flash_wgmma_fp8_vt", cfg, inputs, "forward")[1]
-    lse = torch.full((1, 2, 64), 3.0)  # the kernel alone returns (O, LSE): the mean goes into O, the LSE as it was
-    monkeypatch.setattr(fp8, "forward_vt", lambda *a, **kw: (torch.zeros(1, 2, 64, 64, dtype=torch.float16), lse))
-    o_alone, lse_alone = bench._fp8_call("flash_wgmma_fp8", cfg, inputs, "forward", {"center_v": 1})[0]()
-    assert torch.equal(o_alone, mu_seen["out"]) and lse_alone is lse
+    bench._fp8_call("flash_wgmma_fp8", cfg, inputs, "forward", {"center_v": 1})[0]()  # the kernel alone: flat fp32
+    assert torch.equal(seen["forward_vt"]["v_mean"], mu.reshape(-1))
     for bad, match in ((["--option", "pingpong=2"], "pingpong takes 0 or 1"), (["--option", "o_sum=fp16"], "o_sum"),
                        (["--option", "center_v=2"], "center_v takes 0 or 1")):
         with pytest.raises(ValueError, match=match):

@@ -421,7 +421,7 @@ def test_centred_v_gives_the_same_attention_with_its_mean_added_back():
 
 def test_center_v_is_checked_and_takes_the_mean_out_before_quantizing(monkeypatch):
     q = torch.randn(1, 2, 8, 64, dtype=torch.float16)
-    with pytest.raises(TypeError, match="center_v must be a bool"):
+    with pytest.raises(TypeError, match="center_v must be None .* or a bool"):
         fp8.attention_fp8_from(q, q, q, center_v=1)
     seen = {}
 
@@ -430,9 +430,31 @@ def test_center_v_is_checked_and_takes_the_mean_out_before_quantizing(monkeypatc
         return [(q, 1.0), (k, 1.0), (v, 1.0)]
 
     monkeypatch.setattr(fp8, "_quantized", fake_quantized)
-    monkeypatch.setattr(fp8, "attention_fp8", lambda *a, **kw: torch.zeros(1, 2, 8, 64, dtype=torch.float16))
+    monkeypatch.setattr(fp8, "attention_fp8", lambda *a, **kw: seen.setdefault("v_mean", []).append(kw["v_mean"]))
     v = torch.full((1, 2, 8, 64), 3.0, dtype=torch.float16)
-    out = fp8.attention_fp8_from(q, q, v, center_v=True)
-    assert torch.equal(seen["v"], torch.zeros_like(v)) and torch.equal(out, v)  # quantized centred, mean added back
-    out = fp8.attention_fp8_from(q, q, v)
-    assert seen["v"] is v and torch.equal(out, torch.zeros_like(v))
+    fp8.attention_fp8_from(q, q, v, center_v=True)
+    # quantized centred; the mean goes to the kernel, whose epilogue adds it to O
+    assert torch.equal(seen["v"], torch.zeros_like(v)) and torch.equal(seen["v_mean"][0], torch.full((1, 2, 1, 64), 3.0))
+    fp8.attention_fp8_from(q, q, v)
+    assert seen["v"] is v and seen["v_mean"][1] is None
+
+
+def test_v_mean_is_checked_and_handed_to_the_kernel_flat():
+    mu = torch.ones(2, 3, 1, 64, dtype=torch.float64)
+    flat = fp8._check_v_mean(mu, 2, 3, 64, mu.device)
+    assert flat.dtype == torch.float32 and flat.shape == (2 * 3 * 64,) and flat.is_contiguous()
+    assert fp8._check_v_mean(mu[:, :, 0], 2, 3, 64, mu.device).shape == (384,) and fp8._check_v_mean(None, 2, 3, 64, mu.device) is None
+    with pytest.raises(ValueError, match=r"v_mean must have shape \[B, Hkv, 1, D\] or \[B, Hkv, D\] = \[2, 3, 1, 64\]; got \[2, 3, 64, 1\]"):
+        fp8._check_v_mean(mu.transpose(-1, -2), 2, 3, 64, mu.device)
+    with pytest.raises(TypeError, match="v_mean must be a torch.Tensor"):
+        fp8._check_v_mean([1.0], 2, 3, 64, mu.device)
+    with pytest.raises(ValueError, match="v_mean must be on the inputs' device"):
+        fp8._check_v_mean(mu, 2, 3, 64, torch.device("meta"))
+
+
+def test_v_is_centred_by_default_where_o_is_summed_in_the_tensor_cores():
+    assert fp8.center_v_for(None, None, 256) and fp8.center_v_for(None, "tensor", 128)
+    assert not fp8.center_v_for(None, None, 128) and not fp8.center_v_for(None, "fp32", 64)
+    assert fp8.center_v_for(True, "fp32", 64) and not fp8.center_v_for(False, None, 256)
+    with pytest.raises(ValueError, match="tensor cores only"):  # the head dim's refusal comes first
+        fp8.center_v_for(None, "fp32", 256)

@@ -51,7 +51,7 @@ inline fk::AttnArgs fk_args(int64_t option, const at::Tensor& q, const at::Tenso
   a.v = v.data_ptr();
   a.o = o.data_ptr();
   a.lse = fk_f32(lse);
-  TORCH_CHECK(ws.size() <= 3, "flash_kernels: at most 3 workspaces");
+  TORCH_CHECK(ws.size() <= 4, "flash_kernels: at most 4 workspaces");
   for (size_t i = 0; i < ws.size(); ++i) a.ws[i] = fk_f32(ws[i]);
   a.B = static_cast<int>(q.size(0));
   a.H = static_cast<int>(q.size(1));

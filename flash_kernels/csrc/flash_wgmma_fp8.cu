@@ -105,9 +105,8 @@ __device__ __forceinline__ void add_o(float (&o)[NO], const float (&ot)[NO], flo
 // scale times Q's block descale; the producer writes each K/V tile's two descales {dk, dv} (8 bytes per ring
 // stage, at scl) before it arrives on the stage's K barrier, so a consumer reads them from shared memory once the
 // K stage is full (no pointers or global loads held in the consumers' registers). m is kept in exp2 units
-// (SCALED_M). The stage is released by one thread per warpgroup (ConsumerRing), after its wait for S_t; every
-// warp's read here is ordered before that release by a barrier the 128 threads meet (ConsumerRing's SYNC_K), or
-// with ping-pong by the turn's barrier between them.
+// (SCALED_M). Every consumer thread arrives on the K stage's empty barrier (ConsumerRing's K_PER_THREAD), so that
+// each thread's read here is ordered before the producer's next write to the slot.
 struct BlockScaledRows {
   static constexpr bool kScalesPerTile = true;  // read from the stage: the mainloop waits for it first
   int Nk, causal, wg_row0, row0, lane;
@@ -197,13 +196,15 @@ constexpr int fp8_smem() {
 
 // One block per (query block of 128 rows, head); heaviest query block first when causal.
 constexpr int kFp8TurnBar = 4;  // named barriers 4, 5: the ping-pong turns (1, 2: store_rows; 0: __syncthreads)
-// Descales: BLOCK: dq [B * H][cdiv(Nq, 128)], dk and dv [B * Hkv][cdiv(Nk, 128)]; else one float each.
+// Descales: BLOCK: dq [B * H][cdiv(Nq, 128)], dk and dv [B * Hkv][cdiv(Nk, 128)]; else one float each. v_mean: null,
+// or fp32 [B * Hkv][D], V's mean row of each K/V plane, added to O's rows (V was centred before quantization).
 template <typename TO, int D, int STAGES, int EMU, bool PINGPONG, bool BLOCK, bool TSUM>
 __global__ void __launch_bounds__(3 * 128, 1)
 flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                                const __grid_constant__ CUtensorMap tmV, TO* __restrict__ O, float* __restrict__ LSE,
                                Dims dm, const float* __restrict__ dq_s, const float* __restrict__ dk_s,
-                               const float* __restrict__ dv_s, float scale_log2, int causal) {
+                               const float* __restrict__ dv_s, const float* __restrict__ v_mean, float scale_log2,
+                               int causal) {
   constexpr int BM = kFp8BM, BN = kFp8BN, NWG = 2;
   constexpr int NO = D / 2;
   constexpr uint32_t TQ = BM * D, TK = BN * D, TV = D * BN, TSTAGE_O = 64 * D * 2;
@@ -233,7 +234,7 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
 
   if (tid == 0) {
     mbar_init(full_q, 1);
-    mbar_init_kv_ring<STAGES>(full_k, full_v, empty_k, empty_v, NWG);
+    mbar_init_kv_ring<STAGES>(full_k, full_v, empty_k, empty_v, NWG, BLOCK ? NWG * 128 : NWG);
     mbar_init_fence();
   }
   __syncthreads();
@@ -287,10 +288,8 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
     // PINGPONG: the two consumers take turns to issue their products (as flash_wgmma_fwd.cu's tma-ws-pingpong)
     using Turns = std::conditional_t<PINGPONG, PingPongTurns<kFp8TurnBar, NWG>, NoTurns>;
     RingPos<STAGES> pos;
-    // per-block scales read from the K stage by every thread: without ping-pong's turns, a warpgroup barrier
-    // (1 + c, as store_rows' later) orders those reads before the stage's release
-    ConsumerRing<STAGES, Turns, BLOCK && !PINGPONG> ring{KvRingBars{full_k, full_v, empty_k, empty_v}, Turns{c}, t128,
-                                                         pos, 1 + c};
+    // per-block scales read from the K stage by every thread: every thread releases the K stage
+    ConsumerRing<STAGES, Turns, BLOCK> ring{KvRingBars{full_k, full_v, empty_k, empty_v}, Turns{c}, t128, pos};
     ring.turns.start();
 
     float o[NO];  // O in fp32
@@ -301,24 +300,26 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
     ring.skip(n_kv - n_wg);
     if (n_wg == 0) return;  // warpgroup-uniform; no block-wide barrier follows
     uint8_t* const stage = smem + (sO - sQ) + c * TSTAGE_O;
+    const float* const mean = v_mean != nullptr ? v_mean + long(kvh) * D : nullptr;  // centred V: its mean row
     if constexpr (BLOCK) {
       const float dq = __ldg(dq_s + long(bh) * ((Nq + BM - 1) / BM) + q0 / BM);
       const BlockScaledRows rows{Nk, causal, wg_row0, row0, lane, scale_log2 * dq, scl};
       OverlapMainloop::tiles(ops, ring, o, m, l, dQ, n_wg, rows);
-      store_rows<TO, D, 64>(o, m, l, stage, 0, 1 + c, wg_row0, Nq, bh, O, LSE, rows.lse_scale());
+      store_rows<TO, D, 64, true>(o, m, l, stage, 0, 1 + c, wg_row0, Nq, bh, O, LSE, rows.lse_scale(), INT_MAX, mean);
     } else {
       const float sl2 = scale_log2 * __ldg(dq_s) * __ldg(dk_s);  // exp2 scale of the raw e4m3 dot products
       OverlapMainloop::tiles(ops, ring, o, m, l, dQ, n_wg, SoftmaxRows{Nk, causal, wg_row0, row0, lane, sl2});
       const float dv = __ldg(dv_s);
 #pragma unroll
       for (int k = 0; k < NO; ++k) o[k] *= dv;
-      store_rows<TO, D, 64>(o, m, l, stage, 0, 1 + c, wg_row0, Nq, bh, O, LSE, sl2);
+      store_rows<TO, D, 64, true>(o, m, l, stage, 0, 1 + c, wg_row0, Nq, bh, O, LSE, sl2, INT_MAX, mean);
     }
   }
 }
 
 // q, k: [B * H][Nq][D], [B * Hkv][Nk][D] e4m3; v: Vt [B * Hkv][D][Nk rounded up to 32] e4m3 in the permuted
-// key order; descales fp32 on the device: per tensor a.ws[0] = {q, k, v}, per block a.ws[0..2] = q, k, v blocks
+// key order; descales fp32 on the device: per tensor a.ws[0] = {q, k, v}, per block a.ws[0..2] = q, k, v blocks;
+// a.ws[3]: null, or V's mean rows [B * Hkv][D] to add to O (centred V)
 // (the kernel's header); the option's fields (option_codes.h): the output's dtype, the exponentials' split
 // (fp8_forward_emu), ping-pong, the scales.
 template <typename TO, int D, int EMU, bool PINGPONG, bool BLOCK, bool TSUM>
@@ -343,7 +344,8 @@ cudaError_t fp8_forward_launch(const AttnArgs& a, cudaStream_t stream) {
   const float* dk = BLOCK ? a.ws[1] : a.ws[0] + 1;
   const float* dv = BLOCK ? a.ws[2] : a.ws[0] + 2;
   kernel<<<dim3(cdiv(a.Nq, kFp8BM), a.B * a.H), 3 * 128, smem, stream>>>(
-      maps[0], maps[1], maps[2], static_cast<TO*>(a.o), a.lse, dims_of(a), dq, dk, dv, a.scale * kLog2e, a.causal);
+      maps[0], maps[1], maps[2], static_cast<TO*>(a.o), a.lse, dims_of(a), dq, dk, dv, a.ws[3], a.scale * kLog2e,
+      a.causal);
   return cudaGetLastError();
 }
 

@@ -294,15 +294,16 @@ __device__ __forceinline__ void mbar_init_fence() {
 }
 // The mbarriers of a warp-specialised kernel's K/V ring (one initialising thread, before mbar_init_fence): per
 // stage s, full_k / full_v + 8 s complete on one arrival (the producer's expect_tx) and the copy engine's bytes,
-// empty_k / empty_v + 8 s on `consumers` arrivals (one per consumer warpgroup, once it is done with the stage).
+// empty_k / empty_v + 8 s on `consumers` arrivals (one per consumer warpgroup, once it is done with the stage;
+// empty_k on `k_consumers` where given: one per consumer thread where each thread reads the K stage itself).
 template <int STAGES>
 __device__ __forceinline__ void mbar_init_kv_ring(uint32_t full_k, uint32_t full_v, uint32_t empty_k, uint32_t empty_v,
-                                                  uint32_t consumers) {
+                                                  uint32_t consumers, uint32_t k_consumers = 0) {
 #pragma unroll
   for (int s = 0; s < STAGES; ++s) {
     mbar_init(full_k + 8 * s, 1);
     mbar_init(full_v + 8 * s, 1);
-    mbar_init(empty_k + 8 * s, consumers);
+    mbar_init(empty_k + 8 * s, k_consumers ? k_consumers : consumers);  // k_consumers: the K stages' own count
     mbar_init(empty_v + 8 * s, consumers);
   }
 }

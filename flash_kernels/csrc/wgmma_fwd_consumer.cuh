@@ -125,23 +125,21 @@ struct PingPongTurns {
 
 // ------------------------------------------------------------------------------ the ring, as a consumer reads it
 
-// SYNC_K: every thread of the warpgroup reads the K stage's slot itself (Rows::tile_scales, per-block scales):
-// its 128 threads meet at named barrier sync_bar before the one arrival releases the stage, so that every warp's
-// read is ordered before the producer's next write there (with ping-pong the turn's 256-thread barrier, between
-// the read and the release, already does).
-template <int STAGES, class Turns, bool SYNC_K = false>
+// K_PER_THREAD: every thread of the warpgroup reads the K stage's slot itself (Rows::tile_scales, per-block scales),
+// so every thread arrives on the stage's empty barrier (initialised with 128 arrivals per warpgroup): each thread's
+// read is ordered before the producer's next write there by its own arrival, as the Q buffers' empty_q are.
+template <int STAGES, class Turns, bool K_PER_THREAD = false>
 struct ConsumerRing {
   KvRingBars bar;
   Turns turns;
   int t128;
   RingPos<STAGES>& pos;  // the ring, as the producer runs it: stage and phase parity of the next K/V tile
-  int sync_bar = 0;      // SYNC_K: the warpgroup's named barrier
   // one arrival per warpgroup: its wgmma reading the stage have completed (wgmma_wait)
   __device__ __forceinline__ void release(uint32_t b) const { mbar_arrive_if(b, t128 == 0); }
   __device__ __forceinline__ void wait_k() const { mbar_wait(bar.full_k + 8 * pos.st, pos.ph); }
   __device__ __forceinline__ void release_k() const {
-    if constexpr (SYNC_K) bar_sync(sync_bar, 128);
-    release(bar.empty_k + 8 * pos.st);
+    if constexpr (K_PER_THREAD) mbar_arrive(bar.empty_k + 8 * pos.st);
+    else release(bar.empty_k + 8 * pos.st);
   }
   __device__ __forceinline__ void wait_v(const RingPos<STAGES>& p) const { mbar_wait(bar.full_v + 8 * p.st, p.ph); }
   __device__ __forceinline__ void release_v(const RingPos<STAGES>& p) const { release(bar.empty_v + 8 * p.st); }

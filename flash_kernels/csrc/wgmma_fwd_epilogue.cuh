@@ -17,11 +17,13 @@ namespace fk {
 // Normalise one warpgroup's O, write its LSE, stage its rows in its own (no longer read) rows
 // r0 .. r0 + 63 of the [BM][D] SW128 Q tile at `tile` (conflict-free 4-byte writes), meet the other
 // threads of the warpgroup at named barrier `bar_id`, and write the rows out 16 bytes per thread, none at or
-// past min(Nq, row_end) (row_end: where the work tile's rows end, when that is before Nq).
-template <typename T, int D, int BM>
+// past min(Nq, row_end) (row_end: where the work tile's rows end, when that is before Nq). ADD: `add` (fp32 [D], or
+// null) is added to every normalised row (FP8's centred V: V's mean row, taken out before quantization).
+template <typename T, int D, int BM, bool ADD = false>
 __device__ __forceinline__ void store_rows(float (&o)[D / 2], const float (&m)[2], float (&l)[2], uint8_t* tile,
                                            int r0, int bar_id, int wg_row0, int Nq, long bh, T* __restrict__ O,
-                                           float* __restrict__ LSE, float scale_log2, int row_end = INT_MAX) {
+                                           float* __restrict__ LSE, float scale_log2, int row_end = INT_MAX,
+                                           const float* __restrict__ add = nullptr) {
   const int t128 = threadIdx.x & 127, warp = t128 >> 5, lane = t128 & 31;
   const int row0 = wg_row0 + warp * 16 + (lane >> 2);
   const int end = min(Nq, row_end);  // rows from here on are not this call's to write
@@ -34,11 +36,20 @@ __device__ __forceinline__ void store_rows(float (&o)[D / 2], const float (&m)[2
   }
   const int srow = r0 + warp * 16 + (lane >> 2);  // staging row of h = 0
 #pragma unroll
-  for (int j = 0; j < D / 8; ++j)
+  for (int j = 0; j < D / 8; ++j) {
+    float2 a = make_float2(0.f, 0.f);  // columns 8 j + 2 (lane & 3) and the next
+    if constexpr (ADD)
+      if (add != nullptr) a = __ldg(reinterpret_cast<const float2*>(add + 8 * j + 2 * (lane & 3)));
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-      *reinterpret_cast<uint32_t*>(tile + sw128<BM>(srow + 8 * h, j) + (lane & 3) * 4) =
-          pack2<T>(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
+    for (int h = 0; h < 2; ++h) {
+      float x = o[4 * j + 2 * h] * inv[h], y = o[4 * j + 2 * h + 1] * inv[h];
+      if constexpr (ADD) {
+        x += a.x;
+        y += a.y;
+      }
+      *reinterpret_cast<uint32_t*>(tile + sw128<BM>(srow + 8 * h, j) + (lane & 3) * 4) = pack2<T>(x, y);
+    }
+  }
   if ((lane & 3) == 0) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

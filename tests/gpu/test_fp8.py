@@ -464,6 +464,30 @@ def test_fp8_head_dim_256_sums_o_in_the_tensor_cores_by_default_and_refuses_the_
 
 
 
+@pytest.mark.parametrize("scales", ["tensor", "block"])
+@pytest.mark.parametrize("D", [64, 128, 256])
+def test_fp8_epilogue_adds_v_mean_to_every_row_of_each_kv_heads_query_heads(D, scales):
+    """v_mean (V's mean row per batch entry and KV head, fp32): the kernel's epilogue adds it to O's normalised rows,
+    as add_v_mean does to the output without it, over grouped heads, causal and not, every way of summing O, ragged
+    sizes (the last query block half empty); the LSE is unchanged."""
+    B, H, Hkv, Nq, Nk = 2, 8, 2, 300, 519
+    q, k, v, _ = random_attention_inputs(B, H, Nq, D, torch.float32, Hkv=Hkv, Nk=Nk, seed=61)
+    x8, ds = zip(*(fp8.quantize_e4m3(t, scales=scales) for t in (q, k, v)), strict=True)
+    mu = torch.randn(B, Hkv, 1, D, device=q.device) * 2 + 1  # non-zero mean, a different row per KV head
+    for causal in (False, True):
+        for o_sum in fp8.O_SUMS if D not in fp8.O_SUM_ONLY else (fp8.O_SUM_ONLY[D],):
+            plain, lse0 = fk.attention_fp8(*x8, *ds, causal=causal, o_sum=o_sum, out_dtype=torch.float16,
+                                           return_lse=True)
+            with poisoned_outputs():
+                o, lse = fk.attention_fp8(*x8, *ds, causal=causal, o_sum=o_sum, out_dtype=torch.float16,
+                                          return_lse=True, v_mean=mu)
+            want = fp8.add_v_mean(plain.float(), mu)
+            torch.testing.assert_close(o.float(), want, rtol=2e-3, atol=2e-3)
+            assert torch.equal(lse, lse0)
+    with pytest.raises(ValueError, match="v_mean must have shape"):
+        fk.attention_fp8(*x8, *ds, v_mean=mu[:, :1])
+
+
 @pytest.mark.parametrize("shape", [(1, 2, 1, 8192, 8192), (2, 8, 2, 300, 519)],
                          ids=lambda s: "B{}-H{}-Hkv{}-Nq{}-Nk{}".format(*s))
 @pytest.mark.parametrize("causal", [False, True])
