@@ -488,6 +488,7 @@ def fp8_suite_table(gpu: Path) -> str:
                               for r in wide.sort_values(["D", "causal", "N"]).itertuples())
             out += (f"\n\nThe FP8 kernel's repeats spread more than {100 * SPREAD_NOTE:.0f} % (fastest to slowest, over "
                     f"the median) at {cells}: read those cells with that margin.")
+    out += _fp8_centred_note(df)
     out += _fp8_error_note(df)
     out += fp16_drift_note(gpu, path)
     torch_quant = sorted(d for d in set(df.loc[df["impl"] == FP8_CALL, "D"]) if d not in model.FP8_FUSED_QUANT_DIMS)
@@ -549,6 +550,22 @@ def _o_sum(options: str, D: int) -> str:
     given = dict(kv.split("=", 1) for kv in str(options or "").split(";") if "=" in kv)
     where = given.get("o_sum") or model.fp8_default_o_sum(D)
     return {"fp32": "fp32 registers", "tensor": "the tensor cores' accumulator"}.get(where, where)
+
+
+def _fp8_centred_note(df: pd.DataFrame) -> str:
+    """The head dims whose FP8 kernel rows ran with V centred (center_v=1 in their options): where O was summed,
+    and the error range there."""
+    ok = df[(df["impl"] == FP8_KERNEL) & (df["status"] == "ok")].dropna(subset=["rel_l2"])
+    opts = ok.get("options", pd.Series("", index=ok.index)).fillna("").astype(str)
+    centred = ok[opts.str.split(";").apply(lambda kv: "center_v=1" in kv)]
+    if centred.empty:
+        return ""
+    dims = sorted(set(centred["D"]))
+    sums = " and ".join(sorted({_o_sum(o, D) for o, D in zip(opts[centred.index], centred["D"], strict=True)}))
+    return (f"\n\nAt D={', '.join(map(str, dims))} V is centred (center_v, the default where O is summed in "
+            f"{sums}, which loses V's common part over long rows): its mean row over the keys is taken out before V "
+            f"is quantized and added back to O in the kernel's epilogue; the error there is "
+            f"{100 * centred['rel_l2'].min():.2f}–{100 * centred['rel_l2'].max():.2f} % (rel. L2).")
 
 
 def _fp8_error_note(df: pd.DataFrame) -> str:

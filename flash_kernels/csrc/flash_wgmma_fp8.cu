@@ -14,7 +14,9 @@
 //   exp2 scale, dv multiplies O at the end. Per block (FlashAttention-3's block quantization, one descale per 128
 //   rows of each plane = the tile): Q's block descale joins the exp2 scale; K tile t's is the factor of S_t, so the
 //   running max is kept in exp2 units (softmax_scores' SCALED_M); V tile t's multiplies P_t V_t as it is added.
-//   The producer writes each tile's {dk, dv} beside its ring stage in shared memory (BlockScaledRows).
+//   The producer writes each tile's {dk, dv} beside its ring stage in shared memory (BlockScaledRows); every
+//   consumer thread releases the K stage it read them from. v_mean: V's mean row added to O in the epilogue (V
+//   centred before quantization, flash_kernels/fp8.py center_v).
 // - O's sum over the tiles (option o_sum). fp32 (default at D = 64, 128): each P_t V_t lands in a fresh accumulator and the CUDA
 //   cores add it, because the FP8 tensor cores' sums keep fewer bits than fp32; the fresh accumulator's 64
 //   registers (D = 128) leave ptxas no room to run the softmax under O += P V. tensor: O += P V in the accumulator
