@@ -592,3 +592,23 @@ def test_report_scheduler_unreachable_is_one_line(tmp_path, capsys, monkeypatch)
                         "--scheduler", "tcp://127.0.0.1:9", "--force"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("nsightlab report: error: --scheduler tcp://127.0.0.1:9: the scheduler cannot be reached")
+
+
+def test_pages_go_to_the_workers_slowest_first_one_capture_at_a_time(tmp_path):
+    """submission_order: round by round over the captures (largest on disk first), each capture's pages slowest
+    notebook first, so that no two pages of one capture start together while others wait; every page once."""
+    from nsightlab.render import report as R
+
+    caps = {}
+    for name, size in (("small", 10), ("big", 1000), ("mid", 100)):
+        caps[name] = tmp_path / name
+        caps[name].mkdir()
+        (caps[name] / "report.bin").write_bytes(b"x" * size)
+    todo = [R.Job(f"gpu/{name}/{nb}", nb, tmp_path / f"{name}-{nb}.html", {"capture": str(caps[name])}, "h")
+            for name in ("small", "big", "mid") for nb in ("timeline", "why", "device")
+            if not (name == "small" and nb != "timeline")]
+    todo.append(R.Job("compare/a-b", "compare", tmp_path / "c.html", {}, "h"))
+    got = [j.label for j in R.submission_order(todo)]
+    assert got == ["gpu/big/why", "gpu/mid/why", "gpu/small/timeline", "compare/a-b",
+                   "gpu/big/device", "gpu/mid/device", "gpu/big/timeline", "gpu/mid/timeline"]
+    assert R.submission_order([]) == []

@@ -476,6 +476,38 @@ def _render(job: Job, a: argparse.Namespace, reports: Path, stop: threading.Even
                             standalone=a.standalone, stop=stop)
 
 
+#: the notebooks that take longest per page first within a capture (why: the deep tier, its sources and Nsight's
+#: rules; roofline and device: every report's counters; timeline and correctness: one table), a scheduling order only
+SLOW_FIRST = ("why", "compare", "roofline", "device", "performance", "l2_thrashing", "options", "timeline",
+              "correctness")
+
+
+def submission_order(todo: list[Job]) -> list[Job]:
+    """The order the pages are handed to the workers (the index keeps its own): each capture's (or comparison's)
+    pages slowest notebook first (:data:`SLOW_FIRST`), then round by round, the first page of every capture, largest
+    capture on disk first, then the second page of each, and so on. So the first pages of different captures run
+    side by side, each parsing its own capture into the cache that its later pages read, instead of several pages of
+    one capture parsing it at once, and the longest pages do not start last."""
+    def capture_of(job: Job) -> str:
+        return job.label.rsplit("/", 1)[0]
+
+    def slow(job: Job) -> int:
+        return SLOW_FIRST.index(job.notebook) if job.notebook in SLOW_FIRST else len(SLOW_FIRST)
+
+    def size(job: Job) -> int:
+        path = job.params.get("capture")
+        if not path or not Path(path).is_dir():
+            return 0
+        return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+    groups: dict[str, list[Job]] = {}
+    for j in todo:
+        groups.setdefault(capture_of(j), []).append(j)
+    sizes = {name: size(js[0]) for name, js in groups.items()}
+    ordered = [sorted(js, key=slow) for name, js in sorted(groups.items(), key=lambda kv: -sizes[kv[0]])]
+    return [g[i] for i in range(max((len(g) for g in ordered), default=0)) for g in ordered if i < len(g)]
+
+
 def render_all(todo: list[Job], a: argparse.Namespace, reports: Path) -> list[tuple[str, str]] | None:
     """Render ``todo`` as Dask tasks: on ``--jobs`` worker threads of this process (each page's notebook runs in
     a Jupyter kernel process of its own: the threads wait on them, and papermill's and nbconvert's Python in
@@ -503,7 +535,7 @@ def render_all(todo: list[Job], a: argparse.Namespace, reports: Path) -> list[tu
         client = Client(cluster)
     futures = []
     try:
-        for j in todo:  # the pages in order (the index lists them so); any free worker takes the next
+        for j in submission_order(todo):  # any free worker takes the next; the index lists them in its own order
             futures.append(client.submit(_page_task, j, a, reports, None if remote else token, pure=False,
                                          key=f"page-{len(futures)}-{j.label}-{token}"))
         for fut in as_completed(futures):
