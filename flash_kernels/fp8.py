@@ -401,13 +401,15 @@ def centered_v(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     centred V plus ``mu`` (:func:`add_v_mean`) is the attention over V, for any mask that leaves a row a key. What it
     buys: O's sum over thousands of keys no longer carries V's common part, the part an accumulator of few bits
     (the FP8 tensor cores' own, ``o_sum="tensor"``) loses most of; and e4m3's range goes to what differs."""
-    mu = v.detach().float().mean(dim=-2, keepdim=True)
-    return (v.float() - mu).to(v.dtype), mu
+    vf = v.detach().float()
+    mu = vf.mean(dim=-2, keepdim=True)
+    return (vf - mu).to(v.dtype), mu
 
 
 def add_v_mean(o: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
     """``o`` ([B, H, N, D]) plus :func:`centered_v`'s ``mu`` ([B, Hkv, 1, D]) of each query head's KV head (query
-    heads h * Hkv / H .. share KV head h, as the kernels group them), in place, in o's dtype."""
+    heads h * H / Hkv .. (h + 1) * H / Hkv - 1 share KV head h, as the kernels group them), in place, in o's
+    dtype."""
     H, Hkv = o.shape[1], mu.shape[1]
     return o.add_((mu.repeat_interleave(H // Hkv, dim=1) if H != Hkv else mu).to(o.dtype))
 
@@ -420,12 +422,15 @@ def _check_v_mean(v_mean: Any, B: int, Hkv: int, D: int, device: torch.device) -
     if not isinstance(v_mean, torch.Tensor):
         raise TypeError(f"v_mean must be a torch.Tensor (V's mean row per batch entry and KV head, fp32 [B, Hkv, 1, D] "
                         f"or [B, Hkv, D]) or None, got {type(v_mean).__name__}")
+    if v_mean.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        raise TypeError(f"v_mean must be fp32 (or fp16, bf16, fp64, converted to fp32); got {v_mean.dtype}")
     if tuple(v_mean.shape) not in ((B, Hkv, 1, D), (B, Hkv, D)):
-        raise ValueError(f"v_mean must have shape [B, Hkv, 1, D] or [B, Hkv, D] = {[B, Hkv, 1, D]}; got "
-                         f"{list(v_mean.shape)}")
+        raise ValueError(f"v_mean must have shape [B, Hkv, 1, D] = {[B, Hkv, 1, D]} or [B, Hkv, D] = {[B, Hkv, D]}; "
+                         f"got {list(v_mean.shape)}")
     if v_mean.device != device:
         raise ValueError(f"v_mean must be on the inputs' device ({device}); got {v_mean.device}")
-    return v_mean.to(torch.float32).contiguous().reshape(-1)
+    flat = v_mean.to(torch.float32).contiguous().reshape(-1)
+    return flat if flat.data_ptr() % 8 == 0 else flat.clone()  # the epilogue reads it 8 bytes at a time
 
 
 def center_v_for(center_v: Any, o_sum: str | None, D: int) -> bool:

@@ -557,15 +557,19 @@ def _fp8_centred_note(df: pd.DataFrame) -> str:
     and the error range there."""
     ok = df[(df["impl"] == FP8_KERNEL) & (df["status"] == "ok")].dropna(subset=["rel_l2"])
     opts = ok.get("options", pd.Series("", index=ok.index)).fillna("").astype(str)
-    centred = ok[opts.str.split(";").apply(lambda kv: "center_v=1" in kv)]
+    is_centred = opts.str.split(";").apply(lambda kv: "center_v=1" in kv).to_numpy(dtype=bool)
+    centred = ok[is_centred]
     if centred.empty:
         return ""
-    dims = sorted(set(centred["D"]))
-    sums = " and ".join(sorted({_o_sum(o, D) for o, D in zip(opts[centred.index], centred["D"], strict=True)}))
-    return (f"\n\nAt D={', '.join(map(str, dims))} V is centred (center_v, the default where O is summed in "
-            f"{sums}, which loses V's common part over long rows): its mean row over the keys is taken out before V "
-            f"is quantized and added back to O in the kernel's epilogue; the error there is "
-            f"{100 * centred['rel_l2'].min():.2f}–{100 * centred['rel_l2'].max():.2f} % (rel. L2).")
+    centred = centred.assign(o_sum=[_o_sum(o, D) for o, D in zip(opts[is_centred], centred["D"], strict=True)])
+    parts = []
+    for where, g in centred.groupby("o_sum", sort=True):
+        lo, hi = 100 * g["rel_l2"].min(), 100 * g["rel_l2"].max()
+        span = f"{lo:.2f} %" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f} %"
+        parts.append(f"at D={', '.join(map(str, sorted(set(g['D']))))} with O summed in {where}: {span}")
+    return ("\n\nV is centred (center_v: given, or by default where O is summed in the tensor cores' accumulator, "
+            "which loses V's common part over long rows): its mean row over the keys is taken out before V is "
+            f"quantized and added back to O in the kernel's epilogue. The error (rel. L2) {'; '.join(parts)}.")
 
 
 def _fp8_error_note(df: pd.DataFrame) -> str:

@@ -87,7 +87,8 @@ def main() -> None:
                     xb = [fk.quantize_e4m3(t, scales="block") for t in (q, k, v)]  # a descale per 128 rows
                     for causal in (False, True):
                         for o_sum in fp8.O_SUMS if D not in fp8.O_SUM_ONLY else (fp8.O_SUM_ONLY[D],):
-                            fk.attention_fp8(*(x for x, _ in xb), *(d for _, d in xb), causal=causal, o_sum=o_sum)
+                            fk.attention_fp8(*(x for x, _ in xb), *(d for _, d in xb), causal=causal, o_sum=o_sum,
+                                             v_mean=v.mean(dim=-2, keepdim=True))
                             launches += 1
     torch.cuda.synchronize()
     print(f"sanitize_case: ran {launches} forward/backward cases")

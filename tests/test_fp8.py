@@ -444,7 +444,7 @@ def test_v_mean_is_checked_and_handed_to_the_kernel_flat():
     flat = fp8._check_v_mean(mu, 2, 3, 64, mu.device)
     assert flat.dtype == torch.float32 and flat.shape == (2 * 3 * 64,) and flat.is_contiguous()
     assert fp8._check_v_mean(mu[:, :, 0], 2, 3, 64, mu.device).shape == (384,) and fp8._check_v_mean(None, 2, 3, 64, mu.device) is None
-    with pytest.raises(ValueError, match=r"v_mean must have shape \[B, Hkv, 1, D\] or \[B, Hkv, D\] = \[2, 3, 1, 64\]; got \[2, 3, 64, 1\]"):
+    with pytest.raises(ValueError, match=r"v_mean must have shape \[B, Hkv, 1, D\] = \[2, 3, 1, 64\] or \[B, Hkv, D\] = \[2, 3, 64\]; got \[2, 3, 64, 1\]"):
         fp8._check_v_mean(mu.transpose(-1, -2), 2, 3, 64, mu.device)
     with pytest.raises(TypeError, match="v_mean must be a torch.Tensor"):
         fp8._check_v_mean([1.0], 2, 3, 64, mu.device)
@@ -458,3 +458,13 @@ def test_v_is_centred_by_default_where_o_is_summed_in_the_tensor_cores():
     assert fp8.center_v_for(True, "fp32", 64) and not fp8.center_v_for(False, None, 256)
     with pytest.raises(ValueError, match="tensor cores only"):  # the head dim's refusal comes first
         fp8.center_v_for(None, "fp32", 256)
+
+
+def test_v_mean_of_another_dtype_is_refused_and_a_misaligned_one_copied():
+    with pytest.raises(TypeError, match=r"v_mean must be fp32 \(or fp16, bf16, fp64, converted to fp32\); got torch.int64"):
+        fp8._check_v_mean(torch.ones(1, 1, 1, 64, dtype=torch.int64), 1, 1, 64, torch.device("cpu"))
+    big = torch.zeros(1 + 64)
+    odd = big[1:].view(1, 1, 64)  # contiguous, 4 bytes past an 8-byte boundary: the epilogue reads float2
+    assert odd.data_ptr() % 8 == 4
+    flat = fp8._check_v_mean(odd, 1, 1, 64, big.device)
+    assert flat.data_ptr() % 8 == 0 and torch.equal(flat, odd.reshape(-1))

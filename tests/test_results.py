@@ -92,8 +92,7 @@ def test_the_marks_table_is_computed_from_the_fp8_suite_and_the_bench_capture():
     e = df[(df["impl"] == results.FP8_KERNEL) & (df["status"] == "ok") & (df["D"] == 256) & ~df["causal"]
            & (df["N"] >= 8192)]["rel_l2"]
     # met (V centred at D = 256): a met mark carries its rows' error only where it passes the error note's 2 %
-    assert d256 == "—" if e.max() <= results.ERROR_NOTE else \
-        d256.startswith(f"met, but the FP8 error at D=256 is {100 * e.min():.1f}–{100 * e.max():.1f} %")
+    assert e.max() <= results.ERROR_NOTE and d256 == "—"
     loud = pd.DataFrame([{"impl": results.FP8_KERNEL, "status": "ok", "D": 256, "causal": False, "N": n, "rel_l2": x}
                          for n, x in ((8192, 0.057), (16384, 0.111))])
     assert results._fp8_error_mark(loud, 256, False).startswith("met, but the FP8 error at D=256 is 5.7–11.1 %")
@@ -241,8 +240,8 @@ def test_the_fp8_tables_need_no_torch():
     out = subprocess.run([sys.executable, "-c", code, str(H200)], capture_output=True, text=True, timeout=300,
                          cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "At D=256 V is centred (center_v, the default where O is summed in the tensor cores' accumulator" \
-        in out.stdout
+    assert "V is centred (center_v: given, or by default where O is summed in the tensor cores' accumulator" \
+        in out.stdout and "at D=256 with O summed in the tensor cores' accumulator: " in out.stdout
     assert out.stdout.rstrip().endswith("the tensor cores' accumulator fp32 registers")
     assert "From the deep tier of the fp8 capture (D=128)." in out.stdout  # the FP8 marks' why, without torch
     # the whole call's slow column at D = 256 explained: the head dims the fused quantization takes
@@ -293,6 +292,10 @@ def test_the_fp8_table_says_where_the_error_passes_its_note_and_where_v_is_centr
            "at D=64, 128 (O summed in fp32 registers and the tensor cores' accumulator) it stays at or under 1.2 %." \
            in note
     centred = results._fp8_centred_note(df)
-    assert "At D=64 V is centred (center_v, the default where O is summed in the tensor cores' accumulator" in centred
-    assert centred.endswith("the error there is 0.40–0.40 % (rel. L2).")
+    assert centred.endswith("The error (rel. L2) at D=64 with O summed in the tensor cores' accumulator: 0.40 %.")
+    both = pd.concat([df, pd.DataFrame([{**rows[0], "rel_l2": 0.01, "options": "o_sum=fp32;center_v=1"},
+                                        {**rows[0], "D": 64, "rel_l2": 0.002, "options": "center_v=1;o_sum=tensor"}])])
+    assert results._fp8_centred_note(both).endswith(
+        "at D=128 with O summed in fp32 registers: 1.00 %; at D=64 with O summed in the tensor cores' accumulator: "
+        "0.20–0.40 %.")
     assert results._fp8_centred_note(df[df["D"] != 64]) == ""

@@ -17,7 +17,7 @@ struct AttnArgs {
   const void* dO;             // backward: like q
   void *dq, *dk, *dv;         // like q, k, v
   float *Dd, *dq_acc;         // backward workspaces: [B, H, Nq], [B, H, Nq, D] fp32
-  float* ws[4];               // further fp32 workspaces of a variant (score matrices, FA1's O/m/l, FP8's descales)
+  float* ws[4];               // further fp32 arrays of a variant (score matrices, FA1's O/m/l; FP8: descales, V's mean row)
   int B, H, Hkv, Nq, Nk, D;
   float scale;
   int causal;

@@ -21,8 +21,9 @@
 //   cores add it, because the FP8 tensor cores' sums keep fewer bits than fp32; the fresh accumulator's 64
 //   registers (D = 128) leave ptxas no room to run the softmax under O += P V. tensor: O += P V in the accumulator
 //   (FlashAttention-3's way), O kept in the units of the V tile being added (rescaled by alpha * sv_done / sv_next
-//   with the softmax's rescale); faster by little, less accurate on long rows (docs/kernels.md); the only sum at
-//   D = 256, where a fresh accumulator beside O would take 256 registers per thread.
+//   with the softmax's rescale); faster by little, less accurate on long rows unless V is centred (docs/kernels.md;
+//   center_v, the default with this sum); the only sum at D = 256, where a fresh accumulator beside O would take
+//   256 registers per thread.
 // - Q and K rows are D bytes (128-byte swizzle at D = 128, 64-byte at D = 64; at D = 256 two 128-byte column
 //   blocks, two TMA boxes each); Vt rows 128 bytes; O staged apart.
 // - Option exp_on_fma: part of the exponentials by a polynomial on the FMA units (wgmma_softmax.cuh), not default.

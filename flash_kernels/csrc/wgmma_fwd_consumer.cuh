@@ -14,7 +14,8 @@
 // then tile n_wg - 1, the only one that can reach past Nk or the diagonal, masked if it needs it; the overlapped
 // loop runs unmasked and must not branch between its two wgmma waits (ptxas would then wait for both before the
 // branch and the softmax would no longer overlap O += P V: hence predicated arrivals and register fences).
-// Limits: a warpgroup releases each ring stage once per phase; every consumer takes one turn per K/V tile.
+// Limits: a warpgroup releases each ring stage once per phase (one arrival, or one per thread where each thread
+// reads the K stage itself: K_PER_THREAD); every consumer takes one turn per K/V tile.
 #pragma once
 #include "wgmma_softmax.cuh"
 
@@ -130,6 +131,7 @@ struct PingPongTurns {
 // read is ordered before the producer's next write there by its own arrival, as the Q buffers' empty_q are.
 template <int STAGES, class Turns, bool K_PER_THREAD = false>
 struct ConsumerRing {
+  static constexpr bool kKPerThread = K_PER_THREAD;
   KvRingBars bar;
   Turns turns;
   int t128;
@@ -180,6 +182,7 @@ struct PlainMainloop {
   template <class Ops, class Ring, class Rows>
   __device__ __forceinline__ static void run(Ops& ops, Ring& ring, float (&o)[Ops::NO], float (&m)[2], float (&l)[2],
                                              uint64_t dQ, int n_wg, const Rows& rows) {
+    static_assert(!Rows::kScalesPerTile || Ring::kKPerThread, "scales read from the K stage: every thread releases it");
     for (int t = n_wg - 1; t >= 0; --t) {
       typename Ops::Frag pf;
       float sk, sv;
@@ -217,6 +220,7 @@ struct OverlapMainloop {
   template <class Ops, class Ring, class Rows>
   __device__ __forceinline__ static void tiles(Ops& ops, Ring& ring, float (&o)[Ops::NO], float (&m)[2],
                                                float (&l)[2], uint64_t dQ, int n_wg, const Rows& rows) {
+    static_assert(!Rows::kScalesPerTile || Ring::kKPerThread, "scales read from the K stage: every thread releases it");
     constexpr int BN = Ops::BN;
     // P_{t+1} (in pf) waits for V_{t+1} at v while S_t is computed; sv: V_{t+1}'s scale
     typename Ops::Frag pf;
