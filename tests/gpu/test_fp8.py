@@ -407,6 +407,22 @@ def test_profiled_forward_per_block_is_the_kernel_on_inputs_prepared_once(dtype)
     assert torch.equal(o1, ref) and torch.equal(o2, ref)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_profiled_forward_at_head_dim_256_is_the_centred_kernel_on_inputs_prepared_once(dtype):
+    """At D = 256 (O in the tensor cores) profiled_forward centres V by default: the range holds the FP8 kernel alone
+    (V's mean added in its epilogue, no other launch), and its output is attention_fp8_from's, bit for bit."""
+    q, k, v, _ = random_attention_inputs(2, 4, 300, 256, dtype, Hkv=2, Nk=333, seed=46, mean=0.5)
+    o1 = fp8.profiled_forward(q, k, v, causal=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        o2 = fp8.profiled_forward(q, k, v, causal=True)
+        torch.cuda.synchronize()
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert len(kernels) == 1 and "fp8" in kernels[0], kernels
+    ref = fp8.attention_fp8_from(q, k, v, causal=True)
+    assert torch.equal(o1, ref) and torch.equal(o2, ref)
+    assert not torch.equal(ref, fp8.attention_fp8_from(q, k, v, causal=True, center_v=False))  # it did centre
+
+
 # --------------------------------------------------------------------------- O summed in the tensor cores (o_sum)
 
 
