@@ -552,16 +552,22 @@ def _o_sum(options: str, D: int) -> str:
     return {"fp32": "fp32 registers", "tensor": "the tensor cores' accumulator"}.get(where, where)
 
 
+def _fp8_kernel_errors(df: pd.DataFrame) -> pd.DataFrame:
+    """The FP8 kernel's rows that ran and carry an error, with where each summed O (``o_sum``) and whether it
+    centred V (``centred``: center_v=1 in its options)."""
+    ok = df[(df["impl"] == FP8_KERNEL) & (df["status"] == "ok")].dropna(subset=["rel_l2"])
+    opts = ok.get("options", pd.Series("", index=ok.index)).fillna("").astype(str)
+    return ok.assign(o_sum=[_o_sum(o, D) for o, D in zip(opts, ok["D"], strict=True)],
+                     centred=["center_v=1" in o.split(";") for o in opts])
+
+
 def _fp8_centred_note(df: pd.DataFrame) -> str:
     """The head dims whose FP8 kernel rows ran with V centred (center_v=1 in their options): where O was summed,
     and the error range there."""
-    ok = df[(df["impl"] == FP8_KERNEL) & (df["status"] == "ok")].dropna(subset=["rel_l2"])
-    opts = ok.get("options", pd.Series("", index=ok.index)).fillna("").astype(str)
-    is_centred = opts.str.split(";").apply(lambda kv: "center_v=1" in kv).to_numpy(dtype=bool)
-    centred = ok[is_centred]
+    ok = _fp8_kernel_errors(df)
+    centred = ok[ok["centred"].astype(bool)]
     if centred.empty:
         return ""
-    centred = centred.assign(o_sum=[_o_sum(o, D) for o, D in zip(opts[is_centred], centred["D"], strict=True)])
     parts = []
     for where, g in centred.groupby("o_sum", sort=True):
         lo, hi = 100 * g["rel_l2"].min(), 100 * g["rel_l2"].max()
@@ -575,11 +581,9 @@ def _fp8_centred_note(df: pd.DataFrame) -> str:
 def _fp8_error_note(df: pd.DataFrame) -> str:
     """The head dims where the FP8 kernel's error passes :data:`ERROR_NOTE`: the error at each N and mask, where O
     was summed, beside the largest error of the head dims that stay under it."""
-    ok = df[(df["impl"] == FP8_KERNEL) & (df["status"] == "ok")].dropna(subset=["rel_l2"])
+    ok = _fp8_kernel_errors(df)
     if ok.empty:
         return ""
-    ok = ok.assign(o_sum=[_o_sum(o, D) for o, D in zip(ok.get("options", pd.Series("", index=ok.index)), ok["D"],
-                                                             strict=True)])
     worst = ok.groupby("D")["rel_l2"].max()
     high, low = worst[worst > ERROR_NOTE], worst[worst <= ERROR_NOTE]
     out = ""
