@@ -489,7 +489,7 @@ def submission_order(todo: list[Job]) -> list[Job]:
     side by side, each parsing its own capture into the cache that its later pages read, instead of several pages of
     one capture parsing it at once, and the longest pages do not start last."""
     def capture_of(job: Job) -> str:  # a comparison (compare/<name>) is a group of its own
-        return job.label if job.comparison is not None or job.label.startswith("compare/") else job.label.rsplit("/", 1)[0]
+        return job.label if job.label.startswith("compare/") else job.label.rsplit("/", 1)[0]
 
     def slow(job: Job) -> int:
         return SLOW_FIRST.index(job.notebook) if job.notebook in SLOW_FIRST else len(SLOW_FIRST)
