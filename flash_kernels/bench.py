@@ -310,14 +310,18 @@ def _fp8_call(impl: str, cfg: Config, inputs: Inputs, pass_: str,
         if center:  # recorded where the call centres V (given, or the default where O is summed in the tensor cores)
             opts["center_v"] = 1
         if impl == "flash_wgmma_fp8_call":
+            from . import quantize  # how the whole call quantizes, recorded in the row: the fused kernels or torch
+
+            opts["quant"] = "fused" if all(quantize.fused_reason(t) is None for t in (q, k, v)) else "torch"
+
             def whole() -> Any:
                 return fp8.attention_fp8_from(q, k, v, causal=cfg.causal, rotate=opts["rotate"], scales=opts["scales"],
                                               o_sum=o_sum, center_v=center)
 
             whole()  # its checks, before the call is timed
             return whole, opts
-        v_in, mu = fp8.centered_v(v) if center else (v, None)
-        (q8, dq), (k8, dk), (v8, dv) = fp8._quantized(q, k, v_in, opts["rotate"], 0, None, opts["scales"])
+        mu = fp8.mean_row(v) if center else None
+        (q8, dq), (k8, dk), (v8, dv) = fp8._quantized(q, k, v, opts["rotate"], 0, None, opts["scales"], v_mean=mu)
 
         if impl == "flash_wgmma_fp8_vt":
             def with_vt() -> Any:

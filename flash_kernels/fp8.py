@@ -367,18 +367,21 @@ def profiled_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     prep = _PREPARED.get(key)
     if prep is None:
         _PREPARED.clear()
-        v_in, mu = centered_v(v) if center else (v, None)
-        (q8, dq), (k8, dk), (v8, dv) = _quantized(q, k, v_in, rotate, 0, None, scales)
+        mu = mean_row(v) if center else None
+        (q8, dq), (k8, dk), (v8, dv) = _quantized(q, k, v, rotate, 0, None, scales, v_mean=mu)
         prepared = _prepare(q8, k8, v8, dq, dk, dv, causal, scale, q.dtype, 0.0)
         prep = _PREPARED[key] = (prepared, _check_v_mean(mu, v.shape[0], v.shape[1], v.shape[-1], v.device))
     return forward_vt(*prep[0], o_sum=o_sum, v_mean=prep[1])[0]
 
 
 def _quantized(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rotate: bool, seed: int,
-               fused: bool | None, scales: str = "tensor") -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(x8, descale) of q, k, v per tensor or per block (``scales``), Q and K rotated first with ``rotate``: by the fused Triton kernels
+               fused: bool | None, scales: str = "tensor",
+               v_mean: torch.Tensor | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(x8, descale) of q, k, v per tensor or per block (``scales``), Q and K rotated first with ``rotate``, V less
+    ``v_mean`` (fp32 [B, Hkv, 1, D], :func:`centered_v`'s mean) where given: by the fused Triton kernels
     (:mod:`flash_kernels.quantize`) unless ``fused`` is False or they cannot take an input (then the torch
-    operations: :func:`_rotated`, :func:`quantize_e4m3`; ``fused`` True refuses that)."""
+    operations: :func:`_rotated`, :func:`centered_v`'s subtraction, :func:`quantize_e4m3`; ``fused`` True refuses
+    that)."""
     if fused is not None and not isinstance(fused, bool):
         raise TypeError(f"fused must be None (wherever it can), True or False; got {fused!r}")
     why = next((f"{n}: {r}" for n, t in (("q", q), ("k", k), ("v", v)) if (r := quantize.fused_reason(t))), None)
@@ -389,9 +392,11 @@ def _quantized(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rotate: bool, 
     if fused is not False and why is None:
         rs = _check_seed(seed) if rotate else None
         return [quantize.quantize_e4m3_fused(q, rs, scales), quantize.quantize_e4m3_fused(k, rs, scales),
-                quantize.quantize_e4m3_fused(v, None, scales)]
+                quantize.quantize_e4m3_fused(v, None, scales, mean=v_mean)]
     if rotate:
         q, k = _rotated(q, k, seed)
+    if v_mean is not None:
+        v = (v.float() - v_mean).to(v.dtype)
     return [quantize_e4m3(t, scales=scales) for t in (q, k, v)]
 
 
@@ -401,9 +406,14 @@ def centered_v(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     centred V plus ``mu`` (:func:`add_v_mean`) is the attention over V, for any mask that leaves a row a key. What it
     buys: O's sum over thousands of keys no longer carries V's common part, the part an accumulator of few bits
     (the FP8 tensor cores' own, ``o_sum="tensor"``) loses most of; and e4m3's range goes to what differs."""
-    vf = v.detach().float()
-    mu = vf.mean(dim=-2, keepdim=True)
-    return (vf - mu).to(v.dtype), mu
+    mu = mean_row(v)
+    return (v.detach().float() - mu).to(v.dtype), mu
+
+
+def mean_row(v: torch.Tensor) -> torch.Tensor:
+    """V's mean row over the keys of each batch entry and KV head, fp32 ``[B, Hkv, 1, D]`` (one pass over V, summed
+    in fp32): what :func:`centered_v` takes out, and the fused quantization subtracts in its own pass."""
+    return v.detach().mean(dim=-2, keepdim=True, dtype=torch.float32)
 
 
 def add_v_mean(o: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
@@ -498,7 +508,7 @@ def attention_fp8_from(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
     mu = None
     center = center_v_for(center_v, o_sum, q.shape[-1]) if q.dim() == 4 else center_v_for(center_v, "fp32", 0)
     if center and v.dim() == 4 and v.shape[-2] > 0:  # other shapes: attention_fp8 refuses them
-        v, mu = centered_v(v)
-    (q8, dq), (k8, dk), (v8, dv) = _quantized(q, k, v, rotate, seed, fused, scales)
+        mu = mean_row(v)
+    (q8, dq), (k8, dk), (v8, dv) = _quantized(q, k, v, rotate, seed, fused, scales, v_mean=mu)
     return attention_fp8(q8, k8, v8, dq, dk, dv, causal=causal, scale=scale, out_dtype=out_dtype,
                          return_lse=return_lse, o_sum=o_sum, v_mean=mu)

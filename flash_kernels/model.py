@@ -35,7 +35,7 @@ FP8_O_SUM_ONLY = {256: "tensor"}
 
 #: the head dims the fused Triton quantization takes (flash_kernels.quantize: a block of rows and the D x D sign
 #: matrix stay on chip); other head dims quantize with torch operations, several passes over memory
-FP8_FUSED_QUANT_DIMS = (64, 128)
+FP8_FUSED_QUANT_DIMS = (64, 128, 256)
 
 
 def fp8_default_o_sum(D: int) -> str:

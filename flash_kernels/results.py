@@ -491,11 +491,11 @@ def fp8_suite_table(gpu: Path) -> str:
     out += _fp8_centred_note(df)
     out += _fp8_error_note(df)
     out += fp16_drift_note(gpu, path)
-    torch_quant = sorted(d for d in set(df.loc[df["impl"] == FP8_CALL, "D"]) if d not in model.FP8_FUSED_QUANT_DIMS)
+    torch_quant = _torch_quantized_dims(df)
     if torch_quant:
-        out += (f"\n\nThe whole call at D={', '.join(map(str, torch_quant))} quantizes (and rotates) with torch "
-                f"operations, several passes over each input: the fused Triton quantization takes D = "
-                f"{', '.join(map(str, model.FP8_FUSED_QUANT_DIMS))} (flash_kernels.quantize).")
+        out += (f"\n\nThe whole call at D={', '.join(map(str, torch_quant))} quantized (and rotated) with torch "
+                f"operations in this run (its rows' quant=torch), several passes over each input instead of the fused "
+                f"Triton quantization (flash_kernels.quantize).")
     refused = df[(df["impl"] == FP8_KERNEL) & df["status"].str.startswith("skipped")]
     for D, g in refused.groupby("D"):
         out += f"\n\nHead dim {D}: the FP8 path refuses it ({g['status'].iloc[0].removeprefix('skipped: ')})."
@@ -559,6 +559,14 @@ def _fp8_kernel_errors(df: pd.DataFrame) -> pd.DataFrame:
     opts = ok.get("options", pd.Series("", index=ok.index)).fillna("").astype(str)
     return ok.assign(o_sum=[_o_sum(o, D) for o, D in zip(opts, ok["D"], strict=True)],
                      centred=["center_v=1" in o.split(";") for o in opts])
+
+
+def _torch_quantized_dims(df: pd.DataFrame) -> list[int]:
+    """The head dims whose whole-call FP8 rows say they quantized with torch operations (options quant=torch; rows
+    from before the bench recorded it say nothing)."""
+    calls = df[df["impl"] == FP8_CALL]
+    opts = calls.get("options", pd.Series("", index=calls.index)).fillna("").astype(str)
+    return sorted({int(d) for d, o in zip(calls["D"], opts, strict=True) if "quant=torch" in o.split(";")})
 
 
 def _fp8_centred_note(df: pd.DataFrame) -> str:

@@ -425,18 +425,29 @@ def test_center_v_is_checked_and_takes_the_mean_out_before_quantizing(monkeypatc
         fp8.attention_fp8_from(q, q, q, center_v=1)
     seen = {}
 
-    def fake_quantized(q, k, v, *a):
-        seen["v"] = v
+    def fake_quantized(q, k, v, *a, v_mean=None):
+        seen["v"], seen["mean"] = v, v_mean
         return [(q, 1.0), (k, 1.0), (v, 1.0)]
 
     monkeypatch.setattr(fp8, "_quantized", fake_quantized)
     monkeypatch.setattr(fp8, "attention_fp8", lambda *a, **kw: seen.setdefault("v_mean", []).append(kw["v_mean"]))
     v = torch.full((1, 2, 8, 64), 3.0, dtype=torch.float16)
     fp8.attention_fp8_from(q, q, v, center_v=True)
-    # quantized centred; the mean goes to the kernel, whose epilogue adds it to O
-    assert torch.equal(seen["v"], torch.zeros_like(v)) and torch.equal(seen["v_mean"][0], torch.full((1, 2, 1, 64), 3.0))
+    # the quantization takes V and its mean row (subtracted in its pass); the kernel's epilogue adds it back to O
+    assert seen["v"] is v and torch.equal(seen["mean"], torch.full((1, 2, 1, 64), 3.0))
+    assert torch.equal(seen["v_mean"][0], torch.full((1, 2, 1, 64), 3.0))
     fp8.attention_fp8_from(q, q, v)
-    assert seen["v"] is v and seen["v_mean"][1] is None
+    assert seen["v"] is v and seen["mean"] is None and seen["v_mean"][1] is None
+
+
+def test_the_torch_quantization_subtracts_v_mean_as_centered_v_does():
+    q = torch.randn(2, 4, 33, 64)
+    v = torch.randn(2, 2, 33, 64, dtype=torch.float16) + 0.5
+    centred, mu = fp8.centered_v(v)
+    assert torch.equal(mu, v.float().mean(dim=-2, keepdim=True)) and torch.equal(fp8.mean_row(v), mu)
+    got = fp8._quantized(q, q, v, False, 0, False, "block", v_mean=mu)[2]
+    want = fp8.quantize_e4m3(centred, scales="block")
+    assert torch.equal(got[0].float(), want[0].float()) and torch.equal(got[1], want[1])
 
 
 def test_v_mean_is_checked_and_handed_to_the_kernel_flat():

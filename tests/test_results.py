@@ -244,9 +244,17 @@ def test_the_fp8_tables_need_no_torch():
         in out.stdout and "at D=256 with O summed in the tensor cores' accumulator: " in out.stdout
     assert out.stdout.rstrip().endswith("the tensor cores' accumulator fp32 registers")
     assert "From the deep tier of the fp8 capture (D=128)." in out.stdout  # the FP8 marks' why, without torch
-    # the whole call's slow column at D = 256 explained: the head dims the fused quantization takes
-    assert "The whole call at D=256 quantizes (and rotates) with torch operations" in out.stdout
-    assert "takes D = 64, 128 (flash_kernels.quantize)" in out.stdout
+
+
+def test_the_fp8_table_says_which_whole_calls_quantized_with_torch():
+    """The whole call's column explained where its rows say they quantized with torch operations (quant=torch);
+    rows that do not say (captures from before the bench recorded it) get no line."""
+    import pandas as pd
+
+    df = pd.DataFrame([{"impl": results.FP8_CALL, "D": D, "options": f"rotate=True;{q}"}
+                       for D, q in ((64, "quant=fused"), (256, "quant=torch"), (128, ""), (256, "quant=torch"))])
+    assert results._torch_quantized_dims(df) == [256]
+    assert results._torch_quantized_dims(df[df["D"] != 256]) == []
 
 
 def test_the_fp8_table_says_where_its_fp16_run_drifts_from_the_bench_capture(tmp_path):

@@ -251,7 +251,7 @@ def test_profiled_forward_rotated_is_the_kernel_on_rotated_inputs_prepared_once(
 
 @pytest.mark.parametrize("rotate", [False, True], ids=["per-tensor", "rotated"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [64, 128, 256])
 @pytest.mark.parametrize("shape", [(1, 1, 1, 1, 1), (2, 8, 2, 300, 519), (1, 4, 1, 1000, 1000)],
                          ids=lambda s: "B{}-H{}-Hkv{}-Nq{}-Nk{}".format(*s))
 def test_fused_quantization_matches_the_torch_path(shape, D, dtype, rotate):
@@ -365,7 +365,7 @@ def test_fp8_per_block_keeps_blocks_that_a_loud_block_would_flush(causal):
 
 @pytest.mark.parametrize("rotate", [False, True], ids=["plain", "rotated"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [64, 128, 256])
 @pytest.mark.parametrize("shape", [(1, 1, 1, 1, 1), (2, 8, 2, 300, 519), (1, 4, 1, 1000, 1000)],
                          ids=lambda s: "B{}-H{}-Hkv{}-Nq{}-Nk{}".format(*s))
 def test_fused_per_block_quantization_matches_the_torch_path(shape, D, dtype, rotate):
@@ -392,6 +392,31 @@ def test_fused_per_block_quantization_matches_the_torch_path(shape, D, dtype, ro
     o_t = fp8.attention_fp8_from(q, k, v, rotate=rotate, fused=False, scales="block")
     # a one-key output is one V row: the few values that round apart (one e4m3 step, up to 6 %) are all of it
     assert error_metrics(o_f, o_t.double())["rel_l2"] <= 3 * OUT_REL_L2
+
+
+@pytest.mark.parametrize("scales", ["tensor", "block"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("D", [64, 128, 256])
+def test_fused_quantization_subtracts_the_mean_row_as_centered_v_does(D, dtype, scales):
+    """quantize_e4m3_fused(mean=...) (in fp32 inside the pass at D = 256, by torch before it at 64 and 128) against
+    quantize_e4m3 of centered_v's V: descales to fp32 rounding, e4m3 values within one step, few apart; a mean of
+    the wrong shape or beside a rotation is refused."""
+    from flash_kernels import quantize
+
+    v = _blocky(2, 4, 2, 300, 519, D, seed=47)[2].to(dtype)
+    centred, mu = fp8.centered_v(v)
+    with poisoned_outputs():
+        x8f, df = quantize.quantize_e4m3_fused(v, None, scales, mean=mu)
+    x8t, dt = fp8.quantize_e4m3(centred, scales=scales)
+    assert x8f.shape == v.shape and df.shape == dt.shape
+    assert bool(((df / dt - 1).abs() < 2e-3).all())  # the fused pass subtracts in fp32, torch rounds V - mu first
+    a, b = x8f.float(), x8t.float()
+    assert bool(((a - b).abs() <= 0.125 * torch.maximum(a.abs(), b.abs()) + 2.0 ** -9).all())
+    assert float((a != b).float().mean()) < 3e-2
+    with pytest.raises(ValueError, match=r"mean must be fp32 \[\.\.\., 1, D\]"):
+        quantize.quantize_e4m3_fused(v, None, scales, mean=mu[:, :1])
+    with pytest.raises(ValueError, match="with a rotation"):
+        quantize.quantize_e4m3_fused(v, 0, scales, mean=mu)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
