@@ -300,7 +300,8 @@ def _backward(variant: Variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         _build.load("flash_mma_bwd").bwd(_MMA_BWD.encode(tile=opts["bwd_tile"], group_split=split), q, k, v, o, lse,
                                          g, Dd, dq_acc, dq, dk, dv, ws, scale, causal)
     elif variant.name == "flash_wgmma":
-        split = _group_split(opts["group_split"], B, H, k.shape[1], k.shape[2], causal, dev)
+        keys = _WG_BWD.constants["keys_d256"] if D == 256 else _BWD_KEYS
+        split = _group_split(opts["group_split"], B, H, k.shape[1], k.shape[2], causal, dev, keys)
         ws = [torch.empty(k.shape, dtype=torch.float32, device=dev) for _ in range(2)] if split > 1 else []
         code = _WG_BWD.encode(tile=opts["wg_bwd_tile"], pipeline=opts["bwd_pipeline"], group_split=split)
         _build.load("flash_wgmma_bwd").bwd(code, q, k, v, o, lse, g, Dd, dq_acc, dq, dk, dv, ws, scale, causal)
@@ -315,14 +316,15 @@ _BWD_KEYS = _MMA_BWD.constants["keys"]
 assert _BWD_KEYS == _WG_BWD.constants["keys"], "_group_split counts both backwards' key blocks alike"
 
 
-def _group_split(choice: Any, B: int, H: int, Hkv: int, Nk: int, causal: bool, dev: torch.device) -> int:
+def _group_split(choice: Any, B: int, H: int, Hkv: int, Nk: int, causal: bool, dev: torch.device,
+                 keys: int = _BWD_KEYS) -> int:
     """Thread blocks per grouped-query group in flash_mma's and flash_wgmma's backward: ``choice`` if an int (it must divide
     H / Hkv), else the fewest divisors' worth that give 2 blocks per SM (4 when causal: key blocks near the
-    end see few queries)."""
+    end see few queries), a block owning ``keys`` keys."""
     G = H // Hkv
     if choice != "auto":  # validated in _prepare
         return choice
-    blocks = -(-Nk // _BWD_KEYS) * B * Hkv
+    blocks = -(-Nk // keys) * B * Hkv
     target = (4 if causal else 2) * torch.cuda.get_device_properties(dev).multi_processor_count
     return next((s for s in range(1, G + 1) if G % s == 0 and blocks * s >= target), G)
 

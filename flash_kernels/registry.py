@@ -176,9 +176,10 @@ VARIANTS: dict[str, Variant] = {
             "rows; K/V by cp.async double buffering or by TMA (option pipeline); backward: two warpgroups "
             "own 128 keys with dK, dV in registers, every product a wgmma (P^T, dS^T as register A "
             "operands), dQ = dS K from dS^T in shared memory, added by fp32 atomics or (bwd_pipeline tma-ws, with a "
-            "TMA producer warpgroup) by the copy engine's bulk reduce-add",
+            "TMA producer warpgroup) by the copy engine's bulk reduce-add; at D = 256 the two warpgroups share 64 "
+            "keys and split the head dim",
             ("float16", "bfloat16"), (64, 128, 256), PASSES, True, grouped_query=True, cross=True, arch="sm_90a",
-            kernels=("flash_wgmma_fwd", "flash_wgmma_bwd"), pass_head_dims={"backward": _HD},
+            kernels=("flash_wgmma_fwd", "flash_wgmma_bwd"),
             options={
                 "wg_tile": Option(
                     "wg_tile", ("128x128", "128x64", "192x128", "192x64"),
@@ -217,10 +218,12 @@ VARIANTS: dict[str, Variant] = {
                     default={64: "auto", 128: "auto", 256: "auto"},
                 ),
                 "wg_bwd_tile": Option(
-                    "wg_bwd_tile", ("64x128", "128x128"),
-                    "backward tile: query rows per step x keys per block (two warpgroups of 64 keys)",
-                    default={64: "128x128", 128: "64x128", 256: "64x128"},
-                    head_dims={"128x128": (64,)},
+                    "wg_bwd_tile", ("64x128", "128x128", "64x64"),
+                    "backward tile: query rows per step x keys per block (64x128, 128x128: two warpgroups of 64 "
+                    "keys, each with dK, dV of its keys over the whole head dim; 64x64, D = 256: both warpgroups "
+                    "over the block's 64 keys, each with dK, dV of half the head dim, P^T and dS^T in shared memory)",
+                    default={64: "128x128", 128: "64x128", 256: "64x64"},
+                    head_dims={"64x128": _HD, "128x128": (64,), "64x64": (256,)},
                 ),
                 "bwd_pipeline": Option(
                     "bwd_pipeline", ("cp.async", "tma-ws"),
@@ -228,8 +231,9 @@ VARIANTS: dict[str, Variant] = {
                     "thread copies Q, dO, LSE, Dd double-buffered and adds dQ by red.global.add (step 1); tma-ws = "
                     "a producer warpgroup loads them (TMA, cp.async on an mbarrier ring) for two consumer "
                     "warpgroups (setmaxnreg), each of which adds its dQ piece from shared memory with one bulk "
-                    "reduce-add of the copy engine (step 2)",
-                    default={64: "tma-ws", 128: "tma-ws", 256: "tma-ws"},
+                    "reduce-add of the copy engine (step 2). D = 256: cp.async",
+                    default={64: "tma-ws", 128: "tma-ws", 256: "cp.async"},
+                    head_dims={"tma-ws": _HD},
                 ),
                 "group_split": _GROUP_SPLIT,
             },

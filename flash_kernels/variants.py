@@ -168,10 +168,11 @@ KERNELS: dict[str, Kernel] = {
                    Field("tail", 8, None, {}, "not causal, persistent: 1 + the query blocks of a head that stay whole "
                                               "(0: all); causal: non-zero = the heads dealt in groups (step 8)"))),
         Kernel("flash_wgmma_bwd", "flash_wgmma_bwd.cu", "bind_flash_wgmma_bwd.cpp", ("bwd",), WGMMA, arch="sm_90a",
-               fields=_fields(Field("tile", 0, 4, {"64x128": 0, "128x128": 1}, "query rows per step x keys per block"),
+               fields=_fields(Field("tile", 0, 4, {"64x128": 0, "128x128": 1, "64x64": 2},
+                                    "query rows per step x keys per block"),
                               Field("pipeline", 4, 4, {"cp.async": 0, "tma-ws": 1}, "how Q, dO, LSE, Dd arrive"),
                               _GROUP_SPLIT),
-               constants={"keys": 128}),
+               constants={"keys": 128, "keys_d256": 64}),
         Kernel("flash_wgmma_fp8", "flash_wgmma_fp8.cu", "bind_flash_wgmma_fp8.cpp", ("fwd", "vt"), WGMMA_FP8,
                arch="sm_90a",
                fields=_fields(Field("out_dtype", 0, 1, {"bfloat16": 0, "float16": 1}, "the output's dtype"),

@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 
 import flash_kernels as fk
@@ -53,10 +55,19 @@ def test_flash_wgmma_is_a_hopper_variant():
     v = get_variant("flash_wgmma")
     assert v.passes == ("forward", "backward") and v.arch == "sm_90a" and v.dtypes == ("float16", "bfloat16")
     assert v.grouped_query and v.cross and v.causal and v.head_dims == (64, 128, 256)
-    assert v.head_dims_of("forward") == (64, 128, 256) and v.head_dims_of("backward") == (64, 128)
-    # a pass the variant lacks has no head dims; one without a narrower list has the variant's
+    assert v.head_dims_of("forward") == v.head_dims_of("backward") == (64, 128, 256)
+    # a pass the variant lacks has no head dims; one without a narrower list has the variant's; a narrower list holds
     assert get_variant("flash_fa1").head_dims_of("backward") == () and get_variant("flash_mma").head_dims_of(
         "backward") == get_variant("flash_mma").head_dims
+    narrow = dataclasses.replace(v, pass_head_dims={"backward": (64, 128)})
+    assert narrow.head_dims_of("backward") == (64, 128) and narrow.head_dims_of("forward") == (64, 128, 256)
+    # the backward at D = 256: the 64x64 tile on the cp.async pipeline, nothing else
+    assert v.resolve_options({}, 256)["wg_bwd_tile"] == "64x64" and v.resolve_options({}, 256)["bwd_pipeline"] == "cp.async"
+    for bad in ({"wg_bwd_tile": "64x128"}, {"bwd_pipeline": "tma-ws"}):
+        with pytest.raises(ValueError, match=r"supports head dim \(64, 128\), not 256"):
+            v.resolve_options(bad, 256)
+    with pytest.raises(ValueError, match=r"wg_bwd_tile='64x64' supports head dim \(256,\)"):
+        v.resolve_options({"wg_bwd_tile": "64x64"}, 128)
     # D = 256: the 128x64 tile of the one-tile-per-block warp-specialised pipelines, nothing else
     assert v.resolve_options({}, 256)["wg_tile"] == "128x64" and v.resolve_options({}, 256)["pipeline"] == "tma-ws-pingpong"
     for bad in ({"wg_tile": "128x128"}, {"wg_tile": "192x128"}, {"pipeline": "tma"},
@@ -103,11 +114,14 @@ def test_arch_modules_build_for_their_own_target():
         assert v.arch is None or v.arch in ARCH_CAPABILITY
 
 
-def test_a_pass_that_lacks_a_head_dim_is_refused_by_name_before_any_device():
-    """flash_wgmma's backward does not take D = 256 (its forward does): fk.backward says which pass and which head
-    dims before looking at the device (the forward gets as far as the device)."""
+def test_a_pass_that_lacks_a_head_dim_is_refused_by_name_before_any_device(monkeypatch):
+    """A variant whose backward takes fewer head dims than its forward (here flash_wgmma narrowed to 64, 128 for the
+    test; its backward takes 256 too): fk.backward says which pass and which head dims before looking at the device
+    (the forward gets as far as the device)."""
     import torch
 
+    monkeypatch.setitem(VARIANTS, "flash_wgmma",
+                        dataclasses.replace(VARIANTS["flash_wgmma"], pass_head_dims={"backward": (64, 128)}))
     q = torch.zeros(1, 2, 16, 256, dtype=torch.float16)
     with pytest.raises(ValueError, match=r"flash_wgmma's backward does not support head dim 256; accepted: \(64, 128\)"):
         fk.backward(q, q, q, q, torch.zeros(1, 2, 16), q, variant="flash_wgmma")

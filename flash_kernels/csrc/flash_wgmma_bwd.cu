@@ -21,8 +21,9 @@
 //   a padded fp32 accumulator by one cp.reduce.async.bulk, which wg_dq_postprocess_kernel un-permutes and casts.
 // The mask is a warp-uniform branch around an unmasked copy of the softmax loop: blocks away from the edges and
 // the diagonal pay no per-element test (D = 64: two copies of the loop; D = 128: a masking pass of its own).
-// Limits: sm_90a only; D = 64 or 128; the D = 64 128x128 tile spills a little (sources.ACCEPTED_SPILLS). Design
-// notes and measurements: docs/kernels.md, docs/results.md.
+// Limits: sm_90a only; D = 64 or 128, and D = 256 on the 64x64 tile of the cp.async pipeline (below: two
+// warpgroups over 64 keys, each with half the head dim); the D = 64 128x128 tile spills a little
+// (sources.ACCEPTED_SPILLS). Design notes and measurements: docs/kernels.md, docs/results.md.
 // Next step, as `nsightlab why nvidia-h200/backward-n8192-deep --a flash_wgmma --b sdpa_cudnn` reads it (1.07x cuDNN's
 // kernel time at N = 8192, D = 128): the exponentials of the P^T recompute (fast_exp2 in the softmax loop) carry 39%
 // of the MIO Throttle and 85% of the Short Scoreboard samples: move part of them off MUFU (a polynomial exp2 on the
@@ -276,17 +277,17 @@ __device__ __forceinline__ void stage_dkdv(uint32_t sK, uint32_t sV, const float
     }
   }
 }
-template <typename T, int D, int NT>
+template <typename T, int D, int NT, int ROWS = kWgBwdKeys>
 __device__ __forceinline__ void store_dkdv(const uint8_t* sKp, const uint8_t* sVp, T* dK, T* dV, long kv_off, int k0,
                                            int Nk, int t) {
   constexpr int U = D / 8;
 #pragma unroll
-  for (int c = t; c < kWgBwdKeys * U; c += NT) {
+  for (int c = t; c < ROWS * U; c += NT) {
     const int r = c / U, chunk = c % U;
     if (k0 + r < Nk) {
       const long dst = kv_off + long(k0 + r) * D + chunk * 8;
-      *reinterpret_cast<uint4*>(dK + dst) = *reinterpret_cast<const uint4*>(sKp + sw128<kWgBwdKeys>(r, chunk));
-      *reinterpret_cast<uint4*>(dV + dst) = *reinterpret_cast<const uint4*>(sVp + sw128<kWgBwdKeys>(r, chunk));
+      *reinterpret_cast<uint4*>(dK + dst) = *reinterpret_cast<const uint4*>(sKp + sw128<ROWS>(r, chunk));
+      *reinterpret_cast<uint4*>(dV + dst) = *reinterpret_cast<const uint4*>(sVp + sw128<ROWS>(r, chunk));
     }
   }
 }
@@ -296,13 +297,13 @@ __device__ __forceinline__ void store_dkdv(const uint8_t* sKp, const uint8_t* sV
 // query sees these keys), n_it (query head, query block) steps in all.
 struct WgBwdWork {
   int kvh, k0, qh0, q_start, n_it;
-  template <int BM>
+  template <int BM, int BN = kWgBwdKeys>
   __device__ __forceinline__ static WgBwdWork of_block(const Dims& dm, int causal) {
     WgBwdWork w;
     const int G = dm.H / dm.Hkv / gridDim.z;  // query heads this block sweeps (a group split over gridDim.z blocks)
     w.kvh = blockIdx.y;                       // b * Hkv + key/value head
     w.qh0 = (w.kvh / dm.Hkv) * dm.H + (w.kvh % dm.Hkv) * (G * gridDim.z) + blockIdx.z * G;
-    w.k0 = blockIdx.x * kWgBwdKeys;
+    w.k0 = blockIdx.x * BN;
     w.q_start = causal ? (w.k0 / BM) * BM : 0;
     const int n_qb = w.q_start < dm.Nq ? (dm.Nq - w.q_start + BM - 1) / BM : 0;
     w.n_it = G * n_qb;
@@ -645,6 +646,238 @@ __global__ void wg_dq_postprocess_kernel(const float* __restrict__ acc, T* __res
   }
 }
 
+// ------------------------------------------------------------------------------ head dim 256 (cp.async)
+// At D = 256 a thread cannot hold [64 keys x D] of both dK and dV (256 registers), so the block owns BN = 64 keys
+// and its two warpgroups split the head dim instead of the keys: warpgroup c accumulates dK, dV columns 128 c ..
+// 128 c + 127 of all 64 keys (64 + 64 registers), as FlashAttention-3's head-dim-256 backward does. Per query
+// block (BM = 64 rows):
+//   S^T, dP^T [64 keys x 64 queries] split by queries: warpgroup c computes queries 32 c .. (wgmma SS, N = 32), then
+//     P^T and dS^T as in bwd_p_ds, and stores both to shared memory ([64][64] SW128, stmatrix)
+//   dV_c += P^T dO_c, dK_c += dS^T Q_c    wgmma SS, A = the whole P^T, dS^T (K-major), B = dO, Q columns 128 c ..
+//   dQ_c  = dS K_c                         wgmma SS, A = dS^T read transposed, B = K columns 128 c ..; fp32 red.add
+// Q, dO, LSE, Dd double-buffered by cp.async (every thread copies; the cp.async pipeline's two barriers per step).
+// Shared memory: K, V 32 KB each, Q, dO 2 x 32 KB each, P^T, dS^T 8 KB each: 210 KB with the rows and slack.
+constexpr int kWg256Keys = codes::flash_wgmma_bwd::kKeysD256, kWg256Rows = 64;
+
+template <typename T>
+__global__ void __launch_bounds__(kWgBwdThreads, 1)
+flash_wgmma_backward_d256_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+                                 const float* __restrict__ LSE, const float* __restrict__ Dd,
+                                 const T* __restrict__ dO, float* __restrict__ dQacc, T* __restrict__ dK,
+                                 T* __restrict__ dV, float* __restrict__ dKacc, float* __restrict__ dVacc, Dims dm,
+                                 float scale, int causal) {
+  constexpr int D = 256, BN = kWg256Keys, BM = kWg256Rows, NT = kWgBwdThreads;
+  constexpr int NW = BM / 2;  // queries of S^T, dP^T per warpgroup (wgmma N)
+  constexpr int DW = D / 2;   // dK, dV, dQ columns per warpgroup
+  constexpr uint32_t TKV = BN * D * 2, TQ = BM * D * 2, TS = BN * BM * 2;  // tile bytes
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t sK = (raw + 1023u) & ~1023u;  // [BN][D]
+  const uint32_t sV = sK + TKV;                // [BN][D]
+  const uint32_t sQ = sV + TKV;                // [2][BM][D]
+  const uint32_t sdO = sQ + 2 * TQ;            // [2][BM][D]
+  const uint32_t sPT = sdO + 2 * TQ;           // [BN][BM] P^T
+  const uint32_t sdST = sPT + TS;              // [BN][BM] dS^T
+  uint8_t* const smem = smem_raw + (sK - raw);
+  constexpr int RS = kRowStage<BM>;
+  float* const lse_s = reinterpret_cast<float*>(smem + 2 * TKV + 4 * TQ + 2 * TS);  // [2][RS] (row_slot order)
+  float* const dd_s = lse_s + 2 * RS;                                               // [2][RS]
+
+  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, t4 = lane & 3;
+  const int Nq = dm.Nq, Nk = dm.Nk;
+  const WgBwdWork work = WgBwdWork::of_block<BM, BN>(dm, causal);
+  const int k0 = work.k0, n_it = work.n_it;
+  const float scale_log2 = scale * kLog2e;
+  const int row0 = warp * 16 + (lane >> 2);  // this thread's accumulator rows (keys of S^T, dK, dV; queries of dQ)
+  const int key0 = k0 + row0;                // and row0 + 8
+
+  auto stage = [&](int qh, int qb, int st) {
+    load_tile_sw128<BM, D, NT>(sQ + st * TQ, Q + long(qh) * Nq * D, qb, Nq, tid);
+    load_tile_sw128<BM, D, NT>(sdO + st * TQ, dO + long(qh) * Nq * D, qb, Nq, tid);
+    for (int r = tid; r < 2 * BM; r += NT) {
+      const int q = qb + (r % BM);
+      const float* src = (r < BM ? LSE : Dd) + long(qh) * Nq + (q < Nq ? q : 0);
+      cp_async_4(smem_u32((r < BM ? lse_s : dd_s) + st * RS + row_slot<BM>(r % BM)), src, q < Nq ? 4 : 0);
+    }
+  };
+  load_tile_sw128<BN, D, NT>(sK, K + work.kv_off<D>(Nk), k0, Nk, tid);
+  load_tile_sw128<BN, D, NT>(sV, V + work.kv_off<D>(Nk), k0, Nk, tid);
+  if (n_it > 0) stage(work.qh0, work.q_start, 0);
+  cp_async_commit();
+
+  const uint64_t descK = desc_kmajor(sK), descV = desc_kmajor(sV);            // A of S^T, dP^T: all 64 keys
+  const uint64_t descPT = desc_kmajor(sPT), descdST = desc_kmajor(sdST);      // A of dV, dK
+  const uint64_t descdS = desc_mnmajor(sdST, BN * 128);                       // A of dQ: dS read from dS^T
+  const uint64_t descKb = desc_mnmajor(sK + wg * 2 * (BN * 128), BN * 128);  // B of dQ: K columns 128 wg ..
+  float dk[DW / 2], dv[DW / 2];
+#pragma unroll
+  for (int i = 0; i < DW / 2; ++i) dk[i] = dv[i] = 0.f;
+
+  int qh = work.qh0, qb = work.q_start;
+  for (int it = 0; it < n_it; ++it) {
+    const int st = it & 1;
+    const uint32_t cQ = sQ + st * TQ, cdO = sdO + st * TQ;
+    cp_async_wait<0>();
+    fence_proxy_async();  // cp.async writes (generic proxy) -> wgmma reads (async proxy)
+    __syncthreads();      // this stage has landed; every wgmma of the last step (P^T, dS^T, the other stage) is done
+    if (it + 1 < n_it) stage(qb + BM < Nq ? qh : qh + 1, qb + BM < Nq ? qb + BM : work.q_start, st ^ 1);
+    cp_async_commit();
+
+    // S^T, dP^T of queries 32 wg .. (rows 32 wg .. of the Q, dO tiles: 4096 bytes into each column block)
+    float s[NW / 2], dp[NW / 2];
+    fence_regs(s);
+    fence_regs(dp);
+    wgmma_fence();
+    wgmma_kmajor_ss<T, NW, D, BN, BM>(s, descK, desc_kmajor(cQ + wg * NW * 128));
+    wgmma_commit();
+    wgmma_kmajor_ss<T, NW, D, BN, BM>(dp, descV, desc_kmajor(cdO + wg * NW * 128));
+    wgmma_commit();
+    const bool need_mask = (k0 + BN > Nk) || (qb + BM > Nq) || (causal && k0 + BN - 1 > qb);
+    wgmma_wait<1>();
+    fence_regs(s);
+    // s[4 j + 2 h + e] = S^T(key0 + 8 h, query qb + 32 wg + 8 j + 2 t4 + e): LSE, Dd at row_slot(32 wg + 8 j + 2 t4
+    // + e) = t4 (BM / 4 + 4) + 8 wg + 2 j + e
+    const float* lse_c = lse_s + st * RS + t4 * (BM / 4 + 4) + 8 * wg;
+    const float* dd_c = dd_s + st * RS + t4 * (BM / 4 + 4) + 8 * wg;
+#pragma unroll
+    for (int j = 0; j < NW / 8; ++j) {
+      const float4 l4 = *reinterpret_cast<const float4*>(lse_c + 4 * (j >> 1));
+      const float l0 = (j & 1 ? l4.z : l4.x) * kLog2e, l1 = (j & 1 ? l4.w : l4.y) * kLog2e;
+#pragma unroll
+      for (int i = 4 * j; i < 4 * j + 4; ++i) s[i] = fast_exp2(fmaf(s[i], scale_log2, -(i & 1 ? l1 : l0)));
+    }
+    if (need_mask) {  // a pass of its own behind a warp-uniform branch, as bwd_p_ds at D = 128
+      const int qrel = qb + wg * NW + 2 * t4, hi = Nq - qrel;  // query = qrel + 8 j + e
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int key = key0 + 8 * h, lo = key >= Nk ? INT_MAX : (causal ? key - qrel : INT_MIN);
+#pragma unroll
+        for (int j = 0; j < NW / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            if (!(8 * j + e >= lo && 8 * j + e < hi)) s[4 * j + 2 * h + e] = 0.f;
+      }
+    }
+    uint32_t pf[NW / 16][4], dsf[NW / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < NW / 16; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) pf[kk][i] = pack2<T>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+    wgmma_wait<0>();
+    fence_regs(dp);
+#pragma unroll
+    for (int j = 0; j < NW / 8; ++j) {
+      const float4 d4 = *reinterpret_cast<const float4*>(dd_c + 4 * (j >> 1));
+      const float2 d = j & 1 ? make_float2(d4.z, d4.w) : make_float2(d4.x, d4.y);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        dp[4 * j + 2 * h] = s[4 * j + 2 * h] * (dp[4 * j + 2 * h] - d.x);
+        dp[4 * j + 2 * h + 1] = s[4 * j + 2 * h + 1] * (dp[4 * j + 2 * h + 1] - d.y);
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < NW / 16; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) dsf[kk][i] = pack2<T>(dp[8 * kk + 2 * i], dp[8 * kk + 2 * i + 1]);
+    // P^T, dS^T of these queries (16-byte chunks 4 wg .. 4 wg + 3 of each key's row; see store_dsT)
+    {
+      const int m = lane >> 3, row = warp * 16 + 8 * (m & 1) + (lane & 7);
+#pragma unroll
+      for (int kk = 0; kk < NW / 16; ++kk) {
+        const uint32_t off = sw128<BN>(row, 4 * wg + 2 * kk + (m >> 1));
+        stmatrix_x4(sPT + off, pf[kk]);
+        stmatrix_x4(sdST + off, dsf[kk]);
+      }
+      fence_proxy_async();
+    }
+    bar_sync(1, NT);  // P^T, dS^T of both warpgroups are in shared memory
+
+    // dV += P^T dO, dK += dS^T Q over the block's 64 queries (k-step kk: queries 16 kk .., 32 bytes into P^T's rows,
+    // 16 rows = 2048 bytes of dO, Q), the warpgroup's 128 columns (two column blocks from 2 wg)
+    {
+      const uint64_t bdO = desc_mnmajor(cdO + wg * 2 * (BM * 128), BM * 128);
+      const uint64_t bQ = desc_mnmajor(cQ + wg * 2 * (BM * 128), BM * 128);
+      fence_regs(dv);
+      fence_regs(dk);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk)
+        wgmma_ss<T, DW, 0, 1>(dv, desc_add(descPT, kk * 32), desc_add(bdO, kk * 2048), 1);
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk)
+        wgmma_ss<T, DW, 0, 1>(dk, desc_add(descdST, kk * 32), desc_add(bQ, kk * 2048), 1);
+      wgmma_commit();
+    }
+    float dq[DW / 2];
+    issue_dq<T, DW, BN>(dq, descdS, descKb);
+    wgmma_wait<0>();
+    fence_regs(dv);
+    fence_regs(dk);
+    fence_regs(dq);
+    {
+      float* const dqp = dQacc + long(qh) * Nq * D + wg * DW + 2 * t4;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int q = qb + row0 + 8 * h;
+        if (q < Nq) {
+#pragma unroll
+          for (int j = 0; j < DW / 8; ++j)
+            red_add_f32x2(dqp + long(q) * D + 8 * j, dq[4 * j + 2 * h] * scale, dq[4 * j + 2 * h + 1] * scale);
+        }
+      }
+    }
+    work.next<BM>(qh, qb, Nq);
+  }
+
+  if (gridDim.z > 1) {  // a split group: add this block's partial dK, dV (fp32)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int key = key0 + 8 * h;
+      if (key < Nk) {
+        const long row = work.kv_off<D>(Nk) + long(key) * D + wg * DW + 2 * t4;
+#pragma unroll
+        for (int j = 0; j < DW / 8; ++j) {
+          red_add_f32x2(dKacc + row + 8 * j, dk[4 * j + 2 * h] * scale, dk[4 * j + 2 * h + 1] * scale);
+          red_add_f32x2(dVacc + row + 8 * j, dv[4 * j + 2 * h], dv[4 * j + 2 * h + 1]);
+        }
+      }
+    }
+    return;
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // every wgmma read of the K/V tiles is done: stage dK, dV there for 16-byte stores
+#pragma unroll
+  for (int j = 0; j < DW / 8; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t off = sw128<BN>(row0 + 8 * h, wg * (DW / 8) + j) + 4 * t4;
+      st_shared_u32(sK + off, pack2<T>(dk[4 * j + 2 * h] * scale, dk[4 * j + 2 * h + 1] * scale));
+      st_shared_u32(sV + off, pack2<T>(dv[4 * j + 2 * h], dv[4 * j + 2 * h + 1]));
+    }
+  }
+  __syncthreads();
+  store_dkdv<T, D, NT, BN>(smem, smem + TKV, dK, dV, work.kv_off<D>(Nk), k0, Nk, tid);
+}
+
+template <typename T>
+cudaError_t wgmma_backward_d256_launch(const AttnArgs& a, int split, cudaStream_t stream) {
+  constexpr int D = 256, BN = kWg256Keys, BM = kWg256Rows;
+  auto kernel = flash_wgmma_backward_d256_kernel<T>;
+  constexpr int smem = (2 * BN * D + 4 * BM * D + 2 * BN * BM) * 2 + 4 * kRowStage<BM> * 4 + 1024;
+  static_assert(smem <= 227 * 1024, "shared memory of a block");
+  return fa2_backward<T, D>(a, stream, [&] {
+    return split_group_backward<T, D>(a, split, stream, [&] {
+      cudaError_t err = allow_smem(kernel, smem);
+      if (err != cudaSuccess) return err;
+      kernel<<<dim3(cdiv(a.Nk, BN), a.B * a.Hkv, split), kWgBwdThreads, smem, stream>>>(
+          static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), a.lse, a.Dd,
+          static_cast<const T*>(a.dO), a.dq_acc, static_cast<T*>(a.dk), static_cast<T*>(a.dv), a.ws[0], a.ws[1],
+          dims_of(a), a.scale, a.causal);
+      return cudaGetLastError();
+    });
+  });
+}
+
 // ------------------------------------------------------------------------------ launchers
 
 // split: the blocks each group of H / Hkv query heads is split over (common.cuh: split_group_backward).
@@ -716,18 +949,31 @@ template <typename T, int D>
 cudaError_t wgmma_backward(const AttnArgs& a, cudaStream_t stream) {
   namespace oc = codes::flash_wgmma_bwd;
   const int split = oc::group_split(a.option) > 0 ? oc::group_split(a.option) : 1;
-  switch (oc::tile(a.option)) {
-    case oc::kTile64x128: return wgmma_backward_pipeline<T, D, 64>(a, split, stream);
-    case oc::kTile128x128:
-      if constexpr (D == 64) return wgmma_backward_pipeline<T, D, 128>(a, split, stream);
+  if constexpr (D == 256) {  // one kernel: the 64x64 tile, cp.async
+    if (oc::tile(a.option) != oc::kTile64x64 || oc::pipeline(a.option) != oc::kPipelineCpAsync)
       return cudaErrorInvalidValue;
-    default: return cudaErrorInvalidValue;
+    return wgmma_backward_d256_launch<T>(a, split, stream);
+  } else {
+    switch (oc::tile(a.option)) {
+      case oc::kTile64x128: return wgmma_backward_pipeline<T, D, 64>(a, split, stream);
+      case oc::kTile128x128:
+        if constexpr (D == 64) return wgmma_backward_pipeline<T, D, 128>(a, split, stream);
+        return cudaErrorInvalidValue;
+      default: return cudaErrorInvalidValue;
+    }
   }
 }
 
 }  // namespace fk
 
 int flash_wgmma_backward(const fk::AttnArgs& a, cudaStream_t stream) {
+  if (a.D == 256) {
+    switch (a.dtype) {
+      case fk::kF16: return fk::wgmma_backward<__half, 256>(a, stream);
+      case fk::kBF16: return fk::wgmma_backward<__nv_bfloat16, 256>(a, stream);
+      default: return cudaErrorInvalidValue;
+    }
+  }
   return fk::dispatch_dtype_hdim</*fp32=*/false>(a, [&](auto t, auto d) {
     return fk::wgmma_backward<typename decltype(t)::type, decltype(d)::value>(a, stream);
   });

@@ -85,6 +85,7 @@ namespace flash_wgmma_bwd {
 constexpr int tile(int option) { return (option >> 0) & 0xf; }
 constexpr int kTile64x128 = 0;
 constexpr int kTile128x128 = 1;
+constexpr int kTile64x64 = 2;
 // pipeline: bits 4..7 -- how Q, dO, LSE, Dd arrive
 constexpr int pipeline(int option) { return (option >> 4) & 0xf; }
 constexpr int kPipelineCpAsync = 0;
@@ -92,6 +93,7 @@ constexpr int kPipelineTmaWs = 1;
 // group_split: bits 8.. -- thread blocks per grouped-query group (0 = 1)
 constexpr int group_split(int option) { return (option >> 8); }
 constexpr int kKeys = 128;
+constexpr int kKeysD256 = 64;
 }  // namespace flash_wgmma_bwd
 
 // flash_wgmma_fp8 (flash_wgmma_fp8.cu): tensor cores (wgmma, e4m3)

@@ -116,6 +116,10 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
 // ------------------------------------------------------------------------------ wgmma.mma_async
 
 // Operand lists (generated; the accumulators come first, %0 .. %(N/2 - 1)).
+#define FK_WG_ACC32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define FK_WG_OUT32(d)                                                                                        \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),             \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
 #define FK_WG_ACC64                                                                      \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "               \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -184,8 +188,9 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
 #define FK_DEFINE_WGMMA(CT, AB)                                                                                   \
   template <int N, int TA, int TB>                                                                                \
   __device__ __forceinline__ void wgmma_ss_impl(CT*, float (&d)[N / 2], uint64_t da, uint64_t db, int scale_d) {  \
-    static_assert(N == 64 || N == 128, "wgmma_ss: N = 64 or 128");                                                \
-    if constexpr (N == 64) FK_WGMMA_SS(64, AB, "32", "33", "34", "35", "36");                                     \
+    static_assert(N == 32 || N == 64 || N == 128, "wgmma_ss: N = 32, 64 or 128");                                 \
+    if constexpr (N == 32) FK_WGMMA_SS(32, AB, "16", "17", "18", "19", "20");                                     \
+    else if constexpr (N == 64) FK_WGMMA_SS(64, AB, "32", "33", "34", "35", "36");                                \
     else FK_WGMMA_SS(128, AB, "64", "65", "66", "67", "68");                                                      \
   }                                                                                                               \
   template <int N, int TB>                                                                                        \

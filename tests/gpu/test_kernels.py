@@ -428,10 +428,14 @@ def test_flash_wgmma_custom_scale(variant: str) -> None:
 _WG_BWD = fk.VARIANTS["flash_wgmma"].options["wg_bwd_tile"]
 
 
+_WG_BWD_PIPE = fk.VARIANTS["flash_wgmma"].options["bwd_pipeline"]
+
+
 @pytest.mark.parametrize("variant", ["flash_wgmma"])
-@pytest.mark.parametrize("wg_bwd_tile,D", [(t, D) for t in _WG_BWD.choices
-                                           for D in _WG_BWD.head_dims.get(t, _WG.head_dims_of("backward"))])
-@pytest.mark.parametrize("bwd_pipeline", fk.VARIANTS["flash_wgmma"].options["bwd_pipeline"].choices)
+@pytest.mark.parametrize("wg_bwd_tile,bwd_pipeline,D", [
+    (t, p, D) for t in _WG_BWD.choices for p in _WG_BWD_PIPE.choices
+    for D in _WG_BWD.head_dims.get(t, _WG.head_dims_of("backward"))
+    if D in _WG_BWD_PIPE.head_dims.get(p, _WG.head_dims_of("backward"))])
 @pytest.mark.parametrize("dtype", fk.VARIANTS["flash_wgmma"].dtypes)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_flash_wgmma_backward_on_ragged_gqa_and_cross_shapes(variant: str, wg_bwd_tile: str, bwd_pipeline: str,
