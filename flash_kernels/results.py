@@ -8,6 +8,7 @@ kernel is generated from a capture and names the file it comes from. ``python -m
 from __future__ import annotations
 
 import json
+import lzma
 import re
 import sys
 from pathlib import Path
@@ -227,38 +228,52 @@ def tile_step_table(gpu: Path, tiles: tuple[str, ...] = ("128x32", "128x64")) ->
 
 
 def d256_file(gpu: Path) -> Path | None:
-    """The head dim 256 benchmark CSV: the bench capture's d256 suite, else the one kept apart
-    (profiles/_bench/<gpu>/flash_wgmma_d256.csv), if this GPU has one."""
-    return find_file(gpu / "bench", "d256.csv") or find_file(gpu.parent / LOOSE / gpu.name, "flash_wgmma_d256.csv")
+    """The head dim 256 benchmark CSV: the bench-d256 capture's (both passes), else the bench capture's d256 suite,
+    else the one kept apart (profiles/_bench/<gpu>/flash_wgmma_d256.csv), if this GPU has one."""
+    return (find_file(gpu / "bench-d256", "d256.csv") or find_file(gpu / "bench", "d256.csv")
+            or find_file(gpu.parent / LOOSE / gpu.name, "flash_wgmma_d256.csv"))
 
 
-#: flash_wgmma's forward at D = 256 against cuDNN in the same run
+#: flash_wgmma's forward at D = 256 against cuDNN in the same run (the backward's there has no target: it is shown)
 D256_TARGET = 1.0
 
 
-def d256_table(gpu: Path) -> str:
-    """flash_wgmma's forward at D = 256 (d256 suite: ``python -m flash_kernels.bench --suite d256 --variants
-    flash_wgmma --refs sdpa_flash,sdpa_cudnn --passes forward``): cuDNN's and SDPA flash's time over its time per N,
-    its TFLOP/s, and how many rows meet D256_TARGET against cuDNN."""
+def _d256_rows(gpu: Path) -> pd.DataFrame:
+    """The d256 CSV's checked rows (empty where this GPU has none)."""
     path = d256_file(gpu)
     if path is None:
-        return "(no head dim 256 benchmark CSV for this GPU)"
+        return pd.DataFrame(columns=["pass", "impl", "dtype", "causal", "N", "ms", "tflops"])
     df = pd.read_csv(path)
-    df = df[(df["status"] == "ok") & (df["pass"] == "forward")]
-    ms = df.pivot_table(index=["dtype", "causal", "N"], columns="impl", values="ms").reset_index()
-    tf = df[df["impl"] == "flash_wgmma"].set_index(["dtype", "causal", "N"])["tflops"]
+    return df[df["status"] == "ok"]
+
+
+def d256_table(gpu: Path) -> str:
+    """flash_wgmma at D = 256 (d256 suite: ``python -m flash_kernels.bench --suite d256 --variants flash_wgmma
+    --refs sdpa_flash,sdpa_cudnn``), per pass it times: cuDNN's and SDPA flash's time over its time per N, its
+    TFLOP/s, and how many forward rows meet D256_TARGET against cuDNN."""
+    df = _d256_rows(gpu)
+    if df.empty:
+        return "(no head dim 256 benchmark CSV for this GPU)"
     rows = []
-    for (dtype, causal), g in ms.groupby(["dtype", "causal"], sort=False):
-        g = g.sort_values("N")
-        for ref, label in (("sdpa_cudnn", "× cuDNN"), ("sdpa_flash", "× SDPA flash")):
-            ratio = g[ref] / g["flash_wgmma"]
-            row = {"dtype": dtype, "causal": "yes" if causal else "no", "speed": label}
-            row.update({f"N={n}": _ratio_cell(r, D256_TARGET if ref == "sdpa_cudnn" else float("nan"))
-                        for n, r in zip(g["N"], ratio, strict=True)})
-            t = tf.loc[[(dtype, causal, n) for n in g["N"]]]
-            row["flash_wgmma TFLOP/s"] = f"{t.min():.0f}–{t.max():.0f}"
-            row["met"] = f"{int((ratio >= D256_TARGET).sum())} of {len(g)}" if ref == "sdpa_cudnn" else "—"
-            rows.append(row)
+    for pass_ in ("forward", "backward"):
+        d = df[df["pass"] == pass_]
+        if "flash_wgmma" not in set(d["impl"]):
+            continue
+        ms = d.pivot_table(index=["dtype", "causal", "N"], columns="impl", values="ms").reset_index()
+        tf = d[d["impl"] == "flash_wgmma"].set_index(["dtype", "causal", "N"])["tflops"]
+        target = D256_TARGET if pass_ == "forward" else float("nan")
+        for (dtype, causal), g in ms.groupby(["dtype", "causal"], sort=False):
+            g = g.sort_values("N")
+            for ref, label in (("sdpa_cudnn", "× cuDNN"), ("sdpa_flash", "× SDPA flash")):
+                ratio = g[ref] / g["flash_wgmma"]
+                row = {"pass": pass_, "dtype": dtype, "causal": "yes" if causal else "no", "speed": label}
+                row.update({f"N={n}": _ratio_cell(r, target if ref == "sdpa_cudnn" else float("nan"))
+                            for n, r in zip(g["N"], ratio, strict=True)})
+                t = tf.loc[[(dtype, causal, n) for n in g["N"]]]
+                row["flash_wgmma TFLOP/s"] = f"{t.min():.0f}–{t.max():.0f}"
+                row["met"] = (f"{int((ratio >= target).sum())} of {len(g)}" if ref == "sdpa_cudnn" and target == target
+                              else "—")
+                rows.append(row)
     return _md(pd.DataFrame(rows))
 
 
@@ -608,8 +623,14 @@ def _fp8_error_note(df: pd.DataFrame) -> str:
 
 
 def fp8_accuracy_file(gpu: Path) -> Path | None:
-    """scripts/fp8_accuracy.py's results (profiles/_bench/<gpu>/fp8_accuracy.json), if this GPU has them."""
+    """scripts/fp8_accuracy.py's results (profiles/_bench/<gpu>/fp8_accuracy.json, or .json.xz), if this GPU has
+    them."""
     return find_file(gpu.parent / LOOSE / gpu.name, "fp8_accuracy.json")
+
+
+def _read_text(path: Path) -> str:
+    """A text file, xz-compressed where its name ends in .xz."""
+    return lzma.open(path, "rt").read() if path.suffix == ".xz" else path.read_text()
 
 
 def _exp_bound_note(gpu: Path, D: int) -> str:
@@ -753,7 +774,7 @@ def anchors_table(gpu: Path) -> str:
                 _met(ratio >= 1.0), why_ if not (ratio >= 1.0).all() else "—")
     acc = fp8_accuracy_file(gpu)
     if acc is not None:
-        rows_ = [r for r in json.loads(acc.read_text())["accuracy"] if r.get("status") == "ok"]
+        rows_ = [r for r in json.loads(_read_text(acc))["accuracy"] if r.get("status") == "ok"]
         if rows_:
             mean = {k: sum(r[f"rel_l2_{k}"] for r in rows_) / len(rows_) for k in ("per_tensor", "per_block_rotated")}
             gain = mean["per_tensor"] / mean["per_block_rotated"]
@@ -761,10 +782,9 @@ def anchors_table(gpu: Path) -> str:
                 f"mean rel. L2 {mean['per_tensor']:.3f} → {mean['per_block_rotated']:.3f} over {len(rows_)} shapes",
                 f"{gain:.1f}× lower", "the default (fp8.DEFAULT_ROTATE, DEFAULT_SCALES), chosen by "
                 "scripts/fp8_accuracy.py's rule; cuDNN's FP8 attention is not exposed by this PyTorch")
-    d256 = d256_file(gpu)
-    if d256 is not None:
-        df = pd.read_csv(d256)
-        df = df[(df["status"] == "ok") & (df["pass"] == "forward")]
+    d256_rows = _d256_rows(gpu)
+    if not d256_rows.empty:
+        df = d256_rows[d256_rows["pass"] == "forward"]
         p = df.pivot_table(index=["dtype", "causal", "N"], columns="impl", values="ms")
         ratio = p["sdpa_cudnn"] / p["flash_wgmma"]
         missed = ratio[ratio < D256_TARGET]
@@ -777,6 +797,16 @@ def anchors_table(gpu: Path) -> str:
     if 256 not in dims:
         add("Backward at D=256", "not built", "0 of 1", f"flash_wgmma's backward takes D={', '.join(map(str, dims))}: "
             "dK and dV of 64 keys × 256 columns are 256 registers per thread")
+    else:
+        bwd = d256_rows[d256_rows["pass"] == "backward"]
+        p = bwd.pivot_table(index=["dtype", "causal", "N"], columns="impl", values="ms")
+        if {"flash_wgmma", "sdpa_cudnn", "sdpa_flash"} <= set(p.columns):
+            add("Backward at D=256 built (its speed has no target)",
+                f"{_span(p['sdpa_cudnn'] / p['flash_wgmma'])}× cuDNN, {_span(p['sdpa_flash'] / p['flash_wgmma'])}× "
+                f"SDPA flash over {len(p)} rows", "1 of 1",
+                "the 64×64 tile on the cp.async pipeline (two warpgroups over 64 keys, half the head dim each; P^T "
+                "and dS^T through shared memory, dQ by fp32 atomics): no producer warpgroup, no overlap of one "
+                "query block's products with the next")
     bench = gpu / "bench"
     if bench.is_dir() and bench_csvs(bench):
         df, _ = load_bench(bench)
@@ -835,11 +865,13 @@ def gpu_sections(gpu: Path) -> list[str]:
                         "the default at D=128.")
     d256 = d256_file(gpu)
     if d256 is not None:
-        out += _section("flash_wgmma's forward at head dim 256 (d256 suite: B·N = 16384, H = 8)", d256_table(gpu),
-                        _cite(d256, d256.parent / ("d256.manifest.json" if d256.parent.name == "bench"
-                                                   else "flash_wgmma_d256.manifest.json")),
-                        "Reference time over flash_wgmma's (tma-ws-pingpong, 128×64 tile) in the same run, L2 flushed, "
-                        f"medians; the target: ≥ {D256_TARGET:.1f} × cuDNN. Its backward takes D = 64 and 128.")
+        out += _section("flash_wgmma at head dim 256 (d256 suite: B·N = 16384, H = 8)", d256_table(gpu),
+                        _cite(d256, d256.parent / ("flash_wgmma_d256.manifest.json" if d256.parent.name == LOOSE
+                                                   else "d256.manifest.json")),
+                        "Reference time over flash_wgmma's in the same run, L2 flushed, medians: the forward on the "
+                        "128×64 tile of tma-ws-pingpong, against its target of "
+                        f"≥ {D256_TARGET:.1f} × cuDNN; the backward (where the CSV times it) on the 64×64 tile of "
+                        "cp.async, shown without a target.")
     fp8s = fp8_suite_file(gpu)
     if fp8s is not None:
         out += _section("FP8 forward (fp8 suite: B·N = 16384, H·D = 2048; e4m3 by `attention_fp8_from`'s defaults, per "

@@ -148,6 +148,35 @@ def test_a_suite_the_bench_capture_holds_is_read_from_there_before_the_file_kept
         (folder / name).write_bytes(b"")
     assert results.d256_file(gpu) == gpu / "bench" / "d256.csv.xz"
     assert results.fp8_suite_file(gpu) == gpu / "bench-fp8" / "fp8.csv.xz"
+    (gpu / "bench-d256").mkdir()  # the capture that times both passes, before the bench capture's forward-only suite
+    (gpu / "bench-d256" / "d256.csv.xz").write_bytes(b"")
+    assert results.d256_file(gpu) == gpu / "bench-d256" / "d256.csv.xz"
+
+
+def _d256_csv(path: Path, backward: bool) -> None:
+    import pandas as pd
+
+    rows = []
+    for pass_ in ("forward", "backward") if backward else ("forward",):
+        for N in (1024, 8192):
+            for impl, ms in (("flash_wgmma", 1.0), ("sdpa_cudnn", 1.1 if pass_ == "forward" else 0.6),
+                             ("sdpa_flash", 2.0 if pass_ == "forward" else 1.0)):
+                rows.append({"pass": pass_, "impl": impl, "dtype": "float16", "causal": False, "N": N, "ms": ms,
+                             "tflops": 500.0 / ms, "status": "ok"})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(path, index=False)
+
+
+def test_the_d256_table_shows_each_pass_it_times_and_only_the_forward_against_its_target(tmp_path):
+    gpu = tmp_path / "profiles" / "gpu"
+    _d256_csv(gpu / "bench-d256" / "d256.csv", backward=True)
+    lines = results.d256_table(gpu).splitlines()
+    fwd = next(x for x in lines if "| forward |" in x and "cuDNN" in x)
+    bwd = next(x for x in lines if "| backward |" in x and "cuDNN" in x)
+    assert "| 1.10 | 1.10 | 500–500 | 2 of 2 |" in fwd  # cuDNN's 1.1 ms over 1.0: met
+    assert "| 0.60 | 0.60 | 500–500 | — |" in bwd     # no target for the backward's speed
+    _d256_csv(gpu / "bench-d256" / "d256.csv", backward=False)
+    assert "| backward |" not in results.d256_table(gpu)
 
 
 def _fp8_rows(spec):
