@@ -33,3 +33,21 @@ def test_a_watched_command_is_acted_on_at_its_line(tmp_path, monkeypatch):
     log = (tmp_path / "log").read_text()
     assert rc == -signal.SIGTERM and "### cluster_bench: stopped" in log and "late" not in log
     assert cb._run_watched([sys.executable, "-c", "print('x')"], tmp_path / "log2") == 0
+
+
+def test_only_instruction_counts_must_match_exactly_traffic_and_spread_are_reported(monkeypatch):
+    import pandas as pd
+
+    idx = pd.MultiIndex.from_tuples([("r0", "k"), ("r1", "k")], names=["range", "kernel_full"])
+    a = pd.DataFrame({"smsp__inst_executed.sum": [10.0, 20.0], "smsp__inst_executed.max": [3.0, 5.0],
+                      "dram__bytes.sum": [100.0, 200.0]}, index=idx)
+    b = a.copy()
+    b["smsp__inst_executed.max"] = [4.0, 5.0]  # which SM ran which block
+    b["dram__bytes.sum"] = [150.0, 200.0]      # what the caches held
+    frames = {"a": (a, None), "b": (b, None)}
+    monkeypatch.setattr(cb, "counters", lambda folder: frames[folder.name])
+    out = cb.compare({"folder": "a"}, {"folder": "b"})
+    assert out["exact_metrics"] == ["smsp__inst_executed.sum"] and out["exact_unequal"] == []
+    assert set(out["unequal"]) == {"smsp__inst_executed.max", "dram__bytes.sum"}
+    b["smsp__inst_executed.sum"] = [10.0, 21.0]
+    assert cb.compare({"folder": "a"}, {"folder": "b"})["exact_unequal"] == ["smsp__inst_executed.sum"]
