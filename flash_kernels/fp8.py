@@ -66,7 +66,7 @@ SCALES = tuple(_KERNEL.field("scales").values)
 O_SUMS = tuple(_KERNEL.field("o_sum").values)
 #: attention_fp8_from's and profiled_forward's quantization by default, by the defaults' rule: the most accurate setting
 #: whose whole call costs under 5 % more than per-tensor's, applied to scripts/fp8_accuracy.py's measurement on an
-#: H200 (profiles/_bench/nvidia-h200/fp8_accuracy.log): per block + rotation, mean error 0.052 against per-tensor's
+#: H200 (profiles/_bench/nvidia-h200/fp8_accuracy.log.xz): per block + rotation, mean error 0.052 against per-tensor's
 #: 0.073 (FlashAttention-3's outlier inputs and standard normal ones), 0.80-0.96x per-tensor's time (per-block
 #: quantization takes one pass over each input, per-tensor two)
 DEFAULT_ROTATE, DEFAULT_SCALES = True, "block"

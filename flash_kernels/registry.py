@@ -75,7 +75,7 @@ class Variant:
     #: (:class:`~flash_kernels.variants.Kernel`). A variant whose _ops dispatch is not written out runs the one
     #: module that exports the pass (``fwd`` / ``bwd``), its option code encoded from the options of its fields' names.
     kernels: tuple[Kernel | str, ...] = ()
-    #: a pass's head dims where they are fewer than head_dims (flash_wgmma: D = 256 forward only)
+    #: a pass's head dims where they are fewer than head_dims (a variant whose backward takes fewer than its forward)
     pass_head_dims: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     def head_dims_of(self, pass_: str) -> tuple[int, ...]:

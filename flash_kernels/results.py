@@ -7,6 +7,7 @@ kernel is generated from a capture and names the file it comes from. ``python -m
 
 from __future__ import annotations
 
+import gzip
 import json
 import lzma
 import re
@@ -629,8 +630,12 @@ def fp8_accuracy_file(gpu: Path) -> Path | None:
 
 
 def _read_text(path: Path) -> str:
-    """A text file, xz-compressed where its name ends in .xz."""
-    return lzma.open(path, "rt").read() if path.suffix == ".xz" else path.read_text()
+    """A text file, xz- or gzip-compressed where its name says so (find_file's forms)."""
+    opener = {".xz": lzma.open, ".gz": gzip.open}.get(path.suffix)
+    if opener is None:
+        return path.read_text()
+    with opener(path, "rt") as fh:
+        return fh.read()
 
 
 def _exp_bound_note(gpu: Path, D: int) -> str:
@@ -800,7 +805,10 @@ def anchors_table(gpu: Path) -> str:
     else:
         bwd = d256_rows[d256_rows["pass"] == "backward"]
         p = bwd.pivot_table(index=["dtype", "causal", "N"], columns="impl", values="ms")
-        if {"flash_wgmma", "sdpa_cudnn", "sdpa_flash"} <= set(p.columns):
+        if not {"flash_wgmma", "sdpa_cudnn", "sdpa_flash"} <= set(p.columns):
+            add("Backward at D=256 built (its speed has no target)", "not timed on this GPU", "1 of 1",
+                "no d256 CSV here times the backward of flash_wgmma, cuDNN and SDPA flash: the bench-d256 capture does")
+        else:
             add("Backward at D=256 built (its speed has no target)",
                 f"{_span(p['sdpa_cudnn'] / p['flash_wgmma'])}× cuDNN, {_span(p['sdpa_flash'] / p['flash_wgmma'])}× "
                 f"SDPA flash over {len(p)} rows", "1 of 1",
@@ -866,7 +874,7 @@ def gpu_sections(gpu: Path) -> list[str]:
     d256 = d256_file(gpu)
     if d256 is not None:
         out += _section("flash_wgmma at head dim 256 (d256 suite: B·N = 16384, H = 8)", d256_table(gpu),
-                        _cite(d256, d256.parent / ("flash_wgmma_d256.manifest.json" if d256.parent.name == LOOSE
+                        _cite(d256, d256.parent / ("flash_wgmma_d256.manifest.json" if d256.parent.parent.name == LOOSE
                                                    else "d256.manifest.json")),
                         "Reference time over flash_wgmma's in the same run, L2 flushed, medians: the forward on the "
                         "128×64 tile of tma-ws-pingpong, against its target of "

@@ -5,7 +5,8 @@
 // product is one asynchronous wgmma chain per warpgroup with operands read from shared memory; P^T and dS^T stay
 // in registers as A fragments for dV and dK, only dS^T goes to shared memory (for dQ); dK and dV accumulate over a
 // warpgroup's 64 keys x the full head dim. A block owns BN = 128 keys (warpgroup w: keys 64 w ..) and sweeps the
-// query blocks (BM = 64 or 128 rows). Per query block, each consumer warpgroup runs:
+// query blocks (BM = 64 or 128 rows); D = 256 differs (64 keys, the head dim split; see its kernel below). Per query
+// block, each consumer warpgroup runs:
 //   S^T  = K_w Q_i^T    wgmma SS, both K-major          dP^T = V_w dO_i^T   wgmma SS, issued right behind S^T
 //   P^T  = exp2(S^T scale log2e - LSE_i log2e), masked; dS^T = P^T (dP^T - Dd_i); both repacked to 16 bits
 //   dV_w += P^T dO_i    wgmma RS, dO read MN-major     dK_w += dS^T Q_i    wgmma RS, Q read MN-major
@@ -935,7 +936,8 @@ cudaError_t wgmma_ws_backward_launch(const AttnArgs& a, int split, cudaStream_t 
 
 // Option code, as flash_kernels/variants.py lays it out (option_codes.h): bits 0..3 the tile (query rows per step x keys per
 // block): 0 = 64x128, 1 = 128x128 (D = 64 only: at D = 128 the [64 x 128] S^T and dP^T accumulators do not
-// fit beside dK and dV); bits 4..7 the pipeline (0 = cp.async, 1 = tma-ws); bits 8.. the group split.
+// fit beside dK and dV), 2 = 64x64 (D = 256 only, with cp.async); bits 4..7 the pipeline (0 = cp.async, 1 = tma-ws);
+// bits 8.. the group split.
 template <typename T, int D, int BM>
 cudaError_t wgmma_backward_pipeline(const AttnArgs& a, int split, cudaStream_t stream) {
   namespace oc = codes::flash_wgmma_bwd;
