@@ -128,7 +128,9 @@ struct PingPongTurns {
 
 // K_PER_THREAD: every thread of the warpgroup reads the K stage's slot itself (Rows::tile_scales, per-block scales),
 // so every thread arrives on the stage's empty barrier (initialised with 128 arrivals per warpgroup): each thread's
-// read is ordered before the producer's next write there by its own arrival, as the Q buffers' empty_q are.
+// read is ordered before the producer's next write there by its own arrival, as the Q buffers' empty_q are. (One
+// arrival per warp after __syncwarp, or per warpgroup after a named barrier, leaves the other threads' reads
+// unordered before that write: compute-sanitizer's racecheck reports both on the H200.)
 template <int STAGES, class Turns, bool K_PER_THREAD = false>
 struct ConsumerRing {
   static constexpr bool kKPerThread = K_PER_THREAD;
