@@ -685,6 +685,9 @@ FP8_MARK_HEAD_DIMS = (128, 256)
 BACKWARD_MARKS = {"flash_wgmma": ("sdpa_cudnn", 1.0, 2048), "flash_mma": ("sdpa_flash", 0.95, 8192)}
 #: the deep capture whose why page explains both backwards, and its case
 BACKWARD_WHY = ("backward-n8192-deep", "N=8192,D=128,pass=backward")
+#: the deep capture of head dim 256 (flash_kernels/sweeps/d256-deep.toml) and its case per pass: flash_wgmma against
+#: cuDNN, the why of the D = 256 marks where this GPU has it
+D256_WHY = ("d256-deep", {"forward": "N=4096,D=256,pass=forward", "backward": "N=4096,D=256,pass=backward"})
 #: the deep capture whose why page puts the FP8 forward beside the fp16 one (D=128), and the two sides
 FP8_WHY = ("fp8", FP8_KERNEL, "flash_wgmma")
 #: the head dim of that capture's deep cases: its why is given for the FP8 marks at this head dim only
@@ -795,9 +798,12 @@ def anchors_table(gpu: Path) -> str:
         missed = ratio[ratio < D256_TARGET]
         where = "; ".join(f"{'causal' if causal else 'not causal'}: N = {', '.join(map(str, sorted({n for *_, n in g.index})))}"
                           for causal, g in missed.groupby(level="causal"))
+        d256_deep = gpu / D256_WHY[0]
+        why_fwd = (f"; at N = 4096: {why_sentence(d256_deep, 'flash_wgmma', 'sdpa_cudnn', D256_WHY[1]['forward'])}"
+                   if d256_deep.is_dir() else "")
         add(f"Forward at D=256 ≥ {D256_TARGET:.1f}× cuDNN", f"{_span(ratio)}×", _met(ratio >= D256_TARGET),
             "—" if missed.empty else f"short by {100 * (1 - ratio.min()):.0f} % at worst; missed (in fp16 or bf16) at "
-            f"{where}")
+            f"{where}{why_fwd}")
     dims = get_variant("flash_wgmma").head_dims_of("backward")
     if 256 not in dims:
         add("Backward at D=256", "not built", "0 of 1", f"flash_wgmma's backward takes D={', '.join(map(str, dims))}: "
@@ -809,12 +815,15 @@ def anchors_table(gpu: Path) -> str:
             add("Backward at D=256 built (its speed has no target)", "not timed on this GPU", "1 of 1",
                 "no d256 CSV here times the backward of flash_wgmma, cuDNN and SDPA flash: the bench-d256 capture does")
         else:
+            d256_deep = gpu / D256_WHY[0]
             add("Backward at D=256 built (its speed has no target)",
                 f"{_span(p['sdpa_cudnn'] / p['flash_wgmma'])}× cuDNN, {_span(p['sdpa_flash'] / p['flash_wgmma'])}× "
                 f"SDPA flash over {len(p)} rows", "1 of 1",
                 "the 64×64 tile on the cp.async pipeline (two warpgroups over 64 keys, half the head dim each; P^T "
                 "and dS^T through shared memory, dQ by fp32 atomics): no producer warpgroup, no overlap of one "
-                "query block's products with the next")
+                "query block's products with the next" + (
+                    f"; at N = 4096: {why_sentence(d256_deep, 'flash_wgmma', 'sdpa_cudnn', D256_WHY[1]['backward'])}"
+                    if d256_deep.is_dir() else ""))
     bench = gpu / "bench"
     if bench.is_dir() and bench_csvs(bench):
         df, _ = load_bench(bench)
