@@ -790,7 +790,7 @@ def anchors_table(gpu: Path) -> str:
                 f"mean rel. L2 {mean['per_tensor']:.3f} → {mean['per_block_rotated']:.3f} over {len(rows_)} shapes",
                 f"{gain:.1f}× lower", "the default (fp8.DEFAULT_ROTATE, DEFAULT_SCALES), chosen by "
                 "scripts/fp8_accuracy.py's rule; cuDNN's FP8 attention is not exposed by this PyTorch")
-    d256_rows = _d256_rows(gpu)
+    d256_rows, d256_deep = _d256_rows(gpu), gpu / D256_WHY[0]
     if not d256_rows.empty:
         df = d256_rows[d256_rows["pass"] == "forward"]
         p = df.pivot_table(index=["dtype", "causal", "N"], columns="impl", values="ms")
@@ -798,7 +798,6 @@ def anchors_table(gpu: Path) -> str:
         missed = ratio[ratio < D256_TARGET]
         where = "; ".join(f"{'causal' if causal else 'not causal'}: N = {', '.join(map(str, sorted({n for *_, n in g.index})))}"
                           for causal, g in missed.groupby(level="causal"))
-        d256_deep = gpu / D256_WHY[0]
         why_fwd = (f"; at N = 4096: {why_sentence(d256_deep, 'flash_wgmma', 'sdpa_cudnn', D256_WHY[1]['forward'])}"
                    if d256_deep.is_dir() else "")
         add(f"Forward at D=256 ≥ {D256_TARGET:.1f}× cuDNN", f"{_span(ratio)}×", _met(ratio >= D256_TARGET),
@@ -815,7 +814,6 @@ def anchors_table(gpu: Path) -> str:
             add("Backward at D=256 built (its speed has no target)", "not timed on this GPU", "1 of 1",
                 "no d256 CSV here times the backward of flash_wgmma, cuDNN and SDPA flash: the bench-d256 capture does")
         else:
-            d256_deep = gpu / D256_WHY[0]
             add("Backward at D=256 built (its speed has no target)",
                 f"{_span(p['sdpa_cudnn'] / p['flash_wgmma'])}× cuDNN, {_span(p['sdpa_flash'] / p['flash_wgmma'])}× "
                 f"SDPA flash over {len(p)} rows", "1 of 1",
