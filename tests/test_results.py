@@ -336,3 +336,12 @@ def test_the_fp8_table_says_where_the_error_passes_its_note_and_where_v_is_centr
         "at D=128 with O summed in fp32 registers: 1.00 %; at D=64 with O summed in the tensor cores' accumulator: "
         "0.20–0.40 %.")
     assert results._fp8_centred_note(df[df["D"] != 64]) == ""
+
+
+def test_a_d256_csv_kept_apart_is_cited_with_its_own_manifest(tmp_path):
+    profiles = tmp_path / "profiles"
+    _d256_csv(profiles / results.LOOSE / "gpu" / "flash_wgmma_d256.csv", backward=True)
+    (profiles / "gpu").mkdir()
+    out = results.render(profiles)
+    assert ("Source: `profiles/_bench/gpu/flash_wgmma_d256.csv`, `profiles/_bench/gpu/flash_wgmma_d256.manifest.json`."
+            in out)
