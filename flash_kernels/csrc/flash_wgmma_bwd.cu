@@ -324,6 +324,22 @@ struct WgBwdWork {
   }
 };
 
+// Start loading (cp.async, by the NT threads tid) the rows qb .. qb + BM - 1 of query head qh ([B*H] index): Q and dO
+// into the SW128 tiles at sQ, sdO, LSE and Dd into lse + off, dd + off (row_slot order); rows past Nq arrive as
+// zeros.
+template <int BM, int D, int NT, typename T>
+__device__ __forceinline__ void load_query_stage(uint32_t sQ, uint32_t sdO, float* lse, float* dd, int off, const T* Q,
+                                                 const T* dO, const float* LSE, const float* Dd, int qh, int qb,
+                                                 int Nq, int tid) {
+  load_tile_sw128<BM, D, NT>(sQ, Q + long(qh) * Nq * D, qb, Nq, tid);
+  load_tile_sw128<BM, D, NT>(sdO, dO + long(qh) * Nq * D, qb, Nq, tid);
+  for (int r = tid; r < 2 * BM; r += NT) {
+    const int q = qb + (r % BM);
+    const float* src = (r < BM ? LSE : Dd) + long(qh) * Nq + (q < Nq ? q : 0);
+    cp_async_4(smem_u32((r < BM ? lse : dd) + off + row_slot<BM>(r % BM)), src, q < Nq ? 4 : 0);
+  }
+}
+
 // ------------------------------------------------------------------------------ pipeline cp.async (step 1)
 
 template <typename T, int D, int BM>
@@ -359,15 +375,8 @@ flash_wgmma_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, co
   const float scale_log2 = scale * kLog2e;
   const int key0 = k0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's accumulator rows: key0, key0 + 8
 
-  // start loading the Q, dO, LSE, Dd rows qb.. of query head qh ([B*H] index) into stage st
   auto stage = [&](int qh, int qb, int st) {
-    load_tile_sw128<BM, D, NT>(sQ + st * TQ, Q + long(qh) * Nq * D, qb, Nq, tid);
-    load_tile_sw128<BM, D, NT>(sdO + st * TQ, dO + long(qh) * Nq * D, qb, Nq, tid);
-    for (int r = tid; r < 2 * BM; r += NT) {
-      const int q = qb + (r % BM);
-      const float* src = (r < BM ? LSE : Dd) + long(qh) * Nq + (q < Nq ? q : 0);
-      cp_async_4(smem_u32((r < BM ? lse_s : dd_s) + st * RS + row_slot<BM>(r % BM)), src, q < Nq ? 4 : 0);
-    }
+    load_query_stage<BM, D, NT>(sQ + st * TQ, sdO + st * TQ, lse_s, dd_s, st * RS, Q, dO, LSE, Dd, qh, qb, Nq, tid);
   };
 
   load_tile_sw128<BN, D, NT>(sK, K + work.kv_off<D>(Nk), k0, Nk, tid);
@@ -697,13 +706,7 @@ flash_wgmma_backward_d256_kernel(const T* __restrict__ Q, const T* __restrict__ 
   const int key0 = k0 + row0;                // and row0 + 8
 
   auto stage = [&](int qh, int qb, int st) {
-    load_tile_sw128<BM, D, NT>(sQ + st * TQ, Q + long(qh) * Nq * D, qb, Nq, tid);
-    load_tile_sw128<BM, D, NT>(sdO + st * TQ, dO + long(qh) * Nq * D, qb, Nq, tid);
-    for (int r = tid; r < 2 * BM; r += NT) {
-      const int q = qb + (r % BM);
-      const float* src = (r < BM ? LSE : Dd) + long(qh) * Nq + (q < Nq ? q : 0);
-      cp_async_4(smem_u32((r < BM ? lse_s : dd_s) + st * RS + row_slot<BM>(r % BM)), src, q < Nq ? 4 : 0);
-    }
+    load_query_stage<BM, D, NT>(sQ + st * TQ, sdO + st * TQ, lse_s, dd_s, st * RS, Q, dO, LSE, Dd, qh, qb, Nq, tid);
   };
   load_tile_sw128<BN, D, NT>(sK, K + work.kv_off<D>(Nk), k0, Nk, tid);
   load_tile_sw128<BN, D, NT>(sV, V + work.kv_off<D>(Nk), k0, Nk, tid);
