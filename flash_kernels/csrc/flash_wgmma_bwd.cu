@@ -51,7 +51,7 @@ __device__ __forceinline__ void st_shared_v4(uint32_t addr, float a, float b, fl
 enum WgDqSplit : int { kDqRows = 0, kDqCols = 1, kDqKeys = 2 };
 template <int BM, int D>
 struct WgBwdShape {
-  static constexpr int split = BM == 128 ? kDqRows : (D == 128 ? kDqCols : kDqKeys);
+  static constexpr int split = BM == 128 ? kDqRows : (D == 64 ? kDqKeys : kDqCols);
   static constexpr int NQ = split == kDqCols ? D / 2 : D;      // dQ columns per warpgroup (wgmma N)
   static constexpr int KQ = split == kDqKeys ? 64 : kWgBwdKeys;  // keys its dQ product sums over
   static constexpr int parts = split == kDqKeys ? 1 : 2;         // distinct [64 x NQ] pieces of a dQ tile
@@ -325,6 +325,22 @@ struct WgBwdWork {
   }
 };
 
+// Start loading (cp.async, by the NT threads tid) the rows qb .. qb + BM - 1 of query head qh ([B*H] index): Q and dO
+// into the SW128 tiles at sQ, sdO, LSE and Dd into lse + off, dd + off (row_slot order); rows past Nq arrive as
+// zeros.
+template <int BM, int D, int NT, typename T>
+__device__ __forceinline__ void load_query_stage(uint32_t sQ, uint32_t sdO, float* lse, float* dd, int off, const T* Q,
+                                                 const T* dO, const float* LSE, const float* Dd, int qh, int qb,
+                                                 int Nq, int tid) {
+  load_tile_sw128<BM, D, NT>(sQ, Q + long(qh) * Nq * D, qb, Nq, tid);
+  load_tile_sw128<BM, D, NT>(sdO, dO + long(qh) * Nq * D, qb, Nq, tid);
+  for (int r = tid; r < 2 * BM; r += NT) {
+    const int q = qb + (r % BM);
+    const float* src = (r < BM ? LSE : Dd) + long(qh) * Nq + (q < Nq ? q : 0);
+    cp_async_4(smem_u32((r < BM ? lse : dd) + off + row_slot<BM>(r % BM)), src, q < Nq ? 4 : 0);
+  }
+}
+
 // ------------------------------------------------------------------------------ pipeline cp.async (step 1)
 
 template <typename T, int D, int BM>
@@ -360,15 +376,8 @@ flash_wgmma_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, co
   const float scale_log2 = scale * kLog2e;
   const int key0 = k0 + wg * 64 + warp * 16 + (lane >> 2);  // this thread's accumulator rows: key0, key0 + 8
 
-  // start loading the Q, dO, LSE, Dd rows qb.. of query head qh ([B*H] index) into stage st
   auto stage = [&](int qh, int qb, int st) {
-    load_tile_sw128<BM, D, NT>(sQ + st * TQ, Q + long(qh) * Nq * D, qb, Nq, tid);
-    load_tile_sw128<BM, D, NT>(sdO + st * TQ, dO + long(qh) * Nq * D, qb, Nq, tid);
-    for (int r = tid; r < 2 * BM; r += NT) {
-      const int q = qb + (r % BM);
-      const float* src = (r < BM ? LSE : Dd) + long(qh) * Nq + (q < Nq ? q : 0);
-      cp_async_4(smem_u32((r < BM ? lse_s : dd_s) + st * RS + row_slot<BM>(r % BM)), src, q < Nq ? 4 : 0);
-    }
+    load_query_stage<BM, D, NT>(sQ + st * TQ, sdO + st * TQ, lse_s, dd_s, st * RS, Q, dO, LSE, Dd, qh, qb, Nq, tid);
   };
 
   load_tile_sw128<BN, D, NT>(sK, K + work.kv_off<D>(Nk), k0, Nk, tid);
@@ -655,9 +664,14 @@ __global__ void wg_dq_postprocess_kernel(const float* __restrict__ acc, T* __res
 //   S^T, dP^T [64 keys x 64 queries] split by queries: warpgroup c computes queries 32 c .. (wgmma SS, N = 32), then
 //     P^T and dS^T as in bwd_p_ds, and stores both to shared memory ([64][64] SW128, stmatrix)
 //   dV_c += P^T dO_c, dK_c += dS^T Q_c    wgmma SS, A = the whole P^T, dS^T (K-major), B = dO, Q columns 128 c ..
-//   dQ_c  = dS K_c                         wgmma SS, A = dS^T read transposed, B = K columns 128 c ..; fp32 red.add
+//   dQ_c  = dS K_c                         wgmma SS, A = dS^T read transposed, B = K columns 128 c ..
 // Q, dO, LSE, Dd double-buffered by cp.async (every thread copies; the cp.async pipeline's two barriers per step).
-// Shared memory: K, V 32 KB each, Q, dO 2 x 32 KB each, P^T, dS^T 8 KB each: 210 KB with the rows and slack.
+// dQ leaves through the step's own Q, dO stage: once both warpgroups' dV, dK (its only readers) are done, warpgroup
+// c writes its [64 x 128] fp32 piece there in accumulator order (c = 0 over Q's 32 KB, 1 over dO's) and each warp
+// adds its share to the padded accumulator with one bulk reduce-add of the copy engine (dq_piece_offset's order,
+// wg_dq_postprocess_kernel casts), instead of 32 red.global.add.v2 per thread; the stage is refilled at the next
+// step only after the copy engine has read it. Shared memory: K, V 32 KB each, Q, dO 2 x 32 KB each, P^T, dS^T
+// 8 KB each: 210 KB with the rows and slack.
 constexpr int kWg256Keys = codes::flash_wgmma_bwd::kKeysD256, kWg256Rows = 64;
 
 template <typename T>
@@ -693,13 +707,7 @@ flash_wgmma_backward_d256_kernel(const T* __restrict__ Q, const T* __restrict__ 
   const int key0 = k0 + row0;                // and row0 + 8
 
   auto stage = [&](int qh, int qb, int st) {
-    load_tile_sw128<BM, D, NT>(sQ + st * TQ, Q + long(qh) * Nq * D, qb, Nq, tid);
-    load_tile_sw128<BM, D, NT>(sdO + st * TQ, dO + long(qh) * Nq * D, qb, Nq, tid);
-    for (int r = tid; r < 2 * BM; r += NT) {
-      const int q = qb + (r % BM);
-      const float* src = (r < BM ? LSE : Dd) + long(qh) * Nq + (q < Nq ? q : 0);
-      cp_async_4(smem_u32((r < BM ? lse_s : dd_s) + st * RS + row_slot<BM>(r % BM)), src, q < Nq ? 4 : 0);
-    }
+    load_query_stage<BM, D, NT>(sQ + st * TQ, sdO + st * TQ, lse_s, dd_s, st * RS, Q, dO, LSE, Dd, qh, qb, Nq, tid);
   };
   load_tile_sw128<BN, D, NT>(sK, K + work.kv_off<D>(Nk), k0, Nk, tid);
   load_tile_sw128<BN, D, NT>(sV, V + work.kv_off<D>(Nk), k0, Nk, tid);
@@ -714,11 +722,14 @@ flash_wgmma_backward_d256_kernel(const T* __restrict__ Q, const T* __restrict__ 
 #pragma unroll
   for (int i = 0; i < DW / 2; ++i) dk[i] = dv[i] = 0.f;
 
+  const int n_tq = (Nq + BM - 1) / BM;  // dQ tiles per query head
+  constexpr uint32_t TW = 16 * DW * 4;  // bytes of a warp's share of a warpgroup's dQ piece
   int qh = work.qh0, qb = work.q_start;
   for (int it = 0; it < n_it; ++it) {
     const int st = it & 1;
     const uint32_t cQ = sQ + st * TQ, cdO = sdO + st * TQ;
     cp_async_wait<0>();
+    if (lane == 0) bulk_wait<0, true>();  // the copy engine has read the last step's dQ out of the stage refilled below
     fence_proxy_async();  // cp.async writes (generic proxy) -> wgmma reads (async proxy)
     __syncthreads();      // this stage has landed; every wgmma of the last step (P^T, dS^T, the other stage) is done
     if (it + 1 < n_it) stage(qb + BM < Nq ? qh : qh + 1, qb + BM < Nq ? qb + BM : work.q_start, st ^ 1);
@@ -815,20 +826,23 @@ flash_wgmma_backward_d256_kernel(const T* __restrict__ Q, const T* __restrict__ 
     fence_regs(dv);
     fence_regs(dk);
     fence_regs(dq);
+    bar_sync(1, NT);  // both warpgroups' dV, dK are done: the stage's Q and dO are read no more
     {
-      float* const dqp = dQacc + long(qh) * Nq * D + wg * DW + 2 * t4;
+      const uint32_t piece = (wg == 0 ? cQ : cdO) + warp * TW;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int q = qb + row0 + 8 * h;
-        if (q < Nq) {
-#pragma unroll
-          for (int j = 0; j < DW / 8; ++j)
-            red_add_f32x2(dqp + long(q) * D + 8 * j, dq[4 * j + 2 * h] * scale, dq[4 * j + 2 * h + 1] * scale);
-        }
+      for (int j = 0; j < DW / 8; ++j)
+        st_shared_v4(piece + lane * 16 + j * 512, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+      fence_proxy_async();
+      __syncwarp();
+      if (lane == 0) {
+        bulk_reduce_add_f32(dQacc + (long(qh) * n_tq + qb / BM) * (BM * D) + wg * (64 * DW) + warp * (TW / 4), piece,
+                            TW);
+        bulk_commit();
       }
     }
     work.next<BM>(qh, qb, Nq);
   }
+  if (lane == 0) bulk_wait<0, false>();  // every add has completed before the block's shared memory goes
 
   if (gridDim.z > 1) {  // a split group: add this block's partial dK, dV (fp32)
 #pragma unroll
@@ -860,23 +874,35 @@ flash_wgmma_backward_d256_kernel(const T* __restrict__ Q, const T* __restrict__ 
   store_dkdv<T, D, NT, BN>(smem, smem + TKV, dK, dV, work.kv_off<D>(Nk), k0, Nk, tid);
 }
 
+// Around the kernel, as wgmma_ws_backward_launch: the padded dQ accumulator zeroed (the caller allocates B*H*ceil(Nq /
+// 128) * 128 * D floats, more than the B*H*ceil(Nq / 64) * 64 * D of 64-row tiles), Dd, the kernel (within the group
+// split), dQ cast from the accumulator.
 template <typename T>
 cudaError_t wgmma_backward_d256_launch(const AttnArgs& a, int split, cudaStream_t stream) {
   constexpr int D = 256, BN = kWg256Keys, BM = kWg256Rows;
   auto kernel = flash_wgmma_backward_d256_kernel<T>;
   constexpr int smem = (2 * BN * D + 4 * BM * D + 2 * BN * BM) * 2 + 4 * kRowStage<BM> * 4 + 1024;
   static_assert(smem <= 227 * 1024, "shared memory of a block");
-  return fa2_backward<T, D>(a, stream, [&] {
-    return split_group_backward<T, D>(a, split, stream, [&] {
-      cudaError_t err = allow_smem(kernel, smem);
-      if (err != cudaSuccess) return err;
-      kernel<<<dim3(cdiv(a.Nk, BN), a.B * a.Hkv, split), kWgBwdThreads, smem, stream>>>(
-          static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), a.lse, a.Dd,
-          static_cast<const T*>(a.dO), a.dq_acc, static_cast<T*>(a.dk), static_cast<T*>(a.dv), a.ws[0], a.ws[1],
-          dims_of(a), a.scale, a.causal);
-      return cudaGetLastError();
-    });
+  const long rows = long(a.B) * a.H * a.Nq;
+  cudaError_t err = allow_smem(kernel, smem);
+  if (err == cudaSuccess)
+    err = cudaMemsetAsync(a.dq_acc, 0, sizeof(float) * long(a.B) * a.H * cdiv(a.Nq, BM) * BM * D, stream);
+  if (err == cudaSuccess) err = launch_rowdot<T>(a.dO, a.o, a.Dd, rows, D, stream);
+  if (err != cudaSuccess) return err;
+  err = split_group_backward<T, D>(a, split, stream, [&] {
+    kernel<<<dim3(cdiv(a.Nk, BN), a.B * a.Hkv, split), kWgBwdThreads, smem, stream>>>(
+        static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), a.lse, a.Dd,
+        static_cast<const T*>(a.dO), a.dq_acc, static_cast<T*>(a.dk), static_cast<T*>(a.dv), a.ws[0], a.ws[1],
+        dims_of(a), a.scale, a.causal);
+    return cudaGetLastError();
   });
+  if (err != cudaSuccess || rows == 0) return err;
+  const long pairs = long(a.B) * a.H * cdiv(a.Nq, BM) * (BM / 2) * (D / 2);
+  long blocks = (pairs + 255) / 256;
+  if (blocks > 65535L * 8) blocks = 65535L * 8;
+  wg_dq_postprocess_kernel<T, D, BM><<<unsigned(blocks), 256, 0, stream>>>(a.dq_acc, static_cast<T*>(a.dq),
+                                                                           long(a.B) * a.H, a.Nq, a.scale);
+  return cudaGetLastError();
 }
 
 // ------------------------------------------------------------------------------ launchers
