@@ -93,6 +93,7 @@ MEASURED = {
     "mma_sync_bf16": {"flop_per_s": 659e12, "what": "mma.sync", "config": {"blocks": 264}},
     "wgmma_fp16": {"flop_per_s": 950e12, "what": "wgmma", "config": {"blocks": 132}},
     "wgmma_bf16": {"status": "not measured", "reason": "RuntimeError: a test's reason"},
+    "wgmma_e4m3": {"flop_per_s": 1900e12, "what": "wgmma e4m3", "config": {"blocks": 132}},
     "mufu_ex2": {"exp2_per_s": 3.9e12, "what": "ex2"},
 }
 
@@ -274,3 +275,19 @@ def test_a_measured_read_stream_is_a_memory_roof_of_its_own():
     assert CE.describe("read_stream", {**man["ceilings"]["read_stream"], "config": {"blocks": 264, "blocks_per_sm": 2,
                                                                                   "threads_per_block": 1024}, "iters": 1}
                        ).startswith("read_stream        4.50 TB/s     2 GiB read once")
+
+
+def test_an_fp8_wgmma_ceiling_is_a_measured_roof_and_a_capture_before_it_does_not_name_it_missing(h200):
+    work, man = h200
+    with_fp8 = {**man, "ceilings": {**man["ceilings"], **MEASURED}}
+    pts = roofline.roofline_points(counters.per_range(work, by_kernel_if_no_ranges=True))
+    # fp16 work: no point needs the FP8 roof, so it is not drawn (it would only stretch the axis)
+    assert "measured wgmma FP8 e4m3" not in set(roofline.ceilings(work, with_fp8, pts)["name"])
+    fast = pts.copy()
+    fast.loc[fast.index[0], "flop_per_s"] = 1200e12  # FP8 work past every 16-bit roof
+    ceil = roofline.ceilings(work, with_fp8, fast)
+    assert ceil.set_index("name").loc["measured wgmma FP8 e4m3", "value"] == 1900e12
+    before = {**man, "ceilings": {**man["ceilings"], **{k: v for k, v in MEASURED.items() if k != "wgmma_e4m3"}}}
+    assert not any("e4m3" in line for line in roofline.instruction_status(before)[0])
+    failed = {**before, "ceilings": {**before["ceilings"], "wgmma_e4m3": CE.not_measured("RuntimeError: no e4m3")}}
+    assert "wgmma FP8 e4m3: not measured (RuntimeError: no e4m3)." in roofline.instruction_status(failed)[0]

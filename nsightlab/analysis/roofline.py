@@ -40,10 +40,15 @@ PEAK_LABELS = (("compute", "peak_fp32", "FP32 (FFMA)"), ("compute", "peak_fp16",
 MEASURED_COMPUTE = (("gemm_fp16", "measured cuBLAS FP16 GEMM"), ("gemm_bf16", "measured cuBLAS BF16 GEMM"),
                     ("gemm_fp32", "measured cuBLAS FP32 GEMM"), ("mma_sync_fp16", "measured mma.sync FP16"),
                     ("mma_sync_bf16", "measured mma.sync BF16"), ("wgmma_fp16", "measured wgmma FP16"),
-                    ("wgmma_bf16", "measured wgmma BF16"))
+                    ("wgmma_bf16", "measured wgmma BF16"), ("wgmma_e4m3", "measured wgmma FP8 e4m3"))
+#: the measured FP8 roofs: drawn only where a point passes every other compute roof
+FP8_ROOFS = ("measured wgmma FP8 e4m3",)
+#: instruction-class ceilings added after the others: a capture from before them does not name them missing
+LATER_INSTRUCTION_KEYS = ("wgmma_e4m3",)
 #: the instruction-class ceilings for people
 INSTRUCTION_LABELS = {"mma_sync_fp16": "mma.sync FP16", "mma_sync_bf16": "mma.sync BF16",
-                      "wgmma_fp16": "wgmma FP16", "wgmma_bf16": "wgmma BF16", "mufu_ex2": "MUFU exp2"}
+                      "wgmma_fp16": "wgmma FP16", "wgmma_bf16": "wgmma BF16", "wgmma_e4m3": "wgmma FP8 e4m3",
+                      "mufu_ex2": "MUFU exp2"}
 
 
 def _source(entry: dict) -> str:
@@ -126,6 +131,12 @@ def ceilings(work: pd.DataFrame, manifest: dict | None = None, points: pd.DataFr
         if isinstance(meas.get(key), dict) and "flop_per_s" in meas[key] and _dtype_ok(key, points):
             rows.append({"kind": "compute", "name": label, "value": float(meas[key]["flop_per_s"]), "per_cycle": np.nan,
                          "source": _source(meas[key]), "where": None})
+    # the FP8 roof only where some point needs it (FP8 work counted past every 16-bit roof): elsewhere it would only
+    # stretch the axis over the points
+    fp8 = [r for r in rows if r["name"] in FP8_ROOFS]
+    others = max((r["value"] for r in rows if r["kind"] == "compute" and r["name"] not in FP8_ROOFS), default=0.0)
+    if fp8 and (points is None or "flop_per_s" not in points or not (points["flop_per_s"] > others).any()):
+        rows = [r for r in rows if r["name"] not in FP8_ROOFS]
     problem = problems.of_manifest(manifest, [] if points is None else points.columns)
     if problem.ceilings is not None and points is not None:
         for c in problem.ceilings(meas, points):
@@ -241,6 +252,8 @@ def instruction_status(manifest: dict | None) -> tuple[list[str], str]:
     for key in INSTRUCTION_KEYS:
         e = meas.get(key)
         if isinstance(e, dict) and ("flop_per_s" in e or "exp2_per_s" in e):
+            continue
+        if e is None and key in LATER_INSTRUCTION_KEYS:  # the capture predates it: nothing it tried and missed
             continue
         reason = e.get("reason", "no result") if isinstance(e, dict) else "not in this capture's ceilings"
         lines.append(f"{INSTRUCTION_LABELS[key]}: not measured ({reason}).")

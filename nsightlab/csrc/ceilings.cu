@@ -4,9 +4,10 @@
 //                           registers, kMmaChains independent accumulators per warp: the ceiling set by
 //                           how fast the SM takes the warp-level tensor instruction (what an mma.sync
 //                           attention kernel uses).
-//   wgmma_kernel<kBf16>     wgmma.mma_async.sync.aligned.m64n256k16.f32.{f16,bf16}, A [64, 64] and B [256, 64]
-//                           K-major in shared memory with the 128-byte swizzle, one or more warpgroups per
-//                           CTA: the warpgroup instruction's ceiling (sm_90a only).
+//   wgmma_kernel<kKind>     wgmma.mma_async.sync.aligned.m64n256k16.f32.{f16,bf16} (A [64, 64] and B [256, 64])
+//                           or m64n256k32.f32.e4m3.e4m3 (A [64, 128] and B [256, 128]), K-major in shared memory
+//                           with the 128-byte swizzle, one or more warpgroups per CTA: the warpgroup
+//                           instruction's ceiling (sm_90a only) for 16-bit and FP8 operands.
 //   mufu_ex2_kernel         ex2.approx.ftz.f32 after one FFMA, as a softmax computes exp2(s * scale - m),
 //                           kExpChains independent chains per thread: the MUFU rate that bounds softmax.
 //
@@ -127,11 +128,22 @@ __device__ __forceinline__ uint32_t sw128_offset(int row, int chunk) {
       "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
       "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 
-// D[64, 256] += A[64, 16] @ B[256, 16]^T, A and B from shared memory (K-major, no transpose)
-template <int kBf16>
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+// the wgmma operand kinds of wgmma_kernel: 16-bit (k16 per instruction) or e4m3 (k32); a 128-byte row of the
+// operand tiles is 4 instructions' K either way
+constexpr int kWgF16 = 0, kWgBf16 = 1, kWgE4m3 = 2;
+
+// D[64, 256] += A[64, K] @ B[256, K]^T (K = 16 16-bit or 32 e4m3 elements: 32 bytes of each row), A and B from
+// shared memory (K-major, no transpose)
+template <int kKind>
+__device__ __forceinline__ void wgmma_m64n256_step(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
 #ifdef NSL_HAS_WGMMA
-  if constexpr (kBf16) {
+  if constexpr (kKind == kWgE4m3) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {" NSL_WGMMA_REGS "}, %128, %129, p, 1, 1;\n}\n"
+        : NSL_WGMMA_ACC
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+  } else if constexpr (kKind == kWgBf16) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" NSL_WGMMA_REGS "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
@@ -164,11 +176,11 @@ __device__ __forceinline__ void wgmma_wait() {
 #endif
 }
 
-// A: [64, 64] row-major ([m, k]), B: [256, 64] row-major ([n, k]), 16-bit elements; every CTA copies them
-// into shared memory once and then runs `iters` x kWgSteps wgmma on them, each warpgroup into its own
-// accumulators. out: [grid * blockDim, 128] floats, each thread's accumulators in the wgmma D fragment
-// order; after one iteration every warpgroup holds A @ B^T (K = 64).
-template <int kBf16>
+// A: [64, 64] row-major ([m, k]), B: [256, 64] row-major ([n, k]), 16-bit elements (e4m3: [64, 128] and [256, 128],
+// the same bytes); every CTA copies them into shared memory once and then runs `iters` x 4 wgmma on them, each
+// warpgroup into its own accumulators. out: [grid * blockDim, 128] floats, each thread's accumulators in the wgmma D
+// fragment order; after one iteration every warpgroup holds A @ B^T (K = 64, e4m3: 128).
+template <int kKind>
 __global__ void __launch_bounds__(256, 1) wgmma_kernel(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B,
                                                         float* __restrict__ out, int iters) {
 #ifdef NSL_HAS_WGMMA
@@ -190,7 +202,7 @@ __global__ void __launch_bounds__(256, 1) wgmma_kernel(const uint16_t* __restric
 
   const uint64_t desc_a = smem_desc_sw128(uint32_t(__cvta_generic_to_shared(A_s)));
   const uint64_t desc_b = smem_desc_sw128(uint32_t(__cvta_generic_to_shared(B_s)));
-  constexpr int kSteps = kWgK / 16;  // wgmma k16 steps per 128-byte row
+  constexpr int kSteps = kWgK / 16;  // wgmma steps per 128-byte row (k16 of 16-bit or k32 of e4m3 elements)
   float d[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) d[i] = 0.f;
@@ -198,7 +210,7 @@ __global__ void __launch_bounds__(256, 1) wgmma_kernel(const uint16_t* __restric
     wgmma_fence();
 #pragma unroll
     for (int s = 0; s < kSteps; ++s)  // the next 16 columns of K: 32 bytes further along each swizzled row
-      wgmma_m64n256k16<kBf16>(d, desc_a + uint64_t(2 * s), desc_b + uint64_t(2 * s));
+      wgmma_m64n256_step<kKind>(d, desc_a + uint64_t(2 * s), desc_b + uint64_t(2 * s));
     wgmma_commit();
     wgmma_wait<1>();  // one group in flight while the next is issued, as a GEMM main loop keeps it
   }
@@ -288,7 +300,8 @@ int64_t nsl_mma_sync(int64_t A, int64_t B, int64_t out, int64_t iters, int64_t b
   return int64_t(cudaGetLastError());
 }
 
-int64_t nsl_wgmma(int64_t A, int64_t B, int64_t out, int64_t iters, int64_t blocks, int64_t warpgroups, int64_t bf16,
+// kind: 0 fp16, 1 bf16, 2 e4m3 (nsl::kWgF16 ..)
+int64_t nsl_wgmma(int64_t A, int64_t B, int64_t out, int64_t iters, int64_t blocks, int64_t warpgroups, int64_t kind,
                   int64_t stream) {
   auto* a = reinterpret_cast<const uint16_t*>(A);
   auto* b = reinterpret_cast<const uint16_t*>(B);
@@ -296,10 +309,14 @@ int64_t nsl_wgmma(int64_t A, int64_t B, int64_t out, int64_t iters, int64_t bloc
   auto s = reinterpret_cast<cudaStream_t>(stream);
   if (warpgroups < 1 || warpgroups > 2) return int64_t(cudaErrorInvalidValue);
   const int smem = nsl::kWgSmemBytes + nsl::kWgAlign;
-  if (bf16)
-    nsl::wgmma_kernel<1><<<int(blocks), int(128 * warpgroups), smem, s>>>(a, b, o, int(iters));
+  if (kind == nsl::kWgE4m3)
+    nsl::wgmma_kernel<nsl::kWgE4m3><<<int(blocks), int(128 * warpgroups), smem, s>>>(a, b, o, int(iters));
+  else if (kind == nsl::kWgBf16)
+    nsl::wgmma_kernel<nsl::kWgBf16><<<int(blocks), int(128 * warpgroups), smem, s>>>(a, b, o, int(iters));
+  else if (kind == nsl::kWgF16)
+    nsl::wgmma_kernel<nsl::kWgF16><<<int(blocks), int(128 * warpgroups), smem, s>>>(a, b, o, int(iters));
   else
-    nsl::wgmma_kernel<0><<<int(blocks), int(128 * warpgroups), smem, s>>>(a, b, o, int(iters));
+    return int64_t(cudaErrorInvalidValue);
   return int64_t(cudaGetLastError());
 }
 

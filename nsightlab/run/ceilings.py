@@ -4,8 +4,8 @@
   device-to-device copy (``gemm_*``, ``copy_d2d``);
 - instruction-class ceilings from ``nsightlab/csrc/ceilings.cu`` (inline PTX), built here with
   ``torch.utils.cpp_extension.load_inline``: ``mma_sync_fp16`` / ``mma_sync_bf16`` (mma.sync
-  m16n8k16, fp32 accumulators, operands in registers), ``wgmma_fp16`` / ``wgmma_bf16`` (wgmma
-  m64n256k16 from 128-byte-swizzled shared memory; sm_90a, so compute capability 9.0 only),
+  m16n8k16, fp32 accumulators, operands in registers), ``wgmma_fp16`` / ``wgmma_bf16`` / ``wgmma_e4m3`` (wgmma
+  m64n256k16, or k32 for FP8, from 128-byte-swizzled shared memory; sm_90a, so compute capability 9.0 only),
   ``mufu_ex2`` (ex2.approx throughput, with the softmax bound it implies) and ``read_stream`` (DRAM read
   bandwidth: a 2 GiB buffer read once with 16-byte non-allocating loads, the roof of a kernel that only reads
   its inputs, where the copy's read + write is not).
@@ -35,9 +35,12 @@ from ..problems import problem as problems
 CSRC = Path(__file__).resolve().parents[1] / "csrc" / "ceilings.cu"
 #: the instruction-class ceilings, in the order they are measured and printed
 #: (wgmma last: a kernel that faults leaves the CUDA context unusable for whatever runs after it)
-INSTRUCTION_KEYS = ("mma_sync_fp16", "mma_sync_bf16", "mufu_ex2", "wgmma_fp16", "wgmma_bf16")
+INSTRUCTION_KEYS = ("mma_sync_fp16", "mma_sync_bf16", "mufu_ex2", "wgmma_fp16", "wgmma_bf16", "wgmma_e4m3")
 #: every microbenchmark of ceilings.cu in the order measured: the instruction-class ones and the DRAM read stream
-MICROBENCHMARK_KEYS = ("mma_sync_fp16", "mma_sync_bf16", "mufu_ex2", "read_stream", "wgmma_fp16", "wgmma_bf16")
+MICROBENCHMARK_KEYS = ("mma_sync_fp16", "mma_sync_bf16", "mufu_ex2", "read_stream", "wgmma_fp16", "wgmma_bf16",
+                       "wgmma_e4m3")
+#: wgmma's operand kinds: ceiling key -> (PTX type, ceilings.cu's kind code, elements of K per instruction)
+WGMMA_KINDS = {"wgmma_fp16": ("f16", 0, 16), "wgmma_bf16": ("bf16", 1, 16), "wgmma_e4m3": ("e4m3", 2, 32)}
 GEMM_KEYS = ("gemm_bf16", "gemm_fp16", "gemm_fp32")
 REPS, WARMUP = 10, 3
 #: each timed launch of a microbenchmark runs about this long (its iteration count is scaled to it)
@@ -48,7 +51,7 @@ _CPP = """
 #include <torch/extension.h>
 int64_t nsl_mma_sync(int64_t A, int64_t B, int64_t out, int64_t iters, int64_t blocks, int64_t threads, int64_t bf16,
                      int64_t stream);
-int64_t nsl_wgmma(int64_t A, int64_t B, int64_t out, int64_t iters, int64_t blocks, int64_t warpgroups, int64_t bf16,
+int64_t nsl_wgmma(int64_t A, int64_t B, int64_t out, int64_t iters, int64_t blocks, int64_t warpgroups, int64_t kind,
                   int64_t stream);
 int64_t nsl_mufu_ex2(int64_t out, double a, double b, int64_t iters, int64_t blocks, int64_t threads, int64_t stream);
 int64_t nsl_read_stream(int64_t in, int64_t n16, int64_t out, int64_t blocks, int64_t threads, int64_t stream);
@@ -209,23 +212,25 @@ def mma_sync_ceiling(mod: Any, bf16: bool, sm_count: int) -> dict[str, Any]:
     }
 
 
-def wgmma_ceiling(mod: Any, bf16: bool, sm_count: int) -> dict[str, Any]:
-    """wgmma m64n256k16 fp32 += {fp16, bf16} from shared memory: checked, then timed over a few
-    warpgroup / CTA settings."""
+def wgmma_ceiling(mod: Any, key: str, sm_count: int) -> dict[str, Any]:
+    """wgmma m64n256 fp32 += {fp16, bf16: k16; e4m3: k32} (:data:`WGMMA_KINDS`) from shared memory: checked, then
+    timed over a few warpgroup / CTA settings. Each operand row is 128 bytes: K = 64 16-bit or 128 e4m3 elements."""
     import torch
 
-    dtype = torch.bfloat16 if bf16 else torch.float16
+    ptx, code, k_step = WGMMA_KINDS[key]
+    dtype = {"f16": torch.float16, "bf16": torch.bfloat16, "e4m3": torch.float8_e4m3fn}[ptx]
+    K = 128 // dtype.itemsize  # elements of a 128-byte row
     stream = torch.cuda.current_stream().cuda_stream
-    A, B = _small_ints(torch, (64, 64), dtype, 3), _small_ints(torch, (256, 64), dtype, 4)  # K-major: [m, k], [n, k]
+    A, B = _small_ints(torch, (64, K), dtype, 3), _small_ints(torch, (256, K), dtype, 4)  # K-major: [m, k], [n, k]
 
     def run(out: Any, iters: int, blocks: int, wgs: int) -> None:
-        _launched(mod, mod.nsl_wgmma(_bits(A), _bits(B), out.data_ptr(), iters, blocks, wgs, int(bf16), stream),
+        _launched(mod, mod.nsl_wgmma(_bits(A), _bits(B), out.data_ptr(), iters, blocks, wgs, code, stream),
                   "wgmma_kernel")
 
     check_iters, blocks, wgs = 5, 2, 2
     out = torch.empty(blocks * 128 * wgs * 128, device="cuda", dtype=torch.float32)
     run(out, check_iters, blocks, wgs)
-    ref = check_iters * (A.float() @ B.float().T).cpu()  # [64, 256], K = 64
+    ref = check_iters * (A.float() @ B.float().T).cpu()  # [64, 256]
     lane, i = torch.arange(32)[:, None], torch.arange(128)[None, :]
     g, t = lane // 4, lane % 4
     warp = torch.arange(4)[:, None, None]
@@ -237,7 +242,7 @@ def wgmma_ceiling(mod: Any, bf16: bool, sm_count: int) -> dict[str, Any]:
     if float(err.max()) > 1e-3:
         raise ValueError(f"check failed: {check_iters} iterations differ from {check_iters}·(A @ Bᵀ) (torch) in "
                          f"{int((err > 1e-3).sum())} of {err.numel()} accumulators, max |error| {float(err.max()):g}")
-    flop_per_iter = 2.0 * 64 * 256 * 64  # per warpgroup per loop iteration: 4 × m64n256k16
+    flop_per_iter = 2.0 * 64 * 256 * K  # per warpgroup per loop iteration: 4 wgmma of K / 4 each
     configs = []
     for wgs, per_sm in ((1, 1), (2, 1), (1, 2)):
         blocks = sm_count * per_sm
@@ -249,13 +254,12 @@ def wgmma_ceiling(mod: Any, bf16: bool, sm_count: int) -> dict[str, Any]:
                         "flop_per_s": flop / (ms * 1e-3)})
         del out
     best = max(configs, key=lambda c: c["flop_per_s"])
-    kind = "bf16" if bf16 else "f16"
     return {
-        "what": f"wgmma.mma_async.sync.aligned.m64n256k16.f32.{kind}.{kind}, A [64, 64] and B [256, 64] K-major in "
-                "shared memory (128-byte swizzle), 4 k16 steps per commit group, one group in flight",
+        "what": f"wgmma.mma_async.sync.aligned.m64n256k{k_step}.f32.{ptx}.{ptx}, A [64, {K}] and B [256, {K}] K-major "
+                f"in shared memory (128-byte swizzle), 4 k{k_step} steps per commit group, one group in flight",
         "flop_per_s": best["flop_per_s"], "ms": best["ms"], "iters": best["iters"], "flop": best["flop"],
         "config": {k: best[k] for k in ("blocks", "blocks_per_sm", "warpgroups_per_block", "threads_per_block")},
-        "flop_per_instruction": 2 * 64 * 256 * 16, "configs": configs, "sm_clock_after": _sm_clock(),
+        "flop_per_instruction": 2 * 64 * 256 * k_step, "configs": configs, "sm_clock_after": _sm_clock(),
         "check": f"{check_iters} iterations on integer data in [-2, 2] equal {check_iters}·(A @ Bᵀ) from torch in "
                  "every accumulator of 4 warpgroups",
         "source": "nsightlab/csrc/ceilings.cu (wgmma_kernel)",
@@ -380,7 +384,7 @@ def instruction_ceilings(builder: Callable[[tuple[int, int]], Any] | None = None
             if key.startswith("mma_sync"):
                 out[key] = mma_sync_ceiling(mod, key.endswith("bf16"), sm_count)
             elif key.startswith("wgmma"):
-                out[key] = wgmma_ceiling(mod, key.endswith("bf16"), sm_count)
+                out[key] = wgmma_ceiling(mod, key, sm_count)
             elif key == "read_stream":
                 out[key] = read_stream_ceiling(mod, sm_count)
             else:
