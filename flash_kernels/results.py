@@ -818,8 +818,8 @@ def anchors_table(gpu: Path) -> str:
                 f"{_span(p['sdpa_cudnn'] / p['flash_wgmma'])}× cuDNN, {_span(p['sdpa_flash'] / p['flash_wgmma'])}× "
                 f"SDPA flash over {len(p)} rows", "1 of 1",
                 "the 64×64 tile on the cp.async pipeline (two warpgroups over 64 keys, half the head dim each; P^T "
-                "and dS^T through shared memory, dQ by fp32 atomics): no producer warpgroup, no overlap of one "
-                "query block's products with the next" + (
+                "and dS^T through shared memory, dQ by the copy engine's bulk reduce-add): no producer warpgroup, "
+                "no overlap of one query block's products with the next" + (
                     f"; at N = 4096: {why_sentence(d256_deep, 'flash_wgmma', 'sdpa_cudnn', D256_WHY[1]['backward'])}"
                     if d256_deep.is_dir() else ""))
     bench = gpu / "bench"
