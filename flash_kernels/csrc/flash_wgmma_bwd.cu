@@ -369,7 +369,7 @@ flash_wgmma_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, co
   float* const lse_s = reinterpret_cast<float*>(smem + 2 * TKV + 4 * TQ + TS);  // [2][RS] (row_slot order)
   float* const dd_s = lse_s + 2 * RS;                                           // [2][RS]
 
-  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, t4 = lane & 3;
+  const int tid = threadIdx.x, wg = warpgroup_index(), warp = (tid >> 5) & 3, lane = tid & 31, t4 = lane & 3;
   const int Nq = dm.Nq, Nk = dm.Nk;
   const WgBwdWork work = WgBwdWork::of_block<BM>(dm, causal);
   const int k0 = work.k0, n_it = work.n_it;
@@ -515,7 +515,7 @@ flash_wgmma_ws_backward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
   const float* const lse_s = reinterpret_cast<const float*>(smem + (sLD - sK));
   const float* const dd_s = lse_s + ST * RS;
 
-  const int tid = threadIdx.x, wg = tid >> 7;
+  const int tid = threadIdx.x, wg = warpgroup_index();
   const int Nq = dm.Nq, Nk = dm.Nk;
   const WgBwdWork work = WgBwdWork::of_block<BM>(dm, causal);
   const int k0 = work.k0, n_it = work.n_it;
@@ -698,7 +698,7 @@ flash_wgmma_backward_d256_kernel(const T* __restrict__ Q, const T* __restrict__ 
   float* const lse_s = reinterpret_cast<float*>(smem + 2 * TKV + 4 * TQ + 2 * TS);  // [2][RS] (row_slot order)
   float* const dd_s = lse_s + 2 * RS;                                               // [2][RS]
 
-  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, t4 = lane & 3;
+  const int tid = threadIdx.x, wg = warpgroup_index(), warp = (tid >> 5) & 3, lane = tid & 31, t4 = lane & 3;
   const int Nq = dm.Nq, Nk = dm.Nk;
   const WgBwdWork work = WgBwdWork::of_block<BM, BN>(dm, causal);
   const int k0 = work.k0, n_it = work.n_it;

@@ -227,7 +227,7 @@ flash_wgmma_fp8_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
   const uint32_t scl = empty_v + 8 * STAGES;  // [STAGES][2] fp32: the stage's K and V block descales (BLOCK)
   uint8_t* const smem = smem_raw + (sQ - raw);
 
-  const int tid = threadIdx.x, wg = tid >> 7;
+  const int tid = threadIdx.x, wg = warpgroup_index();
   const int Nq = dm.Nq, Nk = dm.Nk;
   const int bh = blockIdx.y;
   const int kvh = int(dm.kv_head(bh));

@@ -52,7 +52,7 @@ flash_wgmma_forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, con
   const uint32_t sV = sK + 2 * TKV;            // [2][BN][D]
   uint8_t* const smem = smem_raw + (sQ - raw);
 
-  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int tid = threadIdx.x, wg = warpgroup_index(), warp = (tid >> 5) & 3, lane = tid & 31;
   const int Nq = dm.Nq, Nk = dm.Nk;
   const long bh = blockIdx.y;  // b * H + h
   const int q0 = (causal ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x)) * BM;
@@ -135,7 +135,7 @@ flash_wgmma_tma_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
   const uint32_t bar_k = bar_q + 8, bar_v = bar_k + 8 * STAGES;
   uint8_t* const smem = smem_raw + (sQ - raw);
 
-  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int tid = threadIdx.x, wg = warpgroup_index(), warp = (tid >> 5) & 3, lane = tid & 31;
   const int Nq = dm.Nq, Nk = dm.Nk;
   const int bh = blockIdx.y;
   const int kvh = int(dm.kv_head(bh));
@@ -307,7 +307,7 @@ flash_wgmma_ws_forward_kernel(const __grid_constant__ CUtensorMap tmQ, const __g
   using Turns = std::conditional_t<PINGPONG, PingPongTurns<kSchedBar, NWG>, NoTurns>;
   extern __shared__ uint8_t smem_raw[];
   const WsSmem<D, BM, BN, QBUF, STAGES> L(smem_raw);
-  const int tid = threadIdx.x, wg = tid >> 7;
+  const int tid = threadIdx.x, wg = warpgroup_index();
   const WsTiles<T, D, BM, BN> tiles(dm.Nq, dm.Nk, batch_heads, causal, main_qb);
 
   if (tid == 0) {

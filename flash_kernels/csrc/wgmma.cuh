@@ -60,6 +60,11 @@ __device__ __forceinline__ void load_tile_sw128(uint32_t tile, const T* __restri
   }
 }
 
+// This thread's warpgroup (threadIdx.x / 128) as a value the compiler knows is the same in every lane of a warp (as
+// CUTLASS's canonical_warp_group_idx): what is computed from it (shared-memory addresses, wgmma descriptors) can live
+// in uniform registers, where wgmma reads its descriptors, instead of being moved there (R2UR) before each wgmma.
+__device__ __forceinline__ int warpgroup_index() { return __shfl_sync(0xffffffffu, int(threadIdx.x) >> 7, 0); }
+
 // ------------------------------------------------------------------------------ descriptors
 
 // The 64-bit shared-memory matrix descriptor of wgmma (PTX ISA "Matrix Descriptor Format"):
@@ -83,7 +88,11 @@ __device__ __forceinline__ uint64_t desc_mnmajor(uint32_t addr, uint32_t nblock_
   return sw128_desc(addr, nblock_stride, 1024);
 }
 // A descriptor moved by `bytes` (a multiple of 16; stays within the 14-bit address field).
-__device__ __forceinline__ uint64_t desc_add(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+// Only the low word moves (as CUTLASS's descriptor iterator does): a 32-bit add, the high word (SBO, swizzle mode)
+// left as it is, so no carry chain and the high half can stay in its uniform register.
+__device__ __forceinline__ uint64_t desc_add(uint64_t desc, uint32_t bytes) {
+  return (desc & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(desc) + (bytes >> 4));
+}
 
 // ------------------------------------------------------------------------------ ordering
 
