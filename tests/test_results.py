@@ -87,7 +87,8 @@ def test_the_marks_table_is_computed_from_the_fp8_suite_and_the_bench_capture():
             assert row["met"] == f"{int((t >= mark).sum())} of {len(t)}"
     assert "FP8 forward at D=256" not in marks  # a refusal's row, only where the suite found the head dim refused
     d128 = marks["FP8 forward ≥ 1000 TFLOP/s, D=128, N ≥ 8k, not causal (V's transpose counted)"]["why"]
-    assert "flash_wgmma_fp8 takes" in d128 and "tensor pipe is busy" in d128 and d128.endswith("(D=128).")
+    assert "flash_wgmma_fp8 takes" in d128 and "tensor pipe is busy" in d128 and d128.endswith(", at D=128.")
+    assert "From the deep tier of the fp8 capture (" in d128  # and its build (and the rows', where they differ)
     d256 = marks["FP8 forward ≥ 1000 TFLOP/s, D=256, N ≥ 8k, not causal (V's transpose counted)"]["why"]
     e = df[(df["impl"] == results.FP8_KERNEL) & (df["status"] == "ok") & (df["D"] == 256) & ~df["causal"]
            & (df["N"] >= 8192)]["rel_l2"]
@@ -177,6 +178,43 @@ def test_the_d256_table_shows_each_pass_it_times_and_only_the_forward_against_it
     assert "| 0.60 | 0.60 | 500–500 | — |" in bwd     # no target for the backward's speed
     _d256_csv(gpu / "bench-d256" / "d256.csv", backward=False)
     assert "| backward |" not in results.d256_table(gpu)
+
+
+def test_the_d256_why_names_its_deep_capture_and_comes_only_where_its_case_misses(tmp_path, monkeypatch):
+    """The forward's why is the deep capture's case (fp16, not causal, N = 4096): given only where that row misses;
+    each why names the deep capture's build and, where the bench rows ran another, says so."""
+    import json
+
+    import pandas as pd
+
+    gpu = tmp_path / "profiles" / "gpu"
+    csv = gpu / "bench-d256" / "d256.csv"
+    csv.parent.mkdir(parents=True)
+    deep = gpu / results.D256_WHY[0]
+    deep.mkdir()
+    (deep / "manifest.json").write_text(json.dumps({"git_commit": "aaaaaaa1"}))
+    monkeypatch.setattr(results, "why_sentence", lambda *a, **k: "WHY")
+
+    def write(cudnn_fwd_ms: float, commit: str) -> dict[str, str]:
+        rows = [{"pass": p, "impl": impl, "dtype": "float16", "causal": False, "N": 4096, "status": "ok",
+                 "ms": ms, "tflops": 100.0}
+                for p in ("forward", "backward")
+                for impl, ms in (("flash_wgmma", 1.0), ("sdpa_cudnn", cudnn_fwd_ms if p == "forward" else 0.7),
+                                 ("sdpa_flash", 2.0))]
+        pd.DataFrame(rows).to_csv(csv, index=False)
+        (csv.parent / "d256.manifest.json").write_text(json.dumps({"environment": {"git_commit": commit}}))
+        marks = _marks(gpu)
+        return {k: marks[k]["why"] for k in marks if "D=256" in k and "FP8" not in k}
+
+    whys = write(0.9, "bbbbbbb2")  # missed at N = 4096: the deep case explains it
+    fwd = next(v for k, v in whys.items() if k.startswith("Forward"))
+    bwd = next(v for k, v in whys.items() if k.startswith("Backward"))
+    note = "at N = 4096, from the deep tier of the d256-deep capture (aaaaaaa; these rows ran bbbbbbb): WHY"
+    assert fwd.endswith(note) and bwd.endswith(note)
+    whys = write(1.1, "aaaaaaa1")  # met at N = 4096; the same build as the deep capture
+    fwd = next(v for k, v in whys.items() if k.startswith("Forward"))
+    bwd = next(v for k, v in whys.items() if k.startswith("Backward"))
+    assert fwd == "—" and bwd.endswith("at N = 4096, from the deep tier of the d256-deep capture (aaaaaaa): WHY")
 
 
 def _fp8_rows(spec):
@@ -272,7 +310,7 @@ def test_the_fp8_tables_need_no_torch():
     assert "V is centred (center_v: given, or by default where O is summed in the tensor cores' accumulator" \
         in out.stdout and "at D=256 with O summed in the tensor cores' accumulator: " in out.stdout
     assert out.stdout.rstrip().endswith("the tensor cores' accumulator fp32 registers")
-    assert "From the deep tier of the fp8 capture (D=128)." in out.stdout  # the FP8 marks' why, without torch
+    assert "From the deep tier of the fp8 capture (" in out.stdout  # the FP8 marks' why, without torch
 
 
 def test_the_fp8_table_says_which_whole_calls_quantized_with_torch():
