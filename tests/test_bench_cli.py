@@ -682,3 +682,12 @@ def test_fp8_options_reach_the_calls_that_take_them_and_bad_values_are_refused(m
                        (["--option", "center_v=2"], "center_v takes 0 or 1")):
         with pytest.raises(ValueError, match=match):
             bench._selection(bench._parser().parse_args(bad))
+
+
+def test_the_bench_builds_only_the_kernel_modules_its_selection_times():
+    """An A/B of one module against a base tree must not rebuild every other module there before its first timing."""
+    assert bench.modules_for(["flash_wgmma"], ["d128"]) == ["flash_wgmma_bwd", "flash_wgmma_fwd"]
+    assert bench.modules_for(["flash_mma", "flash_wgmma_fp8_vt"], ["fp8"]) == \
+        ["flash_wgmma_bwd", "flash_wgmma_fp8", "flash_wgmma_fwd"]  # the FP8 call and its fp16 baseline
+    assert bench.modules_for(["flash_decode"], ["decode"]) == ["flash_decode", "flash_decode_wgmma"]
+    assert bench.modules_for(["flash_wgmma_fp8"], ["d128"]) == []  # nothing timed: the caller builds every module
