@@ -77,8 +77,9 @@ for line in roofline.caveats(manifest, pts):
 # peak); dotted, the peak of one pipe (HFMA2, FFMA), a limit only for work done on that pipe; dashed and marked
 # *ref.*, reference lines: the same peak at the GPU's maximum clock, what cuBLAS GEMMs, the warp-level `mma.sync`
 # and the warpgroup `wgmma` instructions reach on this GPU in microbenchmarks (FP16 and BF16, which Hopper runs at
-# one rate, as one grey band with their spread), the MUFU exp2 rate in attention FLOP/s at that pass and head
-# dimension, and the device copy (its bytes are read and written, so a kernel that only reads can pass it). A
+# one rate, as one grey band with their spread; and FP8 e4m3 `wgmma`, drawn only where a range's products ran on a
+# tensor path the counters leave out, or pass every 16-bit roof), the MUFU exp2 rate in attention FLOP/s at that
+# pass and head dimension, and the device copy (its bytes are read and written, so a kernel that only reads can pass it). A
 # point drawn as ▶ at the right edge lies beyond the axis (its intensity is in the hover): the L1 level of a
 # TMA/wgmma kernel, which the L1 counters barely see.
 

@@ -2,6 +2,7 @@
 case rank as their measured times do, with the counted FLOP/s beside them; one peak per GPU; ceilings
 that match the dtype; the excess of counted over modeled FLOPs explained by computation."""
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -167,5 +168,12 @@ def test_a_range_above_every_counted_pipe_gets_no_nearest_roof():
     assert len(fp8) and (fp8["fraction"] > roofline.UNCOUNTED_PATH).all()
     lines = roofline.findings(pts, ceil)
     nearest = next(x for x in lines if x.startswith("Nearest roof"))
-    assert "flash_wgmma_fp8" not in nearest and "flash_wgmma 7" in nearest
-    assert any(x.startswith("flash_wgmma_fp8: ") and "not count" in x for x in lines)
+    assert "flash_wgmma_fp8" not in nearest and re.search(r"flash_wgmma \d+% of Tensor FP16 dense peak", nearest)
+    # the capture measured the FP8 wgmma ceiling: drawn for the FP8 kernel's uncounted work, and read against it
+    e4m3 = ceil.set_index("name").loc["measured wgmma FP8 e4m3", "value"]
+    assert e4m3 == man["ceilings"]["wgmma_e4m3"]["flop_per_s"]
+    assert roofline.uncounted_tensor_work(pts[pts["variant"] == "flash_wgmma_fp8"]).all()
+    assert not roofline.uncounted_tensor_work(pts[pts["variant"] != "flash_wgmma_fp8"]).any()
+    line = next(x for x in lines if x.startswith("flash_wgmma_fp8: "))
+    share = fp8["flop_per_s"].max() / e4m3
+    assert "not count" in line and line.endswith(f"ceiling drawn here ({e4m3 / 1e12:,.0f} TFLOP/s): {share:.0%} of it.")

@@ -98,6 +98,23 @@ def _dtype_ok(key: str, points: pd.DataFrame | None) -> bool:
     return not (have - {None}) or kind in have
 
 
+#: a point whose counted FLOPs are under this share of its work model's, with no tensor FLOPs counted, did its products
+#: on a tensor path the capture's metric list leaves out (FP8 or INT8)
+UNCOUNTED_SHARE = 0.5
+
+
+def uncounted_tensor_work(points: pd.DataFrame) -> pd.Series:
+    """Per point: whether its useful FLOPs are mostly ones the counters did not see while they counted no tensor
+    FLOPs, and its inputs are not bf16 (whose path has its own roofs): its products ran on a tensor path this capture
+    does not count, FP8 or INT8, for which the measured wgmma FP8 e4m3 ceiling is the roof to read."""
+    if not {"basis", "counted_over_model", "flop"} <= set(points.columns):
+        return pd.Series(False, index=points.index)
+    tensor = points["flop_tensor"].fillna(0) if "flop_tensor" in points else pd.Series(0.0, index=points.index)
+    bf16 = (points["dtype"].astype(str).str.lower().map(_DTYPE_KEYS) == "bf16") if "dtype" in points else False
+    return ((points["basis"] == "useful") & (points["counted_over_model"] < UNCOUNTED_SHARE)
+            & (tensor <= 0.01 * points["flop"]) & ~bf16)
+
+
 def ceilings(work: pd.DataFrame, manifest: dict | None = None, points: pd.DataFrame | None = None) -> pd.DataFrame:
     """The roofline's ceilings: compute in FLOP/s and bandwidth in B/s, each the median over the
     report's launches of Nsight's peak at the clock it recorded (``per_cycle``: the compute peak per
@@ -131,11 +148,12 @@ def ceilings(work: pd.DataFrame, manifest: dict | None = None, points: pd.DataFr
         if isinstance(meas.get(key), dict) and "flop_per_s" in meas[key] and _dtype_ok(key, points):
             rows.append({"kind": "compute", "name": label, "value": float(meas[key]["flop_per_s"]), "per_cycle": np.nan,
                          "source": _source(meas[key]), "where": None})
-    # the FP8 roof only where some point needs it (FP8 work counted past every 16-bit roof): elsewhere it would only
-    # stretch the axis over the points
+    # the FP8 roof only where some point needs it (work past every 16-bit roof) or may be its own (work on a tensor
+    # path the counters leave out): elsewhere it would only stretch the axis over the points
     fp8 = [r for r in rows if r["name"] in FP8_ROOFS]
     others = max((r["value"] for r in rows if r["kind"] == "compute" and r["name"] not in FP8_ROOFS), default=0.0)
-    if fp8 and (points is None or "flop_per_s" not in points or not (points["flop_per_s"] > others).any()):
+    if fp8 and (points is None or "flop_per_s" not in points
+                or not ((points["flop_per_s"] > others).any() or uncounted_tensor_work(points).any())):
         rows = [r for r in rows if r["name"] not in FP8_ROOFS]
     problem = problems.of_manifest(manifest, [] if points is None else points.columns)
     if problem.ceilings is not None and points is not None:
@@ -613,11 +631,15 @@ def findings(points: pd.DataFrame, ceil: pd.DataFrame, fc: pd.DataFrame | None =
         if txt:
             out.append(f"Nearest roof at each one's fastest range: {txt}"
                        + (f" (and {int((~over).sum()) - 8} more)" if (~over).sum() > 8 else "") + ".")
+        fp8 = ceil[ceil["name"].isin(FP8_ROOFS)]
         for _, r in top[over].iterrows():
+            own = (f"; if that path is FP8, its roof is the {fp8['name'].iloc[0]} ceiling drawn here "
+                   f"({fp8['value'].iloc[0] / 1e12:,.0f} TFLOP/s): {r['flop_per_s'] / fp8['value'].iloc[0]:.0%} of it"
+                   if len(fp8) else ", so none of the roofs drawn is its own")
             out.append(f"{r[label]}: {r['flop_per_s'] / 1e12:,.0f} useful TFLOP/s, {r['fraction']:.0%} of "
                        f"{r['nearest']}, the pipe that did most of its counted FLOPs: its work ran on a path these "
                        "counters do not count (the capture counts FP32, FP16 and the fp16 tensor path; an FP8, INT8 or "
-                       "bf16 tensor path is not among them), so none of the roofs drawn is its own.")
+                       f"bf16 tensor path is not among them){own}.")
     line = instruction_finding(points, ceil, label)
     if line:
         out.append(line)
