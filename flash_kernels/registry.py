@@ -45,8 +45,11 @@ class Option:
             )
         allowed = self.head_dims.get(value)
         if allowed is not None and head_dim not in allowed:
+            here = [c for c in self.choices if head_dim in self.head_dims.get(c, (head_dim,))]
             raise ValueError(
-                f"{variant}: option {self.name}={value!r} supports head dim {allowed}, not {head_dim}"
+                f"{variant}: option {self.name}={value!r} supports head dim {allowed}, not {head_dim}; at head dim "
+                f"{head_dim} it takes {', '.join(repr(c) for c in here)} (default {self.default.get(head_dim)!r}, "
+                "or leave it out)"
             )
         return value
 

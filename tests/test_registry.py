@@ -63,8 +63,10 @@ def test_flash_wgmma_is_a_hopper_variant():
     assert narrow.head_dims_of("backward") == (64, 128) and narrow.head_dims_of("forward") == (64, 128, 256)
     # the backward at D = 256: the 64x64 tile on the cp.async pipeline, nothing else
     assert v.resolve_options({}, 256)["wg_bwd_tile"] == "64x64" and v.resolve_options({}, 256)["bwd_pipeline"] == "cp.async"
-    for bad in ({"wg_bwd_tile": "64x128"}, {"bwd_pipeline": "tma-ws"}):
-        with pytest.raises(ValueError, match=r"supports head dim \(64, 128\), not 256"):
+    for bad, there in (({"wg_bwd_tile": "64x128"}, "'64x64'"), ({"bwd_pipeline": "tma-ws"}, "'cp.async'")):
+        # the refusal names what the option takes at this head dim, so that the caller can fix the call
+        with pytest.raises(ValueError, match=rf"supports head dim \(64, 128\), not 256; at head dim 256 it takes "
+                                             rf"{there} \(default {there}, or leave it out\)"):
             v.resolve_options(bad, 256)
     with pytest.raises(ValueError, match=r"wg_bwd_tile='64x64' supports head dim \(256,\)"):
         v.resolve_options({"wg_bwd_tile": "64x64"}, 128)
