@@ -533,8 +533,9 @@ def deep_source(capture: Path, rows: Path | None) -> str:
     (a benchmark CSV) ran another build, that they did: the why is then of that other build, until it is re-taken."""
     deep = str(load_manifest(capture).get("git_commit") or "?")[:7]
     ran = _commit_of(rows)[:7] if rows is not None else "?"
-    other = f"; these rows ran {ran}" if "?" not in (deep, ran) and deep != ran else ""
-    return f"the deep tier of the {capture.name} capture ({deep}{other})"
+    other = (", of a build other than these rows' (the two manifests name them)"
+             if "?" not in (deep, ran) and deep != ran else "")
+    return f"the deep tier of the {capture.name} capture{other}"
 
 
 def fp16_drift(gpu: Path, fp8_csv: Path) -> pd.DataFrame:

@@ -88,7 +88,7 @@ def test_the_marks_table_is_computed_from_the_fp8_suite_and_the_bench_capture():
     assert "FP8 forward at D=256" not in marks  # a refusal's row, only where the suite found the head dim refused
     d128 = marks["FP8 forward ≥ 1000 TFLOP/s, D=128, N ≥ 8k, not causal (V's transpose counted)"]["why"]
     assert "flash_wgmma_fp8 takes" in d128 and "tensor pipe is busy" in d128 and d128.endswith(", at D=128.")
-    assert "From the deep tier of the fp8 capture (" in d128  # and its build (and the rows', where they differ)
+    assert "From the deep tier of the fp8 capture" in d128  # and, where the rows ran another build, that they did
     d256 = marks["FP8 forward ≥ 1000 TFLOP/s, D=256, N ≥ 8k, not causal (V's transpose counted)"]["why"]
     e = df[(df["impl"] == results.FP8_KERNEL) & (df["status"] == "ok") & (df["D"] == 256) & ~df["causal"]
            & (df["N"] >= 8192)]["rel_l2"]
@@ -209,12 +209,13 @@ def test_the_d256_why_names_its_deep_capture_and_comes_only_where_its_case_misse
     whys = write(0.9, "bbbbbbb2")  # missed at N = 4096: the deep case explains it
     fwd = next(v for k, v in whys.items() if k.startswith("Forward"))
     bwd = next(v for k, v in whys.items() if k.startswith("Backward"))
-    note = "at N = 4096, from the deep tier of the d256-deep capture (aaaaaaa; these rows ran bbbbbbb): WHY"
+    note = ("at N = 4096, from the deep tier of the d256-deep capture, of a build other than these rows' (the two "
+            "manifests name them): WHY")
     assert fwd.endswith(note) and bwd.endswith(note)
     whys = write(1.1, "aaaaaaa1")  # met at N = 4096; the same build as the deep capture
     fwd = next(v for k, v in whys.items() if k.startswith("Forward"))
     bwd = next(v for k, v in whys.items() if k.startswith("Backward"))
-    assert fwd == "—" and bwd.endswith("at N = 4096, from the deep tier of the d256-deep capture (aaaaaaa): WHY")
+    assert fwd == "—" and bwd.endswith("at N = 4096, from the deep tier of the d256-deep capture: WHY")
 
 
 def _fp8_rows(spec):
@@ -310,7 +311,7 @@ def test_the_fp8_tables_need_no_torch():
     assert "V is centred (center_v: given, or by default where O is summed in the tensor cores' accumulator" \
         in out.stdout and "at D=256 with O summed in the tensor cores' accumulator: " in out.stdout
     assert out.stdout.rstrip().endswith("the tensor cores' accumulator fp32 registers")
-    assert "From the deep tier of the fp8 capture (" in out.stdout  # the FP8 marks' why, without torch
+    assert "From the deep tier of the fp8 capture" in out.stdout  # the FP8 marks' why, without torch
 
 
 def test_the_fp8_table_says_which_whole_calls_quantized_with_torch():
