@@ -256,7 +256,7 @@ def test_an_interrupted_run_keeps_its_finished_rows(monkeypatch, tmp_path, capsy
 
     calls.clear()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(_build, "build_all", lambda: {})
+    monkeypatch.setattr(_build, "build_all", lambda modules=None: {})
     monkeypatch.setattr("nsightlab.core.environment.environment", lambda: {"gpu": {"name": "none (test)"}})
     code = bench.main(["--suite", "mixed,d128", "--refs", "torch_cpu", "--variants", "", "--dtypes", "float32",
                        "--configs", "Small-1,Small-2", "--flush", "write", "--out", str(tmp_path)])

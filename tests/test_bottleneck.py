@@ -52,8 +52,8 @@ EXPORTS = ROOT / "tests" / "data" / "nsight_exports"
 REPORTS: dict[str, tuple[Path, str, Path, Path, Path | None]] = {
     "bottleneck-deep": (H200 / "bottleneck-deep", "deep.ncu-rep", H200 / "bottleneck-deep" / "deep_details.csv.xz",
                         find_file(H200 / "bottleneck-deep", "deep_raw.csv"), None),
-    "seqlen-deep": (H200 / "seqlen-deep", "deep.ncu-rep", H200 / "seqlen-deep" / "deep_details.csv.xz",
-                    find_file(H200 / "seqlen-deep", "deep_raw.csv"), None),
+    "d256-deep": (H200 / "d256-deep", "deep.ncu-rep", H200 / "d256-deep" / "deep_details.csv.xz",
+                  find_file(H200 / "d256-deep", "deep_raw.csv"), None),
     "backward-n8192-deep": (H200 / "backward-n8192-deep", "deep.ncu-rep", H200 / "backward-n8192-deep" / "deep_details.csv.xz",
                             find_file(H200 / "backward-n8192-deep", "deep_raw.csv"),
                             EXPORTS / "backward-n8192-deep.source-sass.csv.xz"),

@@ -25,7 +25,7 @@ def _manifest(name: str) -> dict:
 
 
 def test_the_page_applies_where_the_report_carries_warp_state_stats():
-    for name in ("bottleneck-deep", "seqlen-deep", "flash-wgmma-fwd-full"):
+    for name in ("bottleneck-deep", "d256-deep", "flash-wgmma-fwd-full"):
         assert B.lacks_warp_state(_manifest(name)) is None, name
         ok, _ = applicable(PROFILES / name, _manifest(name))
         assert "why" in ok, name
