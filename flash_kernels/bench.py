@@ -706,8 +706,6 @@ def modules_for(variants: list[str], suites: list[str]) -> list[str]:
     """The kernel modules a run of ``variants`` over ``suites`` loads: each timed registry variant's ``kernels``, and
     the FP8 module where a suite times an FP8 call (whose fp16 baseline is flash_wgmma's). Built before the first
     timing; a module left out is still built when first called, in a warm-up, never inside a timed repeat."""
-    from .registry import get_variant
-
     timed = {i for s in suites for i in suite_impls(s, variants)}
     names = {k for v in timed if v in VARIANTS for k in get_variant(v).kernels if isinstance(k, str)}
     if timed & set(FP8_IMPLS):

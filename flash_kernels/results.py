@@ -529,8 +529,9 @@ def _commit_of(path: Path) -> str:
 
 
 def deep_source(capture: Path, rows: Path | None) -> str:
-    """Where a why sentence comes from: the deep capture and the build it profiled, and, where the rows it explains
-    (a benchmark CSV) ran another build, that they did: the why is then of that other build, until it is re-taken."""
+    """Where a why sentence comes from: the deep capture, and, where the rows it explains (a benchmark CSV) ran
+    another build than it profiled, that they did (no commit ids: the two manifests name them); the why is then of
+    that other build until the deep capture is re-taken."""
     deep = str(load_manifest(capture).get("git_commit") or "?")[:7]
     ran = _commit_of(rows)[:7] if rows is not None else "?"
     other = (", of a build other than these rows' (the two manifests name them)"
@@ -800,7 +801,7 @@ def anchors_table(gpu: Path) -> str:
                 f"mean rel. L2 {mean['per_tensor']:.3f} → {mean['per_block_rotated']:.3f} over {len(rows_)} shapes",
                 f"{gain:.1f}× lower", "the default (fp8.DEFAULT_ROTATE, DEFAULT_SCALES), chosen by "
                 "scripts/fp8_accuracy.py's rule; cuDNN's FP8 attention is not exposed by this PyTorch")
-    d256_rows, d256_deep = _d256_rows(gpu), gpu / D256_WHY[0]
+    d256_rows, d256_deep, d256_csv = _d256_rows(gpu), gpu / D256_WHY[0], d256_file(gpu)
     if not d256_rows.empty:
         df = d256_rows[d256_rows["pass"] == "forward"]
         p = df.pivot_table(index=["dtype", "causal", "N"], columns="impl", values="ms")
@@ -809,7 +810,7 @@ def anchors_table(gpu: Path) -> str:
         where = "; ".join(f"{'causal' if causal else 'not causal'}: N = {', '.join(map(str, sorted({n for *_, n in g.index})))}"
                           for causal, g in missed.groupby(level="causal"))
         # the deep capture's case (fp16, not causal, N = 4096) explains the misses only where it is one of them
-        why_fwd = (f"; at N = 4096, from {deep_source(d256_deep, d256_file(gpu))}: "
+        why_fwd = (f"; at N = 4096, from {deep_source(d256_deep, d256_csv)}: "
                    f"{why_sentence(d256_deep, 'flash_wgmma', 'sdpa_cudnn', D256_WHY[1]['forward'])}"
                    if d256_deep.is_dir() and ("float16", False, 4096) in missed.index else "")
         add(f"Forward at D=256 ≥ {D256_TARGET:.1f}× cuDNN", f"{_span(ratio)}×", _met(ratio >= D256_TARGET),
@@ -832,7 +833,7 @@ def anchors_table(gpu: Path) -> str:
                 "the 64×64 tile on the cp.async pipeline (two warpgroups over 64 keys, half the head dim each; P^T "
                 "and dS^T through shared memory, dQ by the copy engine's bulk reduce-add): no producer warpgroup, "
                 "no overlap of one query block's products with the next" + (
-                    f"; at N = 4096, from {deep_source(d256_deep, d256_file(gpu))}: "
+                    f"; at N = 4096, from {deep_source(d256_deep, d256_csv)}: "
                     f"{why_sentence(d256_deep, 'flash_wgmma', 'sdpa_cudnn', D256_WHY[1]['backward'])}"
                     if d256_deep.is_dir() else ""))
     bench = gpu / "bench"

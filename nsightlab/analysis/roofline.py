@@ -41,7 +41,8 @@ MEASURED_COMPUTE = (("gemm_fp16", "measured cuBLAS FP16 GEMM"), ("gemm_bf16", "m
                     ("gemm_fp32", "measured cuBLAS FP32 GEMM"), ("mma_sync_fp16", "measured mma.sync FP16"),
                     ("mma_sync_bf16", "measured mma.sync BF16"), ("wgmma_fp16", "measured wgmma FP16"),
                     ("wgmma_bf16", "measured wgmma BF16"), ("wgmma_e4m3", "measured wgmma FP8 e4m3"))
-#: the measured FP8 roofs: drawn only where a point passes every other compute roof
+#: the measured FP8 roofs: drawn only where a point passes every other compute roof or ran on a tensor path the
+#: counters leave out (:func:`uncounted_tensor_work`)
 FP8_ROOFS = ("measured wgmma FP8 e4m3",)
 #: instruction-class ceilings added after the others: a capture from before them does not name them missing
 LATER_INSTRUCTION_KEYS = ("wgmma_e4m3",)
