@@ -57,6 +57,12 @@ struct WgBwdShape {
   static constexpr int parts = split == kDqKeys ? 1 : 2;         // distinct [64 x NQ] pieces of a dQ tile
 };
 
+// Every kBwdExpOnFma-th 8-query block of P^T's exponentials by exp2_poly on the FMA pipe, the others on the SFU
+// (0: all on the SFU). At D = 128 the SFU's queue held the recompute of P^T (Stall MIO Throttle and Short
+// Scoreboard at its fast_exp2, the header's next step).
+template <int D>
+constexpr int kBwdExpOnFma = D == 128 ? 4 : 0;
+
 // LSE and Dd rows of a query block in shared memory: BM floats each, stored so that the 2 x BM / 8 values a
 // thread needs (queries 8 j + 2 t4 + e, j < BM / 8, e < 2) are contiguous: 16-byte loads, BM / 16 per
 // vector instead of BM / 8 8-byte ones. Group t4 starts at t4 (BM / 4 + 4) floats (the 4 floats of padding put
@@ -108,7 +114,8 @@ __device__ __forceinline__ void bwd_p_ds(uint32_t (&pf)[BM / 16][4], uint32_t (&
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int i = 4 * j + 2 * h + e;
-          float p = fast_exp2(fmaf(s[i], scale_log2, -(e ? l1 : l0)));
+          const float x = fmaf(s[i], scale_log2, -(e ? l1 : l0));
+          float p = kBwdExpOnFma<D> > 0 && j % kBwdExpOnFma<D> == kBwdExpOnFma<D> - 1 ? exp2_poly(x) : fast_exp2(x);
           mask(p, h, j, e);
           s[i] = p;
         }

@@ -17,19 +17,6 @@ namespace fk {
 // masks every tile with compares and selects (no branch); kMaskNever masks nothing: the warp-specialised
 // kernels visit a block's K/V tiles last to first, so only the first tile they compute can reach past Nk
 // or the diagonal and their overlapped loop (which must not branch) needs no mask at all.
-// 2^x for x <= 0 (or -inf) without the SFU, on the FMA and integer pipes (FlashAttention-4's way of sharing
-// the exponentials when the SFU is the bottleneck): x (clamped to -125, where 2^x is ~2e-38) = j + f with j =
-// round(x) (adding 1.5 * 2^23 rounds x and leaves j in the low bits of the sum), f in [-0.5, 0.5], 2^f by a
-// degree-3 polynomial fitted to the relative error (at most 1.8e-4 over the interval), j added to the
-// exponent bits. 3 FADD, 3 FFMA, a max, a shift and an integer add.
-__device__ __forceinline__ float exp2_poly(float x) {
-  x = fmaxf(x, -125.f);
-  const float r = x + 12582912.f;
-  const float f = x - (r - 12582912.f);
-  const float p = fmaf(fmaf(fmaf(0.05460262f, f, 0.24192413f), f, 0.69331648f), f, 1.f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(r) << 23));
-}
-
 // EMU > 0: the exponentials of every EMU-th 8-column block of the tile (blocks EMU - 1, 2 EMU - 1, ...) by
 // exp2_poly, the others on the SFU (flash_wgmma_fp8.cu); 0: all on the SFU.
 // SCALED_M: m is kept in exp2 units (the largest raw score times scale_log2), so that scale_log2 may change from
