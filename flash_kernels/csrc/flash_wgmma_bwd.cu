@@ -27,8 +27,9 @@
 // (sources.ACCEPTED_SPILLS). Design notes and measurements: docs/kernels.md, docs/results.md.
 // Next step, as `nsightlab why nvidia-h200/backward-n8192-deep --a flash_wgmma --b sdpa_cudnn` reads it (1.07x cuDNN's
 // kernel time at N = 8192, D = 128): the exponentials of the P^T recompute (fast_exp2 in the softmax loop) carry 39%
-// of the MIO Throttle and 85% of the Short Scoreboard samples: move part of them off MUFU (a polynomial exp2 on the
-// FMA pipe); and 2.25 warps per scheduler against cuDNN's 2.50 (registers and shared memory both limit).
+// of the MIO Throttle and 85% of the Short Scoreboard samples, but a quarter of them on the FMA pipe (exp2_poly) did
+// not shorten the kernel (docs/kernels.md): what is left is fewer instructions per exponential (the LSE scaled once
+// per stage, not per element) and more warps to hide them (9 of its 12 warps are resident: 3 producer warps exit).
 #include <climits>
 
 #include "wgmma.cuh"
@@ -56,12 +57,6 @@ struct WgBwdShape {
   static constexpr int KQ = split == kDqKeys ? 64 : kWgBwdKeys;  // keys its dQ product sums over
   static constexpr int parts = split == kDqKeys ? 1 : 2;         // distinct [64 x NQ] pieces of a dQ tile
 };
-
-// Every kBwdExpOnFma-th 8-query block of P^T's exponentials by exp2_poly on the FMA pipe, the others on the SFU
-// (0: all on the SFU). At D = 128 the SFU's queue held the recompute of P^T (Stall MIO Throttle and Short
-// Scoreboard at its fast_exp2, the header's next step).
-template <int D>
-constexpr int kBwdExpOnFma = D == 128 ? 4 : 0;
 
 // LSE and Dd rows of a query block in shared memory: BM floats each, stored so that the 2 x BM / 8 values a
 // thread needs (queries 8 j + 2 t4 + e, j < BM / 8, e < 2) are contiguous: 16-byte loads, BM / 16 per
@@ -114,8 +109,7 @@ __device__ __forceinline__ void bwd_p_ds(uint32_t (&pf)[BM / 16][4], uint32_t (&
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int i = 4 * j + 2 * h + e;
-          const float x = fmaf(s[i], scale_log2, -(e ? l1 : l0));
-          float p = kBwdExpOnFma<D> > 0 && j % kBwdExpOnFma<D> == kBwdExpOnFma<D> - 1 ? exp2_poly(x) : fast_exp2(x);
+          float p = fast_exp2(fmaf(s[i], scale_log2, -(e ? l1 : l0)));
           mask(p, h, j, e);
           s[i] = p;
         }
