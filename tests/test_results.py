@@ -57,6 +57,14 @@ def test_documents_are_written_atomically_once_and_a_failure_is_reported(tmp_pat
     assert not list(out.parent.glob(".*.tmp"))
 
 
+def test_a_span_against_a_mark_never_rounds_a_miss_up_to_it():
+    import pandas as pd
+
+    assert results._span(pd.Series([0.9612, 0.9981]), mark=1.0) == "0.96–0.998"
+    assert results._span(pd.Series([0.9612, 0.9981])) == "0.96–1.00"  # no mark: two decimals
+    assert results._span(pd.Series([1.0, 1.2]), mark=1.0) == "1.00–1.20"
+
+
 @pytest.mark.parametrize(("r", "target", "cell"), [(0.96, 0.90, "0.96"), (0.90, 0.90, "0.90"), (0.895, 0.90, "0.895"),
                                                    (1.0498, 1.05, "1.0498"), (0.895, float("nan"), "0.90")])
 def test_a_ratio_prints_with_as_many_digits_as_tell_whether_it_meets_its_target(r, target, cell):
@@ -102,10 +110,15 @@ def test_the_marks_table_is_computed_from_the_fp8_suite_and_the_bench_capture():
     ms = conv.pivot_table(index=["dtype", "causal", "N"], columns="impl", values="ms")
     ratio = ms["sdpa_cudnn"] / ms["flash_wgmma"]
     row = marks["flash_wgmma backward ≥ 1.00× sdpa_cudnn (D=128, N ≥ 2048)"]
-    assert row["measured"] == f"{ratio.min():.2f}–{ratio.max():.2f}×"
+    # each bound with the digits it takes to tell whether it meets the mark (0.998 is not 1.00)
+    assert row["measured"] == f"{results._ratio_cell(ratio.min(), 1.0)}–{results._ratio_cell(ratio.max(), 1.0)}×"
     assert row["met"] == f"{int((ratio >= 1.0).sum())} of {len(ratio)}"
-    # a missed backward mark says why, from the deep capture that holds both sides (nsightlab why's verdict)
-    assert row["why"].startswith("flash_wgmma takes ") and "x the time of sdpa_cudnn" in row["why"]
+    # a missed backward mark says by how much and why, from the deep capture that holds both sides (nsightlab why's
+    # verdict), naming that capture and its case
+    assert row["why"].startswith(f"short by {100 * (1 - ratio.min()):.0f} % at worst; flash_wgmma takes ")
+    assert "x the time of sdpa_cudnn" in row["why"]
+    assert "From the deep tier of the backward-n8192-deep capture" in row["why"] and row["why"].endswith(
+        "at N = 8192, D = 128.")
 
 
 def test_why_sentence_says_when_a_capture_has_no_deep_report(tmp_path):
