@@ -352,7 +352,7 @@ def bandwidth_roofs(manifest: dict | None, best: float | None = None) -> list[di
     or a reference (the device-to-device copy: its rate counts reads and writes, so a kernel that only reads
     can pass it). ``best``: the highest bytes per second the chart's kernels reached; a measured read stream
     they pass (beyond :data:`ROOF_TOLERANCE`) is no limit of theirs, only a reference (``passed_by``: ``best``), and
-    its label says so."""
+    its label says so; one they pass within that margin stays a limit whose label gives by how much."""
     man = manifest if isinstance(manifest, dict) else {}
     ceil = man.get("ceilings") or {}
     out = []
@@ -363,6 +363,10 @@ def bandwidth_roofs(manifest: dict | None, best: float | None = None) -> list[di
             out.append({"value": bw, "role": "reference", "passed_by": best,
                         "label": f"measured DRAM read stream (this capture's kernels reach {best / 1e12:.2f} TB/s: a "
                                  "reference, not a limit)"})
+        elif best is not None and best > bw:  # passed within the margin of measurement: a limit, and it says so
+            out.append({"value": bw, "role": "limit", "label": f"measured DRAM read stream (a read-only kernel's roof; "
+                        f"this capture's kernels reach {best / 1e12:.2f} TB/s, {100 * (best / bw - 1):.1f} % above it, "
+                        f"within the {100 * (ROOF_TOLERANCE - 1):.0f} % margin a measured roof is given)"})
         else:
             out.append({"value": bw, "role": "limit", "label": "measured DRAM read stream (a read-only kernel's roof)"})
     peak = (man.get("gpu") or {}).get("memory_bandwidth_bytes_per_s")
