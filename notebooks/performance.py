@@ -78,7 +78,8 @@ for suite in suites:
             figures.show(figures.throughput_vs_n(df, suite, dt, f"{suite}: TFLOP/s against {axis} ({dt})", style,
                                                  only=fast, left_out=slow))
         else:
-            for pass_ in ("forward", "backward"):
+            timed = set(df[df["suite"] == suite]["pass"])  # a suite that times one pass (decode: forward) has no other
+            for pass_ in [p for p in ("forward", "backward") if p in timed]:
                 figures.show(figures.latency_bars(df, suite, dt, pass_, style))
 
 # %% [markdown]

@@ -333,7 +333,7 @@ def test_memory_bound_suites_are_drawn_as_bandwidth_against_the_measured_copy(be
     far, near = read * perf.ROOF_TOLERANCE * 1.01, read * 1.01
     assert [r["role"] for r in perf.bandwidth_roofs(man, far)] == ["reference", "reference"]
     near_roofs = perf.bandwidth_roofs(man, near)
-    assert [r["role"] for r in near_roofs] == ["limit", "reference"] and "1.0 % above it" in near_roofs[0]["label"]
+    assert [r["role"] for r in near_roofs] == ["limit", "reference"] and "1.0 % above" in near_roofs[0]["label"]
     assert [r["role"] for r in perf.bandwidth_roofs(man, read)] == ["limit", "reference"]  # not passed: a limit
     assert "kernels reach" not in perf.bandwidth_roofs(man, read)[0]["label"]
     no_read = {**man, "ceilings": {k: v for k, v in man["ceilings"].items() if k != "read_stream"}}

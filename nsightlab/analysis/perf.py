@@ -365,8 +365,8 @@ def bandwidth_roofs(manifest: dict | None, best: float | None = None) -> list[di
                                  "reference, not a limit)"})
         elif best is not None and best > bw:  # passed within the margin of measurement: a limit, and it says so
             out.append({"value": bw, "role": "limit", "label": f"measured DRAM read stream (a read-only kernel's roof; "
-                        f"this capture's kernels reach {best / 1e12:.2f} TB/s, {100 * (best / bw - 1):.1f} % above it, "
-                        f"within the {100 * (ROOF_TOLERANCE - 1):.0f} % margin a measured roof is given)"})
+                        f"kernels reach {best / 1e12:.2f} TB/s, {100 * (best / bw - 1):.1f} % above: within the "
+                        f"{100 * (ROOF_TOLERANCE - 1):.0f} % margin)"})
         else:
             out.append({"value": bw, "role": "limit", "label": "measured DRAM read stream (a read-only kernel's roof)"})
     peak = (man.get("gpu") or {}).get("memory_bandwidth_bytes_per_s")
