@@ -20,6 +20,7 @@ import pandas as pd
 from nsightlab.analysis import counters, l2, perf, timeline
 from nsightlab.analysis.roofline import flop_check
 from nsightlab.core.errors import ProfileError
+from nsightlab.core.sources import changed_between
 from nsightlab.parse.ncu import ncu_frame
 from nsightlab.parse.nsys import nsys_tables
 from nsightlab.store.captures import bench_csvs, bench_manifest, cases, find_file, load_bench, load_manifest
@@ -30,6 +31,9 @@ from .registry import get_variant
 from .variants import kernel
 
 ROOT = Path(__file__).resolve().parent.parent
+#: the kernels' sources (repository-relative): a deep capture of another commit profiled the same kernels as a
+#: benchmark's rows where none of these differs between the two commits
+KERNEL_SOURCES = ("flash_kernels/csrc",)
 #: the page, and the profiles folder it is rendered from
 PAGE, PROFILES = ROOT / "docs" / "results.md", ROOT / "profiles"
 #: benchmark CSVs kept outside a capture folder (no capture manifest): profiles/_bench/<gpu>/
@@ -229,10 +233,20 @@ def tile_step_table(gpu: Path, tiles: tuple[str, ...] = ("128x32", "128x64")) ->
 
 
 def d256_file(gpu: Path) -> Path | None:
-    """The head dim 256 benchmark CSV: the bench-d256 capture's (both passes), else the bench capture's d256 suite,
-    else the one kept apart (profiles/_bench/<gpu>/flash_wgmma_d256.csv), if this GPU has one."""
-    return (find_file(gpu / "bench-d256", "d256.csv") or find_file(gpu / "bench", "d256.csv")
-            or find_file(gpu.parent / LOOSE / gpu.name, "flash_wgmma_d256.csv"))
+    """The head dim 256 benchmark CSV: of the bench-d256 capture's and the bench capture's d256 suite, the one taken
+    last (the capture manifests' ``created``; bench-d256's where they do not tell), else the one kept apart
+    (profiles/_bench/<gpu>/flash_wgmma_d256.csv), if this GPU has one."""
+    found = [(folder, f) for folder in (gpu / "bench-d256", gpu / "bench") if (f := find_file(folder, "d256.csv"))]
+
+    def created(folder: Path) -> str:
+        try:
+            return str(load_manifest(folder).get("created") or "")
+        except (OSError, ValueError, ProfileError):
+            return ""
+
+    if found:  # max keeps the first of equals: bench-d256
+        return max(found, key=lambda ff: created(ff[0]))[1]
+    return find_file(gpu.parent / LOOSE / gpu.name, "flash_wgmma_d256.csv")
 
 
 #: flash_wgmma's forward at D = 256 against cuDNN in the same run (the backward's there has no target: it is shown)
@@ -535,13 +549,24 @@ def _commit_of(path: Path) -> str:
 
 def deep_source(capture: Path, rows: Path | None) -> str:
     """Where a why sentence comes from: the deep capture, and, where the rows it explains (a benchmark CSV) ran
-    another build than it profiled, that they did (no commit ids: the two manifests name them); the why is then of
-    that other build until the deep capture is re-taken."""
+    another commit than it profiled, that they did (no commit ids: the two manifests name them) and, where git has
+    both commits, whether the kernel sources (:data:`KERNEL_SOURCES`) differ between them: if they do, the why is
+    of that other build until the deep capture is re-taken."""
     deep = str(load_manifest(capture).get("git_commit") or "?")[:7]
     ran = _commit_of(rows)[:7] if rows is not None else "?"
-    other = (", of a build other than these rows' (the two manifests name them)"
-             if "?" not in (deep, ran) and deep != ran else "")
-    return f"the deep tier of the {capture.name} capture{other}"
+    if "?" in (deep, ran) or deep == ran:
+        return f"the deep tier of the {capture.name} capture"
+    changed = changed_between(ROOT, deep, ran, KERNEL_SOURCES)
+    if changed is None:  # git does not have both commits here
+        other = "of a build other than these rows'"
+    elif not changed:
+        other = "of another commit than these rows', with the same kernel sources"
+    else:
+        names = sorted(Path(f).name for f in changed)
+        other = ("of a build other than these rows', whose kernel sources differ in " +
+                 (", ".join(names[:-1]) + " and " + names[-1] if 1 < len(names) <= 3 else
+                  names[0] if len(names) == 1 else f"{len(names)} files"))
+    return f"the deep tier of the {capture.name} capture, {other} (the two manifests name the commits)"
 
 
 def fp16_drift(gpu: Path, fp8_csv: Path) -> pd.DataFrame:
@@ -815,9 +840,12 @@ def anchors_table(gpu: Path) -> str:
         where = "; ".join(f"{'causal' if causal else 'not causal'}: N = {', '.join(map(str, sorted({n for *_, n in g.index})))}"
                           for causal, g in missed.groupby(level="causal"))
         # the deep capture's case (fp16, not causal, N = 4096) explains the misses only where it is one of them
+        deep_case = ("float16", False, 4096)
         why_fwd = (f"; at N = 4096, from {deep_source(d256_deep, d256_csv)}: "
                    f"{why_sentence(d256_deep, 'flash_wgmma', 'sdpa_cudnn', D256_WHY[1]['forward'])}"
-                   if d256_deep.is_dir() and ("float16", False, 4096) in missed.index else "")
+                   if d256_deep.is_dir() and deep_case in missed.index else
+                   f"; no deep capture profiles these shapes ({d256_deep.name} profiles fp16, not causal, N = 4096, "
+                   "which meets it)" if d256_deep.is_dir() and deep_case in ratio.index else "")
         add(f"Forward at D=256 ≥ {D256_TARGET:.1f}× cuDNN", f"{_span(ratio, mark=D256_TARGET)}×", _met(ratio >= D256_TARGET),
             "—" if missed.empty else f"short by {100 * (1 - ratio.min()):.0f} % at worst; missed (in fp16 or bf16) at "
             f"{where}{why_fwd}")

@@ -622,6 +622,37 @@ def test_source_key_says_where_hotspot_text_will_come_from():
     assert source_key(REPO, None) == source_key(REPO, "--all") == "working tree"
 
 
+def test_changed_between_lists_the_files_two_commits_differ_in_under_the_paths_asked(tmp_path):
+    import subprocess
+
+    from nsightlab.core.sources import changed_between
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "csrc" / "k.cu").write_text("a\n")
+    (tmp_path / "notes.md").write_text("x\n")
+    git("add", "-A")
+    git("commit", "-qm", "one")
+    one = git("rev-parse", "HEAD")
+    (tmp_path / "notes.md").write_text("y\n")
+    git("commit", "-qam", "two")
+    two = git("rev-parse", "HEAD")
+    (tmp_path / "csrc" / "k.cu").write_text("b\n")
+    git("commit", "-qam", "three")
+    three = git("rev-parse", "HEAD")
+    assert changed_between(tmp_path, one[:7], two[:7], ("csrc",)) == []  # only a file outside the paths changed
+    assert changed_between(tmp_path, one, three + "-dirty", ("csrc",)) == ["csrc/k.cu"]
+    assert changed_between(tmp_path, one, "0123456789abcdef", ("csrc",)) is None  # not at hand: unknown
+    assert changed_between(tmp_path, None, one, ("csrc",)) is None and changed_between(tmp_path, "--all", one,
+                                                                                     ("csrc",)) is None
+
+
 def test_call_line_leads_where_a_range_launches_several_kernels():
     """A split kernel and its merge against one kernel: the whole calls' times come first (here they point the
     other way from the longest launches'), with the launches the rest of the comparison leaves out; one launch

@@ -150,6 +150,8 @@ def test_the_fp8_suite_table_gives_the_kernels_share_of_the_peak_and_says_what_t
 
 
 def test_a_suite_the_bench_capture_holds_is_read_from_there_before_the_file_kept_apart(tmp_path):
+    import json
+
     gpu = tmp_path / "profiles" / "gpu"
     loose = tmp_path / "profiles" / results.LOOSE / "gpu"
     for folder, name in ((loose, "flash_wgmma_d256.csv"), (loose, "fp8.csv")):
@@ -162,8 +164,14 @@ def test_a_suite_the_bench_capture_holds_is_read_from_there_before_the_file_kept
         (folder / name).write_bytes(b"")
     assert results.d256_file(gpu) == gpu / "bench" / "d256.csv.xz"
     assert results.fp8_suite_file(gpu) == gpu / "bench-fp8" / "fp8.csv.xz"
-    (gpu / "bench-d256").mkdir()  # the capture that times both passes, before the bench capture's forward-only suite
+    (gpu / "bench-d256").mkdir()  # the capture of the d256 suite alone: where the manifests do not tell, it wins
     (gpu / "bench-d256" / "d256.csv.xz").write_bytes(b"")
+    assert results.d256_file(gpu) == gpu / "bench-d256" / "d256.csv.xz"
+    # where they do, the one taken last
+    for folder, created in ((gpu / "bench-d256", "20261128-120000"), (gpu / "bench", "20261129-120000")):
+        (folder / "manifest.json").write_text(json.dumps({"created": created}))
+    assert results.d256_file(gpu) == gpu / "bench" / "d256.csv.xz"
+    (gpu / "bench-d256" / "manifest.json").write_text(json.dumps({"created": "20261130-120000"}))
     assert results.d256_file(gpu) == gpu / "bench-d256" / "d256.csv.xz"
 
 
@@ -223,12 +231,21 @@ def test_the_d256_why_names_its_deep_capture_and_comes_only_where_its_case_misse
     fwd = next(v for k, v in whys.items() if k.startswith("Forward"))
     bwd = next(v for k, v in whys.items() if k.startswith("Backward"))
     note = ("at N = 4096, from the deep tier of the d256-deep capture, of a build other than these rows' (the two "
-            "manifests name them): WHY")
+            "manifests name the commits): WHY")
     assert fwd.endswith(note) and bwd.endswith(note)
     whys = write(1.1, "aaaaaaa1")  # met at N = 4096; the same build as the deep capture
     fwd = next(v for k, v in whys.items() if k.startswith("Forward"))
     bwd = next(v for k, v in whys.items() if k.startswith("Backward"))
     assert fwd == "—" and bwd.endswith("at N = 4096, from the deep tier of the d256-deep capture: WHY")
+    # missed only where no deep capture looked (N = 512): the row says so instead of borrowing the N = 4096 why
+    rows = pd.read_csv(csv)
+    short = rows[rows["N"] == 4096].assign(N=512)
+    short.loc[(short["impl"] == "sdpa_cudnn") & (short["pass"] == "forward"), "ms"] = 0.9
+    pd.concat([rows, short]).to_csv(csv, index=False)
+    fwd = _marks(gpu)["Forward at D=256 ≥ 1.0× cuDNN"]["why"]
+    assert "missed (in fp16 or bf16) at not causal: N = 512" in fwd and "WHY" not in fwd
+    assert fwd.endswith("no deep capture profiles these shapes (d256-deep profiles fp16, not causal, N = 4096, "
+                        "which meets it)")
 
 
 def _fp8_rows(spec):

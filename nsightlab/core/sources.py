@@ -40,6 +40,16 @@ def git(repo: Path, *args: str) -> bytes | None:
     return out.stdout if out.returncode == 0 else None
 
 
+def changed_between(repo: str | Path, a: object, b: object, paths: tuple[str, ...]) -> list[str] | None:
+    """The files under ``paths`` (repository-relative) that differ between commits ``a`` and ``b``: [] where none
+    does; None where either commit is unknown or not at hand (a shallow clone, an imported capture), or git is not."""
+    ra, rb = rev(a), rev(b)
+    if ra is None or rb is None:
+        return None
+    out = git(Path(repo), "diff", "--name-only", f"{ra}^{{commit}}", f"{rb}^{{commit}}", "--", *paths)
+    return None if out is None else [line for line in out.decode(errors="replace").splitlines() if line]
+
+
 def source_key(repo: str | Path, commit: object) -> str:
     """Where the hotspot tables will read a capture's source text from: ``commit X`` where that commit is at hand
     in ``repo``, else the working tree (saying so when the commit is not at hand: a shallow clone). A page
