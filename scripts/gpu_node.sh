@@ -140,7 +140,8 @@ PY
         && cp -r .ab/base/. /tmp/ab_base/ || { echo "ab: could not copy the tree to /tmp/ab_base"; status=1; continue; }
       echo "base: $(cat .ab/base.ref)" | tee "$OUT/ab.log"
       # both trees' kernels built first, side by side (AB_MODULES: only these modules, e.g. "flash_wgmma_fwd
-      # flash_wgmma_bwd"), so that no timed round is cut short by a build of its own
+      # flash_wgmma_bwd"), so that no timed round is cut short by a build of its own: AB_MODULES must hold every
+      # module AB_CMD's variants load (a backward's forward module too), or a round builds it inside its time share
       ab_build="import sys, flash_kernels as fk; print(fk.build(modules=sys.argv[1:] or None))"
       python3 -c "$ab_build" ${AB_MODULES:-} > "$OUT/ab_build_tree.log" 2>&1 &
       tree_pid=$!
@@ -157,11 +158,11 @@ PY
       for r in $(seq "$rounds"); do
         echo "== tree, round $r" | tee -a "$OUT/ab.log"
         until_deadline --limit "$share" bash -c "$AB_CMD" 2>&1 | tee -a "$OUT/ab.log"
-        [ "${PIPESTATUS[0]}" = 0 ] || status=1
+        [ "${PIPESTATUS[0]}" = 0 ] || { status=1; echo "ab: the tree round $r did not finish (ab.log has why)"; }
         echo "== base, round $r" | tee -a "$OUT/ab.log"
         (cd /tmp/ab_base && PYTHONPATH=$base_path FLASH_KERNELS_BUILD_DIR=/tmp/ab_base/build/fk \
           until_deadline --limit "$share" bash -c "$AB_CMD") 2>&1 | tee -a "$OUT/ab.log"
-        [ "${PIPESTATUS[0]}" = 0 ] || status=1
+        [ "${PIPESTATUS[0]}" = 0 ] || { status=1; echo "ab: the base round $r did not finish (ab.log has why)"; }
       done ;;
     bench)
       step bench
