@@ -209,6 +209,8 @@ def where(h: pd.DataFrame, i: int = 0) -> str:
 
 ISSUE_INTERVAL = "cycles between issues (per scheduler)"
 WARPS_NET = "warps per scheduler, net of Not Selected"
+#: below this share of its theoretical occupancy, a kernel's advice says the achieved part is lost while it runs
+ACHIEVED_SHARE = 0.9
 _WARPS = "warps per scheduler (latency hiding)"
 _WITH_WARPS = ("not_selected", "selected")  # the stalls that more warps per scheduler bring by themselves
 
@@ -351,12 +353,19 @@ def what_to_try(a: Launch, b: Launch, ranked: pd.DataFrame, repo: str | Path = "
                              f"({lines.iloc[0]['share']:.0%} of them): the line where fewer instructions count most.")
             out.append(text)
         elif t.term == WARPS_NET:
-            out.append(f"{slow.name} keeps {ps['warps_per_scheduler']:.2f} warps per scheduler vs {pf['warps_per_scheduler']:.2f} "
-                       f"(smsp__warps_active.avg.per_cycle_active; net of the Not Selected stalls more warps bring: {cost}): "
-                       f"its occupancy is {ps['achieved_occupancy_pct']:.1f}% of {ps['theoretical_occupancy_pct']:.1f}% possible, "
-                       f"limited by {ps['occupancy_limiter'] or 'nothing reported'} ({ps['registers_per_thread']:.0f} registers "
-                       f"per thread, {ps['block_size']:.0f} threads a block); fewer registers or less shared memory per "
-                       f"block would let more warps hide each other's latency.")
+            text = (f"{slow.name} keeps {ps['warps_per_scheduler']:.2f} warps per scheduler vs {pf['warps_per_scheduler']:.2f} "
+                    f"(smsp__warps_active.avg.per_cycle_active; net of the Not Selected stalls more warps bring: {cost}): "
+                    f"its occupancy is {ps['achieved_occupancy_pct']:.1f}% of {ps['theoretical_occupancy_pct']:.1f}% possible, "
+                    f"limited by {ps['occupancy_limiter'] or 'nothing reported'} ({ps['registers_per_thread']:.0f} registers "
+                    f"per thread, {ps['block_size']:.0f} threads a block); fewer registers or less shared memory per "
+                    f"block would let more warps hide each other's latency.")
+            reached = ps["achieved_occupancy_pct"] / ps["theoretical_occupancy_pct"] \
+                if ps["theoretical_occupancy_pct"] > 0 else float("nan")
+            if reached < ACHIEVED_SHARE:
+                text += (f" It reaches {reached:.0%} of what is possible: the rest is lost while it runs, to warps that "
+                         "exit before their block does or to imbalance within and across blocks (Nsight Compute's "
+                         "Achieved Occupancy rule), which fewer registers would not recover.")
+            out.append(text)
         elif isinstance(t.reason, str) and t.reason in B.STALLS:
             name, meaning = B.STALLS[t.reason]
             va, vb = (t.a, t.b) if slow is a else (t.b, t.a)
