@@ -769,6 +769,14 @@ def _met(ok: pd.Series) -> str:
     return f"{int(ok.sum())} of {len(ok)}"
 
 
+def _deep_command(missed: pd.Series) -> str:
+    """The capture that would explain the worst of the D = 256 forward's missed rows (index dtype, causal, N): both
+    sides at its shape (the d256 suite's B = 16384 / N, H = 8), deep tier only."""
+    dtype, causal, N = missed.idxmin()
+    return (f"`nsightlab capture --impl flash_wgmma --impl sdpa_cudnn -B {16384 // N} -H 8 -N {N} -D 256 --dtype "
+            f"{dtype} --causal {'yes' if causal else 'no'} --pass forward --deep . --deep-only`")
+
+
 def anchors_table(gpu: Path) -> str:
     """Each mark of the Hopper rung against what this GPU's captures measured: met in how many rows, or missed by
     how much, and, where a deep capture holds both sides, why (``nsightlab why``'s verdict)."""
@@ -845,7 +853,8 @@ def anchors_table(gpu: Path) -> str:
                    f"{why_sentence(d256_deep, 'flash_wgmma', 'sdpa_cudnn', D256_WHY[1]['forward'])}"
                    if d256_deep.is_dir() and deep_case in missed.index else
                    f"; no deep capture profiles these shapes ({d256_deep.name} profiles fp16, not causal, N = 4096, "
-                   "which meets it)" if d256_deep.is_dir() and deep_case in ratio.index else "")
+                   f"which meets it): {_deep_command(missed)} would" if d256_deep.is_dir() and deep_case in ratio.index
+                   else "")
         add(f"Forward at D=256 ≥ {D256_TARGET:.1f}× cuDNN", f"{_span(ratio, mark=D256_TARGET)}×", _met(ratio >= D256_TARGET),
             "—" if missed.empty else f"short by {100 * (1 - ratio.min()):.0f} % at worst; missed (in fp16 or bf16) at "
             f"{where}{why_fwd}")

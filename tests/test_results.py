@@ -245,7 +245,8 @@ def test_the_d256_why_names_its_deep_capture_and_comes_only_where_its_case_misse
     fwd = _marks(gpu)["Forward at D=256 ≥ 1.0× cuDNN"]["why"]
     assert "missed (in fp16 or bf16) at not causal: N = 512" in fwd and "WHY" not in fwd
     assert fwd.endswith("no deep capture profiles these shapes (d256-deep profiles fp16, not causal, N = 4096, "
-                        "which meets it)")
+                        "which meets it): `nsightlab capture --impl flash_wgmma --impl sdpa_cudnn -B 32 -H 8 -N 512 "
+                        "-D 256 --dtype float16 --causal no --pass forward --deep . --deep-only` would")
 
 
 def _fp8_rows(spec):
