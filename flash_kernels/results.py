@@ -853,8 +853,8 @@ def anchors_table(gpu: Path) -> str:
                    f"{why_sentence(d256_deep, 'flash_wgmma', 'sdpa_cudnn', D256_WHY[1]['forward'])}"
                    if d256_deep.is_dir() and deep_case in missed.index else
                    f"; no deep capture profiles these shapes ({d256_deep.name} profiles fp16, not causal, N = 4096, "
-                   f"which meets it): {_deep_command(missed)} would" if d256_deep.is_dir() and deep_case in ratio.index
-                   else "")
+                   f"which meets it): {_deep_command(missed)} would"
+                   if d256_deep.is_dir() and deep_case in ratio.index and not missed.empty else "")
         add(f"Forward at D=256 ≥ {D256_TARGET:.1f}× cuDNN", f"{_span(ratio, mark=D256_TARGET)}×", _met(ratio >= D256_TARGET),
             "—" if missed.empty else f"short by {100 * (1 - ratio.min()):.0f} % at worst; missed (in fp16 or bf16) at "
             f"{where}{why_fwd}")
