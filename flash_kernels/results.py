@@ -726,9 +726,9 @@ FP8_MARK_HEAD_DIMS = (128, 256)
 BACKWARD_MARKS = {"flash_wgmma": ("sdpa_cudnn", 1.0, 2048), "flash_mma": ("sdpa_flash", 0.95, 8192)}
 #: the deep capture whose why page explains both backwards, and its case
 BACKWARD_WHY = ("backward-n8192-deep", "N=8192,D=128,pass=backward")
-#: the deep capture of head dim 256 (flash_kernels/sweeps/d256-deep.toml) and its case per pass: flash_wgmma against
-#: cuDNN, the why of the D = 256 marks where this GPU has it
-D256_WHY = ("d256-deep", {"forward": "N=4096,D=256,pass=forward", "backward": "N=4096,D=256,pass=backward"})
+#: the deep capture of head dim 256 (flash_kernels/sweeps/d256-deep.toml) and its case per pass (the forward's at
+#: each N it profiles): flash_wgmma against cuDNN, the why of the D = 256 marks where this GPU has it
+D256_WHY = ("d256-deep", {"forward": "N={N},D=256,pass=forward", "backward": "N=4096,D=256,pass=backward"})
 #: the deep capture whose why page puts the FP8 forward beside the fp16 one (D=128), and the two sides
 FP8_WHY = ("fp8", FP8_KERNEL, "flash_wgmma")
 #: the head dim of that capture's deep cases: its why is given for the FP8 marks at this head dim only
@@ -767,6 +767,22 @@ def _fp8_error_mark(df: pd.DataFrame, D: int, causal: bool, min_n: int = 8192) -
 
 def _met(ok: pd.Series) -> str:
     return f"{int(ok.sum())} of {len(ok)}"
+
+
+def _deep_forward_ns(capture: Path) -> list[int]:
+    """The N of a D = 256 deep capture's fp16, not causal forward cases of flash_wgmma ([] where there is none)."""
+    if not capture.is_dir():
+        return []
+    try:
+        c = cases(load_manifest(capture))
+    except (OSError, ValueError, ProfileError):
+        return []
+    if c.empty or not {"impl", "pass", "dtype", "N", "D"} <= set(c.columns):
+        return []
+    sel = c[(c["impl"] == "flash_wgmma") & (c["pass"] == "forward") & (c["dtype"] == "float16") & (c["D"] == 256)]
+    if "causal" in sel.columns:
+        sel = sel[~sel["causal"].astype(bool)]
+    return sorted({int(n) for n in sel["N"]})
 
 
 def _deep_command(missed: pd.Series) -> str:
@@ -848,13 +864,16 @@ def anchors_table(gpu: Path) -> str:
         where = "; ".join(f"{'causal' if causal else 'not causal'}: N = {', '.join(map(str, sorted({n for *_, n in g.index})))}"
                           for causal, g in missed.groupby(level="causal"))
         # the deep capture's case (fp16, not causal, N = 4096) explains the misses only where it is one of them
-        deep_case = ("float16", False, 4096)
-        why_fwd = (f"; at N = 4096, from {deep_source(d256_deep, d256_csv)}: "
-                   f"{why_sentence(d256_deep, 'flash_wgmma', 'sdpa_cudnn', D256_WHY[1]['forward'])}"
-                   if d256_deep.is_dir() and deep_case in missed.index else
-                   f"; no deep capture profiles these shapes ({d256_deep.name} profiles fp16, not causal, N = 4096, "
-                   f"which meets it): {_deep_command(missed)} would"
-                   if d256_deep.is_dir() and deep_case in ratio.index and not missed.empty else "")
+        # the deep capture's fp16, not causal forward cases explain the misses at their N only: N = 4096 first,
+        # else the shortest missed N it profiles; a miss it does not profile gets the command that would
+        deep_ns = _deep_forward_ns(d256_deep)
+        at = [n for n in sorted(deep_ns, key=lambda n: (n != 4096, n)) if ("float16", False, n) in missed.index]
+        met_ns = ", ".join(f"N = {n}" for n in sorted(deep_ns) if ("float16", False, n) in ratio.index)
+        why_fwd = (f"; at N = {at[0]}, from {deep_source(d256_deep, d256_csv)}: "
+                   f"{why_sentence(d256_deep, 'flash_wgmma', 'sdpa_cudnn', D256_WHY[1]['forward'].format(N=at[0]))}"
+                   if at else
+                   f"; no deep capture profiles these shapes ({d256_deep.name} profiles fp16, not causal, {met_ns}, "
+                   f"which meets it): {_deep_command(missed)} would" if met_ns and not missed.empty else "")
         add(f"Forward at D=256 ≥ {D256_TARGET:.1f}× cuDNN", f"{_span(ratio, mark=D256_TARGET)}×", _met(ratio >= D256_TARGET),
             "—" if missed.empty else f"short by {100 * (1 - ratio.min()):.0f} % at worst; missed (in fp16 or bf16) at "
             f"{where}{why_fwd}")

@@ -213,8 +213,16 @@ def test_the_d256_why_names_its_deep_capture_and_comes_only_where_its_case_misse
     csv.parent.mkdir(parents=True)
     deep = gpu / results.D256_WHY[0]
     deep.mkdir()
-    (deep / "manifest.json").write_text(json.dumps({"git_commit": "aaaaaaa1"}))
-    monkeypatch.setattr(results, "why_sentence", lambda *a, **k: "WHY")
+
+    def deep_cases(*ns: int) -> None:  # the deep capture's flash_wgmma fp16, not causal forward cases at these N
+        (deep / "manifest.json").write_text(json.dumps({"git_commit": "aaaaaaa1", "cases": [
+            {"range": f"fk:flash_wgmma:forward:N={n}", "impl": "flash_wgmma", "pass": "forward", "dtype": "float16",
+             "shape": {"B": 16384 // n, "H": 8, "N": n, "D": 256, "dtype": "float16", "causal": False}}
+            for n in ns]}))
+
+    deep_cases(4096)
+    asked: list[str] = []
+    monkeypatch.setattr(results, "why_sentence", lambda *a, **k: asked.append(a[3] if len(a) > 3 else "") or "WHY")
 
     def write(cudnn_fwd_ms: float, commit: str) -> dict[str, str]:
         rows = [{"pass": p, "impl": impl, "dtype": "float16", "causal": False, "N": 4096, "status": "ok",
@@ -247,6 +255,12 @@ def test_the_d256_why_names_its_deep_capture_and_comes_only_where_its_case_misse
     assert fwd.endswith("no deep capture profiles these shapes (d256-deep profiles fp16, not causal, N = 4096, "
                         "which meets it): `nsightlab capture --impl flash_wgmma --impl sdpa_cudnn -B 32 -H 8 -N 512 "
                         "-D 256 --dtype float16 --causal no --pass forward --deep . --deep-only` would")
+    # once the deep capture profiles N = 512 too, that case explains the miss
+    deep_cases(4096, 512)
+    asked.clear()
+    fwd = _marks(gpu)["Forward at D=256 ≥ 1.0× cuDNN"]["why"]
+    assert "at N = 512, from the deep tier of the d256-deep capture" in fwd and fwd.endswith("WHY")
+    assert "N=512,D=256,pass=forward" in asked
 
 
 def _fp8_rows(spec):
