@@ -863,17 +863,20 @@ def anchors_table(gpu: Path) -> str:
         missed = ratio[ratio < D256_TARGET]
         where = "; ".join(f"{'causal' if causal else 'not causal'}: N = {', '.join(map(str, sorted({n for *_, n in g.index})))}"
                           for causal, g in missed.groupby(level="causal"))
-        # the deep capture's case (fp16, not causal, N = 4096) explains the misses only where it is one of them
         # the deep capture's fp16, not causal forward cases explain the misses at their N only: N = 4096 first,
         # else the shortest missed N it profiles; a miss it does not profile gets the command that would
         deep_ns = _deep_forward_ns(d256_deep)
         at = [n for n in sorted(deep_ns, key=lambda n: (n != 4096, n)) if ("float16", False, n) in missed.index]
-        met_ns = ", ".join(f"N = {n}" for n in sorted(deep_ns) if ("float16", False, n) in ratio.index)
-        why_fwd = (f"; at N = {at[0]}, from {deep_source(d256_deep, d256_csv)}: "
-                   f"{why_sentence(d256_deep, 'flash_wgmma', 'sdpa_cudnn', D256_WHY[1]['forward'].format(N=at[0]))}"
-                   if at else
-                   f"; no deep capture profiles these shapes ({d256_deep.name} profiles fp16, not causal, {met_ns}, "
-                   f"which meets it): {_deep_command(missed)} would" if met_ns and not missed.empty else "")
+        profiled = [n for n in deep_ns if ("float16", False, n) in ratio.index]  # all met where `at` is empty
+        why_fwd = ""
+        if at:
+            case = D256_WHY[1]["forward"].format(N=at[0])
+            why_fwd = (f"; at N = {at[0]}, from {deep_source(d256_deep, d256_csv)}: "
+                       f"{why_sentence(d256_deep, 'flash_wgmma', 'sdpa_cudnn', case)}")
+        elif not missed.empty:
+            where_deep = (f" ({d256_deep.name} profiles fp16, not causal, {', '.join(f'N = {n}' for n in profiled)}, "
+                          f"which {'meets' if len(profiled) == 1 else 'meet'} it)" if profiled else "")
+            why_fwd = f"; no deep capture profiles these shapes{where_deep}: {_deep_command(missed)} would"
         add(f"Forward at D=256 ≥ {D256_TARGET:.1f}× cuDNN", f"{_span(ratio, mark=D256_TARGET)}×", _met(ratio >= D256_TARGET),
             "—" if missed.empty else f"short by {100 * (1 - ratio.min()):.0f} % at worst; missed (in fp16 or bf16) at "
             f"{where}{why_fwd}")
