@@ -563,9 +563,13 @@ def deep_source(capture: Path, rows: Path | None) -> str:
         other = "of another commit than these rows', with the same kernel sources"
     else:
         names = sorted(Path(f).name for f in changed)
-        other = ("of a build other than these rows', whose kernel sources differ in " +
-                 (", ".join(names[:-1]) + " and " + names[-1] if 1 < len(names) <= 3 else
-                  names[0] if len(names) == 1 else f"{len(names)} files"))
+        if len(names) == 1:
+            which = names[0]
+        elif len(names) <= 3:
+            which = ", ".join(names[:-1]) + " and " + names[-1]
+        else:
+            which = f"{len(names)} files"
+        other = f"of a build other than these rows', whose kernel sources differ in {which}"
     return f"the deep tier of the {capture.name} capture, {other} (the two manifests name the commits)"
 
 
@@ -904,17 +908,17 @@ def anchors_table(gpu: Path) -> str:
     if bench.is_dir() and bench_csvs(bench):
         df, _ = load_bench(bench)
         deep, conv = gpu / BACKWARD_WHY[0], find_file(bench, "convention.csv")
+        case = dict(kv.split("=", 1) for kv in BACKWARD_WHY[1].split(","))
         for impl, (ref, mark, min_n) in BACKWARD_MARKS.items():
             t = perf.target_table(df[df["D"] == 128] if impl == "flash_wgmma" else df, impl, ref, {"backward": mark},
                                   min_n=min_n, suite="convention")
             t = t[(t["pass"] == "backward") & ((t["N"] == min_n) if impl == "flash_mma" else True)]
             if t.empty:
                 continue
-            case = dict(kv.split("=", 1) for kv in BACKWARD_WHY[1].split(","))
-            why_ = (f"short by {100 * (1 - t['ratio'].min() / mark):.0f} % at worst; "
-                    f"{why_sentence(deep, impl, ref, BACKWARD_WHY[1])} From {deep_source(deep, conv)}, at "
-                    f"N = {case['N']}, D = {case['D']}." if deep.is_dir() else
-                    f"short by {100 * (1 - t['ratio'].min() / mark):.0f} % at worst")
+            why_ = f"short by {100 * (1 - t['ratio'].min() / mark):.0f} % at worst"
+            if deep.is_dir():
+                why_ += (f"; {why_sentence(deep, impl, ref, BACKWARD_WHY[1])} From {deep_source(deep, conv)}, at "
+                         f"N = {case['N']}, D = {case['D']}.")
             where = f"D=128, N ≥ {min_n}" if impl == "flash_wgmma" else f"N = {min_n}"
             add(f"{impl} backward ≥ {mark:.2f}× {ref} ({where})", f"{_span(t['ratio'], mark=mark)}×",
                 _met(t["ratio"] >= mark), why_ if not t["met"].all() else "—")
