@@ -674,6 +674,40 @@ def fp8_accuracy_file(gpu: Path) -> Path | None:
     return find_file(gpu.parent / LOOSE / gpu.name, "fp8_accuracy.json")
 
 
+def fp8_pingpong_file(gpu: Path) -> Path | None:
+    """The FP8 kernel timed with its consumers' ping-pong off and on (profiles/_bench/<gpu>/fp8_pingpong.csv: the fp8
+    suite's rows with ``--option pingpong=0`` and ``=1``, a ``round`` column naming each run), if this GPU has it."""
+    return find_file(gpu.parent / LOOSE / gpu.name, "fp8_pingpong.csv")
+
+
+def pingpong_ratio(gpu: Path, D: int) -> pd.Series | None:
+    """The FP8 kernel's time with its consumers' ping-pong over its time without, per (causal, N) at head dim ``D``:
+    the median over the rounds of fp8_pingpong_file's runs; None where this GPU has no such runs at ``D``."""
+    path = fp8_pingpong_file(gpu)
+    if path is None:
+        return None
+    df = pd.read_csv(path)
+    df = df[(df["impl"] == FP8_KERNEL) & (df["status"] == "ok") & (df["D"] == D)]
+    pp = df["options"].str.extract(r"pingpong=(\d)", expand=False)
+    ms = df.assign(pp=pp).pivot_table(index=["causal", "N"], columns="pp", values="ms", aggfunc="median")
+    if not {"0", "1"} <= set(ms.columns) or ms.empty:
+        return None
+    return (ms["1"] / ms["0"]).dropna()
+
+
+def _pingpong_note(gpu: Path, D: int) -> str:
+    """What the FP8 kernel's ping-pong does at head dim ``D``, where it was measured; else the run that would tell."""
+    r = pingpong_ratio(gpu, D)
+    if r is None or r.empty:
+        return "what to try is the fp8 suite with --option pingpong=1"
+    faster = int((r < 1.0).sum())
+    return (f"its ping-pong, measured there ({fp8_pingpong_file(gpu).name}: the kernel alone, pingpong=0 and 1 "  # type: ignore[union-attr]
+            f"alternating over {r.size} shapes), takes {_span(r, mark=1.0)}× the time without it "
+            f"({faster} of {r.size} faster)"
+            + (f": faster at every shape, so D = {D} could join fp8.PINGPONG_HEAD_DIMS" if faster == r.size
+               else ", so the default stays"))
+
+
 def _read_text(path: Path) -> str:
     """A text file, xz- or gzip-compressed where its name says so (find_file's forms)."""
     opener = {".xz": lzma.open, ".gz": gzip.open}.get(path.suffix)
@@ -843,8 +877,8 @@ def anchors_table(gpu: Path) -> str:
                         bm = kernel("flash_wgmma_fp8").constants["scale_block"]  # its query tile: one scale block
                         why_ += (f"; the fp16 forward there runs {opts['wg_tile']} tiles, {opts.get('pipeline', '')} "
                                  f"(its rows' options), the FP8 kernel {bm}-row tiles with its consumers' ping-pong "
-                                 "by default only where it was measured faster (fp8.PINGPONG_HEAD_DIMS): what to try "
-                                 "is the fp8 suite with --option pingpong=1")
+                                 "by default only where it was measured faster (fp8.PINGPONG_HEAD_DIMS): "
+                                 + _pingpong_note(gpu, int(D)))
             if fp16_drift_note(gpu, fp8):
                 why_ += "; against the fp8 suite's own fp16 run, which the note under the FP8 table compares"
             add("FP8 forward ≥ our fp16 forward at every N ≥ 2048 (V's transpose counted)", f"{_span(ratio, mark=1.0)}×",
@@ -986,7 +1020,8 @@ def gpu_sections(gpu: Path) -> list[str]:
         files = [fp8s, fp8_accuracy_file(gpu), d256_file(gpu),
                  *(c for c in (bench_csvs(gpu / "bench") if (gpu / "bench").is_dir() else [])
                    if c.name.startswith("convention.")),
-                 find_file(gpu / FP8_WHY[0], "manifest.json"), find_file(gpu / BACKWARD_WHY[0], "manifest.json")]
+                 fp8_pingpong_file(gpu), find_file(gpu / FP8_WHY[0], "manifest.json"),
+                 find_file(gpu / D256_WHY[0], "manifest.json"), find_file(gpu / BACKWARD_WHY[0], "manifest.json")]
         out += _section("The Hopper rung against its targets: FP8, head dim 256, the backward at cuDNN's speed",
                         anchors_table(gpu), _cite(*files),
                         "The targets, set beside what FlashAttention-3 reports (FP8 near 1.2 PFLOP/s, head dim 256) "

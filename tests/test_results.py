@@ -335,6 +335,20 @@ def test_a_head_dim_where_fp8_always_misses_gets_its_exp_bound_and_what_to_try(t
     assert "every row at D=64 misses (0.80×): the measured exp2 rate bounds the forward at D=64 at 1,000 TFLOP/s, " \
            "1.25× the fp16 wgmma ceiling measured beside it (800)" in why
     assert "the fp16 forward there runs 192x128 tiles, tma-ws-x" in why and why.endswith("--option pingpong=1")
+    # once the ping-pong is measured at that head dim, the row says what it did instead (medians over the rounds)
+    pp = [{"round": rnd, "impl": results.FP8_KERNEL, "status": "ok", "D": 64, "causal": False, "N": n,
+           "options": f"rotate=True;pingpong={on}", "ms": ms}
+          for rnd, n, on, ms in (("a", 4096, 0, 1.0), ("a", 4096, 1, 1.10), ("b", 4096, 0, 1.0), ("b", 4096, 1, 1.02),
+                                 ("c", 4096, 0, 1.0), ("c", 4096, 1, 1.04), ("a", 8192, 0, 2.0), ("a", 8192, 1, 1.9))]
+    pd.DataFrame(pp).to_csv(loose / "fp8_pingpong.csv", index=False)
+    assert results.pingpong_ratio(gpu, 64).round(3).to_dict() == {(False, 4096): 1.04, (False, 8192): 0.95}
+    assert results.pingpong_ratio(gpu, 128) is None
+    why = _marks(gpu)["FP8 forward ≥ our fp16 forward at every N ≥ 2048 (V's transpose counted)"]["why"]
+    assert "its ping-pong, measured there (fp8_pingpong.csv: the kernel alone, pingpong=0 and 1 alternating over 2 " \
+           "shapes), takes 0.95–1.04× the time without it (1 of 2 faster), so the default stays" in why
+    pd.DataFrame([r for r in pp if r["N"] == 8192]).to_csv(loose / "fp8_pingpong.csv", index=False)
+    why = _marks(gpu)["FP8 forward ≥ our fp16 forward at every N ≥ 2048 (V's transpose counted)"]["why"]
+    assert "(1 of 1 faster): faster at every shape, so D = 64 could join fp8.PINGPONG_HEAD_DIMS" in why
 
 
 def test_the_fp8_tables_need_no_torch():

@@ -25,11 +25,14 @@
 // Limits: sm_90a only; D = 64 or 128, and D = 256 on the 64x64 tile of the cp.async pipeline (below: two
 // warpgroups over 64 keys, each with half the head dim); the D = 64 128x128 tile spills a little
 // (sources.ACCEPTED_SPILLS). Design notes and measurements: docs/kernels.md, docs/results.md.
-// Next step, as `nsightlab why nvidia-h200/backward-n8192-deep --a flash_wgmma --b sdpa_cudnn` reads it (1.07x cuDNN's
-// kernel time at N = 8192, D = 128): the exponentials of the P^T recompute (fast_exp2 in the softmax loop) carry 39%
-// of the MIO Throttle and 85% of the Short Scoreboard samples, but a quarter of them on the FMA pipe (exp2_poly) did
-// not shorten the kernel (docs/kernels.md): what is left is fewer instructions per exponential (the LSE scaled once
-// per stage, not per element) and more warps to hide them (9 of its 12 warps are resident: 3 producer warps exit).
+// Next step, as `nsightlab why nvidia-h200/backward-n8192-deep --a flash_wgmma --b sdpa_cudnn` reads it (1.02x cuDNN's
+// kernel time at N = 8192, D = 128): the largest term is Stall Barrier (2.47 cycles per instruction vs 1.52), all of
+// it waiting on the tensor cores or the other consumer: 74% at the warpgroup's own wgmma waits (S^T, dP^T, dK/dV,
+// dQ) and 26% at the named barrier before dQ. Each step's products run while both consumers wait, and their
+// exponentials while the tensor pipe waits (busy 63% of active cycles vs 67%): what is left is overlap across steps
+// (the next query block's S^T, dP^T issued before this step's dQ is waited on; registers are the limit at 240 per
+// consumer thread) or the two consumers out of phase. A quarter of the exponentials on the FMA pipe (exp2_poly) did
+// not shorten the kernel (docs/kernels.md).
 #include <climits>
 
 #include "wgmma.cuh"
