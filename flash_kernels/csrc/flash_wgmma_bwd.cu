@@ -78,21 +78,21 @@ __device__ __forceinline__ int row_slot(int r) {
 // S^T = K_w Q_i^T and dP^T = V_w dO_i^T (wgmma SS, two commit groups), then P^T = exp2(S^T scale log2e -
 // LSE log2e) (masked) and dS^T = P^T (dP^T - Dd) as the 16-bit A fragments pf, dsf of the dV and dK
 // products: k-step kk = queries 16 kk .. of the block. lse_c, dd_c: the block's BM rows of LSE and Dd.
-// One of S^T = K_w Q_i^T (acc = s, descA = K_w's, cB = Q_i's stage) and dP^T = V_w dO_i^T: wgmma SS, one commit group.
 template <typename T, int D, int BM>
-__device__ __forceinline__ void issue_scores(float (&acc)[BM / 2], uint64_t descA, uint32_t cB) {
-  fence_regs(acc);
+__device__ __forceinline__ void bwd_p_ds(uint32_t (&pf)[BM / 16][4], uint32_t (&dsf)[BM / 16][4], uint64_t descK,
+                                         uint64_t descV, uint32_t cQ, uint32_t cdO, const float* lse_c,
+                                         const float* dd_c, int k0, int key0, int qb, int Nq, int Nk,
+                                         int causal, float scale_log2, int t4) {
+  constexpr int BN = kWgBwdKeys, NS = BM / 2, KB = BM / 16;
+  float s[NS], dp[NS];
+  const uint64_t descQ = desc_kmajor(cQ), descdO = desc_kmajor(cdO);
+  fence_regs(s);
+  fence_regs(dp);
   wgmma_fence();
-  wgmma_kmajor_ss<T, BM, D, kWgBwdKeys, BM>(acc, descA, desc_kmajor(cB));
+  wgmma_kmajor_ss<T, BM, D, BN, BM>(s, descK, descQ);
   wgmma_commit();
-}
-
-// The rest of bwd_p_ds once S^T and then dP^T are issued into s, dp (the last two commit groups in flight).
-template <typename T, int D, int BM>
-__device__ __forceinline__ void finish_p_ds(uint32_t (&pf)[BM / 16][4], uint32_t (&dsf)[BM / 16][4], float (&s)[BM / 2],
-                                            float (&dp)[BM / 2], const float* lse_c, const float* dd_c, int k0,
-                                            int key0, int qb, int Nq, int Nk, int causal, float scale_log2, int t4) {
-  constexpr int BN = kWgBwdKeys, KB = BM / 16;
+  wgmma_kmajor_ss<T, BM, D, BN, BM>(dp, descV, descdO);
+  wgmma_commit();
   // any key past Nk, query past Nq, or (causal) key after a query in this block
   const bool need_mask = (k0 + BN > Nk) || (qb + BM > Nq) || (causal && k0 + BN - 1 > qb);
   wgmma_wait<1>();  // S^T has landed; dP^T may still be in flight
@@ -181,17 +181,6 @@ __device__ __forceinline__ void finish_p_ds(uint32_t (&pf)[BM / 16][4], uint32_t
   for (int kk = 0; kk < KB; ++kk)
 #pragma unroll
     for (int i = 0; i < 4; ++i) dsf[kk][i] = pack2<T>(dp[8 * kk + 2 * i], dp[8 * kk + 2 * i + 1]);
-}
-
-template <typename T, int D, int BM>
-__device__ __forceinline__ void bwd_p_ds(uint32_t (&pf)[BM / 16][4], uint32_t (&dsf)[BM / 16][4], uint64_t descK,
-                                         uint64_t descV, uint32_t cQ, uint32_t cdO, const float* lse_c,
-                                         const float* dd_c, int k0, int key0, int qb, int Nq, int Nk,
-                                         int causal, float scale_log2, int t4) {
-  float s[BM / 2], dp[BM / 2];
-  issue_scores<T, D, BM>(s, descK, cQ);
-  issue_scores<T, D, BM>(dp, descV, cdO);
-  finish_p_ds<T, D, BM>(pf, dsf, s, dp, lse_c, dd_c, k0, key0, qb, Nq, Nk, causal, scale_log2, t4);
 }
 
 // dS^T to shared memory ([BN][BM] SW128) for dQ, one stmatrix per k-step: dsf[kk][i] is the 8 x 8 matrix of
@@ -503,7 +492,7 @@ __host__ __device__ __forceinline__ long dq_piece_offset(int q_in_tile, int col,
 // barrier on both warpgroups' dS^T of step t + 1 is passed only after both have finished step t's dQ), and
 // their dQ pieces added by the copy engine (see dq_piece_offset) instead of 2 x NQ / 2 red.global.add.v2
 // per thread and step. setmaxnreg: producer 24 registers, consumers 240.
-template <typename T, int D, int BM, bool AHEAD>
+template <typename T, int D, int BM>
 __global__ void __launch_bounds__(kWgBwdWsThreads, 1)
 flash_wgmma_ws_backward_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                                const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO,
@@ -596,28 +585,14 @@ flash_wgmma_ws_backward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
     mbar_wait(full_kv, 0);
 
     int qh = work.qh0, qb = work.q_start;
-    float s[BM / 2];  // AHEAD: S^T of the step about to start, issued in the step before
-    if constexpr (AHEAD) {
-      if (n_it > 0) {
-        mbar_wait(full, 0);
-        issue_scores<T, D, BM>(s, desc.K, sQ);
-      }
-    }
     for (int it = 0; it < n_it; ++it) {
       const int st = it % ST;
       const uint32_t cQ = sQ + st * TQ, cdO = sdO + st * TQ, cdS = sdS + (it & 1) * TS;
+      mbar_wait(full + 8 * st, (it / ST) & 1);
 
       uint32_t pf[KB][4], dsf[KB][4];
-      if constexpr (AHEAD) {
-        float dp[BM / 2];
-        issue_scores<T, D, BM>(dp, desc.V, cdO);
-        finish_p_ds<T, D, BM>(pf, dsf, s, dp, lse_s + st * RS, dd_s + st * RS, k0, key0, qb, Nq, Nk, causal,
-                              scale_log2, t4);
-      } else {
-        mbar_wait(full + 8 * st, (it / ST) & 1);
-        bwd_p_ds<T, D, BM>(pf, dsf, desc.K, desc.V, cQ, cdO, lse_s + st * RS, dd_s + st * RS, k0, key0, qb, Nq, Nk,
-                           causal, scale_log2, t4);
-      }
+      bwd_p_ds<T, D, BM>(pf, dsf, desc.K, desc.V, cQ, cdO, lse_s + st * RS, dd_s + st * RS, k0, key0, qb, Nq, Nk,
+                         causal, scale_log2, t4);
       store_dsT<BM>(cdS, c * 64 + warp * 16, lane, dsf);
       issue_dkdv<T, D, BM>(dv, dk, pf, dsf, cQ, cdO);
       bar_sync(1, 256);  // dS^T of both consumer warpgroups is in shared memory
@@ -626,22 +601,7 @@ flash_wgmma_ws_backward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
       issue_dq<T, NQ, KQ>(dq, desc_add(desc.dSa, (it & 1) * TS), desc.Kb);
       wgmma_wait<1>();  // dV, dK of this step done: the stage's Q_i, dO_i are no longer read
       mbar_arrive(empty + 8 * st);  // every thread: its own reads of the stage's LSE, Dd are done too
-      const int qh_i = qh, qb_i = qb;  // this step's query block, for its dQ piece
-      work.next<BM>(qh, qb, Nq);
-      if constexpr (AHEAD) {
-        // the next step's S^T queued on the tensor cores right behind this step's dQ, so that it runs while this
-        // step's dQ piece is written and added (dP^T too would not fit: 640 bytes of spills at D = 128)
-        if (it + 1 < n_it) {
-          const int st1 = (it + 1) % ST;
-          mbar_wait(full + 8 * st1, ((it + 1) / ST) & 1);
-          issue_scores<T, D, BM>(s, desc.K, sQ + st1 * TQ);
-          wgmma_wait<1>();  // dQ done (groups complete in order); S^T may still be in flight
-        } else {
-          wgmma_wait<0>();
-        }
-      } else {
-        wgmma_wait<0>();
-      }
+      wgmma_wait<0>();
       fence_regs(dv);
       fence_regs(dk);
       fence_regs(dq);
@@ -655,10 +615,11 @@ flash_wgmma_ws_backward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
       __syncwarp();
       if (lane == 0) {
         const int p = Shape::parts == 1 ? 0 : c;
-        bulk_reduce_add_f32(dQacc + (long(qh_i) * n_tq + qb_i / BM) * (BM * D) + p * (64 * NQ) + warp * (TW / 4),
+        bulk_reduce_add_f32(dQacc + (long(qh) * n_tq + qb / BM) * (BM * D) + p * (64 * NQ) + warp * (TW / 4),
                             sdQ + c * TDQ + warp * TW, TW);
         bulk_commit();
       }
+      work.next<BM>(qh, qb, Nq);
     }
     if (lane == 0) bulk_wait<0, false>();  // every add has completed before the block's shared memory goes
 
@@ -972,9 +933,9 @@ cudaError_t wgmma_backward_launch(const AttnArgs& a, int split, cudaStream_t str
 
 // The tma-ws pipeline around its kernel: zero the padded dQ accumulator (the caller allocates B*H*ceil(Nq /
 // 128) * 128 * D floats), Dd = rowsum(dO * O), the kernel (within the group split), dQ from the accumulator.
-template <typename T, int D, int BM, bool AHEAD>
+template <typename T, int D, int BM>
 cudaError_t wgmma_ws_backward_launch(const AttnArgs& a, int split, cudaStream_t stream) {
-  auto kernel = flash_wgmma_ws_backward_kernel<T, D, BM, AHEAD>;
+  auto kernel = flash_wgmma_ws_backward_kernel<T, D, BM>;
   constexpr int BN = kWgBwdKeys, smem = ws_bwd_smem<D, BM>();
   static_assert(smem <= 227 * 1024, "shared memory of a block");
   const long rows = long(a.B) * a.H * a.Nq;
@@ -1005,16 +966,14 @@ cudaError_t wgmma_ws_backward_launch(const AttnArgs& a, int split, cudaStream_t 
 
 // Option code, as flash_kernels/variants.py lays it out (option_codes.h): bits 0..3 the tile (query rows per step x keys per
 // block): 0 = 64x128, 1 = 128x128 (D = 64 only: at D = 128 the [64 x 128] S^T and dP^T accumulators do not
-// fit beside dK and dV), 2 = 64x64 (D = 256 only, with cp.async); bits 4..7 the pipeline (0 = cp.async, 1 = tma-ws,
-// 2 = tma-ws-ahead);
+// fit beside dK and dV), 2 = 64x64 (D = 256 only, with cp.async); bits 4..7 the pipeline (0 = cp.async, 1 = tma-ws);
 // bits 8.. the group split.
 template <typename T, int D, int BM>
 cudaError_t wgmma_backward_pipeline(const AttnArgs& a, int split, cudaStream_t stream) {
   namespace oc = codes::flash_wgmma_bwd;
   switch (oc::pipeline(a.option)) {
     case oc::kPipelineCpAsync: return wgmma_backward_launch<T, D, BM>(a, split, stream);
-    case oc::kPipelineTmaWs: return wgmma_ws_backward_launch<T, D, BM, false>(a, split, stream);
-    case oc::kPipelineTmaWsAhead: return wgmma_ws_backward_launch<T, D, BM, true>(a, split, stream);
+    case oc::kPipelineTmaWs: return wgmma_ws_backward_launch<T, D, BM>(a, split, stream);
     default: return cudaErrorInvalidValue;
   }
 }
