@@ -107,6 +107,9 @@ class KernelResources:
     stack_bytes: int
     spill_store_bytes: int
     spill_load_bytes: int
+    #: ptxas's advisories that it serialized this kernel's wgmma.mma_async instructions (each as "C75xx: why"), e.g.
+    #: an accumulator in flight across a branch or the loop's back edge, or too few registers for what is in flight
+    wgmma_serialized: tuple[str, ...] = ()
 
 
 _TYPES = {"6__half": "half", "13__nv_bfloat16": "bf16", "f": "float"}
@@ -162,8 +165,17 @@ def find_nvcc() -> str | None:
     return None
 
 
+#: ptxas's advisory that it serialized a function's wgmma.mma_async instructions: its code, why, and the function
+_SERIALIZED = re.compile(r"\((C\d+)\) Potential Performance Loss: wgmma\.mma_async instructions are serialized due "
+                         r"to (.+?) (?:in|for) the function '([^']+)'")
+
+
 def parse_ptxas(text: str, file: str, arch: str) -> list[KernelResources]:
-    """Parse ``nvcc -Xptxas -v`` output into one record per kernel entry function."""
+    """Parse ``nvcc -Xptxas -v`` output into one record per kernel entry function (with ptxas's advisories that it
+    serialized the function's wgmma instructions, wherever in the output they are printed)."""
+    serialized: dict[str, list[str]] = {}
+    for m in _SERIALIZED.finditer(text):
+        serialized.setdefault(m.group(3), []).append(f"{m.group(1)}: {m.group(2)}")
     out: list[KernelResources] = []
     cur: dict[str, object] | None = None
     for line in text.splitlines():
@@ -186,7 +198,7 @@ def parse_ptxas(text: str, file: str, arch: str) -> list[KernelResources]:
                     file=file, kernel=readable_kernel_name(mangled), mangled=mangled, arch=arch,
                     registers=int(m.group(1)), shared_bytes=int(smem.group(1)) if smem else 0,
                     stack_bytes=int(cur["stack"]), spill_store_bytes=int(cur["ss"]),
-                    spill_load_bytes=int(cur["sl"]),
+                    spill_load_bytes=int(cur["sl"]), wgmma_serialized=tuple(serialized.get(mangled, ())),
                 )
             )
             cur = None

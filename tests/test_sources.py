@@ -49,6 +49,10 @@ def test_compiles_for_sm90(path, compiled):
     assert all(r.arch == arch for r in rows)
     spilled = unexpected_spills(rows)
     assert not spilled, f"local-memory spills beyond sources.ACCEPTED_SPILLS: {spilled}"
+    # a wgmma kernel whose products ptxas serialized waits for each before issuing the next (it compiles, passes its
+    # tests, and runs slower): every one of ours keeps them asynchronous
+    serialized = [f"{r.kernel}: {'; '.join(r.wgmma_serialized)}" for r in rows if r.wgmma_serialized]
+    assert not serialized, f"ptxas serialized these kernels' wgmma instructions: {serialized}"
 
 
 @need_nvcc
@@ -180,6 +184,30 @@ ptxas info    : Used 249 registers, used 1 barriers, 1024 bytes smem, 400 bytes 
     assert r.kernel == "flash_mma_forward_kernel<half,128,128,32,2>"
     assert (r.registers, r.shared_bytes, r.stack_bytes, r.spill_store_bytes, r.spill_load_bytes) == (249, 1024, 8, 4, 12)
     assert readable_kernel_name("_ZN2fk17tiled_gemm_kernelIfLb1EEvv") == "tiled_gemm_kernel<float,true>"
+
+
+def test_parse_ptxas_keeps_its_advisory_that_a_kernels_wgmma_were_serialized():
+    """ptxas prints the advisory apart from the kernel's resource lines (here after them), naming the function."""
+    k = "_ZN2fk30flash_wgmma_ws_backward_kernelI6__halfLi128ELi64ELb1EEEv14CUtensorMap_stS2_S2_S2_PKfS4_PfPT_S7_S5_S5_NS_4DimsEfi"
+    other = "_ZN2fk17tiled_gemm_kernelIfLb1EEvv"
+    adv, loss = "ptxas info    : ", "Potential Performance Loss: wgmma.mma_async instructions are serialized due to"
+    log = f"""ptxas info    : Compiling entry function '{k}' for 'sm_90a'
+ptxas info    : Function properties for {k}
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 168 registers, used 2 barriers
+ptxas info    : Compiling entry function '{other}' for 'sm_90a'
+ptxas info    : Used 32 registers
+{adv}(C7512) {loss} insufficient register resources for the function '{k}'
+{adv}(C7515) {loss} non wgmma instructions defining accumulator registers of a wgmma between start and end of the \
+pipeline stage in the function '{k}'
+"""
+    got, plain = parse_ptxas(log, "x.cu", "sm_90a")
+    assert got.kernel == "flash_wgmma_ws_backward_kernel<half,128,64,true>"
+    assert got.wgmma_serialized == (
+        "C7512: insufficient register resources",
+        "C7515: non wgmma instructions defining accumulator registers of a wgmma between start and end of the "
+        "pipeline stage")
+    assert plain.wgmma_serialized == ()
 
 
 def test_every_module_is_built_with_line_info(monkeypatch):

@@ -29,10 +29,10 @@
 // kernel time at N = 8192, D = 128): the largest term is Stall Barrier (2.47 cycles per instruction vs 1.52), all of
 // it waiting on the tensor cores or the other consumer: 74% at the warpgroup's own wgmma waits (S^T, dP^T, dK/dV,
 // dQ) and 26% at the named barrier before dQ. Each step's products run while both consumers wait, and their
-// exponentials while the tensor pipe waits (busy 63% of active cycles vs 67%): what is left is overlap across steps
-// (the next query block's S^T, dP^T issued before this step's dQ is waited on; registers are the limit at 240 per
-// consumer thread) or the two consumers out of phase. A quarter of the exponentials on the FMA pipe (exp2_poly) did
-// not shorten the kernel (docs/kernels.md).
+// exponentials while the tensor pipe waits (busy 63% of active cycles vs 67%): what is left is the two consumers
+// out of phase. Overlap across steps (the next S^T issued behind this step's dQ) does not fit in 240 registers per
+// consumer thread: ptxas serializes every wgmma (C7512). A quarter of the exponentials on the FMA pipe (exp2_poly)
+// did not shorten the kernel (docs/kernels.md has both measurements).
 #include <climits>
 
 #include "wgmma.cuh"
