@@ -853,6 +853,43 @@ def test_what_to_try_cites_the_counters_rules_and_lines_it_reads():
     assert [s for s in flipped if "rule" not in s] == [s for s in said if "rule" not in s]
 
 
+def test_a_scoreboard_stall_is_traced_to_the_memory_instruction_it_waits_on():
+    """flash_mma's backward: the Long Scoreboard samples at the next stage's loads (line 106) are an LDC about to
+    overwrite a register that a dQ reduction (REDG, line 236) just before it still holds; found in the report's own
+    per-instruction counters, and named in what to try."""
+    from nsightlab.store.read import REPO
+    deep, la, lb, ranked = _pair("backward-n8192-deep", "flash_mma", "sdpa_flash")
+    commit = load_manifest(H200 / "backward-n8192-deep").get("git_commit")
+    top = A.stall_lines(deep, la, "long_scoreboard", 1, "sass", REPO, commit).iloc[0]
+    src = A.scoreboard_source(deep, la, int(top["address"]), "long_scoreboard")
+    assert src is not None and B._opcode(src["sass"]).startswith("REDG") and src["line"] == 236
+    assert src["address"] < top["address"] and set(src["registers"]) <= A._registers(top["sass"])
+    said = A.what_to_try(A.Launch("flash_mma", deep, la, commit), A.Launch("sdpa_flash", deep, lb, commit), ranked, REPO)
+    (stall,) = [x for x in said if "on Stall Long Scoreboard" in x]
+    assert f"`{str(top['sass']).strip()}`, is about to overwrite R" in stall
+    assert "flash_kernels/csrc/flash_mma_bwd.cu:236" in stall and stall.endswith("so this wait is that REDG's.")
+    # a reason that waits on no memory instruction, or an address the launch lacks, names none
+    assert A.scoreboard_source(deep, la, int(top["address"]), "barrier") is None
+    assert A.scoreboard_source(deep, la, -1, "long_scoreboard") is None
+
+
+def test_scoreboard_source_reads_register_pairs_and_looks_back_only_so_far(monkeypatch):
+    import types
+    assert A._registers("LDG.E.64 R4, desc[UR6][R2.64+0x10]") == {2, 3, 4}
+    assert A._registers("LDSM.16.M88.4 R8, [R12+UR4+0x400]") == {8, 12}
+    assert A._registers("STS.128 [R3], R20.128") == {3, 20, 21, 22, 23} and A._registers("MOV R1, RZ") == {1}
+    rows = [("LDG.E R5, desc[UR4][R2.64]", 0), *[("IADD3 R9, R9, 0x1, RZ", 16 * (k + 1)) for k in range(3)],
+            ("FADD R7, R5, R6", 64)]
+    issue = pd.DataFrame([{"launch": 0, "address": a, "sass": x, "file": "k.cu", "line": 7 + i, "inst_executed": 1}
+                          for i, (x, a) in enumerate(rows)])
+    deep = types.SimpleNamespace(issue=issue)
+    got = A.scoreboard_source(deep, 0, 64, "long_scoreboard")
+    assert got is not None and got["line"] == 7 and got["registers"] == [5]
+    assert A.scoreboard_source(deep, 0, 64, "short_scoreboard") is None  # an LDG is not on the MIO path
+    monkeypatch.setattr(A, "SCOREBOARD_LOOKBACK", 3)
+    assert A.scoreboard_source(deep, 0, 64, "long_scoreboard") is None
+
+
 def test_nsightlab_why_fits_a_screen_and_names_everything_whole():
     done = _why("nvidia-h200/backward-n8192-deep", "--a", "flash_wgmma", "--b", "sdpa_cudnn")
     assert done.returncode == 0, done.stderr

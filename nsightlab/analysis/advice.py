@@ -23,6 +23,7 @@ samples against Nsight Compute's own CSV exports of the same reports.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -199,6 +200,56 @@ def stall_lines(deep: B.Deep, launch: int, reason: str, n: int = 3, by: str = "l
     return B._with_source(top, Path(repo), by, commit, cols=cols)
 
 
+#: the instructions a scoreboard stall can wait on, by opcode (the base name): Long Scoreboard on the L1TEX
+#: path (global, local, texture and surface memory, cp.async's copies), Short Scoreboard on the MIO path (shared
+#: memory, ldmatrix/stmatrix, special functions, shuffles)
+SCOREBOARD_OPS = {
+    "long_scoreboard": ("LDG", "STG", "REDG", "ATOMG", "RED", "ATOM", "LD", "ST", "LDL", "STL", "LDGSTS", "TEX", "TLD",
+                        "TLD4", "TXQ", "SULD", "SUST", "SURED", "SUATOM"),
+    "short_scoreboard": ("LDS", "STS", "LDSM", "STSM", "ATOMS", "MUFU", "SHFL", "S2R", "LDC", "REDUX", "MATCH"),
+}
+#: of those, the ones with no result register (a store or reduction): a later instruction waits on one only to
+#: overwrite its operands
+STORE_OPS = ("STG", "REDG", "RED", "ST", "STL", "SUST", "SURED", "STS", "STSM")
+#: how far back (instructions, in address order) :func:`scoreboard_source` looks for the instruction waited on
+SCOREBOARD_LOOKBACK = 64
+_REG = re.compile(r"\bR(\d+)(?:\.(64|128))?\b")
+
+
+def _registers(sass: str) -> set[int]:
+    """The general registers a SASS instruction names (R12.64: R12 and R13; .128: four; RZ is none)."""
+    out: set[int] = set()
+    for m in _REG.finditer(str(sass)):
+        first, width = int(m.group(1)), {None: 1, "64": 2, "128": 4}[m.group(2)]
+        out.update(range(first, first + width))
+    return out
+
+
+def scoreboard_source(deep: B.Deep, launch: int, address: int, reason: str) -> pd.Series | None:
+    """For an instruction stalled on a scoreboard (``reason`` ``long_scoreboard`` or ``short_scoreboard``): the
+    nearest earlier instruction (in address order, at most :data:`SCOREBOARD_LOOKBACK` back) of the kind that
+    reason waits on (:data:`SCOREBOARD_OPS`) that names one of its registers: a load whose result it reads, or a
+    store or reduction whose operand register it is about to overwrite. A row of the per-instruction counters
+    (``address``, ``sass``, ``file``, ``line``), with ``registers`` (the shared ones, sorted); None where there is
+    none (a wait across a branch or the loop's back edge from further away)."""
+    ops = SCOREBOARD_OPS.get(reason)
+    i = deep.issue
+    if ops is None or not len(i):
+        return None
+    i = i[i["launch"] == launch].sort_values("address").reset_index(drop=True)
+    at = i.index[i["address"] == address]
+    if not len(at):
+        return None
+    mine = _registers(i.at[at[0], "sass"])
+    for k in range(at[0] - 1, max(-1, at[0] - 1 - SCOREBOARD_LOOKBACK), -1):
+        sass = i.at[k, "sass"]
+        if B._opcode(sass).split(".")[0] in ops and (shared := mine & _registers(sass)):
+            row = i.loc[k, ["address", "sass", "file", "line"]].copy()
+            row["registers"] = sorted(shared)
+            return row
+    return None
+
+
 def where(h: pd.DataFrame, i: int = 0) -> str:
     """``file:line`` of row ``i`` of a per-line frame, or a note where the instruction has no source line."""
     r = h.iloc[i]
@@ -318,6 +369,33 @@ def time_text(ms: float, sign: bool = True) -> str:
         (f"{ms * 1e3:+.1f} us" if sign else f"{ms * 1e3:.1f} us")
 
 
+def _waits_on(x: Launch, reason: str, line: pd.Series, repo: str | Path) -> str:
+    """``; its most-stalled instruction there ... waits on R90 of the REDG... at file:line`` for a scoreboard stall's
+    top line (:func:`scoreboard_source`), or an empty string."""
+    if reason not in SCOREBOARD_OPS:
+        return ""
+    top = stall_lines(x.deep, x.launch, reason, 200, "sass", repo, x.commit)
+    top = top[(top["file"] == line["file"]) & (top["line"] == line["line"])] if len(top) else top
+    if not len(top):
+        return ""
+    ins = top.iloc[0]
+    src = scoreboard_source(x.deep, x.launch, int(ins["address"]), reason)
+    if src is None:
+        return ""
+    regs = ", ".join(f"R{r}" for r in src["registers"])
+    at = B._with_source(pd.DataFrame([{"file": src["file"], "line": src["line"]}]), Path(repo), "line", x.commit,
+                        cols=("file", "line"))
+    text = str(at.iloc[0]["source"]).strip()
+    op = B._opcode(src["sass"])
+    before = f"the `{op}` at {where(at)} shortly before it" + (f" (`{text[:80]}`)" if text else "")
+    if op.split(".")[0] in STORE_OPS:
+        return (f"; its most-stalled instruction there, `{str(ins['sass']).strip()}`, is about to overwrite {regs}, "
+                f"an operand of {before}: a store or reduction holds its operand registers until the memory system "
+                f"has taken them, so this wait is that {op.split('.')[0]}'s")
+    return (f"; its most-stalled instruction there, `{str(ins['sass']).strip()}`, uses {regs}, which {before} "
+            f"writes or reads: this wait is that {op.split('.')[0]}'s")
+
+
 def what_to_try(a: Launch, b: Launch, ranked: pd.DataFrame, repo: str | Path = ".", n: int = 3,
                 at_least: float = 0.05) -> list[str]:
     """Computed sentences on what to change in the slower of the two launches: for each of the ``n`` terms that
@@ -375,7 +453,7 @@ def what_to_try(a: Launch, b: Launch, ranked: pd.DataFrame, repo: str | Path = "
             if len(lines):
                 src = str(lines.iloc[0]["source"]).strip()
                 text += (f" The most {name} samples are at {where(lines)} ({lines.iloc[0]['share']:.0%} of them"
-                         + (f": `{src[:80]}`" if src else "") + ").")
+                         + (f": `{src[:80]}`" if src else "") + ")" + _waits_on(slow, t.reason, lines.iloc[0], repo) + ".")
             out.append(text)
         elif str(t.term).startswith("the rest"):
             act = {x.name: (p["sm_active_cycles"] / p["elapsed_cycles"]) for x, p in ((slow, ps), (fast, pf))}
