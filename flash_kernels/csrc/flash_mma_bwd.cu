@@ -21,11 +21,11 @@
 // 2-wide; the head-dim loops of phases 1 and 3 stay rolled (unrolled, their addresses took the registers).
 // Limits: one 8-warp block per SM (about 250 registers a thread) with two block barriers per query block and
 // nothing to overlap them; D = 64 or 128 (option bwd_tile: 64x128, or 128x128 at D = 64).
-// Next step, as `nsightlab why nvidia-h200/backward-n8192-deep --a flash_mma --b sdpa_flash` reads it (1.14x
+// Next step, as `nsightlab why nvidia-h200/backward-n8192-deep --a flash_mma --b sdpa_flash` reads it (1.13x
 // FlashAttention-2's kernel time at N = 8192, D = 128): 1.25x its warp instructions, 0.24x of them integer
 // arithmetic (IMAD, LOP3: the swizzled shared-memory addresses, mma.cuh's swz, recomputed in the rolled head-dim
-// loops): hoist them; and the next tile's cp.async stage at the top of the query loop holds 65% of its Long
-// Scoreboard samples.
+// loops): hoist them. 65% of its Long Scoreboard samples are at the next stage's loads, an instruction there about
+// to overwrite an operand of phase 3's dQ reductions (red.global.add), which the memory system has not yet taken.
 #include "mma.cuh"
 #include "option_codes.h"
 
