@@ -20,7 +20,7 @@ import pandas as pd
 from nsightlab.analysis import counters, l2, perf, timeline
 from nsightlab.analysis.roofline import flop_check
 from nsightlab.core.errors import ProfileError
-from nsightlab.core.sources import changed_between
+from nsightlab.core.sources import changed_between, comment_only
 from nsightlab.parse.ncu import ncu_frame
 from nsightlab.parse.nsys import nsys_tables
 from nsightlab.store.captures import bench_csvs, bench_manifest, cases, find_file, load_bench, load_manifest
@@ -562,15 +562,24 @@ def deep_source(capture: Path, rows: Path | None) -> str:
     elif not changed:
         other = "of another commit than these rows', with the same kernel sources"
     else:
-        names = sorted(Path(f).name for f in changed)
-        if len(names) == 1:
-            which = names[0]
-        elif len(names) <= 3:
-            which = ", ".join(names[:-1]) + " and " + names[-1]
+        comments = comment_only(ROOT, deep, ran, changed)
+        code = [f for f in changed if f not in comments]
+        if not code:
+            other = f"of another commit than these rows', whose kernel sources differ only in comments, in {_files(comments)}"
         else:
-            which = f"{len(names)} files"
-        other = f"of a build other than these rows', whose kernel sources differ in {which}"
+            other = f"of a build other than these rows', whose kernel sources differ in {_files(code)}" + (
+                f", and only in comments in {_files(comments)}" if comments else "")
     return f"the deep tier of the {capture.name} capture, {other} (the two manifests name the commits)"
+
+
+def _files(paths: list[str]) -> str:
+    """``a.cu``, ``a.cu and b.cuh``, ``a.cu, b.cuh and c.h``, or ``N files`` past three."""
+    names = sorted(Path(f).name for f in paths)
+    if len(names) == 1:
+        return names[0]
+    if len(names) <= 3:
+        return ", ".join(names[:-1]) + " and " + names[-1]
+    return f"{len(names)} files"
 
 
 def fp16_drift(gpu: Path, fp8_csv: Path) -> pd.DataFrame:

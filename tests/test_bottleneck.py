@@ -653,6 +653,37 @@ def test_changed_between_lists_the_files_two_commits_differ_in_under_the_paths_a
                                                                                      ("csrc",)) is None
 
 
+def test_comment_only_tells_a_change_of_comments_from_a_change_of_code(tmp_path):
+    import subprocess
+
+    from nsightlab.core.sources import changed_between, comment_only
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    def commit(files: dict[str, str]) -> str:
+        for name, text in files.items():
+            (tmp_path / name).write_text(text)
+        git("add", "-A")
+        git("commit", "-qm", "x")
+        return git("rev-parse", "HEAD")
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    code = '#include "k.cuh"\n// notes\n__global__ void k(float* x) {\n  x[0] = 1.f;  /* one */\n}\n'
+    one = commit({"k.cu": code, "k.cuh": "#define N 4\n", "notes.md": "a\n"})
+    two = commit({"k.cu": code.replace("// notes", "// notes, longer\n// and a line more").replace("/* one */", ""),
+                  "notes.md": "b\n"})
+    three = commit({"k.cu": code.replace("1.f", "2.f"), "k.cuh": "#define N 8  // eight\n"})
+    files = changed_between(tmp_path, one, three, (".",))
+    assert files == ["k.cu", "k.cuh", "notes.md"]
+    assert comment_only(tmp_path, one, two, ["k.cu", "notes.md"]) == ["k.cu"]  # a .md file is never C-like
+    assert comment_only(tmp_path, one, three, files) == []  # a literal and a #define changed: code
+    assert comment_only(tmp_path, one, "0123456789abcdef", files) == []  # not at hand: nothing is known the same
+
+
 def test_call_line_leads_where_a_range_launches_several_kernels():
     """A split kernel and its merge against one kernel: the whole calls' times come first (here they point the
     other way from the longest launches'), with the launches the rest of the comparison leaves out; one launch

@@ -263,6 +263,34 @@ def test_the_d256_why_names_its_deep_capture_and_comes_only_where_its_case_misse
     assert "N=512,D=256,pass=forward" in asked
 
 
+def test_deep_source_says_whether_the_two_builds_differ_in_code_or_only_in_comments(tmp_path, monkeypatch):
+    import json
+
+    deep = tmp_path / "deep"
+    deep.mkdir()
+    (deep / "manifest.json").write_text(json.dumps({"git_commit": "aaaaaaa1"}))
+    rows = tmp_path / "bench" / "x.csv"
+    rows.parent.mkdir()
+    rows.write_text("")
+    (rows.parent / "x.manifest.json").write_text(json.dumps({"environment": {"git_commit": "bbbbbbb2"}}))
+    tail = " (the two manifests name the commits)"
+
+    def case(changed, comments):
+        monkeypatch.setattr(results, "changed_between", lambda *a: changed)
+        monkeypatch.setattr(results, "comment_only", lambda *a: comments)
+        return results.deep_source(deep, rows).removeprefix("the deep tier of the deep capture, ").removesuffix(tail)
+
+    assert case(None, []) == "of a build other than these rows'"  # git lacks a commit
+    assert case([], []) == "of another commit than these rows', with the same kernel sources"
+    assert case(["c/a.cu"], ["c/a.cu"]) == ("of another commit than these rows', whose kernel sources differ only "
+                                             "in comments, in a.cu")
+    assert case(["c/b.cuh", "c/a.cu", "c/c.h"], ["c/c.h"]) == (
+        "of a build other than these rows', whose kernel sources differ in a.cu and b.cuh, and only in comments in c.h")
+    assert case([f"c/{n}.cu" for n in "abcd"], []) == "of a build other than these rows', whose kernel sources differ in 4 files"
+    (rows.parent / "x.manifest.json").write_text(json.dumps({"environment": {"git_commit": "aaaaaaa1"}}))
+    assert results.deep_source(deep, rows) == "the deep tier of the deep capture"  # the same build
+
+
 def _fp8_rows(spec):
     """fp8 suite rows from {(D, causal, N): {impl: ms}} (TFLOP/s: 1000 / ms, so a row's numbers are easy to check)."""
     rows = []

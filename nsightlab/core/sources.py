@@ -50,6 +50,43 @@ def changed_between(repo: str | Path, a: object, b: object, paths: tuple[str, ..
     return None if out is None else [line for line in out.decode(errors="replace").splitlines() if line]
 
 
+#: file suffixes :func:`comment_only` reads as C, C++ or CUDA (pygments' CUDA lexer); any other file differs whole
+C_LIKE = (".cu", ".cuh", ".h", ".hh", ".hpp", ".c", ".cc", ".cpp", ".cxx")
+
+
+def _code_tokens(text: str) -> list[tuple[object, str]]:
+    """The tokens of C / C++ / CUDA source without its comments and whitespace (preprocessor lines are code)."""
+    from pygments.lexers import CudaLexer
+    from pygments.token import Comment
+
+    def kept(kind: object, value: str) -> bool:
+        if not value.strip():
+            return False
+        return kind not in Comment or kind in Comment.Preproc or kind in Comment.PreprocFile
+
+    return [(kind, value.strip()) for kind, value in CudaLexer().get_tokens(text) if kept(kind, value)]
+
+
+def comment_only(repo: str | Path, a: object, b: object, files: list[str]) -> list[str]:
+    """Of ``files`` (repository-relative, e.g. :func:`changed_between`'s), those whose two versions at commits ``a``
+    and ``b`` differ only in comments and whitespace: the same code, compiled the same. A file that either commit
+    lacks, or that is not C-like (:data:`C_LIKE`), is never one; nor is any where a commit is not at hand."""
+    ra, rb = rev(a), rev(b)
+    if ra is None or rb is None:
+        return []
+    out = []
+    for f in files:
+        if not f.endswith(C_LIKE):
+            continue
+        texts = [git(Path(repo), "show", f"{r}:./{f}") for r in (ra, rb)]
+        if None in texts:
+            continue
+        ta, tb = (_code_tokens(t.decode(errors="replace")) for t in texts if t is not None)
+        if ta == tb:
+            out.append(f)
+    return out
+
+
 def source_key(repo: str | Path, commit: object) -> str:
     """Where the hotspot tables will read a capture's source text from: ``commit X`` where that commit is at hand
     in ``repo``, else the working tree (saying so when the commit is not at hand: a shallow clone). A page
