@@ -286,7 +286,7 @@ def _backward(variant: Variant, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         _build.load(module).bwd(kind, q, k, v, o, lse, g, _NONE, _NONE, dq, dk, dv, [P, dP], scale, causal)
         return dq, dk, dv
     Dd = torch.empty((B, H, N), dtype=torch.float32, device=dev)
-    if variant.name == "flash_wgmma" and (opts["bwd_pipeline"].startswith("tma-ws") or D == 256):
+    if variant.name == "flash_wgmma" and (opts["bwd_pipeline"] == "tma-ws" or D == 256):
         # its dQ accumulator holds whole 128-row tiles (flash_wgmma_bwd.cu: dq_piece_offset; D = 256: 64-row ones)
         dq_acc = torch.empty(B * H * -(-N // 128) * 128 * D, dtype=torch.float32, device=dev)
     else:

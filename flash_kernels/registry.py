@@ -229,16 +229,14 @@ VARIANTS: dict[str, Variant] = {
                     head_dims={"64x128": _HD, "128x128": (64,), "64x64": (256,)},
                 ),
                 "bwd_pipeline": Option(
-                    "bwd_pipeline", ("cp.async", "tma-ws", "tma-ws-keys"),
+                    "bwd_pipeline", ("cp.async", "tma-ws"),
                     "how the backward's query blocks reach shared memory and dQ leaves it: cp.async = every "
                     "thread copies Q, dO, LSE, Dd double-buffered and adds dQ by red.global.add (step 1); tma-ws = "
                     "a producer warpgroup loads them (TMA, cp.async on an mbarrier ring) for two consumer "
                     "warpgroups (setmaxnreg), each of which adds its dQ piece from shared memory with one bulk "
-                    "reduce-add of the copy engine (step 2); tma-ws-keys (D = 128) = tma-ws with each consumer's "
-                    "dQ over its own 64 keys, in two column halves, so that the consumers need no barrier between "
-                    "them per step (twice the dQ bytes added). D = 256: cp.async",
+                    "reduce-add of the copy engine (step 2). D = 256: cp.async",
                     default={64: "tma-ws", 128: "tma-ws", 256: "cp.async"},
-                    head_dims={"tma-ws": _HD, "tma-ws-keys": (128,)},
+                    head_dims={"tma-ws": _HD},
                 ),
                 "group_split": _GROUP_SPLIT,
             },

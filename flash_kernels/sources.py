@@ -219,8 +219,8 @@ ACCEPTED_SPILLS: dict[str, tuple[int, int, int]] = {
     # made the kernel 1.3x faster on the H100 (flash_wgmma_bwd.cu, bwd_p_ds)
     # The warpgroup index as a warp-uniform value (warpgroup_index(): descriptors in uniform registers) moved it to
     # stores 148, loads 112, stack 80; the D = 64 default (64x128) does not spill
-    "flash_wgmma_ws_backward_kernel<half,64,128,false>": (148, 112, 80),
-    "flash_wgmma_ws_backward_kernel<bf16,64,128,false>": (148, 112, 80),
+    "flash_wgmma_ws_backward_kernel<half,64,128>": (148, 112, 80),
+    "flash_wgmma_ws_backward_kernel<bf16,64,128>": (148, 112, 80),
     # flash_wgmma forward, 128x128 tile on the persistent overlap pipelines (not a default): 4 bytes since the
     # warp-uniform warpgroup index; the defaults (192x128 persistent ping-pong, 128x64 at D = 256) do not spill
     **{f"flash_wgmma_ws_forward_kernel<{t},128,128,128,3,true,{pp},1,true>": (4, 4, 8)

@@ -233,16 +233,14 @@ __device__ __forceinline__ void issue_dq(float (&dq)[NQ / 2], uint64_t descdSa, 
 // at column block kd / 4, 32 bytes per k-step inside a 128-byte row), and the two operands of dQ = dS K:
 // A = dS [queries][keys] read from dS^T [keys][queries] (MN-major), B = K [keys][D] (MN-major), offset
 // by the warpgroup's share.
-// KEYS (tma-ws-keys, D = 128): dQ over the warpgroup's own 64 keys, in column halves (Kb: the first; the second
-// BN * 128 bytes on).
-template <int BM, int D, bool KEYS = false>
+template <int BM, int D>
 struct WgBwdDescs {
   uint64_t K, V, dSa, Kb;
   __device__ __forceinline__ WgBwdDescs(uint32_t sK, uint32_t sV, uint32_t sdS, int w) {
     using Shape = WgBwdShape<BM, D>;
     constexpr int BN = kWgBwdKeys;
-    constexpr uint32_t a_off = KEYS || Shape::split == kDqKeys ? 64 * 128 : Shape::split == kDqRows ? BN * 128 : 0;
-    constexpr uint32_t b_off = KEYS || Shape::split == kDqKeys ? 64 * 128 : Shape::split == kDqCols ? BN * 128 : 0;
+    constexpr uint32_t a_off = Shape::split == kDqRows ? BN * 128 : Shape::split == kDqKeys ? 64 * 128 : 0;
+    constexpr uint32_t b_off = Shape::split == kDqCols ? BN * 128 : Shape::split == kDqKeys ? 64 * 128 : 0;
     K = desc_kmajor(sK + w * 64 * 128);
     V = desc_kmajor(sV + w * 64 * 128);
     dSa = desc_mnmajor(sdS + w * a_off, BN * 128);
@@ -451,10 +449,10 @@ flash_wgmma_backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, co
 
 // Shared memory of the warp-specialised kernel: K, V; Q, dO stages; two dS^T buffers; a [64 x NQ] fp32 dQ
 // piece per consumer warpgroup; LSE, Dd stages; mbarriers (full_kv, full[ST], empty[ST]); 1 KB of slack.
-template <int D, int BM, bool KEYS = false>
+template <int D, int BM>
 constexpr int ws_bwd_smem() {
   constexpr int ST = 2;
-  return (2 * kWgBwdKeys * D + 2 * ST * BM * D + 2 * kWgBwdKeys * BM) * 2 + (KEYS ? 4 : 2) * 64 * WgBwdShape<BM, D>::NQ * 4 +
+  return (2 * kWgBwdKeys * D + 2 * ST * BM * D + 2 * kWgBwdKeys * BM) * 2 + 2 * 64 * WgBwdShape<BM, D>::NQ * 4 +
          2 * ST * kRowStage<BM> * 4 + 8 * (1 + 2 * ST) + 1024;
 }
 
@@ -494,11 +492,7 @@ __host__ __device__ __forceinline__ long dq_piece_offset(int q_in_tile, int col,
 // barrier on both warpgroups' dS^T of step t + 1 is passed only after both have finished step t's dQ), and
 // their dQ pieces added by the copy engine (see dq_piece_offset) instead of 2 x NQ / 2 red.global.add.v2
 // per thread and step. setmaxnreg: producer 24 registers, consumers 240.
-// KEYS (bwd_pipeline tma-ws-keys; D = 128, 64x128): each consumer computes dQ_i over its own 64 keys, all D columns
-// in two halves of 64 (each wgmma chain, wait, and bulk add of its piece in turn, from a staging buffer per half):
-// no consumer reads the other's dS^T, so the named barrier between them per step goes, and each runs at its own
-// pace; the copy engine adds twice the dQ bytes (both consumers add to both pieces).
-template <typename T, int D, int BM, bool KEYS>
+template <typename T, int D, int BM>
 __global__ void __launch_bounds__(kWgBwdWsThreads, 1)
 flash_wgmma_ws_backward_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                                const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO,
@@ -508,8 +502,7 @@ flash_wgmma_ws_backward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
   static_assert((BM == 64 || BM == 128) && (D == 64 || D == 128), "tile shape");
   constexpr int BN = kWgBwdKeys, ST = 2, NKV = D / 2, KB = BM / 16;
   using Shape = WgBwdShape<BM, D>;
-  static_assert(!KEYS || Shape::split == kDqCols, "tma-ws-keys: the tiles whose consumers split dQ's columns");
-  constexpr int NQ = Shape::NQ, KQ = KEYS ? 64 : Shape::KQ, HALVES = KEYS ? 2 : 1;
+  constexpr int NQ = Shape::NQ, KQ = Shape::KQ;
   constexpr uint32_t TKV = BN * D * 2, TQ = BM * D * 2, TS = BN * BM * 2, TDQ = 64 * NQ * 4;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
@@ -518,9 +511,9 @@ flash_wgmma_ws_backward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
   const uint32_t sQ = sV + TKV;                // [ST][BM][D]
   const uint32_t sdO = sQ + ST * TQ;           // [ST][BM][D]
   const uint32_t sdS = sdO + ST * TQ;          // [2][BN][BM]
-  const uint32_t sdQ = sdS + 2 * TS;           // [2 warpgroups][HALVES][64 x NQ] fp32, fragment order
+  const uint32_t sdQ = sdS + 2 * TS;           // [2 warpgroups][64 x NQ] fp32, fragment order
   constexpr int RS = kRowStage<BM>;
-  const uint32_t sLD = sdQ + 2 * HALVES * TDQ;  // LSE [ST][RS], Dd [ST][RS] (row_slot order)
+  const uint32_t sLD = sdQ + 2 * TDQ;          // LSE [ST][RS], Dd [ST][RS] (row_slot order)
   const uint32_t full_kv = sLD + 2 * ST * RS * 4, full = full_kv + 8, empty = full + 8 * ST;
   uint8_t* const smem = smem_raw + (sK - raw);
   const float* const lse_s = reinterpret_cast<const float*>(smem + (sLD - sK));
@@ -584,8 +577,8 @@ flash_wgmma_ws_backward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
     const int key0 = k0 + c * 64 + warp * 16 + (lane >> 2);  // this thread's accumulator rows: key0, key0 + 8
     const int n_tq = (Nq + BM - 1) / BM;                     // dQ tiles per query head
     constexpr uint32_t TW = TDQ / 4;                           // bytes of a warp's share of the piece
-    const uint32_t my_dq = sdQ + c * HALVES * TDQ + warp * TW + lane * 16;  // this thread's first 16 bytes
-    const WgBwdDescs<BM, D, KEYS> desc(sK, sV, sdS, c);
+    const uint32_t my_dq = sdQ + c * TDQ + warp * TW + lane * 16;  // this thread's first 16 bytes
+    const WgBwdDescs<BM, D> desc(sK, sV, sdS, c);
     float dk[NKV], dv[NKV];
 #pragma unroll
     for (int i = 0; i < NKV; ++i) dk[i] = dv[i] = 0.f;
@@ -602,40 +595,29 @@ flash_wgmma_ws_backward_kernel(const __grid_constant__ CUtensorMap tmQ, const __
                          causal, scale_log2, t4);
       store_dsT<BM>(cdS, c * 64 + warp * 16, lane, dsf);
       issue_dkdv<T, D, BM>(dv, dk, pf, dsf, cQ, cdO);
-      if constexpr (!KEYS) bar_sync(1, 256);  // dS^T of both consumer warpgroups is in shared memory
+      bar_sync(1, 256);  // dS^T of both consumer warpgroups is in shared memory
 
       float dq[NQ / 2];
-      const uint64_t dSa = desc_add(desc.dSa, (it & 1) * TS);
-      issue_dq<T, NQ, KQ>(dq, dSa, desc.Kb);
+      issue_dq<T, NQ, KQ>(dq, desc_add(desc.dSa, (it & 1) * TS), desc.Kb);
       wgmma_wait<1>();  // dV, dK of this step done: the stage's Q_i, dO_i are no longer read
       mbar_arrive(empty + 8 * st);  // every thread: its own reads of the stage's LSE, Dd are done too
       wgmma_wait<0>();
       fence_regs(dv);
       fence_regs(dk);
-      // the warp's share of dQ piece p from staging buffer h: wait until the copy engine has read that buffer's
-      // previous piece (the other buffer's may still be read), write, add
-      auto add_piece = [&](int h, int p) {
-        fence_regs(dq);
-        if (lane == 0) bulk_wait<HALVES - 1, true>();
-        __syncwarp();
+      fence_regs(dq);
+
+      // the warp's share of the dQ piece: wait until the copy engine has read the previous one, write, add
+      if (lane == 0) bulk_wait<0, true>();
+      __syncwarp();
 #pragma unroll
-        for (int j = 0; j < NQ / 8; ++j)
-          st_shared_v4(my_dq + h * TDQ + j * 512, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
-        fence_proxy_async();
-        __syncwarp();
-        if (lane == 0) {
-          bulk_reduce_add_f32(dQacc + (long(qh) * n_tq + qb / BM) * (BM * D) + p * (64 * NQ) + warp * (TW / 4),
-                              sdQ + (c * HALVES + h) * TDQ + warp * TW, TW);
-          bulk_commit();
-        }
-      };
-      if constexpr (KEYS) {
-        add_piece(0, 0);
-        issue_dq<T, NQ, KQ>(dq, dSa, desc_add(desc.Kb, BN * 128));  // the second half's columns
-        wgmma_wait<0>();
-        add_piece(1, 1);
-      } else {
-        add_piece(0, Shape::parts == 1 ? 0 : c);
+      for (int j = 0; j < NQ / 8; ++j) st_shared_v4(my_dq + j * 512, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+      fence_proxy_async();
+      __syncwarp();
+      if (lane == 0) {
+        const int p = Shape::parts == 1 ? 0 : c;
+        bulk_reduce_add_f32(dQacc + (long(qh) * n_tq + qb / BM) * (BM * D) + p * (64 * NQ) + warp * (TW / 4),
+                            sdQ + c * TDQ + warp * TW, TW);
+        bulk_commit();
       }
       work.next<BM>(qh, qb, Nq);
     }
@@ -951,10 +933,10 @@ cudaError_t wgmma_backward_launch(const AttnArgs& a, int split, cudaStream_t str
 
 // The tma-ws pipeline around its kernel: zero the padded dQ accumulator (the caller allocates B*H*ceil(Nq /
 // 128) * 128 * D floats), Dd = rowsum(dO * O), the kernel (within the group split), dQ from the accumulator.
-template <typename T, int D, int BM, bool KEYS>
+template <typename T, int D, int BM>
 cudaError_t wgmma_ws_backward_launch(const AttnArgs& a, int split, cudaStream_t stream) {
-  auto kernel = flash_wgmma_ws_backward_kernel<T, D, BM, KEYS>;
-  constexpr int BN = kWgBwdKeys, smem = ws_bwd_smem<D, BM, KEYS>();
+  auto kernel = flash_wgmma_ws_backward_kernel<T, D, BM>;
+  constexpr int BN = kWgBwdKeys, smem = ws_bwd_smem<D, BM>();
   static_assert(smem <= 227 * 1024, "shared memory of a block");
   const long rows = long(a.B) * a.H * a.Nq;
   const long acc = long(a.B) * a.H * cdiv(a.Nq, BM) * BM * D;
@@ -984,18 +966,14 @@ cudaError_t wgmma_ws_backward_launch(const AttnArgs& a, int split, cudaStream_t 
 
 // Option code, as flash_kernels/variants.py lays it out (option_codes.h): bits 0..3 the tile (query rows per step x keys per
 // block): 0 = 64x128, 1 = 128x128 (D = 64 only: at D = 128 the [64 x 128] S^T and dP^T accumulators do not
-// fit beside dK and dV), 2 = 64x64 (D = 256 only, with cp.async); bits 4..7 the pipeline (0 = cp.async, 1 = tma-ws,
-// 2 = tma-ws-keys: D = 128, 64x128);
+// fit beside dK and dV), 2 = 64x64 (D = 256 only, with cp.async); bits 4..7 the pipeline (0 = cp.async, 1 = tma-ws);
 // bits 8.. the group split.
 template <typename T, int D, int BM>
 cudaError_t wgmma_backward_pipeline(const AttnArgs& a, int split, cudaStream_t stream) {
   namespace oc = codes::flash_wgmma_bwd;
   switch (oc::pipeline(a.option)) {
     case oc::kPipelineCpAsync: return wgmma_backward_launch<T, D, BM>(a, split, stream);
-    case oc::kPipelineTmaWs: return wgmma_ws_backward_launch<T, D, BM, false>(a, split, stream);
-    case oc::kPipelineTmaWsKeys:
-      if constexpr (D == 128 && BM == 64) return wgmma_ws_backward_launch<T, D, BM, true>(a, split, stream);
-      return cudaErrorInvalidValue;
+    case oc::kPipelineTmaWs: return wgmma_ws_backward_launch<T, D, BM>(a, split, stream);
     default: return cudaErrorInvalidValue;
   }
 }

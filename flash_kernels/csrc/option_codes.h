@@ -90,7 +90,6 @@ constexpr int kTile64x64 = 2;
 constexpr int pipeline(int option) { return (option >> 4) & 0xf; }
 constexpr int kPipelineCpAsync = 0;
 constexpr int kPipelineTmaWs = 1;
-constexpr int kPipelineTmaWsKeys = 2;
 // group_split: bits 8.. -- thread blocks per grouped-query group (0 = 1)
 constexpr int group_split(int option) { return (option >> 8); }
 constexpr int kKeys = 128;
