@@ -29,10 +29,10 @@
 // kernel time at N = 8192, D = 128): the largest term is Stall Barrier (2.47 cycles per instruction vs 1.52), all of
 // it waiting on the tensor cores or the other consumer: 74% at the warpgroup's own wgmma waits (S^T, dP^T, dK/dV,
 // dQ) and 26% at the named barrier before dQ. Each step's products run while both consumers wait, and their
-// exponentials while the tensor pipe waits (busy 63% of active cycles vs 67%): what is left is the two consumers
-// out of phase. Overlap across steps (the next S^T issued behind this step's dQ) does not fit in 240 registers per
-// consumer thread: ptxas serializes every wgmma (C7512). A quarter of the exponentials on the FMA pipe (exp2_poly)
-// did not shorten the kernel (docs/kernels.md has both measurements).
+// exponentials while the tensor pipe waits (busy 63% of active cycles vs 67%). Neither overlap across steps (no room
+// in 240 registers: ptxas serializes every wgmma, C7512), dQ over each consumer's own keys without the barrier
+// (1.08-1.12x the time), nor a quarter of the exponentials on the FMA pipe paid (docs/kernels.md has the numbers):
+// what is left is an explicit schedule for the two consumers, one's exponentials under the other's products.
 #include <climits>
 
 #include "wgmma.cuh"
