@@ -904,6 +904,30 @@ def test_a_scoreboard_stall_is_traced_to_the_memory_instruction_it_waits_on():
     assert A.scoreboard_source(deep, la, -1, "long_scoreboard") is None
 
 
+def test_a_barrier_stall_is_split_into_wgmma_waits_and_waits_at_a_bar():
+    """flash_wgmma's D = 128 backward: its Stall Barrier samples are all at WARPGROUP.DEPBAR (waits for its own wgmma)
+    or just after the consumers' named barrier (BAR.SYNC.DEFER_BLOCKING: the HGMMA behind it); on a synthetic
+    launch, a sample further from the BAR than BAR_WINDOW is neither."""
+    import types
+
+    from nsightlab.store.read import REPO
+    deep, la, lb, ranked = _pair("backward-n8192-deep", "flash_wgmma", "sdpa_cudnn")
+    split = A.barrier_split(deep, la)
+    assert split["wgmma"] > 0.5 and split["bar"] > 0.1 and split["wgmma"] + split["bar"] > 0.99
+    commit = load_manifest(H200 / "backward-n8192-deep").get("git_commit")
+    said = A.what_to_try(A.Launch("flash_wgmma", deep, la, commit), A.Launch("sdpa_cudnn", deep, lb, commit), ranked, REPO)
+    (stall,) = [x for x in said if "on Stall Barrier" in x]
+    assert f"Of all its Stall Barrier samples, {split['wgmma']:.0%} at WARPGROUP.DEPBAR" in stall
+    assert f"and {split['bar']:.0%} at the instructions just after a BAR" in stall
+    code = ["BAR.SYNC.DEFER_BLOCKING 0x1, 0x100", "WARPGROUP.ARRIVE", "HGMMA.64x64x16.F32 R1, gdesc[UR4], RZ",
+            "WARPGROUP.DEPBAR.LE gsb0, 0x0", "FADD R1, R1, R2", "@P0 BRA 0x10"]
+    issue = pd.DataFrame({"launch": 0, "address": [16 * k for k in range(6)], "sass": code})
+    sass = issue.assign(stall_barrier=[0.0, 0.0, 6.0, 3.0, 0.0, 1.0])
+    got = A.barrier_split(types.SimpleNamespace(issue=issue, sass=sass), 0)
+    assert got == {"wgmma": 0.3, "bar": 0.6}
+    assert A.barrier_split(types.SimpleNamespace(issue=issue, sass=sass.assign(stall_barrier=0.0)), 0) == {}
+
+
 def test_scoreboard_source_reads_register_pairs_and_looks_back_only_so_far(monkeypatch):
     import types
     assert A._registers("LDG.E.64 R4, desc[UR6][R2.64+0x10]") == {2, 3, 4}

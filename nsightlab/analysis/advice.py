@@ -250,6 +250,37 @@ def scoreboard_source(deep: B.Deep, launch: int, address: int, reason: str) -> p
     return None
 
 
+#: where a launch's Stall Barrier samples fall: at a warpgroup's wait for its own wgmma results, or just after a
+#: block-wide or named barrier (the sample is taken on the instruction the warp cannot issue: with
+#: BAR.SYNC.DEFER_BLOCKING, one of the next few, :data:`BAR_WINDOW`)
+BARRIER_WAITS = {
+    "wgmma": "WARPGROUP.DEPBAR (wgmma.wait_group: the warpgroup waiting for its own wgmma results, the tensor cores' "
+             "latency left uncovered)",
+    "bar": "the instructions just after a BAR (bar.sync: warps waiting for the others at a block-wide or named "
+           "barrier)",
+}
+#: how many instructions after a BAR count as waiting at it (:func:`barrier_split`)
+BAR_WINDOW = 3
+
+
+def barrier_split(deep: B.Deep, launch: int) -> dict[str, float]:
+    """The shares of one launch's Stall Barrier samples that are waits for wgmma results (``wgmma``: at
+    WARPGROUP.DEPBAR) and waits at a barrier (``bar``: at the :data:`BAR_WINDOW` instructions after a BAR, in
+    address order, other than those); {} where the launch has no such samples or no per-instruction counters."""
+    s = deep.sass[deep.sass["launch"] == launch] if len(deep.sass) else deep.sass
+    i = deep.issue[deep.issue["launch"] == launch] if len(deep.issue) else deep.issue
+    if not len(s) or "stall_barrier" not in s.columns or not s["stall_barrier"].sum() or not len(i):
+        return {}
+    i = i.sort_values("address")
+    bar = i["sass"].map(B._opcode).str.startswith("BAR")
+    after = pd.concat([bar.shift(k, fill_value=False) for k in range(1, BAR_WINDOW + 1)], axis=1).any(axis=1)
+    ops = s["sass"].map(B._opcode)
+    wgmma = ops.str.startswith("WARPGROUP.DEPBAR")
+    total = float(s["stall_barrier"].sum())
+    return {"wgmma": float(s.loc[wgmma, "stall_barrier"].sum()) / total,
+            "bar": float(s.loc[s["address"].isin(set(i["address"][after])) & ~wgmma, "stall_barrier"].sum()) / total}
+
+
 def where(h: pd.DataFrame, i: int = 0) -> str:
     """``file:line`` of row ``i`` of a per-line frame, or a note where the instruction has no source line."""
     r = h.iloc[i]
@@ -454,6 +485,11 @@ def what_to_try(a: Launch, b: Launch, ranked: pd.DataFrame, repo: str | Path = "
                 src = str(lines.iloc[0]["source"]).strip()
                 text += (f" The most {name} samples are at {where(lines)} ({lines.iloc[0]['share']:.0%} of them"
                          + (f": `{src[:80]}`" if src else "") + ")" + _waits_on(slow, t.reason, lines.iloc[0], repo) + ".")
+            if t.reason == "barrier":
+                parts = [f"{share:.0%} at {BARRIER_WAITS[k]}" for k, share in barrier_split(slow.deep, slow.launch).items()
+                         if share >= 0.05]
+                if parts:
+                    text += f" Of all its {name} samples, " + " and ".join(parts) + "."
             out.append(text)
         elif str(t.term).startswith("the rest"):
             act = {x.name: (p["sm_active_cycles"] / p["elapsed_cycles"]) for x, p in ((slow, ps), (fast, pf))}
