@@ -917,7 +917,7 @@ def test_a_barrier_stall_is_split_into_wgmma_waits_and_waits_at_a_bar():
     commit = load_manifest(H200 / "backward-n8192-deep").get("git_commit")
     said = A.what_to_try(A.Launch("flash_wgmma", deep, la, commit), A.Launch("sdpa_cudnn", deep, lb, commit), ranked, REPO)
     (stall,) = [x for x in said if "on Stall Barrier" in x]
-    assert f"Of all its Stall Barrier samples, {split['wgmma']:.0%} at WARPGROUP.DEPBAR" in stall
+    assert f"Of all its Stall Barrier samples, {split['wgmma']:.0%} are at WARPGROUP.DEPBAR" in stall
     assert f"and {split['bar']:.0%} at the instructions just after a BAR" in stall
     code = ["BAR.SYNC.DEFER_BLOCKING 0x1, 0x100", "WARPGROUP.ARRIVE", "HGMMA.64x64x16.F32 R1, gdesc[UR4], RZ",
             "WARPGROUP.DEPBAR.LE gsb0, 0x0", "FADD R1, R1, R2", "@P0 BRA 0x10"]

@@ -486,8 +486,8 @@ def what_to_try(a: Launch, b: Launch, ranked: pd.DataFrame, repo: str | Path = "
                 text += (f" The most {name} samples are at {where(lines)} ({lines.iloc[0]['share']:.0%} of them"
                          + (f": `{src[:80]}`" if src else "") + ")" + _waits_on(slow, t.reason, lines.iloc[0], repo) + ".")
             if t.reason == "barrier":
-                parts = [f"{share:.0%} at {BARRIER_WAITS[k]}" for k, share in barrier_split(slow.deep, slow.launch).items()
-                         if share >= 0.05]
+                parts = [f"{share:.0%} {'are ' if not i else ''}at {BARRIER_WAITS[k]}" for i, (k, share) in
+                         enumerate((k, v) for k, v in barrier_split(slow.deep, slow.launch).items() if v >= 0.05)]
                 if parts:
                     text += f" Of all its {name} samples, " + " and ".join(parts) + "."
             out.append(text)
