@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from nsightlab.analysis import counters, l2, perf, timeline
+from nsightlab.analysis.bottleneck import parse_case
 from nsightlab.analysis.roofline import flop_check
 from nsightlab.core.errors import ProfileError
 from nsightlab.core.sources import changed_between, comment_only
@@ -951,7 +952,7 @@ def anchors_table(gpu: Path) -> str:
     if bench.is_dir() and bench_csvs(bench):
         df, _ = load_bench(bench)
         deep, conv = gpu / BACKWARD_WHY[0], find_file(bench, "convention.csv")
-        case = dict(kv.split("=", 1) for kv in BACKWARD_WHY[1].split(","))
+        case = parse_case(BACKWARD_WHY[1])
         for impl, (ref, mark, min_n) in BACKWARD_MARKS.items():
             t = perf.target_table(df[df["D"] == 128] if impl == "flash_wgmma" else df, impl, ref, {"backward": mark},
                                   min_n=min_n, suite="convention")

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..core.sources import repo_path
 from . import bottleneck as B
 
 # --------------------------------------------------------------------------- Nsight's rules
@@ -405,11 +406,13 @@ def _waits_on(x: Launch, reason: str, line: pd.Series, repo: str | Path) -> str:
     top line (:func:`scoreboard_source`), or an empty string."""
     if reason not in SCOREBOARD_OPS:
         return ""
-    top = stall_lines(x.deep, x.launch, reason, 200, "sass", repo, x.commit)
-    top = top[(top["file"] == line["file"]) & (top["line"] == line["line"])] if len(top) else top
-    if not len(top):
+    s = x.deep.sass[(x.deep.sass["launch"] == x.launch) & (x.deep.sass["line"] == line["line"])]
+    files = {f: repo_path(f, Path(repo)) for f in s["file"].unique()}  # as stall_lines names them
+    s = s[s["file"].map(files) == line["file"]]
+    col = f"stall_{SAMPLED_AS.get(reason, reason)}"
+    if not len(s) or not s[col].max():
         return ""
-    ins = top.iloc[0]
+    ins = s.loc[s[col].idxmax()]
     src = scoreboard_source(x.deep, x.launch, int(ins["address"]), reason)
     if src is None:
         return ""

@@ -78,11 +78,8 @@ def comment_only(repo: str | Path, a: object, b: object, files: list[str]) -> li
     for f in files:
         if not f.endswith(C_LIKE):
             continue
-        texts = [git(Path(repo), "show", f"{r}:./{f}") for r in (ra, rb)]
-        if None in texts:
-            continue
-        ta, tb = (_code_tokens(t.decode(errors="replace")) for t in texts if t is not None)
-        if ta == tb:
+        la, lb = (git_lines(Path(repo), r, f) for r in (ra, rb))
+        if la is not None and lb is not None and _code_tokens("\n".join(la)) == _code_tokens("\n".join(lb)):
             out.append(f)
     return out
 
